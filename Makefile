@@ -1,0 +1,44 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint unit integration cli install jars stack-up stack-down bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+jars: install
+	$(BIN)/arfl stack install
+
+demo: jars
+	$(BIN)/arfl stack up
+	$(BIN)/arfl deploy configs/clicks.toml
+
+test: jars lint
+	$(BIN)/pytest -q tests
+
+lint: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest -q tests/unit tests/cli
+
+integration: jars
+	$(BIN)/pytest -q tests/integration
+
+stack-up: jars
+	$(BIN)/arfl stack up
+
+stack-down: install
+	$(BIN)/arfl stack down
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

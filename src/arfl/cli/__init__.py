@@ -1,0 +1,1 @@
+"""The command-line layer: the only place that prints, prompts or exits."""

@@ -1,0 +1,12 @@
+"""``arfl deploy``: see the README; built in its own issue."""
+
+from __future__ import annotations
+
+from arfl.cli.main import app
+from arfl.errors import ArflError
+
+
+@app.command(hidden=False)
+def deploy() -> None:
+    """Not available yet in this version."""
+    raise ArflError("'arfl deploy' is not available yet in this version")

@@ -1,0 +1,79 @@
+"""Entry point: the typer app and the one error boundary that maps errors to exit codes."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from arfl import __version__
+from arfl.cli.console import err
+from arfl.errors import ArflError, ExitCode
+
+app = typer.Typer(
+    name="arfl",
+    help="Active replication for latency-sensitive stream pipelines on Spark and Kafka.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"arfl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show version.")
+    ] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+def _register() -> None:
+    # Imported for their side effect: each module adds its commands to ``app``.
+    from arfl.cli.commands import chaos, deploy, report, stack, validate  # noqa: F401
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; every ``ArflError`` becomes a red one-line message and its exit code."""
+    _register()
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        app(args=argv, standalone_mode=False)
+    except ArflError as e:
+        if debug:
+            err.print_exception()
+        err.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        err.print("[red]interrupted[/]")
+        return int(ExitCode.INTERRUPTED)
+    except typer.Exit as e:
+        return int(e.exit_code)
+    except typer.Abort:
+        err.print("[red]aborted[/]")
+        return int(ExitCode.INTERRUPTED)
+    except Exception as e:  # the click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(e, click.exceptions.UsageError):
+            e.show()
+            return int(ExitCode.SPEC)
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            return int(e.exit_code)
+        raise
+    return int(ExitCode.OK)
+
+
+def run() -> None:
+    """Console-script entry (``arfl``)."""
+    sys.exit(main())

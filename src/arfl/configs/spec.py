@@ -1,0 +1,500 @@
+"""The experiment spec: typed models of a TOML file, validated all at once.
+
+``load_spec(path)`` returns a :class:`Spec` or raises :class:`~arfl.errors.SpecError` whose
+``problems`` name *every* problem with its key path, e.g.
+``clicks.toml: chaos[0].fault: unknown 'kil-executor' (known: delay, kill-executor, ...)``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from arfl.configs.units import parse_duration
+from arfl.errors import SpecError
+from arfl.faults import registry as fault_registry
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+"""Seconds, written in the spec with a unit ("20ms", "10s")."""
+
+MODES = ("none", "passive", "active-leader", "active-leaderless")
+AGG_FUNCTIONS = ("count", "sum", "avg", "min", "max")
+
+# Spark SQL functions whose result depends on when or where a row is processed: replicas
+# would disagree, so deduplication by result id would keep arbitrary copies.
+NON_DETERMINISTIC = (
+    "rand",
+    "randn",
+    "random",
+    "uuid",
+    "shuffle",
+    "current_timestamp",
+    "current_date",
+    "current_time",
+    "now",
+    "localtimestamp",
+    "unix_timestamp",
+    "monotonically_increasing_id",
+    "spark_partition_id",
+    "input_file_name",
+    "first",
+    "last",
+    "collect_list",
+    "collect_set",
+)
+_NONDET_RE = re.compile(r"\b(" + "|".join(NON_DETERMINISTIC) + r")\s*\(", re.IGNORECASE)
+_AGG_RE = re.compile(r"^\s*(count|sum|avg|min|max)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$",
+                     re.IGNORECASE)
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_HOSTPORT_RE = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
+_MASTER_RE = re.compile(
+    r"^(local(\[(\d+|\*)\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]|spark://[A-Za-z0-9.-]+:\d+"
+    r"|k8s://\S+)$"
+)
+
+
+def _check_deterministic(expr: str) -> str:
+    m = _NONDET_RE.search(expr)
+    if m:
+        raise ValueError(
+            f"{m.group(1)}() is not deterministic: replicas would produce different results; "
+            "derive the value from the event's fields instead"
+        )
+    return expr
+
+
+def _check_topic(v: str) -> str:
+    if not _TOPIC_RE.match(v):
+        raise ValueError(f"bad topic name {v!r}: use letters, digits, '.', '_' or '-'")
+    return v
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(_Model):
+    """The input topic; records are JSON objects."""
+
+    topic: str
+    partitions: int = Field(4, ge=1, le=1024)
+    event_time: str | None = None
+    """Field holding the event time in epoch milliseconds (needed by window steps)."""
+    key: str = "user"
+    """Field used as the Kafka record key by the injector."""
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, v: str) -> str:
+        return _check_topic(v)
+
+
+class Window(_Model):
+    """Keyed event-time window aggregation (tumbling, or sliding with ``slide``)."""
+
+    size: Duration
+    slide: Duration | None = None
+    key: str
+    watermark: Duration = 0.0
+    agg: dict[str, str] = Field(min_length=1)
+
+    @field_validator("agg")
+    @classmethod
+    def _agg(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [f"{name} = {expr!r}" for name, expr in v.items() if not _AGG_RE.match(expr)]
+        if bad:
+            raise ValueError(
+                f"unsupported aggregate {', '.join(bad)}: use one of "
+                f"{', '.join(f + '(col)' for f in AGG_FUNCTIONS)} or count(*)"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _slide(self) -> Window:
+        if self.size <= 0:
+            raise ValueError("size must be positive")
+        if self.slide is not None and not 0 < self.slide <= self.size:
+            raise ValueError("slide must be positive and at most size")
+        return self
+
+
+class Step(_Model):
+    """One pipeline step: exactly one of ``filter``, ``select``, ``window``, ``transform``."""
+
+    filter: Annotated[str, BeforeValidator(_check_deterministic)] | None = None
+    select: list[Annotated[str, BeforeValidator(_check_deterministic)]] | None = None
+    window: Window | None = None
+    transform: str | None = None
+    """``"module:function"``: a DataFrame -> DataFrame function for what steps cannot say."""
+
+    @field_validator("transform")
+    @classmethod
+    def _transform(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", v):
+            raise ValueError(f"expected 'module:function', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Step:
+        given = [k for k in ("filter", "select", "window", "transform") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(
+                "a step has exactly one of filter, select, window, transform "
+                f"(got {', '.join(given) or 'none'})"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        """The step's kind name."""
+        for k in ("filter", "select", "window", "transform"):
+            if getattr(self, k):
+                return k
+        raise AssertionError("validated step without a kind")
+
+
+class Sink(_Model):
+    """The final output topic (written by the merger)."""
+
+    topic: str
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, v: str) -> str:
+        return _check_topic(v)
+
+
+class Replication(_Model):
+    """How many replicas run and how they agree."""
+
+    mode: Literal["none", "passive", "active-leader", "active-leaderless"] = "none"
+    replicas: int = Field(1, ge=1, le=16)
+    heartbeat_interval: Duration | None = None
+    session_timeout: Duration | None = None
+    max_records_per_batch: int = Field(100_000, ge=1)
+    trigger: Literal["micro-batch", "realtime"] = "micro-batch"
+    trigger_interval: Duration = 0.0
+    restart: bool = True
+    """Restart a replica whose driver died (from its checkpoint where it has one)."""
+
+
+class Spark(_Model):
+    """Where replicas run."""
+
+    master: str = "local-cluster[1,1,1024]"
+    conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    driver_memory: str = "512m"
+
+    @field_validator("master")
+    @classmethod
+    def _master(cls, v: str) -> str:
+        if not _MASTER_RE.match(v):
+            raise ValueError(
+                f"unknown master {v!r}: use local[N], local-cluster[workers,cores,memMB], "
+                "spark://host:port or k8s://..."
+            )
+        return v
+
+
+class Stack(_Model):
+    """ZooKeeper and Kafka: started by arfl (embedded) or already running (external)."""
+
+    kind: Literal["embedded", "external"] = "embedded"
+    kafka: str | None = None
+    zookeeper: str | None = None
+
+    @field_validator("kafka", "zookeeper")
+    @classmethod
+    def _hostport(cls, v: str | None) -> str | None:
+        if v is not None and not _HOSTPORT_RE.match(v):
+            raise ValueError(f"expected host:port[,host:port...], got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _external(self) -> Stack:
+        if self.kind == "external" and not self.kafka:
+            raise ValueError("kind = 'external' needs kafka = \"host:port\"")
+        if self.kind == "embedded" and (self.kafka or self.zookeeper):
+            raise ValueError("kafka/zookeeper addresses are only for kind = 'external'")
+        return self
+
+
+class Workload(_Model):
+    """What the injector produces."""
+
+    rate: int = Field(1000, ge=1, le=1_000_000)
+    """Events per second (fixed-rate schedule)."""
+    duration: Duration = 60.0
+    keys: int = Field(100, ge=1)
+    seed: int = 1
+    warmup: Duration = 5.0
+
+    @model_validator(mode="after")
+    def _positive(self) -> Workload:
+        if self.duration <= 0:
+            raise ValueError("duration must be positive")
+        if self.warmup >= self.duration:
+            raise ValueError("warmup must be shorter than duration")
+        return self
+
+
+class Chaos(_Model):
+    """One scheduled fault."""
+
+    at: Duration
+    fault: str
+    replica: int | Literal["leader"] | None = None
+    duration: Duration | None = None
+    restart: bool = True
+    executor: str | None = None
+    delay: Duration | None = None
+    from_: list[int] | None = Field(None, alias="from")
+
+    @field_validator("fault")
+    @classmethod
+    def _fault(cls, v: str) -> str:
+        if v not in fault_registry.KINDS:
+            raise ValueError(f"unknown {v!r} (known: {', '.join(fault_registry.known())})")
+        return v
+
+    @model_validator(mode="after")
+    def _shape(self) -> Chaos:
+        kind = fault_registry.KINDS[self.fault]
+        if kind.takes_duration and self.duration is None:
+            raise ValueError(f"{self.fault} needs duration = \"...\"")
+        if not kind.takes_duration and self.duration is not None:
+            raise ValueError(f"{self.fault} takes no duration")
+        if self.fault == "delay" and self.delay is None:
+            raise ValueError("delay needs delay = \"50ms\" (the added latency)")
+        return self
+
+
+class Report(_Model):
+    """Percentiles shown and SLOs checked."""
+
+    percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 99.0, 99.9])
+    slo: dict[str, str | bool | float | int] = Field(default_factory=dict)
+    tolerance: float = Field(1.10, ge=1.0)
+
+    @field_validator("percentiles")
+    @classmethod
+    def _pcts(cls, v: list[float]) -> list[float]:
+        bad = [p for p in v if not 0 < p <= 100]
+        if bad:
+            raise ValueError(f"percentiles must be in (0, 100], got {bad}")
+        return sorted(v)
+
+
+class Spec(_Model):
+    """A whole experiment."""
+
+    name: str
+    source: Source
+    steps: list[Step] = Field(default_factory=list)
+    sink: Sink
+    replication: Replication = Replication()
+    spark: Spark = Spark()
+    stack: Stack = Stack()
+    workload: Workload = Workload()
+    chaos: list[Chaos] = Field(default_factory=list)
+    report: Report = Report()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"bad name {v!r}: use lower-case letters, digits, '_', '.', '-'")
+        return v
+
+    @property
+    def has_window(self) -> bool:
+        """True when the pipeline aggregates (results are keyed by window and key)."""
+        return any(s.window is not None for s in self.steps)
+
+    @property
+    def needs_network_isolation(self) -> bool:
+        """True when a scheduled fault acts on the network (namespaces needed)."""
+        return any(fault_registry.KINDS[c.fault].network for c in self.chaos)
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after", "function-before") or "[" in str(part):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        if e["type"] not in ("extra_forbidden", "missing") and "input" in e and not isinstance(
+            e["input"], dict | list
+        ) and e["type"].endswith("_type"):
+            msg += f" (got {e['input']!r})"
+        problems.append((_loc(loc), msg))
+    return problems
+
+
+def _get(raw: dict[str, Any], *keys: str) -> Any:
+    cur: Any = raw
+    for k in keys:
+        if not isinstance(cur, dict) or k not in cur:
+            return None
+        cur = cur[k]
+    return cur
+
+
+def _safe_duration(v: Any) -> float | None:
+    try:
+        return parse_duration(v)
+    except ValueError:
+        return None
+
+
+def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """Checks across sections; run on the raw dict so they report even if a section is bad."""
+    out: list[tuple[str, str]] = []
+    repl = raw.get("replication") if isinstance(raw.get("replication"), dict) else {}
+    assert isinstance(repl, dict)
+    mode = repl.get("mode", "none")
+    replicas = repl.get("replicas", 1 if mode in ("none", "passive") else 2)
+    if isinstance(replicas, int) and mode in MODES:
+        if mode in ("none", "passive") and replicas != 1:
+            out.append(("replication.replicas", f"mode {mode!r} runs exactly 1 replica, got {replicas}"))
+        if mode.startswith("active") and replicas < 2:
+            out.append(("replication.replicas", f"mode {mode!r} needs at least 2 replicas, got {replicas}"))
+    if mode != "active-leaderless" and "heartbeat_interval" in repl:
+        out.append(("replication.heartbeat_interval", "only for mode 'active-leaderless'"))
+    if mode != "active-leader" and "session_timeout" in repl:
+        out.append(("replication.session_timeout", "only for mode 'active-leader'"))
+    if repl.get("trigger") == "realtime" and mode != "passive":
+        out.append(("replication.trigger", "'realtime' needs mode 'passive' (Spark's Kafka source)"))
+
+    steps = raw.get("steps") if isinstance(raw.get("steps"), list) else []
+    assert isinstance(steps, list)
+    has_window = False
+    for i, s in enumerate(steps):
+        if isinstance(s, dict) and "window" in s:
+            if has_window:
+                out.append((f"steps[{i}].window", "only one window step per pipeline"))
+            has_window = True
+    if has_window and not _get(raw, "source", "event_time"):
+        out.append(("source.event_time",
+                    "a window step needs event_time = \"<field>\" (processing-time windows are "
+                    "not deterministic across replicas)"))
+    if has_window and repl.get("trigger") == "realtime":
+        out.append(("replication.trigger", "'realtime' does not run window aggregations here"))
+
+    duration = _safe_duration(_get(raw, "workload", "duration") or "60s")
+    n_replicas = replicas if isinstance(replicas, int) else 1
+    chaos = raw.get("chaos") if isinstance(raw.get("chaos"), list) else []
+    assert isinstance(chaos, list)
+    for i, c in enumerate(chaos):
+        if not isinstance(c, dict):
+            continue
+        at = _safe_duration(c.get("at"))
+        if at is not None and duration is not None and at >= duration:
+            out.append((f"chaos[{i}].at", f"{c.get('at')} is not inside the workload duration "
+                                          f"({_get(raw, 'workload', 'duration') or '60s'})"))
+        target = c.get("replica")
+        kind = fault_registry.KINDS.get(str(c.get("fault")))
+        if isinstance(target, int) and not isinstance(target, bool) and not (
+            0 <= target < n_replicas
+        ):
+            out.append((f"chaos[{i}].replica",
+                        f"replica {target} out of range (0..{n_replicas - 1} for {n_replicas} "
+                        "replica(s))"))
+        if (target == "leader" or (kind and kind.targets_leader)) and mode != "active-leader":
+            out.append((f"chaos[{i}]", "a leader exists only in mode 'active-leader'"))
+        if kind and kind.name != "kill-leader" and target is None:
+            out.append((f"chaos[{i}].replica", "which replica? set replica = N or \"leader\""))
+        if kind and kind.name == "kill-replica" and mode == "none" and c.get("restart", True):
+            pass  # allowed: the supervisor restarts without a checkpoint (results are lost)
+    return out
+
+
+def _network_privilege_problem(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    chaos = raw.get("chaos") if isinstance(raw.get("chaos"), list) else []
+    assert isinstance(chaos, list)
+    import os
+
+    out = []
+    for i, c in enumerate(chaos):
+        kind = fault_registry.KINDS.get(str(c.get("fault"))) if isinstance(c, dict) else None
+        if kind and kind.network and os.geteuid() != 0:
+            out.append((f"chaos[{i}].fault",
+                        f"{kind.name} needs network namespaces (root or CAP_NET_ADMIN); "
+                        "run as root or remove the fault"))
+    return out
+
+
+def parse_spec(raw: dict[str, Any], origin: str = "<spec>") -> Spec:
+    """Validate an already-parsed TOML document.
+
+    Raises:
+        SpecError: with every problem found, each prefixed by ``origin: key.path:``.
+    """
+    problems: list[tuple[str, str]] = []
+    spec: Spec | None = None
+    try:
+        spec = Spec.model_validate(raw)
+    except ValidationError as err:
+        problems.extend(_pydantic_problems(err))
+    problems.extend(_cross_checks(raw))
+    problems.extend(_network_privilege_problem(raw))
+    if problems:
+        seen: set[tuple[str, str]] = set()
+        lines = []
+        for loc, msg in problems:
+            if (loc, msg) not in seen:
+                seen.add((loc, msg))
+                lines.append(f"{origin}: {loc}: {msg}")
+        raise SpecError(f"{origin}: {len(lines)} problem(s)", lines)
+    assert spec is not None
+    return spec
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a TOML spec file.
+
+    Raises:
+        SpecError: the file is missing, is not TOML, or does not validate.
+    """
+    p = Path(path)
+    origin = p.name
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{p}: cannot read: {e}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{origin}: not valid TOML: {e}", [f"{origin}: {e}"]) from None
+    return parse_spec(raw, origin)

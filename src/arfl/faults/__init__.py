@@ -1,0 +1,1 @@
+"""Fault kinds (chaos): a registry of kinds, each with ``inject`` and ``revert``."""
