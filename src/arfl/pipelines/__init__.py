@@ -1,0 +1,1 @@
+"""Pipelines: the Spark driver program, replica runner, injector and merger."""

@@ -1,0 +1,1 @@
+"""Replication modes (none, passive, active-leader, active-leaderless)."""
