@@ -6,6 +6,7 @@ import sys
 from typing import Annotated
 
 import typer
+from typer.exceptions import TyperException
 
 from arfl import __version__
 from arfl.cli.console import err
@@ -61,16 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err.print("[red]aborted[/]")
         return int(ExitCode.INTERRUPTED)
-    except Exception as e:  # the click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(e, click.exceptions.UsageError):
-            e.show()
-            return int(ExitCode.SPEC)
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return int(e.exit_code)
-        raise
+    except TyperException as e:  # usage errors (bad option, missing argument): exit 2
+        show = getattr(e, "show", None)
+        if callable(show):
+            show()
+        return int(getattr(e, "exit_code", ExitCode.SPEC))
     return int(ExitCode.OK)
 
 

@@ -17,16 +17,21 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from arfl.configs.units import parse_duration
+from arfl.configs.units import format_duration, parse_duration
 from arfl.errors import SpecError
 from arfl.faults import registry as fault_registry
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+]
 """Seconds, written in the spec with a unit ("20ms", "10s")."""
 
 MODES = ("none", "passive", "active-leader", "active-leaderless")
@@ -55,8 +60,9 @@ NON_DETERMINISTIC = (
     "collect_set",
 )
 _NONDET_RE = re.compile(r"\b(" + "|".join(NON_DETERMINISTIC) + r")\s*\(", re.IGNORECASE)
-_AGG_RE = re.compile(r"^\s*(count|sum|avg|min|max)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$",
-                     re.IGNORECASE)
+_AGG_RE = re.compile(
+    r"^\s*(count|sum|avg|min|max)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$", re.IGNORECASE
+)
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOSTPORT_RE = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
@@ -83,7 +89,7 @@ def _check_topic(v: str) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Source(_Model):
@@ -274,11 +280,11 @@ class Chaos(_Model):
     def _shape(self) -> Chaos:
         kind = fault_registry.KINDS[self.fault]
         if kind.takes_duration and self.duration is None:
-            raise ValueError(f"{self.fault} needs duration = \"...\"")
+            raise ValueError(f'{self.fault} needs duration = "..."')
         if not kind.takes_duration and self.duration is not None:
             raise ValueError(f"{self.fault} takes no duration")
         if self.fault == "delay" and self.delay is None:
-            raise ValueError("delay needs delay = \"50ms\" (the added latency)")
+            raise ValueError('delay needs delay = "50ms" (the added latency)')
         return self
 
 
@@ -352,9 +358,12 @@ def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
         elif e["type"] == "missing":
             msg = "required key is missing"
         msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
-        if e["type"] not in ("extra_forbidden", "missing") and "input" in e and not isinstance(
-            e["input"], dict | list
-        ) and e["type"].endswith("_type"):
+        if (
+            e["type"] not in ("extra_forbidden", "missing")
+            and "input" in e
+            and not isinstance(e["input"], dict | list)
+            and e["type"].endswith("_type")
+        ):
             msg += f" (got {e['input']!r})"
         problems.append((_loc(loc), msg))
     return problems
@@ -385,15 +394,21 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
     replicas = repl.get("replicas", 1 if mode in ("none", "passive") else 2)
     if isinstance(replicas, int) and mode in MODES:
         if mode in ("none", "passive") and replicas != 1:
-            out.append(("replication.replicas", f"mode {mode!r} runs exactly 1 replica, got {replicas}"))
+            out.append(
+                ("replication.replicas", f"mode {mode!r} runs exactly 1 replica, got {replicas}")
+            )
         if mode.startswith("active") and replicas < 2:
-            out.append(("replication.replicas", f"mode {mode!r} needs at least 2 replicas, got {replicas}"))
+            out.append(
+                ("replication.replicas", f"mode {mode!r} needs at least 2 replicas, got {replicas}")
+            )
     if mode != "active-leaderless" and "heartbeat_interval" in repl:
         out.append(("replication.heartbeat_interval", "only for mode 'active-leaderless'"))
     if mode != "active-leader" and "session_timeout" in repl:
         out.append(("replication.session_timeout", "only for mode 'active-leader'"))
     if repl.get("trigger") == "realtime" and mode != "passive":
-        out.append(("replication.trigger", "'realtime' needs mode 'passive' (Spark's Kafka source)"))
+        out.append(
+            ("replication.trigger", "'realtime' needs mode 'passive' (Spark's Kafka source)")
+        )
 
     steps = raw.get("steps") if isinstance(raw.get("steps"), list) else []
     assert isinstance(steps, list)
@@ -404,9 +419,13 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 out.append((f"steps[{i}].window", "only one window step per pipeline"))
             has_window = True
     if has_window and not _get(raw, "source", "event_time"):
-        out.append(("source.event_time",
-                    "a window step needs event_time = \"<field>\" (processing-time windows are "
-                    "not deterministic across replicas)"))
+        out.append(
+            (
+                "source.event_time",
+                'a window step needs event_time = "<field>" (processing-time windows are '
+                "not deterministic across replicas)",
+            )
+        )
     if has_window and repl.get("trigger") == "realtime":
         out.append(("replication.trigger", "'realtime' does not run window aggregations here"))
 
@@ -419,20 +438,31 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
             continue
         at = _safe_duration(c.get("at"))
         if at is not None and duration is not None and at >= duration:
-            out.append((f"chaos[{i}].at", f"{c.get('at')} is not inside the workload duration "
-                                          f"({_get(raw, 'workload', 'duration') or '60s'})"))
+            out.append(
+                (
+                    f"chaos[{i}].at",
+                    f"{c.get('at')} is not inside the workload duration "
+                    f"({_get(raw, 'workload', 'duration') or '60s'})",
+                )
+            )
         target = c.get("replica")
         kind = fault_registry.KINDS.get(str(c.get("fault")))
-        if isinstance(target, int) and not isinstance(target, bool) and not (
-            0 <= target < n_replicas
+        if (
+            isinstance(target, int)
+            and not isinstance(target, bool)
+            and not (0 <= target < n_replicas)
         ):
-            out.append((f"chaos[{i}].replica",
-                        f"replica {target} out of range (0..{n_replicas - 1} for {n_replicas} "
-                        "replica(s))"))
+            out.append(
+                (
+                    f"chaos[{i}].replica",
+                    f"replica {target} out of range (0..{n_replicas - 1} for {n_replicas} "
+                    "replica(s))",
+                )
+            )
         if (target == "leader" or (kind and kind.targets_leader)) and mode != "active-leader":
             out.append((f"chaos[{i}]", "a leader exists only in mode 'active-leader'"))
         if kind and kind.name != "kill-leader" and target is None:
-            out.append((f"chaos[{i}].replica", "which replica? set replica = N or \"leader\""))
+            out.append((f"chaos[{i}].replica", 'which replica? set replica = N or "leader"'))
         if kind and kind.name == "kill-replica" and mode == "none" and c.get("restart", True):
             pass  # allowed: the supervisor restarts without a checkpoint (results are lost)
     return out
@@ -447,9 +477,13 @@ def _network_privilege_problem(raw: dict[str, Any]) -> list[tuple[str, str]]:
     for i, c in enumerate(chaos):
         kind = fault_registry.KINDS.get(str(c.get("fault"))) if isinstance(c, dict) else None
         if kind and kind.network and os.geteuid() != 0:
-            out.append((f"chaos[{i}].fault",
-                        f"{kind.name} needs network namespaces (root or CAP_NET_ADMIN); "
-                        "run as root or remove the fault"))
+            out.append(
+                (
+                    f"chaos[{i}].fault",
+                    f"{kind.name} needs network namespaces (root or CAP_NET_ADMIN); "
+                    "run as root or remove the fault",
+                )
+            )
     return out
 
 

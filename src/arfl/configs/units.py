@@ -16,12 +16,12 @@ def parse_duration(value: object) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, str):
         raise ValueError(
-            f"expected a duration string with a unit such as \"500ms\" or \"10s\", got {value!r}"
+            f'expected a duration string with a unit such as "500ms" or "10s", got {value!r}'
         )
     m = _DURATION.match(value)
     if not m:
         raise ValueError(
-            f"bad duration {value!r}: write a number and a unit (us, ms, s, m, h), e.g. \"20ms\""
+            f'bad duration {value!r}: write a number and a unit (us, ms, s, m, h), e.g. "20ms"'
         )
     return float(m.group(1)) * _SCALE[m.group(2)]
 
@@ -29,5 +29,5 @@ def parse_duration(value: object) -> float:
 def format_duration(seconds: float) -> str:
     """Render seconds compactly (``0.02 -> "20ms"``)."""
     if seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    return f"{seconds:g}s"
+        return f"{round(seconds * 1000, 6):g}ms"
+    return f"{round(seconds, 6):g}s"

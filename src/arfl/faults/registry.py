@@ -52,17 +52,34 @@ def known() -> list[str]:
 
 for _kind in (
     FaultKind("kill-executor", "SIGKILL one executor JVM of a replica", takes_duration=False),
-    FaultKind("kill-replica", "SIGKILL a replica's driver; the supervisor restarts it",
-              takes_duration=False),
-    FaultKind("kill-leader", "kill-replica aimed at the current leader (active-leader)",
-              takes_duration=False, targets_leader=True),
-    FaultKind("pause", "SIGSTOP a replica's processes for a duration, then SIGCONT",
-              takes_duration=True),
-    FaultKind("slow", "throttle a replica's CPU (cgroup cpu quota) for a duration",
-              takes_duration=True),
-    FaultKind("partition", "cut a replica off from Kafka and ZooKeeper for a duration",
-              takes_duration=True, network=True),
-    FaultKind("delay", "add network latency to a replica's traffic (tc netem) for a duration",
-              takes_duration=True, network=True),
+    FaultKind(
+        "kill-replica",
+        "SIGKILL a replica's driver; the supervisor restarts it",
+        takes_duration=False,
+    ),
+    FaultKind(
+        "kill-leader",
+        "kill-replica aimed at the current leader (active-leader)",
+        takes_duration=False,
+        targets_leader=True,
+    ),
+    FaultKind(
+        "pause", "SIGSTOP a replica's processes for a duration, then SIGCONT", takes_duration=True
+    ),
+    FaultKind(
+        "slow", "throttle a replica's CPU (cgroup cpu quota) for a duration", takes_duration=True
+    ),
+    FaultKind(
+        "partition",
+        "cut a replica off from Kafka and ZooKeeper for a duration",
+        takes_duration=True,
+        network=True,
+    ),
+    FaultKind(
+        "delay",
+        "add network latency to a replica's traffic (tc netem) for a duration",
+        takes_duration=True,
+        network=True,
+    ),
 ):
     declare(_kind)

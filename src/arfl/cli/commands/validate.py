@@ -32,6 +32,6 @@ def validate(
             highlight=False,
         )
     if failed:
-        for e in failed[:-1]:
-            err.print(f"[bold red]error:[/] {e}", highlight=False)
+        for earlier in failed[:-1]:
+            err.print(f"[bold red]error:[/] {earlier}", highlight=False)
         raise failed[-1]

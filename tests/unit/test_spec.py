@@ -1,0 +1,251 @@
+"""Spec validation: every problem reported at once, each with its key path."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from arfl.configs.spec import load_spec, parse_spec
+from arfl.configs.units import format_duration, parse_duration
+from arfl.errors import SpecError
+
+MINIMAL = {
+    "name": "t",
+    "source": {"topic": "in", "event_time": "ts"},
+    "sink": {"topic": "out"},
+}
+
+
+def _problems(raw: dict[str, object]) -> list[str]:
+    with pytest.raises(SpecError) as ei:
+        parse_spec(raw, "t.toml")
+    return ei.value.problems
+
+
+def _with(**sections: object) -> dict[str, object]:
+    raw: dict[str, object] = dict(MINIMAL)
+    raw.update(sections)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("20ms", 0.02), ("1s", 1.0), ("1.5s", 1.5), ("2m", 120.0), ("1h", 3600.0), ("500us", 5e-4)],
+)
+def test_durations_parse_with_units(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["10", "ten s", "1x", "", 10, None, True, "-1s"])
+def test_durations_without_unit_are_rejected(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+def test_format_duration() -> None:
+    assert format_duration(0.02) == "20ms"
+    assert format_duration(12.0) == "12s"
+
+
+def test_minimal_spec_gets_defaults() -> None:
+    spec = parse_spec(MINIMAL)
+    assert spec.replication.mode == "none"
+    assert spec.replication.replicas == 1
+    assert spec.spark.master.startswith("local-cluster")
+    assert spec.workload.duration == 60.0
+    assert spec.report.percentiles == [50.0, 90.0, 99.0, 99.9]
+
+
+def test_example_configs_validate() -> None:
+    root = Path(__file__).resolve().parents[2] / "configs"
+    specs = sorted(root.glob("*.toml"))
+    assert specs, "no example specs in configs/"
+    for path in specs:
+        load_spec(path)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    raw = {
+        "name": "Bad Name",
+        "bogus": 1,
+        "source": {"topic": "in", "partitions": 0},
+        "steps": [
+            {"filter": "rand() > 0.5"},
+            {"window": {"size": "1x", "key": "u", "agg": {"n": "median(x)"}}},
+            {"select": ["a"], "filter": "b"},
+        ],
+        "replication": {"mode": "active-leader", "replicas": 1, "heartbeat_interval": "20ms"},
+        "workload": {"duration": "30s", "rate": "fast"},
+        "chaos": [{"at": "40s", "fault": "kil-executor", "replica": 3}],
+    }
+    problems = _problems(raw)
+    text = "\n".join(problems)
+    for expected in [
+        "t.toml: name: bad name",
+        "t.toml: bogus: unknown key",
+        "t.toml: source.partitions:",
+        "t.toml: steps[0].filter: rand() is not deterministic",
+        "t.toml: steps[1].window.size: bad duration '1x'",
+        "t.toml: steps[1].window.agg: unsupported aggregate",
+        "t.toml: steps[2]: a step has exactly one of filter, select, window, transform",
+        "t.toml: sink: required key is missing",
+        "t.toml: workload.rate:",
+        "t.toml: chaos[0].fault: unknown 'kil-executor' (known: delay, kill-executor,",
+        "t.toml: replication.replicas: mode 'active-leader' needs at least 2 replicas",
+        "t.toml: replication.heartbeat_interval: only for mode 'active-leaderless'",
+        "t.toml: source.event_time: a window step needs event_time",
+        "t.toml: chaos[0].at: 40s is not inside the workload duration (30s)",
+        "t.toml: chaos[0].replica: replica 3 out of range",
+    ]:
+        assert expected in text, f"missing {expected!r} in:\n{text}"
+    assert len(problems) == len(set(problems))
+
+
+@pytest.mark.parametrize(
+    ("sections", "path", "fragment"),
+    [
+        ({"source": {"topic": "bad topic!"}}, "source.topic", "bad topic name"),
+        ({"source": {"topic": "in", "partitions": "4"}}, "source.partitions", "integer"),
+        ({"spark": {"master": "yarn"}}, "spark.master", "unknown master 'yarn'"),
+        ({"stack": {"kind": "external"}}, "stack", "needs kafka"),
+        ({"stack": {"kind": "external", "kafka": "nohost"}}, "stack.kafka", "host:port"),
+        ({"stack": {"kind": "cloud"}}, "stack.kind", "'embedded' or 'external'"),
+        ({"replication": {"mode": "hot"}}, "replication.mode", "'none'"),
+        ({"replication": {"mode": "passive", "replicas": 2}}, "replication.replicas", "exactly 1"),
+        (
+            {"replication": {"mode": "none", "trigger": "realtime"}},
+            "replication.trigger",
+            "passive",
+        ),
+        (
+            {"replication": {"mode": "none", "session_timeout": "2s"}},
+            "replication.session_timeout",
+            "active-leader",
+        ),
+        ({"workload": {"duration": "10s", "warmup": "20s"}}, "workload", "warmup"),
+        ({"workload": {"rate": 0}}, "workload.rate", "greater than or equal to 1"),
+        ({"report": {"percentiles": [50, 101]}}, "report.percentiles", "(0, 100]"),
+        (
+            {"steps": [{"select": ["user", "current_timestamp()"]}]},
+            "steps[0].select[1]",
+            "current_timestamp() is not deterministic",
+        ),
+        ({"steps": [{"transform": "no-colon"}]}, "steps[0].transform", "module:function"),
+        ({"steps": [{}]}, "steps[0]", "got none"),
+        (
+            {
+                "steps": [
+                    {"window": {"size": "1s", "slide": "2s", "key": "u", "agg": {"n": "count(*)"}}}
+                ]
+            },
+            "steps[0].window",
+            "slide must be positive and at most size",
+        ),
+        (
+            {
+                "steps": [
+                    {"window": {"size": "1s", "key": "u", "agg": {"n": "count(*)"}}},
+                    {"window": {"size": "1s", "key": "u", "agg": {"n": "count(*)"}}},
+                ]
+            },
+            "steps[1].window",
+            "only one window step",
+        ),
+        ({"chaos": [{"at": "1s", "fault": "pause", "replica": 0}]}, "chaos[0]", "needs duration"),
+        (
+            {"chaos": [{"at": "1s", "fault": "kill-executor", "replica": 0, "duration": "2s"}]},
+            "chaos[0]",
+            "takes no duration",
+        ),
+        (
+            {"chaos": [{"at": "1s", "fault": "kill-leader"}]},
+            "chaos[0]",
+            "only in mode 'active-leader'",
+        ),
+        ({"chaos": [{"at": "1s", "fault": "kill-executor"}]}, "chaos[0].replica", "which replica"),
+        (
+            {"chaos": [{"at": "soon", "fault": "kill-executor", "replica": 0}]},
+            "chaos[0].at",
+            "bad duration",
+        ),
+        (
+            {"chaos": [{"at": "1s", "fault": "delay", "replica": 0, "duration": "1s"}]},
+            "chaos[0]",
+            "needs delay",
+        ),
+    ],
+)
+def test_single_problem_has_key_path(sections: dict[str, object], path: str, fragment: str) -> None:
+    problems = _problems(_with(**sections))
+    matching = [p for p in problems if p.startswith(f"t.toml: {path}: ")]
+    assert matching, f"no problem at {path} in {problems}"
+    assert any(fragment in p for p in matching), problems
+
+
+def test_missing_sections_are_named() -> None:
+    problems = _problems({"name": "x"})
+    assert "t.toml: source: required key is missing" in problems
+    assert "t.toml: sink: required key is missing" in problems
+
+
+def test_toml_syntax_error_names_line(tmp_path: Path) -> None:
+    p = tmp_path / "broken.toml"
+    p.write_text('name = "x"\n[source\ntopic = "a"\n')
+    with pytest.raises(SpecError) as ei:
+        load_spec(p)
+    assert "broken.toml: not valid TOML" in str(ei.value)
+    assert "line 2" in str(ei.value)
+
+
+def test_missing_file_is_a_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="no such file"):
+        load_spec(tmp_path / "nope.toml")
+
+
+def test_full_spec_round_trips(tmp_path: Path) -> None:
+    p = tmp_path / "full.toml"
+    p.write_text(
+        textwrap.dedent(
+            """
+            name = "full"
+            [source]
+            topic = "clicks"
+            partitions = 4
+            event_time = "ts"
+            [[steps]]
+            filter = "amount > 10"
+            [[steps]]
+            [steps.window]
+            size = "2s"
+            slide = "1s"
+            key = "user"
+            watermark = "1s"
+            agg = { n = "count(*)", hi = "max(amount)" }
+            [sink]
+            topic = "clicks-out"
+            [replication]
+            mode = "active-leaderless"
+            replicas = 3
+            heartbeat_interval = "20ms"
+            [workload]
+            rate = 500
+            duration = "30s"
+            [[chaos]]
+            at = "10s"
+            fault = "pause"
+            replica = 2
+            duration = "3s"
+            """
+        )
+    )
+    spec = load_spec(p)
+    assert spec.replication.heartbeat_interval == pytest.approx(0.02)
+    assert spec.steps[1].window is not None
+    assert spec.steps[1].window.slide == 1.0
+    assert spec.steps[1].kind == "window"
+    assert spec.chaos[0].duration == 3.0
+    assert spec.has_window
+    again = parse_spec(spec.model_dump(mode="json", by_alias=True, exclude_none=True))
+    assert again == spec
