@@ -1,0 +1,245 @@
+"""Live view of a running deployment: latency percentiles, rates, gaps and replica states.
+
+``render(...)`` builds one rich renderable from the merger's latest
+:class:`~arfl.metrics.monitor.MonitorSnapshot`; :class:`LiveView` redraws it about twice a
+second; :class:`PlainPrinter` prints one line per second for ``--no-live`` (logs, CI)::
+
+    with LiveView() as view:
+        while running:
+            view.update(snapshot, injector_stats, {0: "running", 1: "dead"}, ["kill-driver r1"])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from arfl.cli.console import out
+from arfl.metrics.monitor import InjectorSecond, MonitorSnapshot, Percentiles
+
+_STATE_STYLE = {
+    "running": "green",
+    "starting": "yellow",
+    "restarting": "yellow",
+    "recovering": "yellow",
+    "paused": "magenta",
+    "partitioned": "magenta",
+    "dead": "bold red",
+    "failed": "bold red",
+}
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.1f}"
+
+
+def _keys(p: Percentiles) -> list[str]:
+    """Percentile keys in display order (``p50``, ``p90``, ...), then ``max``."""
+    ks = [k for k in p if k.startswith("p")]
+    return [*sorted(ks, key=lambda k: float(k[1:])), "max"]
+
+
+def _latency_table(snap: MonitorSnapshot) -> Table:
+    keys = _keys(snap.cumulative or snap.interval) if (snap.cumulative or snap.interval) else [
+        "p50", "p90", "p99", "p99.9", "max"
+    ]  # fmt: skip
+    t = Table(title="end-to-end latency (ms)", title_justify="left", expand=False)
+    t.add_column("", style="bold")
+    for k in keys:
+        t.add_column(k, justify="right")
+    t.add_row("last second", *[_ms(snap.interval.get(k)) for k in keys])
+    t.add_row("cumulative", *[_ms(snap.cumulative.get(k)) for k in keys])
+    return t
+
+
+def _rates(snap: MonitorSnapshot | None, inj: InjectorSecond | None) -> Text:
+    t = Text()
+    if inj is not None:
+        style = "red" if inj.sent < 0.95 * inj.target else ""
+        t.append("input ", style="bold")
+        t.append(f"{inj.sent}/s", style=style)
+        t.append(f" (target {inj.target}/s")
+        if inj.behind_ms >= 1:
+            t.append(f", {inj.behind_ms:.0f} ms behind", style="yellow")
+        t.append(")   ")
+    else:
+        t.append("input -   ", style="dim")
+    if snap is not None:
+        t.append("output ", style="bold")
+        t.append(f"{snap.output_rate}/s   ")
+        t.append("duplicates ", style="bold")
+        t.append(f"{snap.duplicates}/s   ")
+        t.append("longest gap ", style="bold")
+        gap_style = "red" if snap.longest_gap_ms >= 1000 else ""
+        t.append(f"{_ms(snap.longest_gap_ms)} ms", style=gap_style)
+        if snap.current_gap_ms >= 500:
+            t.append(f" (now {_ms(snap.current_gap_ms)} ms)", style="bold red")
+        t.append("\n")
+        t.append("results ", style="bold")
+        t.append(f"{snap.results}   ")
+        t.append("divergent ", style="bold")
+        t.append(f"{snap.divergent}", style="bold red" if snap.divergent else "")
+        t.append("   bad ", style="bold")
+        t.append(f"{snap.bad}", style="red" if snap.bad else "")
+        t.append("   evicted ", style="bold")
+        t.append(f"{snap.evicted}")
+    return t
+
+
+def _replica_table(snap: MonitorSnapshot | None, states: Mapping[int, str]) -> Table:
+    t = Table(title="replicas", title_justify="left")
+    for col, just in (("replica", "left"), ("state", "left"), ("received", "right"),
+                      ("first-copy wins", "right"), ("lag ms", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    ids = sorted(set(states) | set(snap.replicas if snap else {}))
+    for r in ids:
+        state = states.get(r, "?")
+        rs = snap.replicas.get(r) if snap else None
+        t.add_row(
+            str(r),
+            Text(state, style=_STATE_STYLE.get(state, "")),
+            str(rs.received) if rs else "-",
+            str(rs.wins) if rs else "-",
+            _ms(rs.lag_ms) if rs else "-",
+        )
+    return t
+
+
+def render(
+    snapshot: MonitorSnapshot | None,
+    injector_stats: InjectorSecond | None,
+    replica_states: Mapping[int, str],
+    faults: Sequence[str],
+) -> RenderableType:
+    """One frame of the live view.
+
+    Args:
+        snapshot: the merger's latest monitor line (``None`` before the first one).
+        injector_stats: the injector's latest per-second line (``None`` if unknown).
+        replica_states: replica index -> state (``running``, ``restarting``, ``dead``, ...).
+        faults: descriptions of the faults active now (empty: none).
+
+    Returns:
+        A rich renderable (a panel).
+    """
+    parts: list[RenderableType] = []
+    if snapshot is None:
+        parts.append(Text("waiting for the merger's first second of output...", style="dim"))
+    else:
+        parts.append(_latency_table(snapshot))
+    parts.append(_rates(snapshot, injector_stats))
+    parts.append(_replica_table(snapshot, replica_states))
+    ft = Text("faults active: ", style="bold")
+    if faults:
+        ft.append(", ".join(faults), style="bold red")
+    else:
+        ft.append("none", style="green")
+    parts.append(ft)
+    return Panel(Group(*parts), title="arfl live", title_align="left")
+
+
+def format_line(
+    snapshot: MonitorSnapshot | None,
+    injector_stats: InjectorSecond | None,
+    replica_states: Mapping[int, str],
+    faults: Sequence[str],
+) -> str:
+    """The same information as :func:`render` on one plain-text line."""
+    bits: list[str] = []
+    if injector_stats is not None:
+        bits.append(f"in {injector_stats.sent}/s")
+    if snapshot is None:
+        bits.append("waiting for merger")
+    else:
+        iv, cu = snapshot.interval, snapshot.cumulative
+        keys = _keys(cu or iv) if (cu or iv) else []
+        bits.append(f"out {snapshot.output_rate}/s")
+        bits.append("1s " + " ".join(f"{k}={_ms(iv.get(k))}" for k in keys))
+        bits.append("all " + " ".join(f"{k}={_ms(cu.get(k))}" for k in keys))
+        bits.append(f"gap {_ms(snapshot.longest_gap_ms)}")
+        if snapshot.divergent or snapshot.bad:
+            bits.append(f"divergent {snapshot.divergent} bad {snapshot.bad}")
+    reps = []
+    for r in sorted(set(replica_states) | set(snapshot.replicas if snapshot else {})):
+        rs = snapshot.replicas.get(r) if snapshot else None
+        lag = f"/{_ms(rs.lag_ms)}" if rs and rs.lag_ms is not None else ""
+        reps.append(f"r{r}:{replica_states.get(r, '?')}{lag}")
+    if reps:
+        bits.append(" ".join(reps))
+    if faults:
+        bits.append("faults: " + ", ".join(faults))
+    return " | ".join(bits)
+
+
+class LiveView:
+    """A rich ``Live`` display redrawn about twice a second; use as a context manager."""
+
+    def __init__(self, console: Console | None = None, refresh_per_second: float = 2.0) -> None:
+        self._live = Live(
+            render(None, None, {}, []),
+            console=console or out,
+            refresh_per_second=refresh_per_second,
+            transient=False,
+        )
+
+    def update(
+        self,
+        snapshot: MonitorSnapshot | None,
+        injector_stats: InjectorSecond | None,
+        replica_states: Mapping[int, str],
+        faults: Sequence[str],
+    ) -> None:
+        """Show new data (drawn at the next refresh)."""
+        self._live.update(render(snapshot, injector_stats, replica_states, faults))
+
+    def __enter__(self) -> LiveView:
+        self._live.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._live.stop()
+
+
+class PlainPrinter:
+    """``--no-live``: one line per new merger second, no cursor movement."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self._console = console or out
+        self._last_t: float | None = None
+
+    def update(
+        self,
+        snapshot: MonitorSnapshot | None,
+        injector_stats: InjectorSecond | None,
+        replica_states: Mapping[int, str],
+        faults: Sequence[str],
+    ) -> bool:
+        """Print a line if ``snapshot`` is new.
+
+        Returns:
+            Whether a line was printed.
+        """
+        t = snapshot.t if snapshot else None
+        if t is None or t == self._last_t:
+            return False
+        self._last_t = t
+        self._console.print(
+            format_line(snapshot, injector_stats, replica_states, faults),
+            highlight=False, markup=False, soft_wrap=True,
+        )  # fmt: skip
+        return True
