@@ -1,0 +1,177 @@
+"""Configuration files and command lines of the embedded ZooKeeper and Kafka JVMs."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+# ZooKeeper's tick bounds session timeouts (min = 2 ticks); a short tick lets the active-leader
+# mode use short sessions, i.e. fast leader failover. maxSessionTimeout is raised explicitly
+# because its default (20 ticks = 4 s) would silently cap clients that ask for longer ones.
+ZK_TICK_MS = 200
+ZK_MAX_SESSION_MS = 60_000
+ZK_HEAP = "128m"
+KAFKA_HEAP = "512m"
+ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+KAFKA_MAIN = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the embedded stack keeps its files (``state_dir()/stack`` by default)."""
+
+    root: Path
+
+    @property
+    def state_file(self) -> Path:
+        """``stack.json``: pids, create times, ports."""
+        return self.root / "stack.json"
+
+    @property
+    def lock_file(self) -> Path:
+        """Serialises concurrent ``up``/``down`` on the same state directory."""
+        return self.root / ".lock"
+
+    @property
+    def conf(self) -> Path:
+        """Rendered configuration files."""
+        return self.root / "conf"
+
+    @property
+    def logs(self) -> Path:
+        """``<service>.log``: stdout/stderr of each JVM."""
+        return self.root / "logs"
+
+    def data(self, service: str) -> Path:
+        """Data directory of ``service`` (``zookeeper`` or ``kafka``)."""
+        return self.root / "data" / service
+
+    def log(self, service: str) -> Path:
+        """Log file of ``service``."""
+        return self.logs / f"{service}.log"
+
+    def pid_file(self, service: str) -> Path:
+        """Pid file of ``service`` (for humans and shell tools; ``stack.json`` is authoritative)."""
+        return self.root / f"{service}.pid"
+
+
+def render_properties(props: dict[str, str | int]) -> str:
+    """Render a Java properties file (``key=value`` lines, in the given order)."""
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def zookeeper_properties(data_dir: Path, host: str, port: int) -> dict[str, str | int]:
+    """Settings of a standalone ZooKeeper server (``zoo.cfg``)."""
+    return {
+        "tickTime": ZK_TICK_MS,
+        "minSessionTimeout": 2 * ZK_TICK_MS,
+        "maxSessionTimeout": ZK_MAX_SESSION_MS,
+        "initLimit": 10,
+        "syncLimit": 5,
+        "dataDir": str(data_dir),
+        "clientPort": port,
+        "clientPortAddress": host,
+        "maxClientCnxns": 0,
+        "admin.enableServer": "false",
+        "4lw.commands.whitelist": "ruok,stat,srvr",
+        "autopurge.snapRetainCount": 3,
+        "autopurge.purgeInterval": 1,
+    }
+
+
+def kafka_properties(
+    data_dir: Path, host: str, port: int, controller_port: int
+) -> dict[str, str | int]:
+    """Settings of a single-node KRaft Kafka (broker and controller in one JVM)."""
+    return {
+        "process.roles": "broker,controller",
+        "node.id": 1,
+        "controller.quorum.voters": f"1@{host}:{controller_port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "auto.create.topics.enable": "false",
+        "num.partitions": 1,
+        "default.replication.factor": 1,
+        "min.insync.replicas": 1,
+        "offsets.topic.replication.factor": 1,
+        # Fewer internal partitions than the default 50: the first consumer group then does
+        # not wait for 50 partitions to be created on a two-core machine.
+        "offsets.topic.num.partitions": 10,
+        "transaction.state.log.replication.factor": 1,
+        "transaction.state.log.min.isr": 1,
+        "transaction.state.log.num.partitions": 10,
+        "share.coordinator.state.topic.replication.factor": 1,
+        "share.coordinator.state.topic.min.isr": 1,
+        "group.initial.rebalance.delay.ms": 0,
+        "num.network.threads": 2,
+        "num.io.threads": 4,
+        "log.retention.hours": 24,
+    }
+
+
+def new_cluster_id() -> str:
+    """A random Kafka cluster id (16 bytes, URL-safe base64 without padding, as Kafka's Uuid)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def zookeeper_command(java: str, jars: Path, zoo_cfg: Path, log4j: Path) -> list[str]:
+    """Command line of the ZooKeeper JVM (pyspark's bundled ZooKeeper jars)."""
+    return [
+        java,
+        f"-Xmx{ZK_HEAP}",
+        "-XX:+UseSerialGC",
+        "-Djava.awt.headless=true",
+        "-Dzookeeper.admin.enableServer=false",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        f"{jars}/*",
+        ZK_MAIN,
+        str(zoo_cfg),
+    ]
+
+
+def _kafka_jvm(java: str, libs: Path, log4j: Path, logs: Path, heap: str) -> list[str]:
+    return [
+        java,
+        f"-Xmx{heap}",
+        "-Xms128m",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:InitiatingHeapOccupancyPercent=35",
+        "-XX:+ExplicitGCInvokesConcurrent",
+        "-Djava.awt.headless=true",
+        f"-Dkafka.logs.dir={logs}",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        f"{libs}/*",
+    ]
+
+
+def kafka_command(
+    java: str, libs: Path, server_properties: Path, log4j: Path, logs: Path
+) -> list[str]:
+    """Command line of the Kafka JVM (broker + controller)."""
+    return [*_kafka_jvm(java, libs, log4j, logs, KAFKA_HEAP), KAFKA_MAIN, str(server_properties)]
+
+
+def format_command(
+    java: str, libs: Path, server_properties: Path, log4j: Path, logs: Path, cluster_id: str
+) -> list[str]:
+    """Command line that formats the KRaft storage (idempotent: ``--ignore-formatted``)."""
+    return [
+        *_kafka_jvm(java, libs, log4j, logs, "256m"),
+        STORAGE_TOOL,
+        "format",
+        "-t",
+        cluster_id,
+        "-c",
+        str(server_properties),
+        "--ignore-formatted",
+    ]

@@ -1,0 +1,137 @@
+"""Topics arfl creates and deletes (confluent-kafka AdminClient)."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._metadata import ClusterMetadata
+from confluent_kafka.cimpl import NewTopic
+
+from arfl.errors import StackError
+from arfl.stack.health import _quiet
+
+_METADATA_TIMEOUT_S = 10.0
+_WAIT_S = 30.0
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap}, logger=_quiet)
+
+
+def _metadata(admin: AdminClient, bootstrap: str) -> ClusterMetadata:
+    try:
+        return admin.list_topics(timeout=_METADATA_TIMEOUT_S)
+    except KafkaException as e:
+        raise StackError(
+            f"kafka at {bootstrap} did not answer a metadata request within "
+            f"{_METADATA_TIMEOUT_S:.0f}s ({e}); run 'arfl stack status'"
+        ) from e
+
+
+def _ready_partitions(md: ClusterMetadata, name: str) -> int | None:
+    """Partitions of ``name`` that have a leader; None if the topic is unknown."""
+    t = md.topics.get(name)
+    if t is None or t.error is not None:
+        return None
+    return sum(1 for p in t.partitions.values() if p.leader >= 0 and p.error is None)
+
+
+def ensure_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    *,
+    log_append_time: bool = False,
+    config: dict[str, str] | None = None,
+) -> None:
+    """Create topic ``name`` unless it exists; return once every partition has a leader.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        name: topic name.
+        partitions: partitions of a new topic; an existing topic needs at least this many.
+        log_append_time: set ``message.timestamp.type=LogAppendTime`` (broker timestamps,
+            monotonic per partition; what the time-index cuts of the leaderless mode rely on).
+        config: further topic configs.
+
+    Raises:
+        StackError: Kafka unreachable; creation refused; or the topic exists with fewer
+            partitions (an existing topic's configs are not checked).
+    """
+    if partitions < 1:
+        raise StackError(f"topic {name}: partitions must be >= 1, got {partitions}")
+    cfg = dict(config or {})
+    if log_append_time:
+        cfg["message.timestamp.type"] = "LogAppendTime"
+    admin = _admin(bootstrap)
+    md = _metadata(admin, bootstrap)
+    existing = md.topics.get(name)
+    if existing is None or existing.error is not None:
+        # replication_factor -1: the broker's default.replication.factor (1 on the embedded
+        # stack), so the same code works against a replicated external cluster.
+        fut = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=cfg)],
+            operation_timeout=_WAIT_S,
+            request_timeout=_WAIT_S,
+        )[name]
+        try:
+            fut.result()
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            exists = isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
+            if not exists:
+                raise StackError(
+                    f"creating topic {name} on kafka at {bootstrap} failed: {e}"
+                ) from e
+    deadline = time.monotonic() + _WAIT_S
+    while True:
+        md = _metadata(admin, bootstrap)
+        t = md.topics.get(name)
+        have = len(t.partitions) if t is not None and t.error is None else None
+        if have is not None and have < partitions:
+            raise StackError(
+                f"topic {name} on kafka at {bootstrap} has {have} partitions, {partitions} "
+                "needed; delete it (or use another topic name)"
+            )
+        ready = _ready_partitions(md, name)
+        if ready is not None and have is not None and ready == have:
+            return
+        if time.monotonic() >= deadline:
+            raise StackError(
+                f"topic {name} on kafka at {bootstrap}: partitions still without a leader after "
+                f"{_WAIT_S:.0f}s; see the broker log ('arfl stack status' shows where)"
+            )
+        time.sleep(0.1)
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    """Delete the topics ``names`` (missing ones are ignored); wait until metadata drops them.
+
+    Raises:
+        StackError: Kafka unreachable or a deletion refused.
+    """
+    if not names:
+        return
+    admin = _admin(bootstrap)
+    md = _metadata(admin, bootstrap)
+    present = [n for n in names if n in md.topics and md.topics[n].error is None]
+    if not present:
+        return
+    futs = admin.delete_topics(present, operation_timeout=_WAIT_S, request_timeout=_WAIT_S)
+    for n, fut in futs.items():
+        try:
+            fut.result()
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue
+            raise StackError(f"deleting topic {n} on kafka at {bootstrap} failed: {e}") from e
+    deadline = time.monotonic() + _WAIT_S
+    while time.monotonic() < deadline:
+        md = _metadata(admin, bootstrap)
+        if not any(n in md.topics and md.topics[n].error is None for n in present):
+            return
+        time.sleep(0.1)
+    raise StackError(f"topics {present} still listed by kafka at {bootstrap} after {_WAIT_S:.0f}s")
