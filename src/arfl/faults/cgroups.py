@@ -1,0 +1,154 @@
+"""CPU throttling with cgroups: v2 (``cpu.max``) or, on hybrid hosts, the v1 cpu hierarchy
+(``cpu.cfs_quota_us``). Used by the ``slow`` fault; every path is recorded so ``recover``
+can move processes back and remove the group without the process that made it."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from arfl.errors import FaultError
+
+CGROUP_ROOT = Path(os.environ.get("ARFL_CGROUP_ROOT", "/sys/fs/cgroup"))
+PERIOD_US = 100_000
+
+
+@dataclass(frozen=True)
+class CpuHierarchy:
+    """Where the cpu controller lives and how to talk to it."""
+
+    version: int  # 2 or 1
+    mount: Path  # the hierarchy's root directory
+
+    def group(self, name: str) -> Path:
+        """The directory of arfl's group ``name`` (under ``arfl/``)."""
+        return self.mount / "arfl" / name
+
+    def cgroup_of(self, pid: int) -> str:
+        """The pid's current group in this hierarchy, relative to its mount (``/a/b``)."""
+        text = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8")
+        for line in text.splitlines():
+            _, controllers, path = line.split(":", 2)
+            if self.version == 2 and controllers == "":
+                return path
+            if self.version == 1 and "cpu" in controllers.split(","):
+                return path
+        return "/"
+
+
+def detect() -> CpuHierarchy:
+    """Find a usable cpu controller.
+
+    Raises:
+        FaultError: neither cgroup v2 with the cpu controller nor a v1 cpu hierarchy exists.
+    """
+    v2 = CGROUP_ROOT / "cgroup.controllers"
+    if v2.exists() and "cpu" in v2.read_text(encoding="utf-8").split():
+        return CpuHierarchy(2, CGROUP_ROOT)
+    unified = CGROUP_ROOT / "unified" / "cgroup.controllers"
+    if unified.exists() and "cpu" in unified.read_text(encoding="utf-8").split():
+        return CpuHierarchy(2, CGROUP_ROOT / "unified")
+    for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        v1 = CGROUP_ROOT / name
+        if (v1 / "cpu.cfs_quota_us").exists():
+            return CpuHierarchy(1, v1)
+    raise FaultError(
+        f"slow: no cgroup cpu controller under {CGROUP_ROOT} (neither cgroup v2 with 'cpu' in "
+        "cgroup.controllers nor a v1 'cpu' hierarchy with cpu.cfs_quota_us); CPU throttling "
+        "needs the kernel's CFS bandwidth control and a writable cgroup filesystem"
+    )
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value, encoding="utf-8")
+    except PermissionError as e:
+        raise FaultError(f"slow: cannot write {path} ({e}); run arfl as root") from e
+
+
+def create(h: CpuHierarchy, name: str, percent: float) -> Path:
+    """Create ``arfl/<name>`` limited to ``percent`` % of one CPU; returns its path.
+
+    Raises:
+        FaultError: the group cannot be created or limited.
+    """
+    parent = h.mount / "arfl"
+    try:
+        if h.version == 2:
+            _enable_cpu_v2(h.mount)
+            parent.mkdir(exist_ok=True)
+            _enable_cpu_v2(parent)
+        else:
+            parent.mkdir(exist_ok=True)
+        path = h.group(name)
+        path.mkdir(exist_ok=True)
+    except OSError as e:
+        raise FaultError(
+            f"slow: cannot create cgroup {h.group(name)} ({e}); run arfl as root"
+        ) from e
+    quota = max(1000, int(PERIOD_US * percent / 100))
+    if h.version == 2:
+        _write(path / "cpu.max", f"{quota} {PERIOD_US}")
+    else:
+        _write(path / "cpu.cfs_period_us", str(PERIOD_US))
+        _write(path / "cpu.cfs_quota_us", str(quota))
+    return path
+
+
+def _enable_cpu_v2(group: Path) -> None:
+    control = group / "cgroup.subtree_control"
+    if "cpu" not in control.read_text(encoding="utf-8").split():
+        _write(control, "+cpu")
+
+
+def move(group: Path, pid: int) -> bool:
+    """Move ``pid`` (its whole thread group) into ``group``; False when it no longer exists."""
+    try:
+        (group / "cgroup.procs").write_text(str(pid), encoding="utf-8")
+        return True
+    except OSError as e:
+        if e.errno in (errno.ESRCH, errno.ENOENT):
+            return False
+        raise FaultError(f"slow: cannot move pid {pid} into {group} ({e})") from e
+
+
+def members(group: Path) -> list[int]:
+    """Pids currently in ``group`` (empty when it is gone)."""
+    try:
+        text = (group / "cgroup.procs").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def remove(group: Path, fallback: Path, originals: dict[int, Path]) -> None:
+    """Move every member back (to its original group, else ``fallback``) and remove ``group``.
+
+    Raises:
+        FaultError: the group could not be removed (processes still inside).
+    """
+    if not group.exists():
+        return
+    for _ in range(50):
+        for pid in members(group):
+            move(originals.get(pid, fallback), pid)
+        try:
+            group.rmdir()
+            break
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                break
+            if e.errno != errno.EBUSY:
+                raise FaultError(f"slow: cannot remove cgroup {group} ({e})") from e
+            time.sleep(0.02)  # a child forked while we moved its parent; go again
+    else:
+        raise FaultError(
+            f"slow: cgroup {group} still busy (pids {members(group)}); "
+            "run 'arfl chaos recover' again"
+        )
+    with contextlib.suppress(OSError):
+        group.parent.rmdir()  # arfl/ itself, once the last run's group is gone

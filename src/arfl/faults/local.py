@@ -1,0 +1,212 @@
+"""The local target: replicas are processes on this machine, described by ``state.json``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+
+from arfl.errors import FaultError
+from arfl.faults.state import IsolationState, RunState, load_state
+
+EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
+
+
+def no_restart_marker(run_dir: Path, replica: int) -> Path:
+    """The file whose presence tells the supervisor not to restart ``replica``'s driver."""
+    return run_dir / f"no-restart-{replica}"
+
+
+def restart_suppressed(run_dir: Path, replica: int) -> bool:
+    """True when a ``kill-replica`` with ``restart = false`` asked the supervisor to stand down."""
+    return no_restart_marker(run_dir, replica).exists()
+
+
+def executors_of_app(app_id: str) -> dict[str, int]:
+    """Executor id -> pid of every ``CoarseGrainedExecutorBackend`` running for ``app_id``.
+
+    Spark's REST API has no pids, so command lines are matched:
+    ``... CoarseGrainedExecutorBackend ... --executor-id N ... --app-id APP ...``.
+    """
+    found: dict[str, int] = {}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if EXECUTOR_MAIN not in " ".join(cmd[:200]):
+            continue
+        exe_id = _arg(cmd, "--executor-id")
+        if exe_id is None or _arg(cmd, "--app-id") != app_id:
+            continue
+        found[exe_id] = int(proc.info["pid"])
+    return found
+
+
+def _arg(cmd: list[str], flag: str) -> str | None:
+    for i, part in enumerate(cmd[:-1]):
+        if part == flag:
+            return cmd[i + 1]
+    return None
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (empty when ``pid`` is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [pid, *(c.pid for c in root.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
+class LocalTarget:
+    """Replicas as local processes; ``state.json`` is re-read on every query (deploy updates it
+    when it restarts a driver)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._run_dir = run_dir.resolve()
+        self._state = load_state(self._run_dir)
+
+    @classmethod
+    def from_run_dir(cls, path: Path) -> LocalTarget:
+        """Build a target from a run directory that holds ``state.json``.
+
+        Raises:
+            FaultError: no or malformed ``state.json``.
+        """
+        return cls(path)
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory."""
+        return self._run_dir
+
+    @property
+    def run(self) -> str:
+        """The run's name."""
+        return self._state.run
+
+    def state(self) -> RunState:
+        """The current ``state.json`` (re-read)."""
+        self._state = load_state(self._run_dir)
+        return self._state
+
+    def replicas(self) -> list[int]:
+        """Replica indices."""
+        return sorted(self.state().replicas)
+
+    def _replica(self, replica: int) -> RunState:
+        st = self.state()
+        if replica not in st.replicas:
+            raise FaultError(
+                f"{self._run_dir}/state.json: run {st.run} has no replica {replica} "
+                f"(replicas: {', '.join(map(str, sorted(st.replicas))) or 'none'})"
+            )
+        return st
+
+    def driver_pid(self, replica: int) -> int:
+        """The driver's pid, checked against its recorded create time (pids are reused).
+
+        Raises:
+            FaultError: the driver is not running.
+        """
+        rep = self._replica(replica).replicas[replica]
+        if rep.driver_pid is None:
+            raise FaultError(
+                f"replica {replica} of run {self.run} has no driver pid in state.json "
+                f"(state {rep.state!r}); wait until it is running"
+            )
+        try:
+            proc = psutil.Process(rep.driver_pid)
+            alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+            same = (
+                rep.driver_create_time is None
+                or abs(proc.create_time() - rep.driver_create_time) < 1.0
+            )
+        except psutil.NoSuchProcess:
+            alive, same = False, False
+        if not (alive and same):
+            raise FaultError(
+                f"replica {replica} of run {self.run}: driver pid {rep.driver_pid} is not running "
+                f"(state {rep.state!r}); is the deployment still up?"
+            )
+        return rep.driver_pid
+
+    def replica_pids(self, replica: int) -> list[int]:
+        """Driver plus descendants."""
+        return process_tree(self.driver_pid(replica))
+
+    def executor_pids(self, replica: int) -> dict[str, int]:
+        """Executors of the replica's Spark application, matched by ``--app-id``.
+
+        Falls back to the driver's descendants when ``state.json`` has no app id yet.
+        """
+        rep = self._replica(replica).replicas[replica]
+        if rep.app_id:
+            return executors_of_app(rep.app_id)
+        found: dict[str, int] = {}
+        for pid in self.replica_pids(replica):
+            try:
+                cmd = psutil.Process(pid).cmdline()
+            except psutil.NoSuchProcess:
+                continue
+            exe_id = _arg(cmd, "--executor-id")
+            if EXECUTOR_MAIN in " ".join(cmd) and exe_id is not None:
+                found[exe_id] = pid
+        return found
+
+    def netns(self, replica: int) -> str | None:
+        """The replica's network namespace (``replicas.N.netns`` or the isolation table)."""
+        st = self._replica(replica)
+        if st.replicas[replica].netns:
+            return st.replicas[replica].netns
+        if st.isolation and replica in st.isolation.namespaces:
+            return st.isolation.namespaces[replica].name
+        return None
+
+    def isolation(self) -> IsolationState | None:
+        """Bridge and namespaces of this run."""
+        return self.state().isolation
+
+    def leader(self) -> int | None:
+        """Read the leader from ZooKeeper: the first contender of the kazoo ``Election`` under
+        ``leader_path``; contenders identify themselves with their replica index.
+
+        Raises:
+            FaultError: no ZooKeeper address or leader path in state.json, or ZooKeeper is down.
+        """
+        st = self.state()
+        hosts = st.stack.get("zookeeper")
+        if not hosts or not st.leader_path:
+            raise FaultError(
+                f"{self._run_dir}/state.json: no stack.zookeeper or leader_path; "
+                "kill-leader needs a deployment in mode active-leader"
+            )
+        return read_leader(hosts, st.leader_path)
+
+
+def read_leader(hosts: str, path: str, timeout_s: float = 5.0) -> int | None:
+    """The replica index of the first contender of the election at ``path`` (None if none).
+
+    Raises:
+        FaultError: ZooKeeper at ``hosts`` is not reachable.
+    """
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+    from kazoo.recipe.election import Election
+
+    client = KazooClient(hosts=hosts, timeout=timeout_s)
+    try:
+        client.start(timeout=timeout_s)
+    except KazooTimeoutError as e:
+        raise FaultError(
+            f"zookeeper at {hosts} not reachable after {timeout_s:g}s; is the stack up?"
+        ) from e
+    try:
+        contenders = Election(client, path).contenders()
+    finally:
+        client.stop()
+        client.close()
+    for ident in contenders:
+        try:
+            return int(str(ident))
+        except ValueError:
+            continue
+    return None

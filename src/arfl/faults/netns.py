@@ -1,0 +1,318 @@
+"""Network isolation for network faults: a bridge on the host and one namespace per replica.
+
+Layout for run ``R`` with bridge ``arfl-br<k>`` and subnet ``10.213.<k>.0/24``::
+
+    host:  arfl-br<k>  10.213.<k>.1/24          (Kafka/ZooKeeper listen here for isolated runs)
+             |-- arfl<k>r<N>h  (veth, host end)
+    netns arfl-<R>-r<N>:  lo up, arfl<k>r<N>n  10.213.<k>.<N+2>/24, no default route
+
+Everything goes through netlink (pyroute2); no shell. Commands run inside a namespace with
+``nsenter --net=/run/netns/<name>`` (an exec, so the pid you get is the program's own).
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from arfl.errors import FaultError
+from arfl.faults.state import IsolationState, NamespaceState
+
+NETNS_DIR = Path("/run/netns")
+SUBNET_BASE = "10.213"  # 10.213.<k>.0/24, k = bridge number; checked against this host's addresses
+_CAP_NET_ADMIN = 12
+
+
+def require_net_admin(what: str) -> None:
+    """Raise unless this process may configure the network (root or CAP_NET_ADMIN).
+
+    Raises:
+        FaultError: no CAP_NET_ADMIN.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("CapEff:") and int(line.split()[1], 16) & (1 << _CAP_NET_ADMIN):
+                return
+    except OSError:
+        if os.geteuid() == 0:
+            return
+    raise FaultError(
+        f"{what} needs root or CAP_NET_ADMIN (network namespaces, veths, routes, qdiscs); "
+        "run arfl with sudo or grant the capability"
+    )
+
+
+def _ipr() -> Any:
+    from pyroute2 import IPRoute
+
+    return IPRoute()
+
+
+def _in_ns(name: str) -> Any:
+    from pyroute2 import NetNS
+
+    return NetNS(name)
+
+
+def _used_subnets() -> set[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    used: set[ipaddress.IPv4Network | ipaddress.IPv6Network] = set()
+    with _ipr() as ipr:
+        for msg in ipr.get_addr(family=2):
+            addr = msg.get_attr("IFA_ADDRESS")
+            used.add(ipaddress.ip_network(f"{addr}/{msg['prefixlen']}", strict=False))
+    return used
+
+
+def _link_names() -> set[str]:
+    with _ipr() as ipr:
+        return {str(link.get_attr("IFLA_IFNAME")) for link in ipr.get_links()}
+
+
+def veth_names(bridge_no: int, replica: int) -> tuple[str, str]:
+    """Host-end and namespace-end veth names (kernel limit: 15 characters)."""
+    return f"arfl{bridge_no}r{replica}h", f"arfl{bridge_no}r{replica}n"
+
+
+def namespace_name(run: str, replica: int) -> str:
+    """``arfl-<run>-r<N>``."""
+    return f"arfl-{run}-r{replica}"
+
+
+def list_namespaces() -> list[str]:
+    """Names of the named network namespaces on this host."""
+    from pyroute2 import netns
+
+    return sorted(str(n) for n in netns.listnetns())
+
+
+def create_isolation(run: str, replicas: Sequence[int]) -> IsolationState:
+    """Create a bridge and one namespace per replica for ``run``.
+
+    Returns:
+        The ``isolation`` description deploy writes into ``state.json``.
+
+    Raises:
+        FaultError: not root, or no free bridge/subnet.
+    """
+    require_net_admin("network isolation")
+    from pyroute2 import netns
+
+    links = _link_names()
+    used = _used_subnets()
+    for k in range(256):
+        bridge = f"arfl-br{k}"
+        subnet = ipaddress.ip_network(f"{SUBNET_BASE}.{k}.0/24")
+        if bridge in links or any(subnet.overlaps(u) for u in used):
+            continue
+        if any(veth_names(k, r)[0] in links for r in replicas):
+            continue
+        break
+    else:
+        raise FaultError(
+            f"network isolation: no free bridge arfl-br<k> / subnet {SUBNET_BASE}.k.0/24"
+        )
+    hosts = list(subnet.hosts())
+    host_ip = str(hosts[0])
+    iso = IsolationState(
+        bridge=bridge,
+        host_address=f"{host_ip}/24",
+        namespaces={
+            r: NamespaceState(
+                name=namespace_name(run, r),
+                address=str(hosts[1 + r]),
+                veth_host=veth_names(k, r)[0],
+                veth_ns=veth_names(k, r)[1],
+            )
+            for r in replicas
+        },
+    )
+    try:
+        with _ipr() as ipr:
+            ipr.link("add", ifname=bridge, kind="bridge")
+            br = ipr.link_lookup(ifname=bridge)[0]
+            ipr.addr("add", index=br, address=host_ip, prefixlen=24)
+            ipr.link("set", index=br, state="up")
+            for ns in iso.namespaces.values():
+                assert ns.veth_host is not None and ns.veth_ns is not None
+                netns.create(ns.name)
+                ipr.link("add", ifname=ns.veth_host, kind="veth", peer={"ifname": ns.veth_ns})
+                host_end = ipr.link_lookup(ifname=ns.veth_host)[0]
+                ipr.link("set", index=host_end, master=br, state="up")
+                ipr.link("set", index=ipr.link_lookup(ifname=ns.veth_ns)[0], net_ns_fd=ns.name)
+                with _in_ns(ns.name) as nsr:
+                    inner = nsr.link_lookup(ifname=ns.veth_ns)[0]
+                    nsr.addr("add", index=inner, address=ns.address, prefixlen=24)
+                    nsr.link("set", index=inner, state="up")
+                    nsr.link("set", index=nsr.link_lookup(ifname="lo")[0], state="up")
+    except Exception as e:
+        teardown_isolation(iso)
+        raise FaultError(f"network isolation for run {run}: setup failed ({e})") from e
+    return iso
+
+
+def teardown_isolation(iso: IsolationState) -> list[str]:
+    """Delete the namespaces, veths and bridge of ``iso`` (whatever of it exists).
+
+    Returns:
+        What was removed, for messages.
+    """
+    from pyroute2 import netns
+
+    removed: list[str] = []
+    present = set(list_namespaces())
+    with _ipr() as ipr:
+        for ns in iso.namespaces.values():
+            if ns.veth_host:
+                for idx in ipr.link_lookup(ifname=ns.veth_host):
+                    ipr.link("del", index=idx)
+                    removed.append(ns.veth_host)
+            if ns.name in present:
+                netns.remove(ns.name)
+                removed.append(ns.name)
+        for idx in ipr.link_lookup(ifname=iso.bridge):
+            ipr.link("del", index=idx)
+            removed.append(iso.bridge)
+    return removed
+
+
+def namespaces_of_run(run: str) -> list[str]:
+    """Namespaces on this host named for ``run`` (``arfl-<run>-r*``)."""
+    prefix = f"arfl-{run}-r"
+    return [n for n in list_namespaces() if n.startswith(prefix) and n[len(prefix) :].isdigit()]
+
+
+def netns_command(name: str, argv: Sequence[str]) -> list[str]:
+    """The argv that runs ``argv`` inside namespace ``name`` (``ip netns exec`` equivalent).
+
+    Raises:
+        FaultError: the namespace does not exist or ``nsenter`` is missing.
+    """
+    path = NETNS_DIR / name
+    if not path.exists():
+        raise FaultError(f"network namespace {name} does not exist ({path})")
+    nsenter = shutil.which("nsenter")
+    if nsenter is None:
+        raise FaultError("nsenter (util-linux) not found on PATH; it runs commands in namespaces")
+    return [nsenter, f"--net={path}", "--", *argv]
+
+
+def popen_in_netns(name: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    """Start ``argv`` inside namespace ``name``; the returned pid is the program itself."""
+    return subprocess.Popen(netns_command(name, argv), **kwargs)
+
+
+def run_in_netns(
+    name: str, argv: Sequence[str], *, timeout_s: float = 60.0, **kwargs: Any
+) -> subprocess.CompletedProcess[Any]:
+    """Run ``argv`` inside namespace ``name`` to completion."""
+    return subprocess.run(netns_command(name, argv), timeout=timeout_s, check=False, **kwargs)
+
+
+def set_link(ifname: str, up: bool) -> bool:
+    """Set a host-side link up or down; False when the link is gone."""
+    with _ipr() as ipr:
+        idx = ipr.link_lookup(ifname=ifname)
+        if not idx:
+            return False
+        ipr.link("set", index=idx[0], state="up" if up else "down")
+        return True
+
+
+def link_is_up(ifname: str) -> bool | None:
+    """Administrative state of a host-side link (None when it does not exist)."""
+    with _ipr() as ipr:
+        idx = ipr.link_lookup(ifname=ifname)
+        if not idx:
+            return None
+        return bool(ipr.get_links(idx[0])[0]["flags"] & 1)
+
+
+def add_blackhole(ns_name: str, dst: str) -> None:
+    """Drop traffic from namespace ``ns_name`` to ``dst`` (a /32 blackhole route)."""
+    with _in_ns(ns_name) as nsr:
+        try:
+            nsr.route("add", dst=f"{dst}/32", type="blackhole")
+        except Exception as e:
+            if getattr(e, "code", None) != errno.EEXIST:
+                raise
+
+
+def del_blackhole(ns_name: str, dst: str) -> bool:
+    """Remove a blackhole route added by :func:`add_blackhole`; False when nothing to do."""
+    if not (NETNS_DIR / ns_name).exists():
+        return False
+    with _in_ns(ns_name) as nsr:
+        try:
+            nsr.route("del", dst=f"{dst}/32", type="blackhole")
+            return True
+        except Exception as e:
+            if getattr(e, "code", None) in (errno.ESRCH, errno.ENOENT):
+                return False
+            raise
+
+
+def blackholes(ns_name: str) -> list[str]:
+    """Destinations of blackhole routes in namespace ``ns_name``."""
+    if not (NETNS_DIR / ns_name).exists():
+        return []
+    with _in_ns(ns_name) as nsr:
+        return [
+            str(r.get_attr("RTA_DST"))
+            for r in nsr.get_routes(family=2)
+            if r["type"] == 6  # RTN_BLACKHOLE
+        ]
+
+
+def add_netem(ifname: str, delay_s: float) -> None:
+    """Add a root ``netem delay`` qdisc on host link ``ifname``.
+
+    Raises:
+        FaultError: the kernel has no sch_netem, or the link is gone.
+    """
+    with _ipr() as ipr:
+        idx = ipr.link_lookup(ifname=ifname)
+        if not idx:
+            raise FaultError(f"delay: link {ifname} does not exist; is the run's isolation up?")
+        try:
+            ipr.tc("add", "netem", index=idx[0], handle="1:", delay=int(delay_s * 1_000_000))
+        except Exception as e:
+            if getattr(e, "code", None) == errno.ENOENT:
+                raise FaultError(
+                    "delay: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM / module "
+                    f"sch_netem; 'tc qdisc add dev {ifname} root netem' fails with ENOENT); "
+                    "load sch_netem or use a kernel that has it"
+                ) from e
+            raise FaultError(f"delay: cannot add netem qdisc on {ifname} ({e})") from e
+
+
+def root_qdisc(ifname: str) -> str | None:
+    """Kind of the root qdisc on ``ifname`` (None when the link is gone)."""
+    with _ipr() as ipr:
+        idx = ipr.link_lookup(ifname=ifname)
+        if not idx:
+            return None
+        for q in ipr.get_qdiscs(idx[0]):
+            if q["parent"] == 0xFFFFFFFF:
+                return str(q.get_attr("TCA_KIND"))
+        return None
+
+
+def del_root_qdisc(ifname: str) -> bool:
+    """Remove the root qdisc arfl added; False when there was nothing to remove."""
+    with _ipr() as ipr:
+        idx = ipr.link_lookup(ifname=ifname)
+        if not idx:
+            return False
+        try:
+            ipr.tc("del", index=idx[0], handle="1:", root=True)
+            return True
+        except Exception as e:
+            if getattr(e, "code", None) in (errno.ENOENT, errno.EINVAL):
+                return False
+            raise

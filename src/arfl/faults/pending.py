@@ -1,0 +1,94 @@
+"""``<run dir>/pending-faults.json``: reverts owed, written before a fault is injected and
+removed after its revert, so ``arfl chaos recover`` can undo faults whose injector died.
+
+Several processes (deploy's schedule thread, ``arfl chaos`` by hand) may share a run directory:
+every read-modify-write holds an exclusive ``flock`` on ``.pending-faults.lock``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from arfl.pipelines.rundir import write_json_atomic
+
+PENDING_FILE = "pending-faults.json"
+
+
+class PendingFaults:
+    """The pending-revert list of one run directory."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.path = run_dir / PENDING_FILE
+        self._lock_path = run_dir / ".pending-faults.lock"
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self._lock_path, "a+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return []
+        return list(data.get("faults", [])) if isinstance(data, dict) else []
+
+    def _write(self, entries: list[dict[str, Any]]) -> None:
+        if entries:
+            write_json_atomic(self.path, {"faults": entries})
+        else:
+            self.path.unlink(missing_ok=True)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every pending entry."""
+        with self._locked():
+            return self._read()
+
+    def add(self, kind: str, replica: int | None, record: dict[str, Any]) -> str:
+        """Persist a revert owed; returns its id."""
+        me = psutil.Process()
+        entry = {
+            "id": uuid.uuid4().hex[:12],
+            "kind": kind,
+            "replica": replica,
+            "owner_pid": os.getpid(),
+            "owner_create_time": me.create_time(),
+            "t": round(time.time(), 6),
+            "record": record,
+        }
+        with self._locked():
+            entries = self._read()
+            entries.append(entry)
+            self._write(entries)
+        return str(entry["id"])
+
+    def remove(self, entry_id: str) -> None:
+        """Drop an entry once its revert is done."""
+        with self._locked():
+            self._write([e for e in self._read() if e.get("id") != entry_id])
+
+
+def owner_alive(entry: dict[str, Any]) -> bool:
+    """True when the process that injected ``entry`` still runs (it will revert by itself)."""
+    try:
+        proc = psutil.Process(int(entry["owner_pid"]))
+        return abs(proc.create_time() - float(entry["owner_create_time"])) < 0.5 and (
+            proc.status() != psutil.STATUS_ZOMBIE
+        )
+    except (psutil.NoSuchProcess, KeyError, ValueError, TypeError):
+        return False

@@ -1,0 +1,307 @@
+"""The chaos runner: injects faults (scheduled or by hand) and always reverts them.
+
+Guarantees, in order of strength:
+
+* a revert is persisted to ``pending-faults.json`` *before* its fault is injected;
+* reverts run in ``finally``: after the duration, on errors, on Ctrl-C, on SIGTERM (with
+  :meth:`ChaosRunner.handle_signals` in the main thread) and on :meth:`ChaosRunner.stop`;
+* after ``kill -9`` of the injector, :func:`recover` undoes what the file still lists.
+
+Every injection and revert is journaled (``fault-injected`` / ``fault-reverted``) with the
+wall-clock start and end of the action.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from arfl.errors import FaultError
+from arfl.faults import netns
+from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fault
+from arfl.faults.pending import PendingFaults, owner_alive
+from arfl.faults.state import load_state
+from arfl.pipelines.rundir import Journal, RunPaths
+
+
+@dataclass
+class FaultOutcome:
+    """What happened to one fault."""
+
+    params: FaultParams
+    description: str
+    replica: int | None = None
+    injected_at: float | None = None
+    reverted_at: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def schedule_order(params: Sequence[FaultParams]) -> list[FaultParams]:
+    """Faults sorted by ``at_s``; entries with equal times keep their spec order."""
+    return sorted(params, key=lambda p: p.at_s)
+
+
+@contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """Hold off Ctrl-C/SIGTERM while a revert runs (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+class ChaosRunner:
+    """Runs faults against a target and journals them into the run directory."""
+
+    def __init__(self, target: Target, *, start_time: float | None = None) -> None:
+        self.target = target
+        self.start_time = time.time() if start_time is None else start_time
+        self.pending = PendingFaults(target.run_dir)
+        self.journal = Journal(RunPaths(target.run_dir).journal)
+        self.outcomes: list[FaultOutcome] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    # -- one fault ----------------------------------------------------------------------------
+
+    def plan(self, params: FaultParams) -> tuple[Fault, dict[str, Any]]:
+        """Resolve a fault without injecting it (``--dry-run``): the fault and its undo record."""
+        fault = make_fault(params)
+        record = fault.prepare(self.target)
+        return fault, record
+
+    def run_fault(self, params: FaultParams) -> FaultOutcome:
+        """Inject one fault, wait its duration (cut short by :meth:`stop`), revert it.
+
+        Raises:
+            FaultError: preparing, injecting or reverting failed (the revert is attempted anyway).
+        """
+        fault = make_fault(params)
+        outcome = FaultOutcome(params=params, description=fault.describe())
+        with self._lock:
+            self.outcomes.append(outcome)
+        record = fault.prepare(self.target)
+        replica = fault.details.get("replica")
+        outcome.replica = replica
+        entry = self.pending.add(params.kind, replica, record) if record else None
+        inject_start = time.time()
+        try:
+            try:
+                fault.inject(self.target)
+            finally:
+                outcome.injected_at = time.time()
+                self.journal.write(
+                    "fault-injected",
+                    kind=params.kind,
+                    replica=replica,
+                    at_s=round(inject_start - self.start_time, 3),
+                    duration_s=params.duration_s,
+                    started=inject_start,
+                    ended=outcome.injected_at,
+                    description=fault.describe(),
+                    details=dict(fault.details),
+                )
+            if params.duration_s:
+                self._stop.wait(params.duration_s)
+        except BaseException as e:
+            outcome.error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            with _signals_blocked():
+                self._revert(fault, params, outcome, entry)
+        return outcome
+
+    def _revert(
+        self, fault: Fault, params: FaultParams, outcome: FaultOutcome, entry: str | None
+    ) -> None:
+        start = time.time()
+        error: str | None = None
+        try:
+            fault.revert(self.target)
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+            raise FaultError(
+                f"{fault.describe()}: revert failed ({error}); the revert stays in "
+                f"{self.pending.path}; run 'arfl chaos recover {self.target.run_dir}'"
+            ) from e
+        finally:
+            outcome.reverted_at = time.time()
+            outcome.details = dict(fault.details)
+            if entry is not None and error is None:
+                self.pending.remove(entry)
+            self.journal.write(
+                "fault-reverted",
+                kind=params.kind,
+                replica=outcome.replica,
+                at_s=round(start - self.start_time, 3),
+                duration_s=round(outcome.reverted_at - (outcome.injected_at or start), 3),
+                started=start,
+                ended=outcome.reverted_at,
+                description=fault.describe(),
+                details=dict(fault.details),
+                **({"error": error} if error else {}),
+            )
+
+    # -- a spec's schedule --------------------------------------------------------------------
+
+    def start_schedule(self, entries: Sequence[FaultParams]) -> threading.Thread:
+        """Run ``entries`` in a background thread, each at ``start_time + at_s``.
+
+        Faults whose windows overlap run concurrently (each in its own thread). Errors are
+        journaled as ``fault-failed`` and kept in :attr:`outcomes`; they do not stop the rest.
+        """
+        ordered = schedule_order(entries)
+
+        def scheduler() -> None:
+            for params in ordered:
+                delay = self.start_time + params.at_s - time.time()
+                if delay > 0 and self._stop.wait(delay):
+                    return
+                if self._stop.is_set():
+                    return
+                worker = threading.Thread(
+                    target=self._run_logged,
+                    args=(params,),
+                    name=f"chaos-{params.kind}",
+                    daemon=True,
+                )
+                with self._lock:
+                    self._threads.append(worker)
+                worker.start()
+
+        thread = threading.Thread(target=scheduler, name="chaos-schedule", daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+        return thread
+
+    def _run_logged(self, params: FaultParams) -> None:
+        try:
+            self.run_fault(params)
+        except Exception as e:  # one failed fault must not end the schedule
+            self.journal.write(
+                "fault-failed", kind=params.kind, replica=params.replica, error=str(e)
+            )
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """End the schedule: cut running durations short, revert them, wait for the threads."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                alive = [t for t in self._threads if t.is_alive()]
+            if not alive or time.monotonic() > deadline:
+                return
+            alive[0].join(max(0.0, deadline - time.monotonic()))
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Block until every scheduled fault has run and been reverted."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                alive = [t for t in self._threads if t.is_alive()]
+            if not alive:
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            alive[0].join(left)
+
+    @staticmethod
+    def handle_signals() -> None:
+        """Make SIGTERM behave like Ctrl-C (KeyboardInterrupt) so ``finally`` reverts run.
+
+        Call from the main thread of a process that injects faults.
+        """
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+@dataclass
+class RecoveryReport:
+    """What :func:`recover` did in one run directory."""
+
+    run_dir: Path
+    reverted: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    removed_network: list[str] = field(default_factory=list)
+
+
+def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
+    """Undo every pending revert whose injector is gone (all of them with ``force``); if the
+    deployment itself is gone, also delete the run's namespaces, veths and bridge.
+
+    Raises:
+        FaultError: some revert failed (it stays pending; the message names it).
+    """
+    report = RecoveryReport(run_dir)
+    pending = PendingFaults(run_dir)
+    journal = Journal(RunPaths(run_dir).journal)
+    for entry in pending.entries():
+        label = f"{entry.get('kind')} replica {entry.get('replica')} ({entry.get('id')})"
+        if not force and owner_alive(entry):
+            report.skipped.append(f"{label}: injector pid {entry.get('owner_pid')} still runs")
+            continue
+        start = time.time()
+        try:
+            implementation(str(entry["kind"])).undo(dict(entry.get("record") or {}))
+        except Exception as e:
+            report.failed.append(f"{label}: {e}")
+            continue
+        pending.remove(str(entry["id"]))
+        report.reverted.append(label)
+        journal.write(
+            "fault-reverted",
+            kind=entry.get("kind"),
+            replica=entry.get("replica"),
+            at_s=None,
+            duration_s=round(time.time() - float(entry.get("t", start)), 3),
+            started=start,
+            ended=time.time(),
+            recovered=True,
+            details=entry.get("record"),
+        )
+    report.removed_network = _remove_orphan_network(run_dir)
+    if report.failed:
+        raise FaultError(f"{run_dir}: recover could not revert: " + "; ".join(report.failed))
+    return report
+
+
+def _remove_orphan_network(run_dir: Path) -> list[str]:
+    """Delete the run's isolation when the deployment that created it is gone."""
+    try:
+        state = load_state(run_dir)
+    except FaultError:
+        return []
+    if state.pid is not None and psutil.pid_exists(state.pid):
+        return []
+    removed: list[str] = []
+    if state.isolation is not None:
+        removed += netns.teardown_isolation(state.isolation)
+    from pyroute2 import netns as pr_netns
+
+    for name in netns.namespaces_of_run(state.run):
+        pr_netns.remove(name)
+        removed.append(name)
+    return removed
+
+
+def runs_with_pending(root: Path) -> list[Path]:
+    """Run directories under ``root`` that have a pending-faults file."""
+    if not root.is_dir():
+        return []
+    return sorted(p.parent for p in root.glob("*/pending-faults.json"))
