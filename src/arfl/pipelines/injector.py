@@ -206,6 +206,7 @@ class InjectorConfig:
         linger_ms: producer linger (small: latency matters more than batching).
         start_at: epoch seconds to start the schedule at (``None``: now); lets several
             processes share one schedule.
+        connect_timeout_s: how long to wait for the broker at start.
     """
 
     bootstrap: str
@@ -218,6 +219,7 @@ class InjectorConfig:
     journal_path: Path | None = None
     linger_ms: float = 2.0
     start_at: float | None = None
+    connect_timeout_s: float = 15.0
 
     def __post_init__(self) -> None:
         if self.rate < 1:
@@ -255,6 +257,7 @@ class InjectorConfig:
             "--bootstrap", self.bootstrap, "--topic", self.topic, "--rate", str(self.rate),
             "--duration", repr(self.duration_s), "--keys", str(self.keys),
             "--seed", str(self.seed), "--linger-ms", repr(self.linger_ms),
+            "--connect-timeout", repr(self.connect_timeout_s),
         ]  # fmt: skip
         if self.stats_path is not None:
             args += ["--stats", str(self.stats_path)]
@@ -283,7 +286,7 @@ class Injector:
         self.config = config
         self.clock: Clock = clock or SystemClock()
         self._producer: Producer = producer or connect_producer(
-            config.bootstrap, config.topic, config.linger_ms
+            config.bootstrap, config.topic, config.linger_ms, config.connect_timeout_s
         )
         self._stop = threading.Event()
         self.total = event_count(config.rate, config.duration_s)
@@ -350,12 +353,15 @@ class Injector:
         behind_in_second = 0.0
         last_send_mono = t0_mono
 
-        def write_second(t_rel: float) -> None:
+        def write_second(t_rel: float, final: bool = False) -> None:
             nonlocal sent_in_second, behind_in_second
+            # A full second's target is what was due in [k-1, k); the last, partial one
+            # also owns the event due exactly at its end.
+            due_by_end = _due(t_rel) if final else _before(t_rel)
             if stats is not None:
                 line = {
                     "type": "second", "t": round(t0_wall + t_rel, 3), "t0": t0_wall,
-                    "sent": sent_in_second, "target": _before(t_rel) - _before(second - 1),
+                    "sent": sent_in_second, "target": due_by_end - _before(second - 1),
                     "behind_ms": round(behind_in_second, 3), "total": seq,
                 }  # fmt: skip
                 stats.write(json.dumps(line) + "\n")
@@ -400,7 +406,7 @@ class Injector:
         finally:
             end_mono = clock.monotonic()
             if sent_in_second or behind_in_second:
-                write_second(min(end_mono - t0_mono, float(second)))
+                write_second(min(end_mono - t0_mono, float(second)), final=True)
             remaining = self._producer.flush(30.0)
             if remaining:
                 self.failed += remaining
@@ -473,6 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--linger-ms", type=float, default=2.0, help="producer linger.ms")
     p.add_argument("--start-at", type=float, default=None,
                    help="epoch seconds to start the schedule (default: now)")
+    p.add_argument("--connect-timeout", type=float, default=15.0,
+                   help="seconds to wait for the broker at start")
     return p
 
 
@@ -488,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             bootstrap=args.bootstrap, topic=args.topic, rate=args.rate,
             duration_s=args.duration, keys=args.keys, seed=args.seed,
             stats_path=args.stats, journal_path=args.journal, linger_ms=args.linger_ms,
-            start_at=args.start_at,
+            start_at=args.start_at, connect_timeout_s=args.connect_timeout,
         )  # fmt: skip
         injector = Injector(cfg)
     except ArflError as e:

@@ -1,0 +1,281 @@
+"""Injector: fixed-rate schedule, catch-up without skipping, determinism, stats and stop."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arfl.errors import DeployError
+from arfl.metrics.monitor import InjectorStatsTail
+from arfl.pipelines.injector import (
+    Injector,
+    InjectorConfig,
+    encode_event,
+    event_count,
+    event_fields,
+    intended_ms,
+    main,
+)
+from arfl.pipelines.rundir import read_jsonl
+
+
+class FakeClock:
+    """Time moves only when the code sleeps or a test advances it."""
+
+    def __init__(self, wall: float = 1_700_000_000.0) -> None:
+        self.wall0 = wall
+        self.mono = 50.0
+        self.sleeps: list[float] = []
+
+    def time(self) -> float:
+        return self.wall0 + (self.mono - 50.0)
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.mono += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+
+
+class FakeProducer:
+    """Records what was produced; delivery callbacks run on poll/flush."""
+
+    def __init__(self, on_produce: Callable[[int], None] | None = None,
+                 buffer_errors: int = 0, fail_every: int = 0) -> None:
+        self.records: list[tuple[str, bytes, bytes]] = []
+        self._pending: list[Callable[[Any, Any], None]] = []
+        self._on_produce = on_produce
+        self.buffer_errors = buffer_errors
+        self.fail_every = fail_every
+        self.polls = 0
+        self.flushed = False
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                on_delivery: Callable[[Any, Any], None] | None = None) -> None:
+        if self.buffer_errors:
+            self.buffer_errors -= 1
+            raise BufferError("queue full")
+        assert value is not None and key is not None and on_delivery is not None
+        self.records.append((topic, key, value))
+        if self._on_produce:
+            self._on_produce(len(self.records))
+        self._pending.append(on_delivery)
+
+    def poll(self, timeout: float = 0) -> int:
+        self.polls += 1
+        n = len(self._pending)
+        for i, cb in enumerate(self._pending):
+            failed = self.fail_every and (i % self.fail_every == 0)
+            cb("broker down" if failed else None, None)
+        self._pending.clear()
+        return n
+
+    def flush(self, timeout: float = 0) -> int:
+        self.flushed = True
+        self.poll()
+        return 0
+
+    def events(self) -> list[dict[str, Any]]:
+        return [json.loads(v) for _t, _k, v in self.records]
+
+
+def _config(tmp_path: Path, rate: int = 1000, duration: float = 3.0, **kw: Any) -> InjectorConfig:
+    return InjectorConfig(
+        bootstrap="127.0.0.1:1", topic="src", rate=rate, duration_s=duration,
+        stats_path=tmp_path / "stats.jsonl", journal_path=tmp_path / "journal.jsonl", **kw,
+    )  # fmt: skip
+
+
+def test_event_content_is_deterministic_and_in_range() -> None:
+    a = [event_fields(7, i, 50) for i in range(2000)]
+    assert a == [event_fields(7, i, 50) for i in range(2000)]
+    assert a != [event_fields(8, i, 50) for i in range(2000)]
+    users = {u for u, _ in a}
+    assert users <= {f"u{k}" for k in range(50)}
+    assert len(users) == 50  # every key is used over 2000 events
+    for _u, amount in a:
+        assert 0 <= amount < 100
+        assert round(amount, 2) == amount
+    assert len({amt for _, amt in a}) > 1000
+
+
+def test_encode_event_is_the_records_format() -> None:
+    v = json.loads(encode_event(17, "u42", 37.5, 1764106200123, 1764106200125))
+    assert v == {"seq": 17, "user": "u42", "amount": 37.5, "ts": 1764106200123,
+                 "sent_ms": 1764106200125}
+
+
+def test_intended_times_follow_the_fixed_rate() -> None:
+    assert [intended_ms(1000, i, 400) for i in range(5)] == [1000, 1002, 1005, 1007, 1010]
+    assert event_count(1000, 5.0) == 5000
+    assert event_count(3, 0.5) == 2
+
+
+def test_on_schedule_every_event_once_with_intended_ts(tmp_path: Path) -> None:
+    clock, prod = FakeClock(), FakeProducer()
+    inj = Injector(_config(tmp_path, rate=1000, duration=3.0, keys=10), producer=prod,
+                   clock=clock)
+    summary = inj.run()
+    events = prod.events()
+    assert [e["seq"] for e in events] == list(range(3000))
+    t0_ms = round(clock.wall0 * 1000)
+    assert [e["ts"] for e in events] == [t0_ms + i for i in range(3000)]
+    assert all(e["sent_ms"] - e["ts"] <= 1 for e in events)  # never sent early, never late
+    assert all(k == e["user"].encode() for (_t, k, _v), e in zip(prod.records, events,
+                                                                 strict=True))
+    assert {t for t, _k, _v in prod.records} == {"src"}
+    assert summary.produced == summary.delivered == 3000
+    assert summary.failed == 0 and not summary.stopped_early
+    assert summary.achieved_rate == pytest.approx(1000, rel=0.01)
+    assert prod.flushed
+
+    tail = InjectorStatsTail(tmp_path / "stats.jsonl")
+    seconds = tail.poll()
+    assert [s.sent for s in seconds] == [1000, 1000, 1000]
+    assert [s.target for s in seconds] == [1000, 1000, 1000]
+    assert [s.total for s in seconds] == [1000, 2000, 3000]
+    assert tail.summary is not None and tail.summary.produced == 3000
+    journal = read_jsonl(tmp_path / "journal.jsonl")
+    assert [e["event"] for e in journal] == ["injector_started", "injector_finished"]
+
+
+def test_same_seed_same_events(tmp_path: Path) -> None:
+    def run(seed: int) -> list[tuple[bytes, int, str, float]]:
+        prod = FakeProducer()
+        Injector(_config(tmp_path, rate=500, duration=1.0, seed=seed), producer=prod,
+                 clock=FakeClock(wall=1_700_000_000.0 + seed)).run()
+        return [(k, e["seq"], e["user"], e["amount"])
+                for (_t, k, _v), e in zip(prod.records, prod.events(), strict=True)]
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_stall_is_caught_up_with_original_intended_times(tmp_path: Path) -> None:
+    clock = FakeClock()
+
+    def stall(n: int) -> None:
+        if n == 500:  # the 500th send blocks for 2 s (a GC pause, a slow broker)
+            clock.advance(2.0)
+
+    prod = FakeProducer(on_produce=stall)
+    summary = Injector(_config(tmp_path, rate=1000, duration=5.0), producer=prod,
+                       clock=clock).run()
+    events = prod.events()
+    t0_ms = round(clock.wall0 * 1000)
+    assert [e["seq"] for e in events] == list(range(5000))  # nothing skipped
+    assert [e["ts"] for e in events] == [t0_ms + i for i in range(5000)]
+    late = [e for e in events if e["sent_ms"] - e["ts"] > 100]
+    # The backlog behind the stall went out late but kept its intended time.
+    assert len(late) > 1500
+    assert max(e["sent_ms"] - e["ts"] for e in events) >= 1900
+    assert summary.max_behind_ms >= 1900
+    seconds = InjectorStatsTail(tmp_path / "stats.jsonl")
+    stats = seconds.poll()
+    assert sum(s.sent for s in stats) == 5000
+    assert max(s.behind_ms for s in stats) >= 1900
+    assert summary.achieved_rate >= 950  # caught up: no warning
+    assert "warning" not in [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")]
+
+
+def test_unsustainable_rate_journals_a_warning(tmp_path: Path) -> None:
+    clock = FakeClock()
+    # Each send takes 2 ms: at most 500 events/s against a 1000/s target.
+    prod = FakeProducer(on_produce=lambda _n: clock.advance(0.002))
+    summary = Injector(_config(tmp_path, rate=1000, duration=2.0), producer=prod,
+                       clock=clock).run()
+    assert summary.produced == 2000  # still all of them, late
+    assert summary.achieved_rate == pytest.approx(500, rel=0.05)
+    warnings = [e for e in read_jsonl(tmp_path / "journal.jsonl") if e["event"] == "warning"]
+    assert len(warnings) == 1
+    assert warnings[0]["target_rate"] == 1000
+    assert "lower workload.rate" in warnings[0]["message"]
+
+
+def test_full_local_queue_is_retried_not_dropped(tmp_path: Path) -> None:
+    prod = FakeProducer(buffer_errors=3)
+    summary = Injector(_config(tmp_path, rate=100, duration=1.0), producer=prod,
+                       clock=FakeClock()).run()
+    assert [e["seq"] for e in prod.events()] == list(range(100))
+    assert summary.delivered == 100
+
+
+def test_delivery_failures_are_counted_and_journaled(tmp_path: Path) -> None:
+    prod = FakeProducer(fail_every=10)
+    summary = Injector(_config(tmp_path, rate=100, duration=1.0), producer=prod,
+                       clock=FakeClock()).run()
+    assert summary.failed > 0
+    assert summary.failed + summary.delivered == 100
+    msgs = [e["message"] for e in read_jsonl(tmp_path / "journal.jsonl")
+            if e["event"] == "warning"]
+    assert any("not delivered" in m and "broker down" in m for m in msgs)
+
+
+def test_stop_ends_early_and_flushes(tmp_path: Path) -> None:
+    clock = FakeClock()
+    holder: list[Injector] = []
+
+    def stop_at(n: int) -> None:
+        if n == 1234:
+            holder[0].stop()
+
+    prod = FakeProducer(on_produce=stop_at)
+    inj = Injector(_config(tmp_path, rate=1000, duration=10.0), producer=prod, clock=clock)
+    holder.append(inj)
+    summary = inj.run()
+    assert summary.stopped_early
+    assert 1234 <= summary.produced < 10_000
+    assert summary.produced == len(prod.records) == summary.delivered
+    assert prod.flushed
+    tail = InjectorStatsTail(tmp_path / "stats.jsonl")
+    tail.poll()
+    assert tail.summary is not None and tail.summary.stopped_early
+
+
+def test_start_at_delays_the_schedule(tmp_path: Path) -> None:
+    clock = FakeClock()
+    start = clock.wall0 + 2.5
+    prod = FakeProducer()
+    Injector(_config(tmp_path, rate=10, duration=1.0, start_at=start), producer=prod,
+             clock=clock).run()
+    events = prod.events()
+    assert events[0]["ts"] == round(start * 1000)
+    assert events[0]["sent_ms"] >= events[0]["ts"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("rate", 0), ("duration_s", 0.0), ("keys", 0)]
+)
+def test_bad_config_is_a_deploy_error(field: str, value: float) -> None:
+    kw: dict[str, Any] = {"bootstrap": "x:1", "topic": "t", "rate": 10, "duration_s": 1.0}
+    kw[field] = value
+    with pytest.raises(DeployError, match=field.split("_")[0]):
+        InjectorConfig(**kw)
+
+
+def test_argv_round_trips_through_the_parser(tmp_path: Path) -> None:
+    from arfl.pipelines.injector import build_parser
+
+    cfg = _config(tmp_path, rate=1234, duration=2.5, keys=7, seed=9, start_at=1.5)
+    a = build_parser().parse_args(cfg.argv())
+    assert (a.bootstrap, a.topic, a.rate, a.duration, a.keys, a.seed, a.start_at) == (
+        "127.0.0.1:1", "src", 1234, 2.5, 7, 9, 1.5
+    )
+    assert a.stats == tmp_path / "stats.jsonl" and a.journal == tmp_path / "journal.jsonl"
+
+
+def test_main_reports_an_unreachable_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    # Port 1 on loopback refuses connections: the error names the address and what to do.
+    rc = main(["--bootstrap", "127.0.0.1:1", "--topic", "t", "--rate", "10",
+               "--duration", "1", "--connect-timeout", "1"])
+    assert rc == 4
+    err = capsys.readouterr().err
+    assert "127.0.0.1:1" in err and "not reachable" in err

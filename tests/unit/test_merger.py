@@ -1,0 +1,375 @@
+"""Merger: first copy wins, bounded dedup, divergence, bad records, gaps, interval rollover."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arfl.errors import DeployError
+from arfl.metrics.histogram import read_latency_log
+from arfl.metrics.monitor import MonitorSnapshot, MonitorTail
+from arfl.pipelines.merger import (
+    DedupState,
+    GapTracker,
+    InputWindow,
+    MergeCore,
+    Merger,
+    MergerConfig,
+    Outcome,
+    build_parser,
+)
+from arfl.pipelines.records import replica_topic
+from arfl.pipelines.rundir import read_jsonl
+
+T0 = 1_700_000_000.0
+
+
+def rec(rid: str, src_ts: int, replica: int = 0, h: str = "h1") -> bytes:
+    return json.dumps(
+        {"rid": rid, "src_ts": src_ts, "replica": replica, "hash": h, "data": {"n": 1}}
+    ).encode()
+
+
+# ------------------------------------------------------------------ DedupState
+
+
+def test_first_copy_wins_and_later_copies_are_duplicates() -> None:
+    d = DedupState()
+    assert d.offer("a", 1, "h", T0) == (True, None)
+    assert d.offer("a", 0, "h", T0 + 0.1) == (False, None)
+    assert d.offer("a", 1, "h", T0 + 0.2) == (False, None)
+    assert d.offer("b", 0, "h", T0 + 0.3) == (True, None)
+    assert len(d) == 2
+
+
+def test_copy_with_other_hash_is_a_divergence_naming_both_replicas() -> None:
+    d = DedupState()
+    d.offer("a", 1, "h1", T0)
+    first, div = d.offer("a", 0, "h2", T0 + 0.1)
+    assert not first
+    assert div is not None
+    assert (div.rid, div.first_replica, div.first_hash, div.replica, div.hash) == (
+        "a", 1, "h1", 0, "h2"
+    )
+
+
+def test_eviction_by_age_forgets_only_old_ids() -> None:
+    d = DedupState(horizon_s=10.0)
+    d.offer("old", 0, "h", T0)
+    d.offer("new", 0, "h", T0 + 8)
+    assert d.evict(T0 + 10.5) == 1
+    assert d.evicted == 1
+    assert "old" not in d and "new" in d
+    # Once forgotten, a late copy is taken as new: the horizon must cover replays.
+    assert d.offer("old", 1, "h", T0 + 11)[0] is True
+    assert d.evict(T0 + 11) == 0
+
+
+def test_eviction_by_size_drops_the_oldest() -> None:
+    d = DedupState(max_entries=3)
+    for i in range(5):
+        d.offer(f"r{i}", 0, "h", T0 + i)
+    assert len(d) == 3
+    assert d.evicted == 2
+    assert "r0" not in d and "r1" not in d and "r4" in d
+
+
+def test_dedup_rejects_bad_bounds() -> None:
+    with pytest.raises(ValueError):
+        DedupState(horizon_s=0)
+    with pytest.raises(ValueError):
+        DedupState(max_entries=0)
+
+
+# ------------------------------------------------------------------ gaps
+
+
+def test_input_window_overlap_clips_to_input() -> None:
+    w = InputWindow(start=T0, end=T0 + 10)
+    assert w.overlap(T0 - 5, T0 + 2) == pytest.approx(2)
+    assert w.overlap(T0 + 9, T0 + 20) == pytest.approx(1)
+    assert w.overlap(T0 + 11, T0 + 20) == 0
+    assert w.flowing(T0 + 5) and not w.flowing(T0 + 10.5) and not w.flowing(T0 - 1)
+    assert InputWindow(start=T0).flowing(T0 + 1e6)
+    assert InputWindow().overlap(1, 4) == 3 and not InputWindow().flowing(T0)
+
+
+def test_gap_is_the_longest_silence_while_input_flows() -> None:
+    w = InputWindow(start=T0, end=None)
+    g = GapTracker()
+    g.on_output(T0 + 5.0, w)  # start-up wait is not a gap
+    assert g.longest_s == 0
+    for t in (5.1, 5.2, 7.2, 7.3):
+        g.on_output(T0 + t, w)
+    assert g.longest_s == pytest.approx(2.0)
+    # An open gap counts while input still flows...
+    assert g.longest_so_far_s(T0 + 10.3, w) == pytest.approx(3.0)
+    # ...but not after input ended.
+    w.end = T0 + 8.3
+    assert g.longest_so_far_s(T0 + 60, w) == pytest.approx(2.0)
+    assert g.current_s(T0 + 60, w) == pytest.approx(1.0)
+
+
+def test_gap_without_input_information_counts_closed_gaps_only() -> None:
+    w = InputWindow()
+    g = GapTracker()
+    g.on_output(T0, w)
+    g.on_output(T0 + 1.5, w)
+    assert g.longest_s == pytest.approx(1.5)
+    assert g.current_s(T0 + 100, w) == 0
+    assert g.longest_so_far_s(T0 + 100, w) == pytest.approx(1.5)
+
+
+# ------------------------------------------------------------------ MergeCore
+
+
+def test_core_counts_first_copies_duplicates_bad_and_divergent() -> None:
+    c = MergeCore(2, T0)
+    ts = int(T0 * 1000)
+    assert c.on_record(1, rec("a", ts, 1), T0 + 0.010)[0] is Outcome.FIRST
+    assert c.on_record(0, rec("a", ts, 0), T0 + 0.020)[0] is Outcome.DUPLICATE
+    out, div = c.on_record(0, rec("b", ts, 0, h="x"), T0 + 0.030)
+    assert out is Outcome.FIRST and div is None
+    out, div = c.on_record(1, rec("b", ts, 1, h="y"), T0 + 0.040)
+    assert out is Outcome.DUPLICATE and div is not None and div.first_replica == 0
+    assert c.on_record(0, b"not json", T0 + 0.05)[0] is Outcome.BAD
+    assert c.on_record(1, b'{"rid": "c"}', T0 + 0.05)[0] is Outcome.BAD
+    assert c.on_record(1, None, T0 + 0.05)[0] is Outcome.BAD
+    assert (c.results, c.duplicates, c.divergent, c.bad, c.received) == (2, 2, 1, 3, 7)
+    assert c.replicas[0].wins == 1 and c.replicas[1].wins == 1
+    assert c.replicas[0].received == 3 and c.replicas[1].received == 4
+    assert c.replicas[0].bad == 1 and c.replicas[1].bad == 2
+
+
+def test_core_records_latency_of_first_copies_only() -> None:
+    c = MergeCore(2, T0)
+    ts = int(T0 * 1000)
+    c.on_record(0, rec("a", ts), T0 + 0.250)  # 250 ms
+    c.on_record(1, rec("a", ts), T0 + 5.0)  # duplicate: not a latency
+    c.on_record(1, rec("b", ts), T0 + 0.500)  # 500 ms
+    interval, line = c.tick(T0 + 1)
+    assert interval.count == 2
+    assert line["interval"]["max"] == pytest.approx(500, rel=0.001)
+    assert line["interval"]["p50"] == pytest.approx(250, rel=0.001)
+
+
+def test_tick_rolls_intervals_and_keeps_cumulative() -> None:
+    c = MergeCore(1, T0)
+    ts = int(T0 * 1000)
+    for i in range(100):
+        c.on_record(0, rec(f"a{i}", ts), T0 + 0.010)  # 10 ms
+    iv1, line1 = c.tick(T0 + 1)
+    for i in range(100):
+        c.on_record(0, rec(f"b{i}", ts), T0 + 1.100)  # 1100 ms
+    iv2, line2 = c.tick(T0 + 2)
+    iv3, line3 = c.tick(T0 + 3)
+    assert (iv1.start_s, iv1.end_s, iv2.start_s, iv2.end_s) == (T0, T0 + 1, T0 + 1, T0 + 2)
+    assert (iv1.count, iv2.count, iv3.count) == (100, 100, 0)
+    assert line1["interval"]["max"] == pytest.approx(10, rel=0.001)
+    assert line2["interval"]["p50"] == pytest.approx(1100, rel=0.001)
+    assert line2["cumulative"]["count"] == 200
+    assert line2["cumulative"]["p50"] == pytest.approx(10, rel=0.001)
+    assert line2["cumulative"]["max"] == pytest.approx(1100, rel=0.001)
+    assert line3["interval"]["p50"] is None and line3["output_rate"] == 0
+    assert [ln["output_rate"] for ln in (line1, line2, line3)] == [100, 100, 0]
+    snap = MonitorSnapshot.from_dict(json.loads(json.dumps(line2)))
+    assert snap.results == 200 and snap.replicas[0].wins == 200
+    assert snap.replicas[0].lag_ms == pytest.approx(2000)
+
+
+def test_tick_evicts_old_ids() -> None:
+    c = MergeCore(1, T0, horizon_s=5.0)
+    c.on_record(0, rec("a", 1), T0)
+    c.tick(T0 + 1)
+    _, line = c.tick(T0 + 6)
+    assert line["evicted"] == 1 and line["dedup_entries"] == 0
+
+
+def test_core_gap_follows_first_copies_not_duplicates() -> None:
+    c = MergeCore(2, T0, window=InputWindow(start=T0))
+    c.on_record(0, rec("a", 1), T0 + 1)
+    c.on_record(1, rec("a", 1), T0 + 2)  # duplicate: no new result
+    c.on_record(1, rec("b", 1), T0 + 4)
+    _, line = c.tick(T0 + 4.5)
+    assert line["longest_gap_ms"] == pytest.approx(3000)
+    assert line["input_flowing"] is True
+    final = c.final(T0 + 5)
+    assert final["first_output_delay_ms"] == pytest.approx(1000)
+
+
+# ------------------------------------------------------------------ Merger with fakes
+
+
+class FakeMessage:
+    def __init__(self, topic: str, key: bytes | None, value: bytes | None,
+                 error: Any = None) -> None:
+        self._t, self._k, self._v, self._e = topic, key, value, error
+
+    def topic(self) -> str:
+        return self._t
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def error(self) -> Any:
+        return self._e
+
+
+class FakeConsumer:
+    def __init__(self, batches: list[list[FakeMessage]]) -> None:
+        self.batches = batches
+        self.subscribed: list[str] = []
+        self.closed = False
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.subscribed = topics
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        if self.batches:
+            return list(self.batches.pop(0))
+        threading.Event().wait(min(timeout, 0.01))
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None, bytes | None]] = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                on_delivery: Callable[[Any, Any], None] | None = None) -> None:
+        self.records.append((topic, key, value))
+        if on_delivery:
+            on_delivery(None, None)
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        return 0
+
+
+class FakeError:
+    def name(self) -> str:
+        return "_TRANSPORT"
+
+    def __str__(self) -> str:
+        return "transport failure"
+
+
+def test_merger_writes_first_copies_files_and_journal(tmp_path: Path) -> None:
+    import time
+
+    sink = "out"
+    t0, t1 = replica_topic(sink, 0), replica_topic(sink, 1)
+    now_ms = int(time.time() * 1000)
+    batches = [
+        [FakeMessage(t0, b"a", rec("a", now_ms, 0)), FakeMessage(t1, b"a", rec("a", now_ms, 1))],
+        [FakeMessage(t1, b"b", rec("b", now_ms, 1, h="x")),
+         FakeMessage(t0, b"b", rec("b", now_ms, 0, h="y")),
+         FakeMessage(t0, b"junk", b"\xff not json"),
+         FakeMessage(t1, None, None, error=FakeError())],
+        [FakeMessage(t0, b"c", rec("c", now_ms, 0))],
+    ]
+    consumer, producer = FakeConsumer(batches), FakeProducer()
+    cfg = MergerConfig(bootstrap="x:1", sink=sink, replicas=2, run_dir=tmp_path, idle_s=1.2)
+    final = Merger(cfg, consumer=consumer, producer=producer).run()
+
+    assert consumer.subscribed == [t0, t1] and consumer.closed
+    assert [(t, k) for t, k, _v in producer.records] == [(sink, b"a"), (sink, b"b"), (sink, b"c")]
+    assert producer.records[1][2] == rec("b", now_ms, 1, h="x")  # unchanged first copy
+    assert (final["results"], final["duplicates"], final["divergent"], final["bad"]) == (
+        3, 2, 1, 1
+    )
+    assert final["consumer_errors"] == 1 and final["delivery_failures"] == 0
+    assert json.loads((tmp_path / "merger.json").read_text())["results"] == 3
+
+    journal = read_jsonl(tmp_path / "journal.jsonl")
+    events = [e["event"] for e in journal]
+    assert events[0] == "merger_started" and events[-1] == "merger_finished"
+    div = [e for e in journal if e["event"] == "divergence"]
+    assert len(div) == 1
+    assert (div[0]["rid"], div[0]["first_replica"], div[0]["replica"]) == ("b", 1, 0)
+    assert (div[0]["first_hash"], div[0]["hash"]) == ("x", "y")
+    assert any(e["event"] == "warning" and e["code"] == "_TRANSPORT" for e in journal)
+
+    intervals = read_latency_log(tmp_path / "latency.hlog")
+    assert sum(iv.count for iv in intervals) == 3
+    snaps = MonitorTail(tmp_path / "monitor.jsonl").poll()
+    assert snaps and snaps[-1].results == 3 and snaps[-1].divergent == 1
+    assert sum(s.output_rate for s in snaps) == 3
+
+
+def test_merger_stops_on_until(tmp_path: Path) -> None:
+    import time
+
+    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path,
+                       until=time.time() + 0.3)
+    start = time.time()
+    final = Merger(cfg, consumer=FakeConsumer([]), producer=FakeProducer()).run()
+    assert 0.25 <= time.time() - start < 3
+    assert final["results"] == 0 and final["latency_ms"]["p50"] is None
+
+
+def test_merger_journals_only_the_first_divergences(tmp_path: Path) -> None:
+    from arfl.pipelines import merger as m
+
+    t0, t1 = replica_topic("s", 0), replica_topic("s", 1)
+    n = m.MAX_JOURNALED_DIVERGENCES + 20
+    batch = []
+    for i in range(n):
+        batch.append(FakeMessage(t0, None, rec(f"r{i}", 1, 0, h="a")))
+        batch.append(FakeMessage(t1, None, rec(f"r{i}", 1, 1, h="b")))
+    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=2, run_dir=tmp_path, idle_s=0.2)
+    final = Merger(cfg, consumer=FakeConsumer([batch]), producer=FakeProducer()).run()
+    assert final["divergent"] == n
+    events = [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")]
+    assert events.count("divergence") == m.MAX_JOURNALED_DIVERGENCES
+    assert events.count("divergence_suppressed") == 1
+
+
+def test_merger_config_validation_and_argv(tmp_path: Path) -> None:
+    with pytest.raises(DeployError, match="replicas"):
+        MergerConfig(bootstrap="x:1", sink="s", replicas=0, run_dir=tmp_path)
+    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=3, run_dir=tmp_path,
+                       input_stats=tmp_path / "inj.jsonl", idle_s=5.0,
+                       percentiles=(50.0, 99.99))
+    a = build_parser().parse_args(cfg.argv())
+    assert (a.bootstrap, a.sink, a.replicas, a.run_dir, a.input_stats, a.idle, a.percentiles) == (
+        "x:1", "s", 3, tmp_path, tmp_path / "inj.jsonl", 5.0, (50.0, 99.99)
+    )
+    assert cfg.topics() == ["s.r0", "s.r1", "s.r2"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--bootstrap", "x", "--sink", "s", "--replicas", "1",
+                                   "--run-dir", "d", "--percentiles", "0,101"])
+
+
+def test_merger_reads_the_input_window_from_injector_stats(tmp_path: Path) -> None:
+    import time
+
+    stats = tmp_path / "inj.jsonl"
+    now = time.time()
+    stats.write_text(
+        json.dumps({"type": "second", "t": now - 9, "t0": now - 10, "sent": 5, "target": 5,
+                    "behind_ms": 0, "total": 5}) + "\n"
+        + json.dumps({"type": "summary", "t": now - 5, "t0": now - 10, "end": now - 5,
+                      "produced": 25, "delivered": 25, "failed": 0, "target_rate": 5,
+                      "achieved_rate": 5.0, "max_behind_ms": 0.1, "duration_s": 5.0}) + "\n"
+    )
+    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path,
+                       input_stats=stats, idle_s=0.2)
+    # Input ended 5 s ago and nothing arrives: the idle stop applies right away.
+    final = Merger(cfg, consumer=FakeConsumer([]), producer=FakeProducer()).run()
+    assert final["input_start"] == pytest.approx(now - 10)
+    assert final["input_end"] == pytest.approx(now - 5)
+    assert final["end"] - final["start"] < 2

@@ -1,0 +1,71 @@
+"""The live view: what a frame and a plain line show."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from arfl.cli.live import LiveView, PlainPrinter, format_line, render
+from arfl.metrics.monitor import InjectorSecond, MonitorSnapshot, ReplicaSnapshot
+
+T0 = 1_764_106_200.0
+
+
+def _snapshot(t: float = T0, divergent: int = 0) -> MonitorSnapshot:
+    pct: dict[str, float | None] = {
+        "p50": 12.3, "p90": 45.6, "p99": 150.0, "p99.9": 2500.0, "max": 3100.0, "count": 1000.0
+    }  # fmt: skip
+    return MonitorSnapshot(
+        t=t, interval_s=1.0, output_rate=987, received=1974, duplicates=987,
+        interval=pct, cumulative={**pct, "p50": 11.0}, longest_gap_ms=4321.0,
+        current_gap_ms=0.0, input_flowing=True, results=50_000, duplicates_total=49_000,
+        divergent=divergent, bad=2, evicted=0,
+        replicas={0: ReplicaSnapshot(25_000, 30_000, t, 5, 14.0),
+                  1: ReplicaSnapshot(24_000, 20_000, t - 9, 5, 9100.0)},
+    )  # fmt: skip
+
+
+def _text(renderable: object) -> str:
+    c = Console(file=io.StringIO(), width=140, color_system=None)
+    c.print(renderable)
+    out = c.file.getvalue()  # type: ignore[attr-defined]
+    assert isinstance(out, str)
+    return out
+
+
+def test_render_shows_percentiles_rates_gap_replicas_and_faults() -> None:
+    inj = InjectorSecond(t=T0, t0=T0 - 10, sent=1000, target=1000, behind_ms=0.0, total=10_000)
+    text = _text(render(_snapshot(divergent=3), inj, {0: "running", 1: "restarting"},
+                        ["kill-driver replica 1"]))
+    for s in ("p50", "p90", "p99", "p99.9", "max", "12.3", "45.6", "150", "2,500", "3,100",
+              "11.0", "input 1000/s", "output 987/s", "longest gap 4,321 ms",
+              "running", "restarting", "9,100", "kill-driver replica 1", "divergent 3"):
+        assert s in text, s
+
+
+def test_render_before_first_snapshot() -> None:
+    text = _text(render(None, None, {0: "starting"}, []))
+    assert "waiting for the merger" in text
+    assert "starting" in text and "faults active: none" in text
+
+
+def test_plain_line_and_printer_print_once_per_second() -> None:
+    line = format_line(_snapshot(), None, {0: "running", 1: "dead"}, ["pause r0"])
+    assert "out 987/s" in line and "p99.9=2,500" in line and "r1:dead/9,100" in line
+    assert "faults: pause r0" in line
+    buf = io.StringIO()
+    p = PlainPrinter(Console(file=buf, width=300, color_system=None))
+    assert p.update(_snapshot(T0), None, {}, [])
+    assert not p.update(_snapshot(T0), None, {}, [])
+    assert p.update(_snapshot(T0 + 1), None, {}, [])
+    assert not p.update(None, None, {}, [])
+    assert len(buf.getvalue().splitlines()) == 2
+
+
+def test_live_view_context_manager_draws() -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, width=140, color_system=None, force_terminal=True)
+    with LiveView(console=console, refresh_per_second=20) as view:
+        view.update(_snapshot(), None, {0: "running"}, [])
+    assert "output 987/s" in buf.getvalue()
