@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,8 +84,16 @@ class ChaosRunner:
         record = fault.prepare(self.target)
         return fault, record
 
-    def run_fault(self, params: FaultParams) -> FaultOutcome:
+    def run_fault(
+        self,
+        params: FaultParams,
+        on_injected: Callable[[FaultOutcome], None] | None = None,
+    ) -> FaultOutcome:
         """Inject one fault, wait its duration (cut short by :meth:`stop`), revert it.
+
+        Args:
+            params: the fault.
+            on_injected: called right after the injection (before the duration wait).
 
         Raises:
             FaultError: preparing, injecting or reverting failed (the revert is attempted anyway).
@@ -115,6 +123,9 @@ class ChaosRunner:
                     description=fault.describe(),
                     details=dict(fault.details),
                 )
+            outcome.details = dict(fault.details)
+            if on_injected is not None:
+                on_injected(outcome)
             if params.duration_s:
                 self._stop.wait(params.duration_s)
         except BaseException as e:

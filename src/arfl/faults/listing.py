@@ -1,0 +1,93 @@
+"""What ``arfl chaos RUN --list`` shows, and how a RUN argument names a run directory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from arfl.errors import FaultError
+from arfl.faults.local import LocalTarget
+
+
+@dataclass(frozen=True)
+class ReplicaSummary:
+    """One replica as a fault would see it."""
+
+    index: int
+    state: str
+    driver_pid: int | None
+    pids: list[int]
+    executors: dict[str, int]
+    netns: str | None
+    address: str | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class TargetSummary:
+    """Everything that can be targeted in a run."""
+
+    run: str
+    run_dir: Path
+    mode: str
+    replicas: list[ReplicaSummary] = field(default_factory=list)
+    leader: int | None = None
+    leader_problem: str | None = None
+
+
+def resolve_run_dir(run: str, runs_root: Path = Path("runs")) -> Path:
+    """A run directory from a path or a run name under ``runs_root``.
+
+    Raises:
+        FaultError: neither exists or it has no ``state.json``.
+    """
+    for candidate in (Path(run), runs_root / run):
+        if (candidate / "state.json").is_file():
+            return candidate.resolve()
+    raise FaultError(
+        f"run {run!r}: no run directory with a state.json at {run} or {runs_root / run}; "
+        f"pass the directory 'arfl deploy' printed (runs/<name>-<timestamp>)"
+    )
+
+
+def summarize(target: LocalTarget) -> TargetSummary:
+    """Collect replicas, pids, executors and the leader (problems are reported, not raised)."""
+    state = target.state()
+    replicas: list[ReplicaSummary] = []
+    for idx, rep in sorted(state.replicas.items()):
+        problem: str | None = None
+        pids: list[int] = []
+        executors: dict[str, int] = {}
+        try:
+            pids = target.replica_pids(idx)
+            executors = target.executor_pids(idx)
+        except FaultError as e:
+            problem = str(e)
+        iso_ns = state.isolation.namespaces.get(idx) if state.isolation else None
+        replicas.append(
+            ReplicaSummary(
+                index=idx,
+                state=rep.state,
+                driver_pid=rep.driver_pid,
+                pids=pids,
+                executors=executors,
+                netns=target.netns(idx),
+                address=rep.address or (iso_ns.address if iso_ns else None),
+                problem=problem,
+            )
+        )
+    leader: int | None = None
+    leader_problem: str | None = None
+    if state.leader_path and state.stack.get("zookeeper"):
+        try:
+            leader = target.leader()
+        except FaultError as e:
+            leader_problem = str(e)
+    return TargetSummary(
+        run=state.run,
+        run_dir=target.run_dir,
+        mode=state.mode,
+        replicas=replicas,
+        leader=leader,
+        leader_problem=leader_problem,
+    )
