@@ -1,0 +1,244 @@
+"""Injector and merger against a real Kafka broker, run through their process entry points."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from hdrh.log import HistogramLogReader
+
+from arfl.metrics.histogram import new_histogram
+from arfl.metrics.monitor import InjectorStatsTail, MonitorTail
+from arfl.pipelines.records import replica_topic
+from arfl.pipelines.rundir import read_jsonl
+from arfl.stack import StackInfo
+from arfl.stack.topics import ensure_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _spawn(module: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    out = open(log, "wb")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args], stdout=out, stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts; any still running at the end are killed by pid."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def read_topic(
+    bootstrap: str, topic: str, expect: int, timeout: float = 30.0, settle: float = 1.5
+) -> list[Any]:
+    """Every record of ``topic``: waits for ``expect`` of them, then ``settle`` s for extras."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"t-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        md = c.list_topics(topic, timeout=10)
+        c.assign([TopicPartition(topic, p, 0) for p in md.topics[topic].partitions])
+        out: list[Any] = []
+        deadline = time.time() + timeout
+        settle_until: float | None = None
+        while time.time() < deadline:
+            for m in c.consume(1000, 0.2):
+                assert m.error() is None, m.error()
+                out.append(m)
+            if len(out) >= expect and settle_until is None:
+                settle_until = time.time() + settle
+            if settle_until is not None and time.time() >= settle_until:
+                break
+        return out
+    finally:
+        c.close()
+
+
+def test_injector_sends_exactly_rate_times_duration_on_schedule(
+    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    topic = f"{topic_name}.src"
+    ensure_topic(stack.kafka, topic, 4)
+    stats, journal = tmp_path / "inj.jsonl", tmp_path / "journal.jsonl"
+    p = _spawn("arfl.pipelines.injector", [
+        "--bootstrap", stack.kafka, "--topic", topic, "--rate", "1000", "--duration", "5",
+        "--keys", "20", "--seed", "42", "--stats", str(stats), "--journal", str(journal),
+    ], tmp_path / "injector.log")  # fmt: skip
+    procs.append(p)
+    assert p.wait(60) == 0, (tmp_path / "injector.log").read_text()
+
+    tail = InjectorStatsTail(stats)
+    seconds = tail.poll()
+    assert tail.summary is not None and tail.t0 is not None
+    assert tail.summary.produced == tail.summary.delivered == 5000
+    assert tail.summary.achieved_rate >= 950
+    # Five seconds of schedule; a backlog at the very end may spill into a sixth line.
+    assert len(seconds) in (5, 6) and sum(s.sent for s in seconds) == 5000
+    assert [s.target for s in seconds[:5]] == [1000] * 5
+
+    msgs = read_topic(stack.kafka, topic, 5000)
+    events = [json.loads(m.value()) for m in msgs]
+    assert len(events) == 5000
+    assert sorted(e["seq"] for e in events) == list(range(5000))
+    t0_ms = round(tail.t0 * 1000)
+    by_seq = {e["seq"]: e for e in events}
+    assert all(by_seq[i]["ts"] == t0_ms + i for i in range(5000))  # intended, 1 ms apart
+    assert all(e["sent_ms"] >= e["ts"] - 1 for e in events)
+    # A key always lands in one partition, and the key is the user.
+    partitions: dict[bytes, set[int]] = {}
+    for m, e in zip(msgs, events, strict=True):
+        assert m.key() == e["user"].encode()
+        partitions.setdefault(m.key(), set()).add(m.partition())
+    assert len(partitions) == 20 and all(len(ps) == 1 for ps in partitions.values())
+    assert [e["event"] for e in read_jsonl(journal)] == ["injector_started", "injector_finished"]
+
+
+def test_injector_stops_cleanly_on_sigterm(
+    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    topic = f"{topic_name}.src"
+    ensure_topic(stack.kafka, topic, 2)
+    stats = tmp_path / "inj.jsonl"
+    p = _spawn("arfl.pipelines.injector", [
+        "--bootstrap", stack.kafka, "--topic", topic, "--rate", "500", "--duration", "120",
+        "--stats", str(stats),
+    ], tmp_path / "injector.log")  # fmt: skip
+    procs.append(p)
+    tail = InjectorStatsTail(stats)
+    deadline = time.time() + 30
+    while not tail.poll() and time.time() < deadline:  # wait until it is really sending
+        time.sleep(0.2)
+    assert tail.latest is not None, (tmp_path / "injector.log").read_text()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0
+    tail.poll()
+    assert tail.summary is not None and tail.summary.stopped_early
+    produced = tail.summary.produced
+    assert 0 < produced < 60_000 and tail.summary.delivered == produced
+    assert len(read_topic(stack.kafka, topic, produced)) == produced
+
+
+def _result(rid: str, src_ts: int, replica: int, data: dict[str, Any]) -> bytes:
+    canon = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return json.dumps({
+        "rid": rid, "src_ts": src_ts, "replica": replica,
+        "hash": hashlib.sha256(canon.encode()).hexdigest(), "data": data,
+    }).encode()  # fmt: skip
+
+
+def test_merger_keeps_first_copies_of_two_replicas(
+    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    sink = f"{topic_name}.out"
+    for t in (sink, replica_topic(sink, 0), replica_topic(sink, 1)):
+        ensure_topic(stack.kafka, t, 2)
+    run_dir = tmp_path / "run"
+    merger = _spawn("arfl.pipelines.merger", [
+        "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "2",
+        "--run-dir", str(run_dir), "--input-start", repr(time.time()),
+    ], tmp_path / "merger.log")  # fmt: skip
+    procs.append(merger)
+
+    # Two fake replicas: r0 emits results 0..299, r1 emits 100..399 (200 overlap). r1's copy
+    # of 150 has other content (divergent); each writes one bad record.
+    prod = Producer({"bootstrap.servers": stack.kafka, "linger.ms": 1})
+    rounds = 4
+    for k in range(rounds):
+        for r, lo in ((0, 0), (1, 100)):
+            for i in range(lo + k * 75, lo + (k + 1) * 75):
+                rid = f"{i % 2}:{i}"
+                data = {"user": f"u{i % 7}", "n": i + (1 if (r == 1 and i == 150) else 0)}
+                prod.produce(
+                    replica_topic(sink, r),
+                    key=rid.encode(),
+                    value=_result(rid, int(time.time() * 1000), r, data),
+                )
+        if k == 1:
+            prod.produce(replica_topic(sink, 0), key=b"x", value=b'{"rid": "no-src-ts"}')
+            prod.produce(replica_topic(sink, 1), key=b"y", value=b"\x00garbage\xff")
+        prod.flush(10)
+        time.sleep(1.0)
+
+    monitor = MonitorTail(run_dir / "monitor.jsonl")
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        monitor.poll()
+        if (
+            monitor.latest is not None
+            and monitor.latest.received >= 0
+            and (
+                monitor.latest.results == 400
+                and monitor.latest.bad == 2
+                and monitor.latest.duplicates_total == 200
+            )
+        ):
+            break
+        time.sleep(0.3)
+    merger.send_signal(signal.SIGTERM)
+    assert merger.wait(30) == 0, (tmp_path / "merger.log").read_text()
+
+    final = json.loads((run_dir / "merger.json").read_text())
+    assert (
+        final["results"],
+        final["duplicates"],
+        final["divergent"],
+        final["bad"],
+        final["evicted"],
+        final["received"],
+    ) == (400, 200, 1, 2, 0, 602)
+    assert final["delivery_failures"] == 0
+    reps = final["replicas"]
+    assert reps["0"]["received"] == 301 and reps["1"]["received"] == 301
+    assert reps["0"]["wins"] + reps["1"]["wins"] == 400
+    assert reps["0"]["wins"] >= 100 and reps["1"]["wins"] >= 100  # each has 100 unique
+    assert 0 < final["latency_ms"]["p50"] < 5000 and final["latency_ms"]["max"] < 10_000
+
+    out = read_topic(stack.kafka, sink, 400)
+    rids = [m.key().decode() for m in out]
+    assert len(rids) == 400 and len(set(rids)) == 400
+    assert set(rids) == {f"{i % 2}:{i}" for i in range(400)}
+    assert all(json.loads(m.value())["rid"] == m.key().decode() for m in out)
+
+    div = [e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == "divergence"]
+    assert len(div) == 1 and div[0]["rid"] == "0:150"
+    assert {div[0]["first_replica"], div[0]["replica"]} == {0, 1}
+    assert div[0]["first_hash"] != div[0]["hash"]
+
+    reader = HistogramLogReader(str(run_dir / "latency.hlog"), new_histogram())
+    total, intervals = 0, 0
+    while (h := reader.get_next_interval_histogram()) is not None:
+        total += h.get_total_count()
+        intervals += 1
+    reader.close()
+    assert total == 400 and intervals >= rounds
+
+    lines = read_jsonl(run_dir / "monitor.jsonl")
+    assert len(lines) >= rounds
+    ts = [ln["t"] for ln in lines]
+    assert all(0.0 < b - a <= 1.0 + 1e-6 for a, b in itertools.pairwise(ts))
+    assert sum(ln["output_rate"] for ln in lines) == 400
+    assert set(lines[-1]["replicas"]) == {"0", "1"}
