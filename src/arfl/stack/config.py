@@ -165,8 +165,10 @@ def format_command(
     java: str, libs: Path, server_properties: Path, log4j: Path, logs: Path, cluster_id: str
 ) -> list[str]:
     """Command line that formats the KRaft storage (idempotent: ``--ignore-formatted``)."""
+    # A short-lived tool: the C1 compiler alone starts it noticeably faster.
     return [
         *_kafka_jvm(java, libs, log4j, logs, "256m"),
+        "-XX:TieredStopAtLevel=1",
         STORAGE_TOOL,
         "format",
         "-t",

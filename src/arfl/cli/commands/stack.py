@@ -1,10 +1,120 @@
-"""``arfl stack up|down|status|install``: built by the stack module."""
+"""``arfl stack install|up|down|status``: the embedded ZooKeeper + Kafka stack."""
 
 from __future__ import annotations
 
-import typer
+import json
+import time
+from pathlib import Path
+from typing import Annotated
 
+import typer
+from rich.table import Table
+
+from arfl.cli.console import err, out
 from arfl.cli.main import app
+from arfl.stack import down as stack_down
+from arfl.stack import install as stack_install
+from arfl.stack import status as stack_status
+from arfl.stack import up as stack_up
 
 stack_app = typer.Typer(help="The embedded ZooKeeper + Kafka stack.", no_args_is_help=True)
 app.add_typer(stack_app, name="stack")
+
+StateOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--state",
+        help="State directory (data, logs, pids) [default: $ARFL_STATE_DIR/stack].",
+        show_default=False,
+    ),
+]
+
+
+@stack_app.command("install")
+def install_cmd(
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache", help="Cache directory [default: $ARFL_CACHE_DIR].", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Fetch Kafka's jars and Spark's Kafka connector once (idempotent)."""
+    t0 = time.monotonic()
+    with err.status("fetching Kafka and spark-sql-kafka jars (once; mvn)..."):
+        installed = stack_install.ensure_installed(cache)
+    out.print(f"[green]kafka[/] {stack_install.KAFKA_VERSION} jars in {installed.kafka_jars}")
+    pyver = stack_install.pyspark_version()
+    note = (
+        ""
+        if installed.spark_kafka_version == pyver
+        else f" [yellow](Maven Central has no {pyver}; using {installed.spark_kafka_version})[/]"
+    )
+    out.print(
+        f"[green]spark-sql-kafka[/] {installed.spark_kafka_version} for pyspark {pyver}: "
+        f"{len(installed.spark_kafka_jars)} jars{note}",
+        highlight=False,
+    )
+    for jar in installed.spark_kafka_jars:
+        out.print(f"  {jar}", highlight=False)
+    out.print(f"done in {time.monotonic() - t0:.1f}s", style="dim")
+
+
+@stack_app.command("up")
+def up_cmd(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    zk_port: Annotated[int, typer.Option("--zk-port", help="ZooKeeper client port.")] = 2181,
+    kafka_port: Annotated[int, typer.Option("--kafka-port", help="Kafka listener port.")] = 9092,
+    controller_port: Annotated[
+        int, typer.Option("--controller-port", help="Kafka KRaft controller port.")
+    ] = 9093,
+    state: StateOpt = None,
+) -> None:
+    """Start ZooKeeper and Kafka in the background (a running stack is reused)."""
+    t0 = time.monotonic()
+    with err.status(f"starting ZooKeeper and Kafka on {host}..."):
+        info = stack_up(host, zk_port, kafka_port, controller_port, state=state)
+    out.print(
+        f"[green]up[/] kafka {info.kafka}  zookeeper {info.zookeeper}  "
+        f"({time.monotonic() - t0:.1f}s)",
+        highlight=False,
+    )
+
+
+@stack_app.command("down")
+def down_cmd(
+    purge: Annotated[bool, typer.Option("--purge", help="Also delete data and logs.")] = False,
+    state: StateOpt = None,
+) -> None:
+    """Stop the processes 'arfl stack up' started."""
+    with err.status("stopping Kafka and ZooKeeper..."):
+        stopped = stack_down(state, purge=purge)
+    if stopped:
+        out.print(f"[green]stopped[/] {', '.join(stopped)}", highlight=False)
+    else:
+        out.print("nothing was running", highlight=False)
+    if purge:
+        out.print("data and logs deleted", style="dim")
+
+
+@stack_app.command("status")
+def status_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    state: StateOpt = None,
+) -> None:
+    """Show each service: pid, address, and whether it answers."""
+    services = stack_status(state)
+    if as_json:
+        typer.echo(json.dumps([s.to_json() for s in services], indent=2))
+        return
+    table = Table(title="arfl stack")
+    for col in ("service", "pid", "address", "state", "log"):
+        table.add_column(col)
+    for s in services:
+        st = (
+            "[green]healthy[/]"
+            if s.healthy
+            else ("[yellow]running, not answering[/]" if s.running else "[red]stopped[/]")
+        )
+        table.add_row(s.name, str(s.pid or "-"), s.address or "-", st, s.log or "-")
+    out.print(table)

@@ -1,0 +1,33 @@
+"""Integration tests start real processes; every test here carries the ``integration`` marker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from arfl.testing import EmbeddedStack
+
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark everything under ``tests/integration`` so ``-m 'not integration'`` skips it."""
+    for item in items:
+        if _HERE in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def own_stack(tmp_path: Path) -> Iterator[EmbeddedStack]:
+    """A private, not yet started stack in ``tmp_path``; stopped after the test whatever happens.
+
+    For tests of the stack's own life cycle (up, up again, down), which must not disturb the
+    session's shared ``stack``.
+    """
+    harness = EmbeddedStack(tmp_path / "stack")
+    try:
+        yield harness
+    finally:
+        harness.stop()
