@@ -220,10 +220,10 @@ def parse_sha512(text: str, filename: str) -> str:
     Raises:
         StackError: if no 128-hex-digit digest is found.
     """
-    body = text.strip()
-    if body.startswith(filename + ":") or body.split(":", 1)[0].strip().endswith(".tgz"):
+    body = text.replace(filename, "").strip()
+    if ":" in body:  # gpg style: "<name>: <groups>"
         body = body.split(":", 1)[1]
-    hexes = "".join(re.findall(r"[0-9A-Fa-f]+", body.replace(filename, "")))
+    hexes = "".join(re.findall(r"[0-9A-Fa-f]+", body))
     m = re.search(r"[0-9A-Fa-f]{128}", hexes)
     if not m or len(hexes) != 128:
         raise StackError(f"cannot read a SHA-512 digest for {filename} from {text[:200]!r}")
