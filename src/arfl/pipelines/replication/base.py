@@ -1,0 +1,190 @@
+"""The replication-mode interface and its registry.
+
+A mode decides three things for one replica's Spark application:
+
+* ``source(spark, spec, ctx)``: a streaming DataFrame of Kafka-shaped rows (``value``,
+  ``partition``, ``offset``); it is where active modes put their coordinated batch boundaries
+  (a Python ``DataSourceStreamReader`` whose ``latestOffset()`` all replicas agree on);
+* ``checkpoint(ctx)``: where Spark keeps offsets and state, and whether that survives a stop;
+* ``sink_options(ctx)`` and ``trigger(spec)``: options of the Kafka sink and the trigger.
+
+Modes register themselves with ``@register_mode("name")``; every module of this package is
+imported on first lookup, so a new mode is one new file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+
+from arfl.configs.spec import Spec
+from arfl.errors import DeployError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class ReplicaContext:
+    """What a mode knows about the replica it serves.
+
+    Attributes:
+        replica: replica index (0-based).
+        bootstrap: Kafka bootstrap servers ``host:port[,...]``.
+        output_topic: this replica's output topic.
+        checkpoint_dir: the durable checkpoint location the runner assigned (modes without a
+            durable checkpoint ignore it).
+        attempt: 0 for the first start, n for the n-th restart by the supervisor.
+        options: extra, mode-specific settings (e.g. ZooKeeper address for active modes).
+    """
+
+    replica: int
+    bootstrap: str
+    output_topic: str
+    checkpoint_dir: Path
+    attempt: int = 0
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where the query keeps its checkpoint and whether it outlives the driver.
+
+    Attributes:
+        location: directory passed as ``checkpointLocation``.
+        durable: kept across stops and restarts (a restart resumes from it); when False the
+            driver deletes it at stop.
+    """
+
+    location: Path
+    durable: bool
+
+
+@runtime_checkable
+class ReplicationMode(Protocol):
+    """One way of running replicas (see DESIGN.md §2)."""
+
+    name: str
+
+    def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
+        """Streaming DataFrame with columns ``value``, ``partition``, ``offset``."""
+        ...
+
+    def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
+        """The checkpoint location and its policy."""
+        ...
+
+    def sink_options(self, ctx: ReplicaContext) -> dict[str, str]:
+        """Options of the Kafka sink writing ``ctx.output_topic``."""
+        ...
+
+    def trigger(self, spec: Spec) -> dict[str, str]:
+        """Keyword arguments of ``DataStreamWriter.trigger``."""
+        ...
+
+
+_M = TypeVar("_M")
+_MODES: dict[str, ReplicationMode] = {}
+_loaded = False
+
+
+def register_mode(name: str) -> Callable[[type[_M]], type[_M]]:
+    """Class decorator: instantiate the class and register it under ``name``.
+
+    Raises:
+        ValueError: ``name`` is already registered by another class.
+    """
+
+    def deco(cls: type[_M]) -> type[_M]:
+        inst = cls()
+        if not isinstance(inst, ReplicationMode):
+            raise TypeError(f"{cls.__name__} does not implement ReplicationMode")
+        old = _MODES.get(name)
+        if old is not None and type(old).__qualname__ != cls.__qualname__:
+            raise ValueError(f"replication mode {name!r} registered twice")
+        _MODES[name] = inst
+        return cls
+
+    return deco
+
+
+def _load_builtin() -> None:
+    global _loaded
+    if _loaded:
+        return
+    import arfl.pipelines.replication as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name != "base":
+            importlib.import_module(f"{pkg.__name__}.{info.name}")
+    _loaded = True
+
+
+def known_modes() -> list[str]:
+    """Names of every registered mode, sorted."""
+    _load_builtin()
+    return sorted(_MODES)
+
+
+def get_mode(name: str) -> ReplicationMode:
+    """The registered mode called ``name``.
+
+    Raises:
+        DeployError: no such mode; the message lists the known ones.
+    """
+    _load_builtin()
+    try:
+        return _MODES[name]
+    except KeyError:
+        raise DeployError(
+            f"replication mode {name!r} is not implemented (known: {', '.join(known_modes())})"
+        ) from None
+
+
+# --- shared pieces of the Kafka-based modes ---------------------------------------------
+
+
+def kafka_source(
+    spark: SparkSession, spec: Spec, ctx: ReplicaContext, starting_offsets: str
+) -> DataFrame:
+    """Spark's built-in Kafka source on the spec's input topic."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", ctx.bootstrap)
+        .option("subscribe", spec.source.topic)
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", "false")
+        .option("maxOffsetsPerTrigger", str(spec.replication.max_records_per_batch))
+    )
+    for k, v in ctx.options.items():
+        if k.startswith("kafka."):
+            reader = reader.option(k, v)
+    return reader.load().select("value", "partition", "offset")
+
+
+def kafka_sink_options(ctx: ReplicaContext) -> dict[str, str]:
+    """Options of the Kafka sink: idempotent-friendly producer writing ``ctx.output_topic``."""
+    return {
+        "kafka.bootstrap.servers": ctx.bootstrap,
+        "topic": ctx.output_topic,
+        # Low-latency producer: do not wait to fill batches.
+        "kafka.linger.ms": "0",
+        "kafka.acks": "all",
+    }
+
+
+def trigger_of(spec: Spec) -> dict[str, str]:
+    """Micro-batch trigger: as fast as possible, or every ``replication.trigger_interval``."""
+    ms = round(spec.replication.trigger_interval * 1000)
+    return {"processingTime": f"{ms} milliseconds"}
+
+
+def temp_checkpoint(ctx: ReplicaContext) -> Checkpoint:
+    """A fresh temporary checkpoint directory, deleted by the driver at stop."""
+    path = Path(tempfile.mkdtemp(prefix=f"arfl-ckpt-r{ctx.replica}-"))
+    return Checkpoint(location=path, durable=False)

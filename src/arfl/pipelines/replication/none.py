@@ -1,0 +1,47 @@
+"""Mode ``none``: one replica, Spark's Kafka source and sink, no durable checkpoint.
+
+The reference for overhead. A restarted driver starts over with a fresh temporary checkpoint
+at the input's *latest* offsets: what arrived while it was down is lost (the first start reads
+from the earliest offset, so events produced before the driver was up are processed).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arfl.configs.spec import Spec
+from arfl.pipelines.replication.base import (
+    Checkpoint,
+    ReplicaContext,
+    kafka_sink_options,
+    kafka_source,
+    register_mode,
+    temp_checkpoint,
+    trigger_of,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@register_mode("none")
+class NoReplication:
+    """One replica, nothing survives a driver crash."""
+
+    name = "none"
+
+    def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
+        """Kafka source from earliest (first start) or latest (after a restart)."""
+        return kafka_source(spark, spec, ctx, "earliest" if ctx.attempt == 0 else "latest")
+
+    def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
+        """A temporary directory, deleted at stop."""
+        return temp_checkpoint(ctx)
+
+    def sink_options(self, ctx: ReplicaContext) -> dict[str, str]:
+        """Kafka sink on the replica's topic."""
+        return kafka_sink_options(ctx)
+
+    def trigger(self, spec: Spec) -> dict[str, str]:
+        """Micro-batches (``replication.trigger_interval``, default as fast as possible)."""
+        return trigger_of(spec)

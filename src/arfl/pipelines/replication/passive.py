@@ -1,0 +1,56 @@
+"""Mode ``passive``: one replica, Spark's Kafka source and sink, durable checkpoint.
+
+What a Spark user does today. The checkpoint (offset log, commit log, state store) lives in
+the run directory; the supervisor restarts a dead driver on the same checkpoint and Spark
+resumes from the last committed batch. The batch in flight at the crash is re-run, so the
+replica may emit some results twice (Kafka sink: at-least-once); the merger drops them by rid.
+
+``replication.trigger = "realtime"`` asks for Spark's real-time mode
+(``trigger(realTime=...)``, Spark >= 4.1, Kafka source and sink, update output mode). The
+checkpoint interval is ``trigger_interval`` (default 5 s).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arfl.configs.spec import Spec
+from arfl.pipelines.replication.base import (
+    Checkpoint,
+    ReplicaContext,
+    kafka_sink_options,
+    kafka_source,
+    register_mode,
+    trigger_of,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+REALTIME_DEFAULT_MS = 5000
+
+
+@register_mode("passive")
+class PassiveReplication:
+    """One replica restarted from its checkpoint."""
+
+    name = "passive"
+
+    def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
+        """Kafka source from earliest; after a restart the checkpoint's offsets win."""
+        return kafka_source(spark, spec, ctx, "earliest")
+
+    def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
+        """The runner-assigned directory, kept across restarts."""
+        return Checkpoint(location=ctx.checkpoint_dir, durable=True)
+
+    def sink_options(self, ctx: ReplicaContext) -> dict[str, str]:
+        """Kafka sink on the replica's topic."""
+        return kafka_sink_options(ctx)
+
+    def trigger(self, spec: Spec) -> dict[str, str]:
+        """Micro-batches, or real-time mode with ``trigger = "realtime"``."""
+        if spec.replication.trigger == "realtime":
+            ms = round(spec.replication.trigger_interval * 1000) or REALTIME_DEFAULT_MS
+            return {"realTime": f"{ms} milliseconds"}
+        return trigger_of(spec)

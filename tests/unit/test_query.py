@@ -1,0 +1,189 @@
+"""Query building on static DataFrames with one local[1] SparkSession per module."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from arfl.configs.spec import Spec, parse_spec
+from arfl.errors import DeployError
+from arfl.pipelines import query
+from arfl.pipelines.records import parse_result
+from arfl.testing.spark import local_session
+
+pyspark = pytest.importorskip("pyspark")
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    with local_session(app_name="arfl-test-query") as session:
+        yield session
+
+
+def _event(seq: int, user: str, amount: float, ts: int) -> str:
+    return json.dumps({"seq": seq, "user": user, "amount": amount, "ts": ts, "sent_ms": ts + 1})
+
+
+def _raw(spark: SparkSession, values: list[str | None], partition: int = 0) -> DataFrame:
+    rows = [(None if v is None else v.encode(), partition, i) for i, v in enumerate(values)]
+    return spark.createDataFrame(rows, "value binary, partition int, offset long")
+
+
+def _spec(steps: list[dict[str, Any]], event_time: str | None = "ts") -> Spec:
+    source: dict[str, Any] = {"topic": "in"}
+    if event_time:
+        source["event_time"] = event_time
+    return parse_spec({"name": "t", "source": source, "sink": {"topic": "out"}, "steps": steps})
+
+
+def _results(df: DataFrame, spec: Spec, replica: int = 0) -> dict[str, Any]:
+    out = query.build_output(query.parse_events(df, spec), spec, replica)
+    results = {}
+    for row in out.collect():
+        res = parse_result(row.value.encode())
+        assert row.key == res.rid
+        assert res.rid not in results, f"duplicate rid {res.rid}"
+        results[res.rid] = res
+    return results
+
+
+def test_per_record_filter_select_keeps_rid_and_src_ts_after_select_drops_ts(
+    spark: SparkSession,
+) -> None:
+    events = [_event(i, f"u{i % 2}", float(i), 1000 + i) for i in range(6)]
+    spec = _spec([{"filter": "amount >= 3"}, {"select": ["user", "amount * 2 AS double_amount"]}])
+    res = _results(_raw(spark, events, partition=2), spec, replica=1)
+    assert sorted(res) == ["2:3", "2:4", "2:5"]
+    r = res["2:4"]
+    assert r.src_ts == 1004
+    assert r.replica == 1
+    assert r.data == {"user": "u0", "double_amount": 8.0}
+    canonical = json.dumps(r.data, separators=(",", ":"))
+    assert r.hash == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_select_star_does_not_duplicate_hidden_columns(spark: SparkSession) -> None:
+    spec = _spec([{"select": ["*"]}])
+    res = _results(_raw(spark, [_event(1, "a", 5.0, 10)]), spec)
+    assert res["0:0"].data == {"seq": 1, "user": "a", "amount": 5.0, "ts": 10, "sent_ms": 11}
+
+
+def test_unparseable_records_are_dropped_and_counted(spark: SparkSession) -> None:
+    values: list[str | None] = [
+        _event(0, "a", 1.0, 5),
+        "not json",
+        None,
+        '{"seq": 3}',
+        _event(4, "b", 2.0, 9),
+    ]
+    spec = _spec([])
+    parsed = query.parse_events(_raw(spark, values), spec)
+    assert sorted(r["__offset"] for r in parsed.collect()) == [0, 4]
+    res = _results(_raw(spark, values), spec)
+    assert sorted(res) == ["0:0", "0:4"]
+
+
+def test_tumbling_window_counts_sums_and_max_ts(spark: SparkSession) -> None:
+    # user a: ts 100, 900 in [0,1000); 1500 in [1000,2000). user b: 200 in [0,1000).
+    events = [
+        _event(0, "a", 1.0, 100),
+        _event(1, "b", 10.0, 200),
+        _event(2, "a", 2.0, 900),
+        _event(3, "a", 4.0, 1500),
+    ]
+    spec = _spec([
+        {"select": ["user", "amount"]},
+        {"window": {"size": "1s", "key": "user", "agg": {
+            "n": "count(*)", "total": "sum(amount)", "mean": "avg(amount)",
+            "lo": "min(amount)", "hi": "max(amount)"}}},
+    ])
+    res = _results(_raw(spark, events), spec)
+    assert sorted(res) == ["0-1000:a", "0-1000:b", "1000-2000:a"]
+    a0 = res["0-1000:a"]
+    assert a0.src_ts == 900
+    assert a0.data == {"window_start": 0, "window_end": 1000, "user": "a", "n": 2,
+                       "total": 3.0, "mean": 1.5, "lo": 1.0, "hi": 2.0}
+    assert res["1000-2000:a"].data["n"] == 1
+
+
+def test_sliding_window_assigns_each_event_to_every_covering_window(spark: SparkSession) -> None:
+    spec = _spec([{"window": {"size": "2s", "slide": "1s", "key": "user",
+                              "agg": {"n": "count(*)"}}}])
+    res = _results(_raw(spark, [_event(0, "a", 1.0, 1500)]), spec)
+    assert sorted(res) == ["0-2000:a", "1000-3000:a"]
+
+
+def test_steps_after_a_window_filter_on_aggregates(spark: SparkSession) -> None:
+    events = [_event(i, "a" if i < 3 else "b", 1.0, 100 * i) for i in range(4)]
+    spec = _spec([
+        {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}},
+        {"filter": "n > 1"},
+        {"select": ["n"]},
+    ])
+    res = _results(_raw(spark, events), spec)
+    assert list(res) == ["0-1000:a"]
+    assert res["0-1000:a"].data == {"n": 3}
+    assert res["0-1000:a"].src_ts == 200
+
+
+def _add_flag(df: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return df.withColumn("big", F.col("amount") > 5)
+
+
+def _drop_hidden(df: DataFrame) -> DataFrame:
+    return df.select("user")
+
+
+@pytest.fixture
+def transforms(monkeypatch: pytest.MonkeyPatch) -> str:
+    """An importable module ``arfl_test_transforms`` holding the transforms above."""
+    mod = types.ModuleType("arfl_test_transforms")
+    mod.add_flag = _add_flag  # type: ignore[attr-defined]
+    mod.drop_hidden = _drop_hidden  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    return mod.__name__
+
+
+def test_transform_step_is_imported_and_applied(spark: SparkSession, transforms: str) -> None:
+    spec = _spec([{"transform": f"{transforms}:add_flag"}, {"select": ["user", "big"]}])
+    res = _results(_raw(spark, [_event(0, "a", 9.0, 1)]), spec)
+    assert res["0:0"].data == {"user": "a", "big": True}
+
+
+def test_transform_dropping_hidden_columns_is_a_deploy_error(
+    spark: SparkSession, transforms: str
+) -> None:
+    spec = _spec([{"transform": f"{transforms}:drop_hidden"}])
+    with pytest.raises(DeployError, match="dropped hidden column"):
+        _results(_raw(spark, [_event(0, "a", 9.0, 1)]), spec)
+
+
+def test_transform_that_cannot_be_imported_names_the_step(spark: SparkSession) -> None:
+    spec = _spec([{"transform": "no_such_module_xyz:f"}])
+    with pytest.raises(DeployError, match=r"steps\[0\]\.transform: cannot import"):
+        _results(_raw(spark, [_event(0, "a", 9.0, 1)]), spec)
+
+
+def test_window_key_missing_after_select_is_reported(spark: SparkSession) -> None:
+    spec = _spec([{"select": ["amount"]},
+                  {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}])
+    with pytest.raises(DeployError, match=r"steps\[1\]\.window\.key: no column 'user'"):
+        _results(_raw(spark, [_event(0, "a", 9.0, 1)]), spec)
+
+
+def test_event_schema_adds_spec_fields() -> None:
+    spec = parse_spec({"name": "t", "source": {"topic": "in", "event_time": "event_ms",
+                                               "key": "device"},
+                       "sink": {"topic": "out"}})
+    names = query.event_schema(spec).fieldNames()
+    assert names[:5] == ["seq", "user", "amount", "ts", "sent_ms"]
+    assert "event_ms" in names and "device" in names
