@@ -118,6 +118,7 @@ class ReplicaRunner:
         stop_timeout_s: float = 30.0,
         restart_delay_s: float = 0.5,
         crash_loop_limit: int = 5,
+        tree_grace_s: float = 5.0,
     ) -> None:
         """Prepare (but do not start) the replicas.
 
@@ -137,6 +138,8 @@ class ReplicaRunner:
             restart_delay_s: pause before restarting a dead driver.
             crash_loop_limit: give up after this many consecutive deaths before the driver
                 reported an app id (a config or environment problem, not a crash to mask).
+            tree_grace_s: after a driver stopped gracefully, how long its JVMs may take to
+                exit before they are killed.
         """
         self.spec = spec
         self.paths = RunPaths(run_dir)
@@ -152,6 +155,7 @@ class ReplicaRunner:
         self.stop_timeout_s = stop_timeout_s
         self.restart_delay_s = restart_delay_s
         self.crash_loop_limit = crash_loop_limit
+        self.tree_grace_s = tree_grace_s
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -278,15 +282,22 @@ class ReplicaRunner:
                 except subprocess.TimeoutExpired:
                     graceful = False
                 # Descendants of a driver that exited (or that we now kill) go as well.
-                leftovers = [p for p in trees[rep.index] + _tree(rep.proc.pid) if _alive(p)]
+                if not graceful:
+                    rep.proc.kill()
+                # psutil must not wait on the driver itself: it would reap it behind Popen's
+                # back and lose the exit code.
+                leftovers = [
+                    p
+                    for p in trees[rep.index] + _tree(rep.proc.pid)
+                    if p.pid != rep.proc.pid and _alive(p)
+                ]
+                if graceful:
+                    # A stopped driver's JVM exits on its own once its Python parent is gone.
+                    _, leftovers = psutil.wait_procs(leftovers, timeout=self.tree_grace_s)
                 for p in leftovers:
-                    if p.pid != rep.proc.pid:
-                        # Give a gracefully stopped driver's JVMs a moment to exit on their own.
-                        with contextlib.suppress(psutil.Error):
-                            p.wait(timeout=5 if graceful else 0)
-                    with contextlib.suppress(psutil.Error, subprocess.TimeoutExpired):
+                    with contextlib.suppress(psutil.Error):
                         p.kill()
-                _, still = psutil.wait_procs([p for p in leftovers if _alive(p)], timeout=10)
+                _, still = psutil.wait_procs(leftovers, timeout=10)
                 rep.proc.wait()
                 code = rep.proc.returncode
                 if rep.state.status not in ("dead", "stopped"):

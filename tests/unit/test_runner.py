@@ -1,0 +1,169 @@
+"""ReplicaRunner supervision with fake driver processes (no Spark): restart, journal, stop."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from arfl.configs.spec import Spec, parse_spec
+from arfl.errors import DeployError
+from arfl.pipelines.rundir import new_run_dir, read_jsonl
+from arfl.pipelines.runner import ReplicaRunner
+
+# A fake driver: reads its DriverConfig, reports an app id, starts a child (stands in for the
+# driver JVM), records the child's pid, then sleeps. SIGTERM -> exit 0 unless told to ignore it.
+FAKE_DRIVER = r"""
+import json, signal, subprocess, sys, time
+cfg = json.load(open(sys.argv[1]))
+mode = sys.argv[2]
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(cfg["app_id_file"] + ".child", "w") as f:
+    f.write(str(child.pid))
+with open(cfg["app_id_file"], "w") as f:
+    json.dump({"app_id": "app-fake-%d" % cfg["attempt"], "pid": 0}, f)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def _spec(restart: bool = True) -> Spec:
+    return parse_spec({
+        "name": "fake",
+        "source": {"topic": "in"},
+        "sink": {"topic": "out"},
+        "replication": {"mode": "passive", "restart": restart},
+    })
+
+
+def _events(run: Path, name: str | None = None) -> list[dict[str, Any]]:
+    ev = read_jsonl(run / "journal.jsonl")
+    return [e for e in ev if name is None or e["event"] == name]
+
+
+def _wait(cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
+def _fake(tmp_path: Path, mode: str = "normal") -> Callable[[int, Path], list[str]]:
+    script = tmp_path / "fake_driver.py"
+    script.write_text(FAKE_DRIVER)
+    return lambda replica, config: [sys.executable, str(script), str(config), mode]
+
+
+def _runner(spec: Spec, tmp_path: Path, command: Callable[[int, Path], list[str]],
+            **kw: Any) -> ReplicaRunner:
+    run = new_run_dir(tmp_path / "runs", spec.name)
+    return ReplicaRunner(spec, run, "127.0.0.1:1", spark_home=tmp_path / "sh", command=command,
+                         poll_interval_s=0.05, restart_delay_s=0.1, tree_grace_s=0.5,
+                        **kw)
+
+
+def test_crashing_driver_is_restarted_then_given_up_as_a_crash_loop(tmp_path: Path) -> None:
+    crash = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    r = _runner(_spec(), tmp_path, lambda i, c: crash, crash_loop_limit=3)
+    r.start()
+    try:
+        _wait(lambda: r.states()[0].status == "dead")
+        st = r.states()[0]
+        assert st.restarts == 2
+        assert st.exit_code == 3
+        run = r.paths.root
+        died = _events(run, "replica-died")
+        assert [e["exit_code"] for e in died] == [3, 3, 3]
+        restarted = _events(run, "replica-restarted")
+        assert [e["attempt"] for e in restarted] == [1, 2]
+        assert all(e["downtime_s"] >= 0.1 for e in restarted)
+        assert "3 times in a row" in _events(run, "replica-gave-up")[0]["reason"]
+        assert len(_events(run, "replica-started")) == 3
+        with pytest.raises(DeployError, match="replica 0 is dead"):
+            r.wait_ready(timeout_s=1)
+    finally:
+        r.stop()
+
+
+def test_no_restart_when_the_spec_says_so(tmp_path: Path) -> None:
+    crash = [sys.executable, "-c", "import sys; sys.exit(7)"]
+    r = _runner(_spec(restart=False), tmp_path, lambda i, c: crash)
+    with r:
+        _wait(lambda: r.states()[0].status == "dead")
+        assert r.states()[0].restarts == 0
+        assert _events(r.paths.root, "replica-restarted") == []
+        assert _events(r.paths.root, "replica-gave-up")[0]["reason"].startswith("replication")
+
+
+def test_killed_driver_restarts_with_next_attempt_and_its_tree_is_reaped(tmp_path: Path) -> None:
+    r = _runner(_spec(), tmp_path, _fake(tmp_path))
+    r.start()
+    try:
+        st = r.wait_ready(timeout_s=20)[0]
+        assert st.app_id == "app-fake-0"
+        child_file = r.paths.root / "replicas" / "replica-0.app.json.child"
+        first_child = int(child_file.read_text())
+        cfg = json.loads((r.paths.root / "replicas" / "replica-0.json").read_text())
+        assert cfg["attempt"] == 0
+        assert cfg["checkpoint_dir"].endswith("checkpoints/replica-0")
+        assert cfg["output_topic"] == "out.r0"
+
+        killed = r.kill(0)
+        assert killed == st.pid
+        _wait(lambda: r.states()[0].app_id == "app-fake-1")
+        st2 = r.states()[0]
+        assert st2.status == "running"
+        assert st2.restarts == 1
+        assert st2.pid != killed
+        assert not psutil.pid_exists(first_child) or psutil.Process(first_child).status() == (
+            psutil.STATUS_ZOMBIE
+        )
+        died = _events(r.paths.root, "replica-died")
+        assert died[0]["exit_code"] == -9
+        assert died[0]["app_id"] == "app-fake-0"
+        ready = _events(r.paths.root, "replica-ready")
+        assert [e["attempt"] for e in ready] == [0, 1]
+        second_child = int(child_file.read_text())
+    finally:
+        r.stop()
+    assert r.states()[0].status == "stopped"
+    assert not psutil.pid_exists(st2.pid)
+    assert not psutil.pid_exists(second_child)
+    stopped = _events(r.paths.root, "replica-stopped")
+    assert stopped[0]["graceful"] is True
+    assert stopped[0]["exit_code"] == 0
+    log = (r.paths.root / "logs" / "replica-0.log").read_text()
+    assert "attempt 0" in log and "attempt 1" in log
+
+
+def test_stop_kills_a_driver_that_ignores_sigterm(tmp_path: Path) -> None:
+    r = _runner(_spec(), tmp_path, _fake(tmp_path, "ignore-term"), stop_timeout_s=1.0)
+    r.start()
+    st = r.wait_ready(timeout_s=20)[0]
+    child = int((r.paths.root / "replicas" / "replica-0.app.json.child").read_text())
+    t0 = time.monotonic()
+    r.stop()
+    assert time.monotonic() - t0 < 15
+    assert not psutil.pid_exists(st.pid)
+    assert not psutil.pid_exists(child)
+    stopped = _events(r.paths.root, "replica-stopped")[0]
+    assert stopped["graceful"] is False
+    assert stopped["exit_code"] == -9
+    assert _events(r.paths.root, "replica-died") == []
+
+
+def test_kill_unknown_replica_is_an_error(tmp_path: Path) -> None:
+    r = _runner(_spec(), tmp_path, _fake(tmp_path))
+    with r, pytest.raises(DeployError, match=r"no replica 3 \(have 0\.\.0\)"):
+        r.kill(3)
