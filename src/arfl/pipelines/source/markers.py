@@ -18,7 +18,7 @@ EPOCH_FIELD = "__arfl_epoch"
 Headers = Sequence[tuple[str, bytes | None]]
 
 
-def heartbeat(epoch: int, replica: int) -> tuple[bytes, list[tuple[str, bytes]]]:
+def heartbeat(epoch: int, replica: int) -> tuple[bytes, list[tuple[str, str | bytes | None]]]:
     """A heartbeat marker's value and headers.
 
     Args:
