@@ -235,8 +235,18 @@ class FakeConsumer:
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
         if self.batches:
             return list(self.batches.pop(0))
-        threading.Event().wait(min(timeout, 0.01))
+        threading.Event().wait(min(max(timeout, 0), 0.01))
         return []
+
+    def poll(self, timeout: float = -1) -> Any:
+        if self.batches:
+            batch = self.batches[0]
+            msg = batch.pop(0)
+            if not batch:
+                self.batches.pop(0)
+            return msg
+        threading.Event().wait(min(max(timeout, 0), 0.01))
+        return None
 
     def close(self) -> None:
         self.closed = True

@@ -166,3 +166,14 @@ def test_injector_stats_tail(tmp_path: Path) -> None:
     assert tail.poll() == []
     assert tail.summary is not None and tail.summary.produced == 199
     assert tail.latest is not None and tail.latest.sent == 99
+
+
+def test_first_interval_survives_a_start_time_that_rounds_up(tmp_path: Path) -> None:
+    # 0.4567 is written as 0.457 with three decimals: the header must not pass the interval.
+    start = T0 + 0.4567
+    path = tmp_path / "latency.hlog"
+    r = H.IntervalRecorder(start)
+    r.record_ms(3.0)
+    with H.LatencyLogWriter(path, start) as w:
+        w.write(r.roll(T0 + 1))
+    assert [iv.count for iv in H.read_latency_log(path)] == [1]

@@ -155,6 +155,9 @@ class LatencyLogWriter:
         """
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        # Floor to a whole millisecond: the header is written with 3 decimals, and a header
+        # rounded *up* past the first interval's start makes hdrh's reader skip that interval.
+        start_s = math.floor(start_s * 1000) / 1000
         self.base_s = start_s
         self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115
         self._writer = HistogramLogWriter(self._file)

@@ -390,6 +390,10 @@ class Consumer(Protocol):
         """A batch of messages (possibly empty)."""
         ...
 
+    def poll(self, timeout: float = ...) -> Any:
+        """One message or ``None``."""
+        ...
+
     def close(self) -> None:
         """Leave the group."""
         ...
@@ -632,7 +636,13 @@ class Merger:
         try:
             consumer.subscribe(cfg.topics())
             while True:
-                msgs = consumer.consume(num_messages=1000, timeout=0.05)
+                # consume() waits for num_messages *or* the timeout, which would add up to
+                # the timeout to every latency at low rates: drain what is queued without
+                # waiting, and block in poll() (returns on the first message) only if idle.
+                msgs = consumer.consume(num_messages=1000, timeout=0)
+                if not msgs:
+                    one = consumer.poll(0.05)
+                    msgs = [] if one is None else [one]
                 for msg in msgs:
                     err = msg.error()
                     if err is not None:
