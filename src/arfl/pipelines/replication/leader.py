@@ -20,13 +20,25 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from arfl.configs.spec import Spec
 from arfl.errors import DeployError
+from arfl.pipelines.replication.base import (
+    Checkpoint,
+    ReplicaContext,
+    kafka_sink_options,
+    register_mode,
+    trigger_of,
+)
+from arfl.pipelines.source import read_stream
 from arfl.pipelines.source.kafka import REQUEST_TIMEOUT_S, PartitionLog
 from arfl.pipelines.source.offsets import BatchOffset
-from arfl.pipelines.source.options import SourceOptions
+from arfl.pipelines.source.options import DEFAULT_SESSION_TIMEOUT_S, SourceOptions, passthrough
 from arfl.pipelines.source.policy import cap_ends, register_policy
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -455,3 +467,55 @@ class LeaderPolicy:
 
 
 register_policy("active-leader")(LeaderPolicy)
+
+
+def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
+    """The reader options of one active-leader replica.
+
+    Mode options: ``zookeeper`` (required, ``host:port``), ``run_id`` (names the decision
+    topic; the same for all replicas of a run), ``source.<option>`` overrides.
+
+    Raises:
+        DeployError: no ZooKeeper address was given.
+    """
+    zk = ctx.options.get("zookeeper", "")
+    if not zk:
+        raise DeployError(
+            "mode 'active-leader' needs a ZooKeeper address (mode option 'zookeeper'); "
+            "run 'arfl stack up' or set stack.zookeeper"
+        )
+    base = SourceOptions(
+        bootstrap=ctx.bootstrap,
+        topic=spec.source.topic,
+        mode="active-leader",
+        replica=ctx.replica,
+        pipeline=spec.name,
+        max_records_per_batch=spec.replication.max_records_per_batch,
+        zookeeper=zk,
+        session_timeout_s=spec.replication.session_timeout or DEFAULT_SESSION_TIMEOUT_S,
+        decision_topic=decision_topic(spec.name, ctx.options.get("run_id", "run")),
+    )
+    return SourceOptions.parse(base.to_options() | passthrough(ctx.options))
+
+
+@register_mode("active-leader")
+class ActiveLeaderReplication:
+    """R replicas applying the first decision per batch from a leader-written log."""
+
+    name = "active-leader"
+
+    def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
+        """The arfl-kafka source following the decision log (and running for leader)."""
+        return read_stream(spark, source_options(spec, ctx))
+
+    def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
+        """Durable: a restarted replica rejoins from its own checkpoint, same decisions."""
+        return Checkpoint(location=ctx.checkpoint_dir, durable=True)
+
+    def sink_options(self, ctx: ReplicaContext) -> dict[str, str]:
+        """Kafka sink on the replica's own topic."""
+        return kafka_sink_options(ctx)
+
+    def trigger(self, spec: Spec) -> dict[str, str]:
+        """Micro-batches as fast as decisions arrive."""
+        return trigger_of(spec)

@@ -23,13 +23,30 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from arfl.configs.spec import Spec
 from arfl.errors import DeployError
+from arfl.pipelines.replication.base import (
+    Checkpoint,
+    ReplicaContext,
+    kafka_sink_options,
+    register_mode,
+    trigger_of,
+)
+from arfl.pipelines.source import read_stream
 from arfl.pipelines.source.kafka import PartitionLog, TopicLog
 from arfl.pipelines.source.markers import heartbeat
 from arfl.pipelines.source.offsets import BatchOffset
-from arfl.pipelines.source.options import SourceOptions
+from arfl.pipelines.source.options import (
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    SourceOptions,
+    passthrough,
+)
 from arfl.pipelines.source.policy import register_policy
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -289,3 +306,45 @@ class LeaderlessPolicy:
 
 
 register_policy("active-leaderless")(LeaderlessPolicy)
+
+
+def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
+    """The reader options of one active-leaderless replica.
+
+    ``replication.heartbeat_interval`` (default 0.5 s) is the epoch length; mode options
+    ``source.<option>`` (e.g. ``source.heartbeat_skip_active = "false"``) override the rest.
+    """
+    interval = spec.replication.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
+    base = SourceOptions(
+        bootstrap=ctx.bootstrap,
+        topic=spec.source.topic,
+        mode="active-leaderless",
+        replica=ctx.replica,
+        pipeline=spec.name,
+        max_records_per_batch=spec.replication.max_records_per_batch,
+        heartbeat_interval_s=interval,
+    )
+    return SourceOptions.parse(base.to_options() | passthrough(ctx.options))
+
+
+@register_mode("active-leaderless")
+class ActiveLeaderlessReplication:
+    """R replicas, batch boundaries at epoch cuts of the input log; no coordination."""
+
+    name = "active-leaderless"
+
+    def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
+        """The arfl-kafka source with epoch cuts (and this replica's heartbeat ticker)."""
+        return read_stream(spark, source_options(spec, ctx))
+
+    def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
+        """Durable: a restarted replica rejoins from its own checkpoint, same boundaries."""
+        return Checkpoint(location=ctx.checkpoint_dir, durable=True)
+
+    def sink_options(self, ctx: ReplicaContext) -> dict[str, str]:
+        """Kafka sink on the replica's own topic."""
+        return kafka_sink_options(ctx)
+
+    def trigger(self, spec: Spec) -> dict[str, str]:
+        """Micro-batches as fast as boundaries become final."""
+        return trigger_of(spec)

@@ -115,3 +115,8 @@ def _convert(type_name: str, text: str) -> object:
             return False
         raise ValueError(text)
     return text
+
+
+def passthrough(options: Mapping[str, str]) -> dict[str, str]:
+    """Source options given as ``source.<name>`` in a replica's mode options, prefix removed."""
+    return {k.removeprefix("source."): v for k, v in options.items() if k.startswith("source.")}
