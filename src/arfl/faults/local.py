@@ -48,12 +48,20 @@ def _arg(cmd: list[str], flag: str) -> str | None:
 
 
 def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants (empty when ``pid`` is gone)."""
+    """``pid`` and all its live descendants (zombies left out; empty when ``pid`` is gone)."""
     try:
         root = psutil.Process(pid)
-        return [pid, *(c.pid for c in root.children(recursive=True))]
+        procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+    out: list[int] = []
+    for proc in procs:
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out
 
 
 class LocalTarget:

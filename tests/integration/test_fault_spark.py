@@ -1,0 +1,199 @@
+"""Process faults against a real Spark application (local-cluster: real executor JVMs).
+
+One app is shared by the module; kill-replica runs last because it ends the app.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from arfl.faults.base import FaultParams
+from arfl.faults.cgroups import detect
+from arfl.faults.local import LocalTarget, process_tree, restart_suppressed
+from arfl.faults.pending import PendingFaults
+from arfl.faults.runner import ChaosRunner
+from arfl.faults.testing import SparkApp, start_busy_loop, start_spark_app, stop_tree, write_state
+from arfl.pipelines.rundir import read_jsonl
+
+RUN = "chaos-spark"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkApp]:
+    spark = start_spark_app(tmp_path_factory.mktemp("spark"))
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path, app: SparkApp) -> Path:
+    return write_state(
+        tmp_path / RUN, RUN, {0: {"driver_pid": app.driver_pid, "app_id": app.app_id}}
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _events(run_dir: Path, name: str) -> list[dict[str, object]]:
+    return [e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == name]
+
+
+def test_kill_executor_is_replaced_by_a_new_jvm(app: SparkApp, run_dir: Path) -> None:
+    before = app.executors()
+    assert before, "the app has an executor JVM"
+    old_id, old_pid = min(before.items())
+    runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+    out = runner.run_fault(FaultParams("kill-executor", replica=0))
+    assert out.details["pid"] == old_pid and out.details["executor"] == old_id
+    assert not _alive(old_pid)
+    assert out.details["replacement_s"] is not None, out.details
+    new_pid = out.details["replacement_pid"]
+    assert new_pid != old_pid and _alive(int(new_pid))  # type: ignore[arg-type]
+    assert app.executors() == {out.details["replacement_executor"]: new_pid}
+    print(f"executor replacement after SIGKILL: {out.details['replacement_s']} s")
+    inj, rev = _events(run_dir, "fault-injected"), _events(run_dir, "fault-reverted")
+    assert [e["kind"] for e in inj] == ["kill-executor"] and len(rev) == 1
+    assert rev[0]["ended"] >= rev[0]["started"] >= inj[0]["ended"]  # type: ignore[operator]
+    assert not PendingFaults(run_dir).path.exists()
+
+
+def test_pause_stops_every_process_then_resumes(app: SparkApp, run_dir: Path) -> None:
+    pids = process_tree(app.driver_pid)
+    assert len(pids) >= 3  # python driver, driver JVM, executor JVM
+    runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+    during: dict[int, str] = {}
+    pending_during: list[dict[str, object]] = []
+
+    def look(_: object) -> None:
+        pending_during.extend(PendingFaults(run_dir).entries())
+        for p in pids:
+            during[p] = psutil.Process(p).status()
+
+    out = runner.run_fault(FaultParams("pause", replica=0, duration_s=2.0), on_injected=look)
+    assert set(during.values()) == {psutil.STATUS_STOPPED}, during
+    assert [e["kind"] for e in pending_during] == ["pause"]
+    for p in pids:
+        assert psutil.Process(p).status() != psutil.STATUS_STOPPED
+    assert not PendingFaults(run_dir).path.exists()
+    print(
+        f"pause of {len(pids)} processes: stop {out.details['stop_ms']} ms, "
+        f"cont {out.details['cont_ms']} ms"
+    )
+    assert out.details["stop_ms"] is not None and out.details["cont_ms"] is not None
+    # the app keeps running afterwards: its executor is still the same live JVM
+    assert all(_alive(p) for p in app.executors().values())
+
+
+def test_pause_reverted_early_by_stop(app: SparkApp, run_dir: Path) -> None:
+    runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+    t = threading.Thread(
+        target=runner.run_fault, args=(FaultParams("pause", replica=0, duration_s=60.0),)
+    )
+    t0 = time.monotonic()
+    t.start()
+    while not _events(run_dir, "fault-injected"):
+        time.sleep(0.05)
+    runner.stop()
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - t0 < 20
+    assert all(
+        psutil.Process(p).status() != psutil.STATUS_STOPPED for p in process_tree(app.driver_pid)
+    )
+
+
+def _cpu_share(pid: int, seconds: float) -> float:
+    proc = psutil.Process(pid)
+    c0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
+    time.sleep(seconds)
+    return (sum(proc.cpu_times()[:2]) - c0) / (time.monotonic() - t0)
+
+
+def test_slow_throttles_cpu_of_a_busy_process(tmp_path: Path) -> None:
+    try:
+        detect()
+    except Exception as e:  # noqa: BLE001 - reported as the skip reason
+        pytest.skip(str(e))
+    proc, _ = start_busy_loop(tmp_path / "busy")
+    try:
+        run_dir = write_state(tmp_path / "busy-run", "busy-run", {0: {"driver_pid": proc.pid}})
+        free = _cpu_share(proc.pid, 1.5)
+        original = detect().cgroup_of(proc.pid)
+        runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+        shares: list[float] = []
+        cgroup_procs: list[str] = []
+        stats: list[dict[str, int]] = []
+
+        def measure(o: object) -> None:
+            group = Path(runner.outcomes[0].details["cgroup"])
+            cgroup_procs.append((group / "cgroup.procs").read_text())
+            shares.append(_cpu_share(proc.pid, 2.0))
+            lines = (group / "cpu.stat").read_text().split("\n")
+            stats.append({k: int(v) for k, v in (ln.split() for ln in lines if ln)})
+
+        out = runner.run_fault(FaultParams("slow", replica=0, duration_s=0.5), on_injected=measure)
+        after = _cpu_share(proc.pid, 1.5)
+        print(
+            f"busy loop CPU share (1 = one core): free {free:.2f}, throttled {shares[0]:.2f}, "
+            f"after {after:.2f}; cgroup cpu.stat {stats[0]}"
+        )
+        assert str(proc.pid) in cgroup_procs[0].split()
+        # the quota is a hard cap whatever the machine's load: 10 % plus scheduling slack
+        assert shares[0] <= 0.13, shares
+        assert stats[0]["nr_throttled"] > 0, stats  # the kernel actually enforced the quota
+        # and lifted it: the process is back where it was, the group is gone
+        assert detect().cgroup_of(proc.pid) == original
+        assert not Path(out.details["cgroup"]).exists()
+        assert not PendingFaults(run_dir).path.exists()
+    finally:
+        stop_tree(proc.pid)
+        proc.wait(10)
+
+
+def test_slow_moves_a_spark_replica_and_back(app: SparkApp, run_dir: Path) -> None:
+    try:
+        h = detect()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(str(e))
+    pids = process_tree(app.driver_pid)
+    before = {p: h.cgroup_of(p) for p in pids}
+    runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+    seen: list[set[str]] = []
+
+    def look(_: object) -> None:
+        seen.append({h.cgroup_of(p) for p in pids})
+
+    out = runner.run_fault(FaultParams("slow", replica=0, duration_s=1.0), on_injected=look)
+    assert seen[0] == {f"/arfl/{RUN}-r0"}, seen
+    assert {p: h.cgroup_of(p) for p in pids if _alive(p)} == before
+    assert not Path(out.details["cgroup"]).exists()
+    assert not (h.mount / "arfl").exists()
+
+
+def test_kill_replica_without_restart_writes_marker_and_kills_driver(
+    app: SparkApp, run_dir: Path
+) -> None:
+    executors = app.executors()
+    runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+    out = runner.run_fault(FaultParams("kill-replica", replica=0, restart=False))
+    assert out.details["pid"] == app.driver_pid
+    assert restart_suppressed(run_dir, 0)
+    app.proc.wait(10)
+    assert app.proc.returncode == -9
+    # the application dies with its driver: the driver JVM sees stdin close, executors follow
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in executors.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in executors.values())
