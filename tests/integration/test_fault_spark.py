@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from arfl.errors import FaultError
 from arfl.faults.base import FaultParams
 from arfl.faults.cgroups import detect
 from arfl.faults.local import LocalTarget, process_tree, restart_suppressed
@@ -124,7 +125,7 @@ def _cpu_share(pid: int, seconds: float) -> float:
 def test_slow_throttles_cpu_of_a_busy_process(tmp_path: Path) -> None:
     try:
         detect()
-    except Exception as e:  # noqa: BLE001 - reported as the skip reason
+    except FaultError as e:
         pytest.skip(str(e))
     proc, _ = start_busy_loop(tmp_path / "busy")
     try:
@@ -165,7 +166,7 @@ def test_slow_throttles_cpu_of_a_busy_process(tmp_path: Path) -> None:
 def test_slow_moves_a_spark_replica_and_back(app: SparkApp, run_dir: Path) -> None:
     try:
         h = detect()
-    except Exception as e:  # noqa: BLE001
+    except FaultError as e:
         pytest.skip(str(e))
     pids = process_tree(app.driver_pid)
     before = {p: h.cgroup_of(p) for p in pids}
