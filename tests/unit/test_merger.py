@@ -383,3 +383,14 @@ def test_merger_reads_the_input_window_from_injector_stats(tmp_path: Path) -> No
     assert final["input_start"] == pytest.approx(now - 10)
     assert final["input_end"] == pytest.approx(now - 5)
     assert final["end"] - final["start"] < 2
+
+
+def test_main_reports_an_unreachable_broker(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from arfl.pipelines.merger import main
+
+    rc = main(["--bootstrap", "127.0.0.1:1", "--sink", "s", "--replicas", "2",
+               "--run-dir", str(tmp_path), "--connect-timeout", "1"])
+    assert rc == 4
+    err = capsys.readouterr().err
+    assert "127.0.0.1:1" in err and "not reachable" in err

@@ -156,6 +156,8 @@ def producer_config(bootstrap: str, linger_ms: float = 2.0) -> dict[str, Any]:
         "linger.ms": linger_ms,
         "batch.num.messages": 10_000,
         "queue.buffering.max.messages": 1_000_000,
+        # A missing topic is a deploy error, not something to create with broker defaults.
+        "allow.auto.create.topics": False,
         # Same partition for a key as Kafka's Java clients (and Spark) would pick.
         "partitioner": "murmur2_random",
     }

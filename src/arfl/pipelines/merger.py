@@ -441,6 +441,8 @@ def sink_producer_config(bootstrap: str) -> dict[str, Any]:
         "acks": "all",
         "linger.ms": 1,
         "queue.buffering.max.messages": 1_000_000,
+        # A missing topic is a deploy error, not something to create with broker defaults.
+        "allow.auto.create.topics": False,
     }
 
 
@@ -450,10 +452,30 @@ def _kafka_consumer(bootstrap: str, group_id: str) -> Any:
     return KafkaConsumer(consumer_config(bootstrap, group_id))
 
 
-def _kafka_producer(bootstrap: str) -> Any:
+def _kafka_producer(bootstrap: str, sink: str, timeout_s: float) -> Any:
+    """The sink producer, after checking the broker answers and the sink topic exists.
+
+    Raises:
+        DeployError: Kafka unreachable, or no sink topic.
+    """
+    from confluent_kafka import KafkaException
     from confluent_kafka import Producer as KafkaProducer
 
-    return KafkaProducer(sink_producer_config(bootstrap))
+    producer = KafkaProducer(sink_producer_config(bootstrap))
+    try:
+        md = producer.list_topics(topic=sink, timeout=timeout_s)
+    except KafkaException as e:
+        raise DeployError(
+            f"merger: kafka at {bootstrap} not reachable after {timeout_s:.0f}s ({e}); "
+            "run 'arfl stack up' or check stack.kafka"
+        ) from None
+    tmd = md.topics.get(sink)
+    if tmd is None or tmd.error is not None or not tmd.partitions:
+        raise DeployError(
+            f"merger: sink topic {sink!r} does not exist on kafka at {bootstrap}; create it "
+            "first (arfl.stack.topics.ensure_topic) or check sink.topic"
+        )
+    return producer
 
 
 @dataclass(frozen=True)
@@ -476,6 +498,7 @@ class MergerConfig:
             information, once something was received).
         percentiles: shown in monitor lines and ``merger.json``.
         group_id: consumer group (default: a fresh one per run).
+        connect_timeout_s: how long to wait for the broker at start.
     """
 
     bootstrap: str
@@ -491,6 +514,7 @@ class MergerConfig:
     idle_s: float | None = None
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     group_id: str | None = None
+    connect_timeout_s: float = 15.0
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -519,6 +543,7 @@ class MergerConfig:
             "--replicas", str(self.replicas), "--run-dir", str(self.run_dir),
             "--horizon", repr(self.horizon_s), "--max-entries", str(self.max_entries),
             "--percentiles", ",".join(repr(p) for p in self.percentiles),
+            "--connect-timeout", repr(self.connect_timeout_s),
         ]  # fmt: skip
         for flag, val in (
             ("--input-stats", self.input_stats), ("--input-start", self.input_start),
@@ -548,7 +573,9 @@ class Merger:
         self._stop = threading.Event()
         group = config.group_id or f"arfl-merger-{uuid.uuid4().hex[:12]}"
         self._consumer: Consumer = consumer or _kafka_consumer(config.bootstrap, group)
-        self._producer: SinkProducer = producer or _kafka_producer(config.bootstrap)
+        self._producer: SinkProducer = producer or _kafka_producer(
+            config.bootstrap, config.sink, config.connect_timeout_s
+        )
         self._topic_index = {t: i for i, t in enumerate(config.topics())}
         self.core: MergeCore | None = None
         self.delivery_failures = 0
@@ -756,6 +783,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--percentiles", type=_percentile_list, default=DEFAULT_PERCENTILES,
                    help="comma-separated, default 50,90,99,99.9")
     p.add_argument("--group-id", default=None, help="consumer group (default: fresh per run)")
+    p.add_argument("--connect-timeout", type=float, default=15.0,
+                   help="seconds to wait for the broker at start")
     return p
 
 
@@ -773,6 +802,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             input_stats=args.input_stats, input_start=args.input_start,
             input_end=args.input_end, until=args.until, idle_s=args.idle,
             percentiles=args.percentiles, group_id=args.group_id,
+            connect_timeout_s=args.connect_timeout,
         )  # fmt: skip
         merger = Merger(cfg)
     except ArflError as e:
