@@ -401,14 +401,22 @@ class LeaderPolicy:
     Args:
         opts: source options (zookeeper, decision_topic, session timeout, cap, replica).
         log: the input topic.
+        decisions: the decision log (default: a :class:`DecisionLog` on ``decision_topic``).
+        election: the candidacy (default: a :class:`LeaderElection` in ``zookeeper``).
     """
 
-    def __init__(self, opts: SourceOptions, log: PartitionLog) -> None:
+    def __init__(
+        self,
+        opts: SourceOptions,
+        log: PartitionLog,
+        decisions: DecisionLog | None = None,
+        election: LeaderElection | None = None,
+    ) -> None:
         self._input = log
         self._opts = opts
-        self.decisions = DecisionLog(opts.bootstrap, opts.decision_topic, opts.replica)
+        self.decisions = decisions or DecisionLog(opts.bootstrap, opts.decision_topic, opts.replica)
         try:
-            self.election = LeaderElection(
+            self.election = election or LeaderElection(
                 opts.zookeeper, opts.pipeline, opts.replica, opts.session_timeout_s
             )
         except BaseException:

@@ -1,0 +1,174 @@
+"""active-leader decisions: first entry wins, leader/follower logic (fake log and election)."""
+
+from __future__ import annotations
+
+import pytest
+
+from arfl.errors import DeployError
+from arfl.pipelines.replication.leader import Decision, DecisionBook, LeaderPolicy, decision_topic
+from arfl.pipelines.source import BatchOffset, SourceOptions
+from arfl.pipelines.source.offsets import NO_BATCH
+
+
+class FakeInput:
+    def __init__(self, hw: dict[int, int]) -> None:
+        self.hw = hw
+
+    def partitions(self) -> list[int]:
+        return sorted(self.hw)
+
+    def high_watermarks(self) -> dict[int, int]:
+        return dict(self.hw)
+
+    def low_watermarks(self) -> dict[int, int]:
+        return dict.fromkeys(self.hw, 0)
+
+    def offsets_for_time(self, ts_ms: int) -> dict[int, int | None]:
+        raise AssertionError("not used by the leader mode")
+
+
+class FakeDecisionLog:
+    """Shares one list (the one-partition topic) between replicas; each reads in log order."""
+
+    def __init__(self, topic: list[Decision]) -> None:
+        self.topic_entries = topic
+        self.topic = "decisions"
+        self.book = DecisionBook()
+        self.pos = 0
+        self.stale_until_append = False
+
+    def poll(self, timeout_s: float = 0.0) -> int:
+        if self.stale_until_append:
+            return 0  # the broker has not delivered the other leader's entry to us yet
+        n = 0
+        while self.pos < len(self.topic_entries):
+            self.book.add(self.topic_entries[self.pos])
+            self.pos += 1
+            n += 1
+        return n
+
+    def catch_up(self, timeout_s: float = 0.0) -> None:
+        self.poll()
+
+    def append(self, d: Decision) -> None:
+        self.topic_entries.append(d)
+        self.stale_until_append = False
+
+    def wait_for(self, k: int, timeout_s: float) -> Decision | None:
+        self.poll()
+        return self.book.get(k)
+
+    def close(self) -> None:
+        pass
+
+
+class FakeElection:
+    def __init__(self, leader: bool, epoch: int = 1) -> None:
+        self.is_leader = leader
+        self.epoch = epoch
+
+    def close(self) -> None:
+        pass
+
+
+def policy(
+    topic: list[Decision], hw: dict[int, int], leader: bool, replica: int = 0, cap: int = 1000
+) -> tuple[LeaderPolicy, FakeDecisionLog, FakeInput]:
+    opts = SourceOptions(
+        bootstrap="b:1",
+        topic="in",
+        mode="active-leader",
+        replica=replica,
+        zookeeper="z:1",
+        decision_topic="decisions",
+        max_records_per_batch=cap,
+    )
+    dlog = FakeDecisionLog(topic)
+    inp = FakeInput(hw)
+    pol = LeaderPolicy(opts, inp, decisions=dlog, election=FakeElection(leader, epoch=replica))  # type: ignore[arg-type]
+    return pol, dlog, inp
+
+
+START = BatchOffset(NO_BATCH, {0: 0, 1: 0})
+
+
+def test_first_entry_for_k_wins_in_the_book() -> None:
+    book = DecisionBook()
+    a = Decision(0, epoch=3, leader=0, start={0: 0}, end={0: 10})
+    b = Decision(0, epoch=4, leader=1, start={0: 0}, end={0: 20})
+    assert book.add(a)
+    assert not book.add(b)
+    assert book.get(0) == a
+    assert book.ignored == 1
+    assert book.max_k == 0
+
+
+def test_decision_json_round_trip() -> None:
+    d = Decision(5, epoch=7, leader=1, start={0: 3, 10: 4}, end={0: 9, 10: 4})
+    assert Decision.from_json(d.to_json()) == d
+    with pytest.raises(ValueError, match="not a decision"):
+        Decision.from_json(b'{"k": 1}')
+
+
+def test_leader_decides_and_follower_applies_the_same_end() -> None:
+    topic: list[Decision] = []
+    lead, _, inp = policy(topic, {0: 5, 1: 3}, leader=True, replica=0)
+    follow, _, _ = policy(topic, {0: 999, 1: 999}, leader=False, replica=1)
+    assert follow.next_end(START, None) == START  # nothing decided yet: no batch
+    e0 = lead.next_end(START, None)
+    assert e0 == BatchOffset(0, {0: 5, 1: 3})
+    assert follow.next_end(START, None) == e0
+    inp.hw = {0: 5, 1: 3}
+    assert lead.next_end(e0, None) == e0  # nothing new: no empty decision
+    assert len(topic) == 1
+    inp.hw = {0: 8, 1: 3}
+    e1 = lead.next_end(e0, None)
+    assert e1 == BatchOffset(1, {0: 8, 1: 3})
+    assert follow.next_end(e0, None) == e1
+    assert [d.k for d in topic] == [0, 1]
+
+
+def test_leader_caps_a_batch() -> None:
+    topic: list[Decision] = []
+    lead, _, _ = policy(topic, {0: 100, 1: 100}, leader=True, cap=10)
+    assert lead.next_end(START, None) == BatchOffset(0, {0: 5, 1: 5})
+
+
+def test_two_leaders_overlapping_everyone_applies_the_first_entry() -> None:
+    """A deposed leader that has not noticed yet appends a different end for the same k."""
+    topic: list[Decision] = []
+    old, _, _ = policy(topic, {0: 10, 1: 10}, leader=True, replica=0)
+    new, new_log, _ = policy(topic, {0: 20, 1: 20}, leader=True, replica=1)
+    follower, _, _ = policy(topic, {0: 0, 1: 0}, leader=False, replica=2)
+    # The new leader does not see the old one's entry before appending its own for k=0.
+    new_log.stale_until_append = True
+    e_old = old.next_end(START, None)
+    e_new = new.next_end(START, None)
+    assert len(topic) == 2 and topic[0].end != topic[1].end  # both proposed k=0
+    assert e_old == e_new == follower.next_end(START, None) == BatchOffset(0, {0: 10, 1: 10})
+    assert new_log.book.ignored == 1
+
+
+def test_a_new_leader_reads_the_log_before_proposing() -> None:
+    topic: list[Decision] = []
+    old, _, _ = policy(topic, {0: 4, 1: 4}, leader=True, replica=0)
+    e0 = old.next_end(START, None)
+    new, new_log, _ = policy(topic, {0: 50, 1: 50}, leader=True, replica=1)
+    # The new leader's replica is behind (at START): it must apply k=0 as decided, not re-decide.
+    assert new.next_end(START, None) == e0
+    assert len(topic) == 1
+    assert new_log.book.max_k == 0
+
+
+def test_a_decision_that_starts_elsewhere_is_an_error() -> None:
+    topic = [Decision(0, epoch=1, leader=0, start={0: 7, 1: 0}, end={0: 9, 1: 0})]
+    follower, _, _ = policy(topic, {0: 0, 1: 0}, leader=False)
+    with pytest.raises(DeployError, match="replicas disagree on their start"):
+        follower.next_end(START, None)
+
+
+def test_decision_topic_names_are_legal_and_per_run() -> None:
+    a = decision_topic("clicks", "clicks-20261125-2200")
+    b = decision_topic("clicks", "clicks 2026/11/25")
+    assert a == "arfl.clicks.clicks-20261125-2200.decisions"
+    assert b == "arfl.clicks.clicks_2026_11_25.decisions"
