@@ -177,3 +177,18 @@ def test_first_interval_survives_a_start_time_that_rounds_up(tmp_path: Path) -> 
     with H.LatencyLogWriter(path, start) as w:
         w.write(r.roll(T0 + 1))
     assert [iv.count for iv in H.read_latency_log(path)] == [1]
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 20_000])
+def test_fast_percentiles_equal_hdrh(n: int) -> None:
+    import random
+
+    rng = random.Random(n)
+    h = H.new_histogram()
+    for _ in range(n):
+        H.record_ms(h, rng.lognormvariate(2, 2.5))  # 0.01 ms .. minutes
+    ps = (0.0, 1.0, 50.0, 90.0, 99.0, 99.9, 99.99, 100.0)
+    for hist in (h, H.decode(H.encode(h))):  # also a decoded (read-back) histogram
+        assert H.values_at_percentiles(hist, ps) == {
+            p: hist.get_value_at_percentile(p) for p in ps
+        }
