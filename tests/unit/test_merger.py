@@ -394,3 +394,10 @@ def test_main_reports_an_unreachable_broker(tmp_path: Path,
     assert rc == 4
     err = capsys.readouterr().err
     assert "127.0.0.1:1" in err and "not reachable" in err
+
+
+def test_command_runs_the_module(tmp_path: Path) -> None:
+    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=2, run_dir=tmp_path)
+    cmd = cfg.command("/py")
+    assert cmd[:3] == ["/py", "-m", "arfl.pipelines.merger"]
+    assert build_parser().parse_args(cmd[3:]).replicas == 2

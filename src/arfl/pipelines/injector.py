@@ -253,6 +253,14 @@ class InjectorConfig:
             journal_path=journal_path,
         )
 
+    def command(self, python: str | None = None) -> list[str]:
+        """The command line to run this as a process (``python -m arfl.pipelines.injector``).
+
+        Args:
+            python: the interpreter (default: the current one).
+        """
+        return [python or sys.executable, "-m", "arfl.pipelines.injector", *self.argv()]
+
     def argv(self) -> list[str]:
         """Command-line arguments for ``python -m arfl.pipelines.injector``."""
         args = [

@@ -536,6 +536,14 @@ class MergerConfig:
         """The replica topics consumed."""
         return [replica_topic(self.sink, i) for i in range(self.replicas)]
 
+    def command(self, python: str | None = None) -> list[str]:
+        """The command line to run this as a process (``python -m arfl.pipelines.merger``).
+
+        Args:
+            python: the interpreter (default: the current one).
+        """
+        return [python or sys.executable, "-m", "arfl.pipelines.merger", *self.argv()]
+
     def argv(self) -> list[str]:
         """Command-line arguments for ``python -m arfl.pipelines.merger``."""
         args = [
