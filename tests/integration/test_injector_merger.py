@@ -244,12 +244,14 @@ def test_merger_keeps_first_copies_of_two_replicas(
     assert set(lines[-1]["replicas"]) == {"0", "1"}
 
 
-def test_merger_refuses_a_missing_sink_topic(stack: StackInfo, topic_name: str,
-                                             tmp_path: Path) -> None:
+def test_merger_refuses_a_missing_sink_topic(
+    stack: StackInfo, topic_name: str, tmp_path: Path
+) -> None:
     from arfl.errors import DeployError
     from arfl.pipelines.merger import Merger, MergerConfig
 
-    cfg = MergerConfig(bootstrap=stack.kafka, sink=f"{topic_name}.missing", replicas=2,
-                       run_dir=tmp_path)
+    cfg = MergerConfig(
+        bootstrap=stack.kafka, sink=f"{topic_name}.missing", replicas=2, run_dir=tmp_path
+    )
     with pytest.raises(DeployError, match=r"sink topic .*missing.* does not exist"):
         Merger(cfg)

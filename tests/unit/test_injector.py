@@ -48,8 +48,12 @@ class FakeClock:
 class FakeProducer:
     """Records what was produced; delivery callbacks run on poll/flush."""
 
-    def __init__(self, on_produce: Callable[[int], None] | None = None,
-                 buffer_errors: int = 0, fail_every: int = 0) -> None:
+    def __init__(
+        self,
+        on_produce: Callable[[int], None] | None = None,
+        buffer_errors: int = 0,
+        fail_every: int = 0,
+    ) -> None:
         self.records: list[tuple[str, bytes, bytes]] = []
         self._pending: list[Callable[[Any, Any], None]] = []
         self._on_produce = on_produce
@@ -58,8 +62,13 @@ class FakeProducer:
         self.polls = 0
         self.flushed = False
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                on_delivery: Callable[[Any, Any], None] | None = None) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> None:
         if self.buffer_errors:
             self.buffer_errors -= 1
             raise BufferError("queue full")
@@ -109,8 +118,13 @@ def test_event_content_is_deterministic_and_in_range() -> None:
 
 def test_encode_event_is_the_records_format() -> None:
     v = json.loads(encode_event(17, "u42", 37.5, 1764106200123, 1764106200125))
-    assert v == {"seq": 17, "user": "u42", "amount": 37.5, "ts": 1764106200123,
-                 "sent_ms": 1764106200125}
+    assert v == {
+        "seq": 17,
+        "user": "u42",
+        "amount": 37.5,
+        "ts": 1764106200123,
+        "sent_ms": 1764106200125,
+    }
 
 
 def test_intended_times_follow_the_fixed_rate() -> None:
@@ -121,16 +135,14 @@ def test_intended_times_follow_the_fixed_rate() -> None:
 
 def test_on_schedule_every_event_once_with_intended_ts(tmp_path: Path) -> None:
     clock, prod = FakeClock(), FakeProducer()
-    inj = Injector(_config(tmp_path, rate=1000, duration=3.0, keys=10), producer=prod,
-                   clock=clock)
+    inj = Injector(_config(tmp_path, rate=1000, duration=3.0, keys=10), producer=prod, clock=clock)
     summary = inj.run()
     events = prod.events()
     assert [e["seq"] for e in events] == list(range(3000))
     t0_ms = round(clock.wall0 * 1000)
     assert [e["ts"] for e in events] == [t0_ms + i for i in range(3000)]
     assert all(e["sent_ms"] - e["ts"] <= 1 for e in events)  # never sent early, never late
-    assert all(k == e["user"].encode() for (_t, k, _v), e in zip(prod.records, events,
-                                                                 strict=True))
+    assert all(k == e["user"].encode() for (_t, k, _v), e in zip(prod.records, events, strict=True))
     assert {t for t, _k, _v in prod.records} == {"src"}
     assert summary.produced == summary.delivered == 3000
     assert summary.failed == 0 and not summary.stopped_early
@@ -150,10 +162,15 @@ def test_on_schedule_every_event_once_with_intended_ts(tmp_path: Path) -> None:
 def test_same_seed_same_events(tmp_path: Path) -> None:
     def run(seed: int) -> list[tuple[bytes, int, str, float]]:
         prod = FakeProducer()
-        Injector(_config(tmp_path, rate=500, duration=1.0, seed=seed), producer=prod,
-                 clock=FakeClock(wall=1_700_000_000.0 + seed)).run()
-        return [(k, e["seq"], e["user"], e["amount"])
-                for (_t, k, _v), e in zip(prod.records, prod.events(), strict=True)]
+        Injector(
+            _config(tmp_path, rate=500, duration=1.0, seed=seed),
+            producer=prod,
+            clock=FakeClock(wall=1_700_000_000.0 + seed),
+        ).run()
+        return [
+            (k, e["seq"], e["user"], e["amount"])
+            for (_t, k, _v), e in zip(prod.records, prod.events(), strict=True)
+        ]
 
     assert run(3) == run(3)
     assert run(3) != run(4)
@@ -167,8 +184,7 @@ def test_stall_is_caught_up_with_original_intended_times(tmp_path: Path) -> None
             clock.advance(2.0)
 
     prod = FakeProducer(on_produce=stall)
-    summary = Injector(_config(tmp_path, rate=1000, duration=5.0), producer=prod,
-                       clock=clock).run()
+    summary = Injector(_config(tmp_path, rate=1000, duration=5.0), producer=prod, clock=clock).run()
     events = prod.events()
     t0_ms = round(clock.wall0 * 1000)
     assert [e["seq"] for e in events] == list(range(5000))  # nothing skipped
@@ -190,8 +206,7 @@ def test_unsustainable_rate_journals_a_warning(tmp_path: Path) -> None:
     clock = FakeClock()
     # Each send takes 2 ms: at most 500 events/s against a 1000/s target.
     prod = FakeProducer(on_produce=lambda _n: clock.advance(0.002))
-    summary = Injector(_config(tmp_path, rate=1000, duration=2.0), producer=prod,
-                       clock=clock).run()
+    summary = Injector(_config(tmp_path, rate=1000, duration=2.0), producer=prod, clock=clock).run()
     assert summary.produced == 2000  # still all of them, late
     assert summary.achieved_rate == pytest.approx(500, rel=0.05)
     warnings = [e for e in read_jsonl(tmp_path / "journal.jsonl") if e["event"] == "warning"]
@@ -202,20 +217,21 @@ def test_unsustainable_rate_journals_a_warning(tmp_path: Path) -> None:
 
 def test_full_local_queue_is_retried_not_dropped(tmp_path: Path) -> None:
     prod = FakeProducer(buffer_errors=3)
-    summary = Injector(_config(tmp_path, rate=100, duration=1.0), producer=prod,
-                       clock=FakeClock()).run()
+    summary = Injector(
+        _config(tmp_path, rate=100, duration=1.0), producer=prod, clock=FakeClock()
+    ).run()
     assert [e["seq"] for e in prod.events()] == list(range(100))
     assert summary.delivered == 100
 
 
 def test_delivery_failures_are_counted_and_journaled(tmp_path: Path) -> None:
     prod = FakeProducer(fail_every=10)
-    summary = Injector(_config(tmp_path, rate=100, duration=1.0), producer=prod,
-                       clock=FakeClock()).run()
+    summary = Injector(
+        _config(tmp_path, rate=100, duration=1.0), producer=prod, clock=FakeClock()
+    ).run()
     assert summary.failed > 0
     assert summary.failed + summary.delivered == 100
-    msgs = [e["message"] for e in read_jsonl(tmp_path / "journal.jsonl")
-            if e["event"] == "warning"]
+    msgs = [e["message"] for e in read_jsonl(tmp_path / "journal.jsonl") if e["event"] == "warning"]
     assert any("not delivered" in m and "broker down" in m for m in msgs)
 
 
@@ -244,16 +260,15 @@ def test_start_at_delays_the_schedule(tmp_path: Path) -> None:
     clock = FakeClock()
     start = clock.wall0 + 2.5
     prod = FakeProducer()
-    Injector(_config(tmp_path, rate=10, duration=1.0, start_at=start), producer=prod,
-             clock=clock).run()
+    Injector(
+        _config(tmp_path, rate=10, duration=1.0, start_at=start), producer=prod, clock=clock
+    ).run()
     events = prod.events()
     assert events[0]["ts"] == round(start * 1000)
     assert events[0]["sent_ms"] >= events[0]["ts"]
 
 
-@pytest.mark.parametrize(
-    ("field", "value"), [("rate", 0), ("duration_s", 0.0), ("keys", 0)]
-)
+@pytest.mark.parametrize(("field", "value"), [("rate", 0), ("duration_s", 0.0), ("keys", 0)])
 def test_bad_config_is_a_deploy_error(field: str, value: float) -> None:
     kw: dict[str, Any] = {"bootstrap": "x:1", "topic": "t", "rate": 10, "duration_s": 1.0}
     kw[field] = value
@@ -267,15 +282,33 @@ def test_argv_round_trips_through_the_parser(tmp_path: Path) -> None:
     cfg = _config(tmp_path, rate=1234, duration=2.5, keys=7, seed=9, start_at=1.5)
     a = build_parser().parse_args(cfg.argv())
     assert (a.bootstrap, a.topic, a.rate, a.duration, a.keys, a.seed, a.start_at) == (
-        "127.0.0.1:1", "src", 1234, 2.5, 7, 9, 1.5
+        "127.0.0.1:1",
+        "src",
+        1234,
+        2.5,
+        7,
+        9,
+        1.5,
     )
     assert a.stats == tmp_path / "stats.jsonl" and a.journal == tmp_path / "journal.jsonl"
 
 
 def test_main_reports_an_unreachable_broker(capsys: pytest.CaptureFixture[str]) -> None:
     # Port 1 on loopback refuses connections: the error names the address and what to do.
-    rc = main(["--bootstrap", "127.0.0.1:1", "--topic", "t", "--rate", "10",
-               "--duration", "1", "--connect-timeout", "1"])
+    rc = main(
+        [
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--topic",
+            "t",
+            "--rate",
+            "10",
+            "--duration",
+            "1",
+            "--connect-timeout",
+            "1",
+        ]
+    )
     assert rc == 4
     err = capsys.readouterr().err
     assert "127.0.0.1:1" in err and "not reachable" in err

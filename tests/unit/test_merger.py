@@ -54,7 +54,11 @@ def test_copy_with_other_hash_is_a_divergence_naming_both_replicas() -> None:
     assert not first
     assert div is not None
     assert (div.rid, div.first_replica, div.first_hash, div.replica, div.hash) == (
-        "a", 1, "h1", 0, "h2"
+        "a",
+        1,
+        "h1",
+        0,
+        "h2",
     )
 
 
@@ -206,8 +210,9 @@ def test_core_gap_follows_first_copies_not_duplicates() -> None:
 
 
 class FakeMessage:
-    def __init__(self, topic: str, key: bytes | None, value: bytes | None,
-                 error: Any = None) -> None:
+    def __init__(
+        self, topic: str, key: bytes | None, value: bytes | None, error: Any = None
+    ) -> None:
         self._t, self._k, self._v, self._e = topic, key, value, error
 
     def topic(self) -> str:
@@ -256,8 +261,13 @@ class FakeProducer:
     def __init__(self) -> None:
         self.records: list[tuple[str, bytes | None, bytes | None]] = []
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                on_delivery: Callable[[Any, Any], None] | None = None) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> None:
         self.records.append((topic, key, value))
         if on_delivery:
             on_delivery(None, None)
@@ -285,10 +295,12 @@ def test_merger_writes_first_copies_files_and_journal(tmp_path: Path) -> None:
     now_ms = int(time.time() * 1000)
     batches = [
         [FakeMessage(t0, b"a", rec("a", now_ms, 0)), FakeMessage(t1, b"a", rec("a", now_ms, 1))],
-        [FakeMessage(t1, b"b", rec("b", now_ms, 1, h="x")),
-         FakeMessage(t0, b"b", rec("b", now_ms, 0, h="y")),
-         FakeMessage(t0, b"junk", b"\xff not json"),
-         FakeMessage(t1, None, None, error=FakeError())],
+        [
+            FakeMessage(t1, b"b", rec("b", now_ms, 1, h="x")),
+            FakeMessage(t0, b"b", rec("b", now_ms, 0, h="y")),
+            FakeMessage(t0, b"junk", b"\xff not json"),
+            FakeMessage(t1, None, None, error=FakeError()),
+        ],
         [FakeMessage(t0, b"c", rec("c", now_ms, 0))],
     ]
     consumer, producer = FakeConsumer(batches), FakeProducer()
@@ -298,9 +310,7 @@ def test_merger_writes_first_copies_files_and_journal(tmp_path: Path) -> None:
     assert consumer.subscribed == [t0, t1] and consumer.closed
     assert [(t, k) for t, k, _v in producer.records] == [(sink, b"a"), (sink, b"b"), (sink, b"c")]
     assert producer.records[1][2] == rec("b", now_ms, 1, h="x")  # unchanged first copy
-    assert (final["results"], final["duplicates"], final["divergent"], final["bad"]) == (
-        3, 2, 1, 1
-    )
+    assert (final["results"], final["duplicates"], final["divergent"], final["bad"]) == (3, 2, 1, 1)
     assert final["consumer_errors"] == 1 and final["delivery_failures"] == 0
     assert json.loads((tmp_path / "merger.json").read_text())["results"] == 3
 
@@ -323,8 +333,9 @@ def test_merger_writes_first_copies_files_and_journal(tmp_path: Path) -> None:
 def test_merger_stops_on_until(tmp_path: Path) -> None:
     import time
 
-    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path,
-                       until=time.time() + 0.3)
+    cfg = MergerConfig(
+        bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, until=time.time() + 0.3
+    )
     start = time.time()
     final = Merger(cfg, consumer=FakeConsumer([]), producer=FakeProducer()).run()
     assert 0.25 <= time.time() - start < 3
@@ -351,17 +362,41 @@ def test_merger_journals_only_the_first_divergences(tmp_path: Path) -> None:
 def test_merger_config_validation_and_argv(tmp_path: Path) -> None:
     with pytest.raises(DeployError, match="replicas"):
         MergerConfig(bootstrap="x:1", sink="s", replicas=0, run_dir=tmp_path)
-    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=3, run_dir=tmp_path,
-                       input_stats=tmp_path / "inj.jsonl", idle_s=5.0,
-                       percentiles=(50.0, 99.99))
+    cfg = MergerConfig(
+        bootstrap="x:1",
+        sink="s",
+        replicas=3,
+        run_dir=tmp_path,
+        input_stats=tmp_path / "inj.jsonl",
+        idle_s=5.0,
+        percentiles=(50.0, 99.99),
+    )
     a = build_parser().parse_args(cfg.argv())
     assert (a.bootstrap, a.sink, a.replicas, a.run_dir, a.input_stats, a.idle, a.percentiles) == (
-        "x:1", "s", 3, tmp_path, tmp_path / "inj.jsonl", 5.0, (50.0, 99.99)
+        "x:1",
+        "s",
+        3,
+        tmp_path,
+        tmp_path / "inj.jsonl",
+        5.0,
+        (50.0, 99.99),
     )
     assert cfg.topics() == ["s.r0", "s.r1", "s.r2"]
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["--bootstrap", "x", "--sink", "s", "--replicas", "1",
-                                   "--run-dir", "d", "--percentiles", "0,101"])
+        build_parser().parse_args(
+            [
+                "--bootstrap",
+                "x",
+                "--sink",
+                "s",
+                "--replicas",
+                "1",
+                "--run-dir",
+                "d",
+                "--percentiles",
+                "0,101",
+            ]
+        )
 
 
 def test_merger_reads_the_input_window_from_injector_stats(tmp_path: Path) -> None:
@@ -370,14 +405,38 @@ def test_merger_reads_the_input_window_from_injector_stats(tmp_path: Path) -> No
     stats = tmp_path / "inj.jsonl"
     now = time.time()
     stats.write_text(
-        json.dumps({"type": "second", "t": now - 9, "t0": now - 10, "sent": 5, "target": 5,
-                    "behind_ms": 0, "total": 5}) + "\n"
-        + json.dumps({"type": "summary", "t": now - 5, "t0": now - 10, "end": now - 5,
-                      "produced": 25, "delivered": 25, "failed": 0, "target_rate": 5,
-                      "achieved_rate": 5.0, "max_behind_ms": 0.1, "duration_s": 5.0}) + "\n"
+        json.dumps(
+            {
+                "type": "second",
+                "t": now - 9,
+                "t0": now - 10,
+                "sent": 5,
+                "target": 5,
+                "behind_ms": 0,
+                "total": 5,
+            }
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "type": "summary",
+                "t": now - 5,
+                "t0": now - 10,
+                "end": now - 5,
+                "produced": 25,
+                "delivered": 25,
+                "failed": 0,
+                "target_rate": 5,
+                "achieved_rate": 5.0,
+                "max_behind_ms": 0.1,
+                "duration_s": 5.0,
+            }
+        )
+        + "\n"
     )
-    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path,
-                       input_stats=stats, idle_s=0.2)
+    cfg = MergerConfig(
+        bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, input_stats=stats, idle_s=0.2
+    )
     # Input ended 5 s ago and nothing arrives: the idle stop applies right away.
     final = Merger(cfg, consumer=FakeConsumer([]), producer=FakeProducer()).run()
     assert final["input_start"] == pytest.approx(now - 10)
@@ -385,12 +444,25 @@ def test_merger_reads_the_input_window_from_injector_stats(tmp_path: Path) -> No
     assert final["end"] - final["start"] < 2
 
 
-def test_main_reports_an_unreachable_broker(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_reports_an_unreachable_broker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from arfl.pipelines.merger import main
 
-    rc = main(["--bootstrap", "127.0.0.1:1", "--sink", "s", "--replicas", "2",
-               "--run-dir", str(tmp_path), "--connect-timeout", "1"])
+    rc = main(
+        [
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--sink",
+            "s",
+            "--replicas",
+            "2",
+            "--run-dir",
+            str(tmp_path),
+            "--connect-timeout",
+            "1",
+        ]
+    )
     assert rc == 4
     err = capsys.readouterr().err
     assert "127.0.0.1:1" in err and "not reachable" in err

@@ -29,8 +29,7 @@ def test_percentiles_in_ms_with_three_significant_digits() -> None:
 
 def test_empty_histogram_has_no_percentiles() -> None:
     p = H.percentiles_ms(H.new_histogram())
-    assert p == {"p50": None, "p90": None, "p99": None, "p99.9": None, "max": None,
-                 "count": 0}
+    assert p == {"p50": None, "p90": None, "p99": None, "p99.9": None, "max": None, "count": 0}
 
 
 def test_out_of_range_values_are_clamped_not_lost() -> None:
@@ -44,7 +43,10 @@ def test_out_of_range_values_are_clamped_not_lost() -> None:
 
 def test_percentile_keys() -> None:
     assert [H.percentile_key(p) for p in (50, 90.0, 99.9, 99.99)] == [
-        "p50", "p90", "p99.9", "p99.99"
+        "p50",
+        "p90",
+        "p99.9",
+        "p99.99",
     ]
 
 
@@ -78,8 +80,9 @@ def test_interval_log_round_trips_through_hdrh_reader(tmp_path: Path) -> None:
     written = _write_log(path)
     text = path.read_text()
     assert text.startswith("#test\n#[Histogram log format version 1.2]\n#[StartTime: ")
-    assert '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"' \
-        in text
+    assert (
+        '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"' in text
+    )
 
     # hdrh's own reader, as another tool would use it.
     reader = HistogramLogReader(str(path), H.new_histogram())
@@ -137,8 +140,11 @@ def _monitor_line(t: float, results: int) -> dict[str, object]:
 def test_monitor_tail_parses_snapshots(tmp_path: Path) -> None:
     path = tmp_path / "monitor.jsonl"
     path.write_text(
-        json.dumps(_monitor_line(T0, 10)) + "\n" + '{"t": "garbage"}\n'
-        + json.dumps(_monitor_line(T0 + 1, 20)) + "\n"
+        json.dumps(_monitor_line(T0, 10))
+        + "\n"
+        + '{"t": "garbage"}\n'
+        + json.dumps(_monitor_line(T0 + 1, 20))
+        + "\n"
     )
     tail = MonitorTail(path)
     snaps = tail.poll()
@@ -152,15 +158,33 @@ def test_monitor_tail_parses_snapshots(tmp_path: Path) -> None:
 
 def test_injector_stats_tail(tmp_path: Path) -> None:
     path = tmp_path / "inj.jsonl"
-    line = {"type": "second", "t": T0 + 1, "t0": T0, "sent": 99, "target": 100,
-            "behind_ms": 1.5, "total": 99}
+    line = {
+        "type": "second",
+        "t": T0 + 1,
+        "t0": T0,
+        "sent": 99,
+        "target": 100,
+        "behind_ms": 1.5,
+        "total": 99,
+    }
     path.write_text(json.dumps(line) + "\n")
     tail = InjectorStatsTail(path)
     assert [s.sent for s in tail.poll()] == [99]
     assert tail.t0 == T0 and tail.summary is None
-    summary = {"type": "summary", "t": T0 + 2, "t0": T0, "end": T0 + 1.9, "produced": 199,
-               "delivered": 199, "failed": 0, "target_rate": 100, "achieved_rate": 99.5,
-               "max_behind_ms": 1.5, "duration_s": 2.0, "stopped_early": False}
+    summary = {
+        "type": "summary",
+        "t": T0 + 2,
+        "t0": T0,
+        "end": T0 + 1.9,
+        "produced": 199,
+        "delivered": 199,
+        "failed": 0,
+        "target_rate": 100,
+        "achieved_rate": 99.5,
+        "max_behind_ms": 1.5,
+        "duration_s": 2.0,
+        "stopped_early": False,
+    }
     with open(path, "a") as f:
         f.write(json.dumps(summary) + "\n")
     assert tail.poll() == []
@@ -189,6 +213,4 @@ def test_fast_percentiles_equal_hdrh(n: int) -> None:
         H.record_ms(h, rng.lognormvariate(2, 2.5))  # 0.01 ms .. minutes
     ps = (0.0, 1.0, 50.0, 90.0, 99.0, 99.9, 99.99, 100.0)
     for hist in (h, H.decode(H.encode(h))):  # also a decoded (read-back) histogram
-        assert H.values_at_percentiles(hist, ps) == {
-            p: hist.get_value_at_percentile(p) for p in ps
-        }
+        assert H.values_at_percentiles(hist, ps) == {p: hist.get_value_at_percentile(p) for p in ps}

@@ -36,11 +36,32 @@ def _text(renderable: object) -> str:
 
 def test_render_shows_percentiles_rates_gap_replicas_and_faults() -> None:
     inj = InjectorSecond(t=T0, t0=T0 - 10, sent=1000, target=1000, behind_ms=0.0, total=10_000)
-    text = _text(render(_snapshot(divergent=3), inj, {0: "running", 1: "restarting"},
-                        ["kill-driver replica 1"]))
-    for s in ("p50", "p90", "p99", "p99.9", "max", "12.3", "45.6", "150", "2,500", "3,100",
-              "11.0", "input 1000/s", "output 987/s", "longest gap 4,321 ms",
-              "running", "restarting", "9,100", "kill-driver replica 1", "divergent 3"):
+    text = _text(
+        render(
+            _snapshot(divergent=3), inj, {0: "running", 1: "restarting"}, ["kill-driver replica 1"]
+        )
+    )
+    for s in (
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "max",
+        "12.3",
+        "45.6",
+        "150",
+        "2,500",
+        "3,100",
+        "11.0",
+        "input 1000/s",
+        "output 987/s",
+        "longest gap 4,321 ms",
+        "running",
+        "restarting",
+        "9,100",
+        "kill-driver replica 1",
+        "divergent 3",
+    ):
         assert s in text, s
 
 

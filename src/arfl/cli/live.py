@@ -98,8 +98,13 @@ def _rates(snap: MonitorSnapshot | None, inj: InjectorSecond | None) -> Text:
 
 def _replica_table(snap: MonitorSnapshot | None, states: Mapping[int, str]) -> Table:
     t = Table(title="replicas", title_justify="left")
-    for col, just in (("replica", "left"), ("state", "left"), ("received", "right"),
-                      ("first-copy wins", "right"), ("lag ms", "right")):
+    for col, just in (
+        ("replica", "left"),
+        ("state", "left"),
+        ("received", "right"),
+        ("first-copy wins", "right"),
+        ("lag ms", "right"),
+    ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     ids = sorted(set(states) | set(snap.replicas if snap else {}))
     for r in ids:

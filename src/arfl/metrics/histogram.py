@@ -99,7 +99,8 @@ def values_at_percentiles(histogram: Any, percentiles: Sequence[float]) -> dict[
             continue
         value = histogram.get_value_from_index(index)
         out[p] = int(
-            histogram.get_highest_equivalent_value(value) if p
+            histogram.get_highest_equivalent_value(value)
+            if p
             else histogram.get_lowest_equivalent_value(value)
         )
     return out
@@ -254,8 +255,9 @@ def read_latency_log(path: Path) -> list[IntervalHistogram]:
     return list(iter_latency_log(path))
 
 
-def merge(intervals: Sequence[IntervalHistogram], start_s: float = -math.inf,
-          end_s: float = math.inf) -> Any:
+def merge(
+    intervals: Sequence[IntervalHistogram], start_s: float = -math.inf, end_s: float = math.inf
+) -> Any:
     """One histogram adding every interval that starts within ``[start_s, end_s)``.
 
     Used for per-phase percentiles (warm-up, before / during / after a fault).

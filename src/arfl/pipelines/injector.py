@@ -163,8 +163,9 @@ def producer_config(bootstrap: str, linger_ms: float = 2.0) -> dict[str, Any]:
     }
 
 
-def connect_producer(bootstrap: str, topic: str, linger_ms: float = 2.0,
-                     timeout_s: float = 15.0) -> Any:
+def connect_producer(
+    bootstrap: str, topic: str, linger_ms: float = 2.0, timeout_s: float = 15.0
+) -> Any:
     """A confluent-kafka producer, after checking the broker answers and the topic exists.
 
     Raises:
@@ -325,8 +326,9 @@ class Injector:
         key = user.encode()
         while True:
             try:
-                self._producer.produce(cfg.topic, value=value, key=key,
-                                       on_delivery=self._on_delivery)
+                self._producer.produce(
+                    cfg.topic, value=value, key=key, on_delivery=self._on_delivery
+                )
                 return
             except BufferError:
                 # Local queue full: the broker is slower than the schedule. Wait for room;
@@ -354,8 +356,15 @@ class Injector:
         t0_wall = t0_ms / 1000
         rate, total = cfg.rate, self.total
         if journal:
-            journal.write("injector_started", topic=cfg.topic, rate=rate,
-                          duration_s=cfg.duration_s, events=total, t0=t0_wall, seed=cfg.seed)
+            journal.write(
+                "injector_started",
+                topic=cfg.topic,
+                rate=rate,
+                duration_s=cfg.duration_s,
+                events=total,
+                t0=t0_wall,
+                seed=cfg.seed,
+            )
 
         seq = 0
         second = 1  # index of the next stats boundary (t0 + second)
@@ -487,10 +496,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", type=Path, default=None, help="per-second stats JSONL file")
     p.add_argument("--journal", type=Path, default=None, help="run journal JSONL file")
     p.add_argument("--linger-ms", type=float, default=2.0, help="producer linger.ms")
-    p.add_argument("--start-at", type=float, default=None,
-                   help="epoch seconds to start the schedule (default: now)")
-    p.add_argument("--connect-timeout", type=float, default=15.0,
-                   help="seconds to wait for the broker at start")
+    p.add_argument(
+        "--start-at",
+        type=float,
+        default=None,
+        help="epoch seconds to start the schedule (default: now)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=15.0,
+        help="seconds to wait for the broker at start",
+    )
     return p
 
 
@@ -521,8 +538,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = injector.run()
     print(json.dumps(summary.to_dict()), flush=True)
     if summary.failed:
-        print(f"error: injector: {summary.failed} events not delivered to {cfg.topic} at "
-              f"{cfg.bootstrap}: {injector.first_error}", file=sys.stderr)
+        print(
+            f"error: injector: {summary.failed} events not delivered to {cfg.topic} at "
+            f"{cfg.bootstrap}: {injector.first_error}",
+            file=sys.stderr,
+        )
         return int(DeployError.exit_code)
     return 0
 

@@ -94,8 +94,9 @@ class Divergence:
 class DedupState:
     """First-copy-wins memory of result ids, bounded by age and by size."""
 
-    def __init__(self, horizon_s: float = DEFAULT_HORIZON_S,
-                 max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(
+        self, horizon_s: float = DEFAULT_HORIZON_S, max_entries: int = DEFAULT_MAX_ENTRIES
+    ) -> None:
         """Args:
         horizon_s: forget an id this long after its first copy arrived.
         max_entries: forget the oldest ids beyond this many.
@@ -114,8 +115,9 @@ class DedupState:
     def __contains__(self, rid: object) -> bool:
         return rid in self._seen
 
-    def offer(self, rid: str, replica: int, content_hash: str,
-              arrival_s: float) -> tuple[bool, Divergence | None]:
+    def offer(
+        self, rid: str, replica: int, content_hash: str, arrival_s: float
+    ) -> tuple[bool, Divergence | None]:
         """Offer one copy.
 
         Returns:
@@ -281,8 +283,9 @@ class MergeCore:
         self.received = 0
         self._second = _Second()
 
-    def on_record(self, replica: int, value: bytes | None,
-                  arrival_s: float) -> tuple[Outcome, Divergence | None]:
+    def on_record(
+        self, replica: int, value: bytes | None, arrival_s: float
+    ) -> tuple[Outcome, Divergence | None]:
         """Process one record read from replica ``replica``'s topic at ``arrival_s``.
 
         Returns:
@@ -351,7 +354,8 @@ class MergeCore:
         """The counts for ``merger.json``."""
         first = self.gaps.first_output
         delay = (
-            None if first is None or self.window.start is None
+            None
+            if first is None or self.window.start is None
             else round((first - self.window.start) * 1000, 3)
         )
         return {
@@ -402,8 +406,13 @@ class Consumer(Protocol):
 class SinkProducer(Protocol):
     """The part of ``confluent_kafka.Producer`` the merger uses."""
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                on_delivery: Callable[[Any, Any], None] | None = None) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> None:
         """Queue one record."""
         ...
 
@@ -600,8 +609,9 @@ class Merger:
             if self._first_delivery_error is None:
                 self._first_delivery_error = str(err)
 
-    def _update_window(self, window: InputWindow, tail: InjectorStatsTail | None,
-                       now: float) -> None:
+    def _update_window(
+        self, window: InputWindow, tail: InjectorStatsTail | None, now: float
+    ) -> None:
         cfg = self.config
         if tail is not None:
             tail.poll()
@@ -618,18 +628,24 @@ class Merger:
         if cfg.input_end is not None:
             window.end = cfg.input_end
 
-    def _should_stop(self, now: float, last_record: float | None, window: InputWindow,
-                     started: float) -> bool:
+    def _should_stop(
+        self, now: float, last_record: float | None, window: InputWindow, started: float
+    ) -> bool:
         cfg = self.config
         if self._stop.is_set():
             return True
         if cfg.until is not None and now >= cfg.until:
             return True
         if cfg.idle_s is not None:
-            input_over = (window.end is not None and now > window.end) if (
-                cfg.input_stats is not None or cfg.input_start is not None
-                or cfg.input_end is not None
-            ) else last_record is not None
+            input_over = (
+                (window.end is not None and now > window.end)
+                if (
+                    cfg.input_stats is not None
+                    or cfg.input_start is not None
+                    or cfg.input_end is not None
+                )
+                else last_record is not None
+            )
             quiet_since = last_record if last_record is not None else started
             if input_over and now - quiet_since >= cfg.idle_s:
                 return True
@@ -661,8 +677,13 @@ class Merger:
             comment=f"arfl merger: end-to-end latency (us) of first copies, sink {cfg.sink}",
         )  # fmt: skip
         monitor: IO[str] = open(paths.monitor, "a", encoding="utf-8")  # noqa: SIM115
-        journal.write("merger_started", sink=cfg.sink, replicas=cfg.replicas,
-                      topics=cfg.topics(), horizon_s=cfg.horizon_s)
+        journal.write(
+            "merger_started",
+            sink=cfg.sink,
+            replicas=cfg.replicas,
+            topics=cfg.topics(),
+            horizon_s=cfg.horizon_s,
+        )
         journaled = 0
         error_codes: set[str] = set()
         last_record: float | None = None
@@ -685,8 +706,12 @@ class Merger:
                         code = str(err.name() if hasattr(err, "name") else err)
                         if code not in error_codes:  # journal each kind once
                             error_codes.add(code)
-                            journal.write("warning", component="merger",
-                                          message=f"consumer error: {err}", code=code)
+                            journal.write(
+                                "warning",
+                                component="merger",
+                                message=f"consumer error: {err}",
+                                code=code,
+                            )
                         continue
                     arrival = time.time()
                     last_record = arrival
@@ -739,16 +764,18 @@ class Merger:
                 "delivery_failures",
             )})  # fmt: skip
             if final["delivery_failures"]:
-                journal.write("warning", component="merger",
-                              message=f"{final['delivery_failures']} results not written to "
-                              f"{sink}: {self._first_delivery_error or 'flush timed out'}")
+                journal.write(
+                    "warning",
+                    component="merger",
+                    message=f"{final['delivery_failures']} results not written to "
+                    f"{sink}: {self._first_delivery_error or 'flush timed out'}",
+                )
         return final
 
     def _produce(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key,
-                                       on_delivery=self._on_delivery)
+                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
                 return
             except BufferError:
                 self._producer.poll(0.005)
@@ -777,22 +804,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sink", required=True, help="final sink topic (replica i writes SINK.rI)")
     p.add_argument("--replicas", type=int, required=True, help="number of replicas")
     p.add_argument("--run-dir", type=Path, required=True, help="run directory")
-    p.add_argument("--horizon", type=float, default=DEFAULT_HORIZON_S,
-                   help="dedup horizon in seconds (default 300)")
-    p.add_argument("--max-entries", type=int, default=DEFAULT_MAX_ENTRIES,
-                   help="dedup size bound")
-    p.add_argument("--input-stats", type=Path, default=None,
-                   help="the injector's stats JSONL (input window for gap measurement)")
+    p.add_argument(
+        "--horizon",
+        type=float,
+        default=DEFAULT_HORIZON_S,
+        help="dedup horizon in seconds (default 300)",
+    )
+    p.add_argument("--max-entries", type=int, default=DEFAULT_MAX_ENTRIES, help="dedup size bound")
+    p.add_argument(
+        "--input-stats",
+        type=Path,
+        default=None,
+        help="the injector's stats JSONL (input window for gap measurement)",
+    )
     p.add_argument("--input-start", type=float, default=None, help="input start, epoch s")
     p.add_argument("--input-end", type=float, default=None, help="input end, epoch s")
     p.add_argument("--until", type=float, default=None, help="stop at this epoch time")
-    p.add_argument("--idle", type=float, default=None,
-                   help="stop after this many seconds without records once input ended")
-    p.add_argument("--percentiles", type=_percentile_list, default=DEFAULT_PERCENTILES,
-                   help="comma-separated, default 50,90,99,99.9")
+    p.add_argument(
+        "--idle",
+        type=float,
+        default=None,
+        help="stop after this many seconds without records once input ended",
+    )
+    p.add_argument(
+        "--percentiles",
+        type=_percentile_list,
+        default=DEFAULT_PERCENTILES,
+        help="comma-separated, default 50,90,99,99.9",
+    )
     p.add_argument("--group-id", default=None, help="consumer group (default: fresh per run)")
-    p.add_argument("--connect-timeout", type=float, default=15.0,
-                   help="seconds to wait for the broker at start")
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=15.0,
+        help="seconds to wait for the broker at start",
+    )
     return p
 
 
@@ -823,11 +869,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     final = merger.run()
-    print(json.dumps({k: final[k] for k in ("results", "duplicates", "divergent", "bad",
-                                             "evicted", "latency_ms")}), flush=True)
+    print(
+        json.dumps(
+            {
+                k: final[k]
+                for k in ("results", "duplicates", "divergent", "bad", "evicted", "latency_ms")
+            }
+        ),
+        flush=True,
+    )
     if final["delivery_failures"]:
-        print(f"error: merger: {final['delivery_failures']} results not written to "
-              f"{cfg.sink} at {cfg.bootstrap}", file=sys.stderr)
+        print(
+            f"error: merger: {final['delivery_failures']} results not written to "
+            f"{cfg.sink} at {cfg.bootstrap}",
+            file=sys.stderr,
+        )
         return int(DeployError.exit_code)
     return 0
 
