@@ -32,7 +32,7 @@ from arfl.pipelines.replication.base import (
     trigger_of,
 )
 from arfl.pipelines.source import read_stream
-from arfl.pipelines.source.kafka import REQUEST_TIMEOUT_S, PartitionLog
+from arfl.pipelines.source.kafka import REQUEST_TIMEOUT_S, PartitionLog, retry
 from arfl.pipelines.source.offsets import BatchOffset
 from arfl.pipelines.source.options import DEFAULT_SESSION_TIMEOUT_S, SourceOptions, passthrough
 from arfl.pipelines.source.policy import cap_ends, register_policy
@@ -199,8 +199,11 @@ class DecisionLog:
         """The decision topic's current log end (asked from the broker)."""
         from confluent_kafka import TopicPartition
 
-        _, hi = self._consumer.get_watermark_offsets(
-            TopicPartition(self.topic, 0), timeout=REQUEST_TIMEOUT_S, cached=False
+        tp = TopicPartition(self.topic, 0)
+        _, hi = retry(
+            lambda: self._consumer.get_watermark_offsets(
+                tp, timeout=REQUEST_TIMEOUT_S, cached=False
+            )
         )
         return int(hi)
 

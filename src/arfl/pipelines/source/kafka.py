@@ -8,11 +8,56 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Protocol
+import time
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from arfl.errors import DeployError
 
 REQUEST_TIMEOUT_S = 10.0
+RETRY_SLEEP_S = 0.05
+# Errors a fresh topic or a leader election produce for a moment; retried until the timeout.
+_TRANSIENT = frozenset(
+    {
+        "NOT_LEADER_FOR_PARTITION",
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "UNKNOWN_TOPIC_OR_PART",
+        "_UNKNOWN_PARTITION",
+        "_TIMED_OUT",
+        "REQUEST_TIMED_OUT",
+        "_TRANSPORT",
+        "OFFSET_NOT_AVAILABLE",
+        "UNKNOWN_LEADER_EPOCH",
+        "FENCED_LEADER_EPOCH",
+    }
+)
+
+_T = TypeVar("_T")
+
+
+def is_transient(err: object) -> bool:
+    """True for a KafkaError (or KafkaException) worth retrying."""
+    e = getattr(err, "args", None)
+    if e and hasattr(e[0], "name"):
+        err = e[0]
+    name = getattr(err, "name", None)
+    retriable = getattr(err, "retriable", None)
+    return (callable(name) and name() in _TRANSIENT) or (callable(retriable) and bool(retriable()))
+
+
+def retry(call: Callable[[], _T], timeout_s: float = REQUEST_TIMEOUT_S) -> _T:
+    """Run ``call``, retrying transient Kafka errors until ``timeout_s`` has passed."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            if not is_transient(e) or time.monotonic() > deadline:
+                raise
+        time.sleep(RETRY_SLEEP_S)
 
 
 class PartitionLog(Protocol):
@@ -93,10 +138,16 @@ class TopicLog:
         out: dict[int, tuple[int, int]] = {}
         with self._lock:
             for p in self._partitions:
-                try:
+                tp = TopicPartition(self.topic, p)
+
+                def ask(tp: TopicPartition = tp) -> tuple[int, int]:
                     lo, hi = self._consumer.get_watermark_offsets(
-                        TopicPartition(self.topic, p), timeout=REQUEST_TIMEOUT_S, cached=False
+                        tp, timeout=REQUEST_TIMEOUT_S, cached=False
                     )
+                    return int(lo), int(hi)
+
+                try:
+                    lo, hi = retry(ask)
                 except KafkaException as e:
                     raise DeployError(
                         f"kafka at {self.bootstrap}: cannot read offsets of {self.topic}[{p}]: {e}"
@@ -117,22 +168,27 @@ class TopicLog:
         from confluent_kafka import KafkaException, TopicPartition
 
         query = [TopicPartition(self.topic, p, ts_ms) for p in self._partitions]
-        with self._lock:
-            try:
-                res = self._consumer.offsets_for_times(query, timeout=REQUEST_TIMEOUT_S)
-            except KafkaException as e:
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        while True:
+            with self._lock:
+                try:
+                    res = retry(
+                        lambda: self._consumer.offsets_for_times(query, timeout=REQUEST_TIMEOUT_S)
+                    )
+                except KafkaException as e:
+                    raise DeployError(
+                        f"kafka at {self.bootstrap}: time-index lookup on {self.topic!r} "
+                        f"failed: {e}"
+                    ) from None
+            bad = [tp for tp in res if tp.error is not None]
+            if not bad:
+                return {tp.partition: (int(tp.offset) if tp.offset >= 0 else None) for tp in res}
+            if not all(is_transient(tp.error) for tp in bad) or time.monotonic() > deadline:
                 raise DeployError(
-                    f"kafka at {self.bootstrap}: time-index lookup on {self.topic!r} failed: {e}"
-                ) from None
-        out: dict[int, int | None] = {}
-        for tp in res:
-            if tp.error is not None:
-                raise DeployError(
-                    f"kafka at {self.bootstrap}: time-index lookup on {self.topic}[{tp.partition}] "
-                    f"failed: {tp.error}"
+                    f"kafka at {self.bootstrap}: time-index lookup on "
+                    f"{self.topic}[{bad[0].partition}] failed: {bad[0].error}"
                 )
-            out[tp.partition] = int(tp.offset) if tp.offset >= 0 else None
-        return out
+            time.sleep(RETRY_SLEEP_S)
 
     def timestamp_type(self) -> str:
         """The topic's ``message.timestamp.type`` (``CreateTime`` or ``LogAppendTime``)."""
