@@ -20,7 +20,7 @@ from rich.table import Table
 from arfl.cli.console import out
 from arfl.cli.main import app
 from arfl.configs.units import format_duration, parse_duration
-from arfl.errors import FaultError
+from arfl.errors import ExitCode, FaultError
 from arfl.faults import registry
 from arfl.faults.base import FaultParams
 from arfl.faults.listing import resolve_run_dir, summarize
@@ -157,8 +157,9 @@ def chaos(
     try:
         outcome = runner.run_fault(params, on_injected=injected)
     except KeyboardInterrupt:
-        out.print("[yellow]reverted early[/] (interrupted)")
-        raise typer.Exit(130) from None
+        out.print(f"[yellow]reverted early[/] {runner.outcomes[-1].description}")
+        # typer turns KeyboardInterrupt into a *returned* 130 that main() does not propagate
+        raise SystemExit(int(ExitCode.INTERRUPTED)) from None
     took = (outcome.reverted_at or 0) - (outcome.injected_at or 0)
     out.print(
         f"[green]reverted[/] {outcome.description} after {took:.2f}s "

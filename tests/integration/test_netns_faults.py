@@ -1,0 +1,302 @@
+"""Network isolation and network faults (partition, delay) against a real Kafka broker that
+listens on the bridge address; recovery after the injector is SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from arfl.errors import FaultError
+from arfl.faults import netns
+from arfl.faults.base import FaultParams
+from arfl.faults.local import LocalTarget
+from arfl.faults.pending import PendingFaults
+from arfl.faults.runner import ChaosRunner, recover
+from arfl.faults.state import IsolationState
+from arfl.faults.testing import write_state
+from arfl.pipelines.rundir import read_jsonl
+from arfl.testing import EmbeddedStack
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+RUN = f"nettest{os.getpid()}"
+
+KAFKA_PROBE = """\
+import sys
+from confluent_kafka.admin import AdminClient
+c = AdminClient({"bootstrap.servers": sys.argv[1], "socket.timeout.ms": 2000,
+                 "socket.connection.setup.timeout.ms": 2000})
+try:
+    c.list_topics(timeout=3)
+except Exception as e:
+    print(e)
+    sys.exit(1)
+"""
+
+CONNECT = """\
+import socket, sys, time
+t = time.monotonic()
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()
+except OSError as e:
+    print(e); sys.exit(1)
+print(time.monotonic() - t)
+"""
+
+SERVER = """\
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(64)
+print("ready", flush=True)
+while True:
+    s.accept()[0].close()
+"""
+
+
+@dataclass
+class Net:
+    iso: IsolationState
+    kafka: str
+    run_dir: Path
+    host_ip: str
+
+
+def _ours(iso: IsolationState) -> tuple[set[str], set[str]]:
+    links = {iso.bridge} | {ns.veth_host or "" for ns in iso.namespaces.values()}
+    return links, {ns.name for ns in iso.namespaces.values()}
+
+
+def _left_behind(iso: IsolationState) -> list[str]:
+    links, names = _ours(iso)
+    present = netns._link_names()
+    return sorted((links & present) | (names & set(netns.list_namespaces())))
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
+    iso = netns.create_isolation(RUN, [0, 1])
+    host_ip = iso.host_address.split("/")[0]
+    harness = EmbeddedStack(tmp_path_factory.mktemp("netstack"), host=host_ip)
+    try:
+        info = harness.start()
+        run_dir = tmp_path_factory.mktemp("runs") / RUN
+        write_state(
+            run_dir,
+            RUN,
+            {
+                i: {"driver_pid": os.getpid(), "netns": ns.name, "address": ns.address}
+                for i, ns in iso.namespaces.items()
+            },
+            stack={"kafka": info.kafka, "zookeeper": info.zookeeper},
+            isolation=iso,
+        )
+        yield Net(iso, info.kafka, run_dir, host_ip)
+    finally:
+        harness.stop()
+        netns.teardown_isolation(iso)
+    assert _left_behind(iso) == []
+
+
+def _kafka_ok(ns: str, bootstrap: str) -> bool:
+    r = netns.run_in_netns(ns, [sys.executable, "-c", KAFKA_PROBE, bootstrap], capture_output=True)
+    return r.returncode == 0
+
+
+def _connect(ns: str, host: str, port: int) -> float | None:
+    r = netns.run_in_netns(
+        ns, [sys.executable, "-c", CONNECT, host, str(port)], capture_output=True, text=True
+    )
+    return float(r.stdout.strip()) if r.returncode == 0 else None
+
+
+def _eventually(check: object, timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def test_isolation_layout(net: Net) -> None:
+    ns0 = net.iso.namespaces[0]
+    r = netns.run_in_netns(ns0.name, ["ip", "-o", "route"], capture_output=True, text=True)
+    assert "default" not in r.stdout  # no way out except the bridge's /24
+    r = netns.run_in_netns(ns0.name, ["ip", "-o", "addr"], capture_output=True, text=True)
+    assert "127.0.0.1" in r.stdout and ns0.address in r.stdout
+    assert _kafka_ok(ns0.name, net.kafka)
+    # the host-side default route is not reachable from inside
+    host = socket.gethostbyname(socket.gethostname())
+    if not host.startswith("127."):
+        assert _connect(ns0.name, host, 22) is None
+
+
+def test_partition_cuts_kafka_then_heals(net: Net) -> None:
+    ns0 = net.iso.namespaces[0].name
+    assert _kafka_ok(ns0, net.kafka)
+    runner = ChaosRunner(LocalTarget.from_run_dir(net.run_dir))
+    during: list[bool] = []
+    pending: list[int] = []
+
+    def look(_: object) -> None:
+        pending.append(len(PendingFaults(net.run_dir).entries()))
+        during.append(_kafka_ok(ns0, net.kafka))
+
+    runner.run_fault(FaultParams("partition", replica=0, duration_s=0.1), on_injected=look)
+    assert during == [False] and pending == [1]
+    assert netns.link_is_up(net.iso.namespaces[0].veth_host or "") is True
+    assert _eventually(lambda: _kafka_ok(ns0, net.kafka))
+    assert not PendingFaults(net.run_dir).path.exists()
+    # replica 1 was never cut
+    assert _kafka_ok(net.iso.namespaces[1].name, net.kafka)
+
+
+def test_partition_from_peers_only(net: Net) -> None:
+    ns0, ns1 = net.iso.namespaces[0], net.iso.namespaces[1]
+    port = 40100
+    server = netns.popen_in_netns(
+        ns1.name, [sys.executable, "-c", SERVER, ns1.address, str(port)], stdout=subprocess.PIPE
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().startswith(b"ready")
+        assert _connect(ns0.name, ns1.address, port) is not None
+        runner = ChaosRunner(LocalTarget.from_run_dir(net.run_dir))
+        seen: dict[str, object] = {}
+
+        def look(_: object) -> None:
+            seen["peer"] = _connect(ns0.name, ns1.address, port)
+            seen["kafka"] = _kafka_ok(ns0.name, net.kafka)
+            seen["routes"] = netns.blackholes(ns0.name) + netns.blackholes(ns1.name)
+
+        runner.run_fault(
+            FaultParams("partition", replica=0, duration_s=0.1, from_=(1,)), on_injected=look
+        )
+        assert seen["peer"] is None  # peer cut
+        assert seen["kafka"] is True  # everything else still flows
+        assert seen["routes"] == [ns1.address, ns0.address]
+        assert netns.blackholes(ns0.name) == [] and netns.blackholes(ns1.name) == []
+        assert _connect(ns0.name, ns1.address, port) is not None
+    finally:
+        server.kill()
+        server.wait(5)
+
+
+def _has_netem(link: str) -> bool:
+    try:
+        netns.add_netem(link, 0.001)
+    except FaultError:
+        return False
+    netns.del_root_qdisc(link)
+    return True
+
+
+def test_delay_adds_latency_or_says_netem_is_missing(net: Net) -> None:
+    ns0 = net.iso.namespaces[0]
+    link = ns0.veth_host or ""
+    qdisc_before = netns.root_qdisc(link)
+    host, port = net.kafka.rsplit(":", 1)
+    runner = ChaosRunner(LocalTarget.from_run_dir(net.run_dir))
+    params = FaultParams("delay", replica=0, duration_s=0.1, delay_s=0.1)
+    if not _has_netem(link):
+        with pytest.raises(FaultError, match="no netem qdisc.*CONFIG_NET_SCH_NETEM"):
+            runner.run_fault(params)
+        assert netns.root_qdisc(link) == qdisc_before
+        assert not PendingFaults(net.run_dir).path.exists()
+        pytest.skip("kernel has no sch_netem: checked the clear FaultError instead of the RTT")
+    base = sorted(t for t in (_connect(ns0.name, host, int(port)) for _ in range(3)) if t)
+    during: list[float] = []
+
+    def look(_: object) -> None:
+        during.extend(t for t in (_connect(ns0.name, host, int(port)) for _ in range(3)) if t)
+
+    runner.run_fault(params, on_injected=look)
+    print(f"connect RTT: before {base}, with +100ms {during}")
+    assert min(during) >= base[0] + 0.08
+    assert netns.root_qdisc(link) == qdisc_before
+
+
+def test_sigkilled_injector_then_recover_heals(net: Net) -> None:
+    ns0 = net.iso.namespaces[0]
+    arfl = Path(sys.executable).with_name("arfl")
+    proc = subprocess.Popen(
+        [str(arfl), "chaos", str(net.run_dir), "partition", "--replica", "0", "--duration", "5m"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        assert "injected" in line, line
+        assert netns.link_is_up(ns0.veth_host or "") is False
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    # the injector is gone and the fault is still in place, owed in the pending file
+    assert netns.link_is_up(ns0.veth_host or "") is False
+    assert [e["kind"] for e in PendingFaults(net.run_dir).entries()] == ["partition"]
+    report = recover(net.run_dir)
+    assert len(report.reverted) == 1 and report.removed_network == []  # deploy (we) still up
+    assert netns.link_is_up(ns0.veth_host or "") is True
+    assert not PendingFaults(net.run_dir).path.exists()
+    assert _eventually(lambda: _kafka_ok(ns0.name, net.kafka))
+    events = read_jsonl(net.run_dir / "journal.jsonl")
+    assert events[-1]["event"] == "fault-reverted" and events[-1]["recovered"] is True
+
+
+def test_sigterm_reverts(net: Net) -> None:
+    ns0 = net.iso.namespaces[0]
+    arfl = Path(sys.executable).with_name("arfl")
+    proc = subprocess.Popen(
+        [str(arfl), "chaos", str(net.run_dir), "partition", "--replica", "0", "--duration", "5m"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    assert "injected" in proc.stdout.readline().decode()
+    assert netns.link_is_up(ns0.veth_host or "") is False
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 130
+    assert netns.link_is_up(ns0.veth_host or "") is True
+    assert not PendingFaults(net.run_dir).path.exists()
+
+
+def test_recover_removes_isolation_of_a_dead_deployment(tmp_path: Path) -> None:
+    run = f"orphan{os.getpid()}"
+    iso = netns.create_isolation(run, [0])
+    try:
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        run_dir = write_state(tmp_path / run, run, {0: {}}, pid=dead.pid, isolation=iso)
+        target = LocalTarget.from_run_dir(run_dir)
+        runner = ChaosRunner(target)
+        # leave a partition behind as if the process had died mid-fault
+        fault, record = runner.plan(FaultParams("partition", replica=0, duration_s=1))
+        runner.pending.add("partition", 0, record)
+        fault.inject(target)
+        report = recover(run_dir, force=True)
+        assert len(report.reverted) == 1
+        assert set(report.removed_network) >= {iso.bridge, iso.namespaces[0].name}
+        assert _left_behind(iso) == []
+    finally:
+        netns.teardown_isolation(iso)
+
+
+def test_network_fault_without_isolation_is_a_clear_error(tmp_path: Path) -> None:
+    run_dir = write_state(tmp_path / "plain", "plain", {0: {"driver_pid": os.getpid()}})
+    runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+    with pytest.raises(FaultError, match="not network-isolated"):
+        runner.run_fault(FaultParams("partition", replica=0, duration_s=1))
+    assert threading.active_count() >= 1
