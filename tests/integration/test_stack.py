@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from arfl import stack as arfl_stack
@@ -51,6 +52,7 @@ def test_produce_and_consume_through_kafka(stack: StackInfo, topic_name: str) ->
     for i in range(10):
         p.produce(topic_name, key=str(i).encode(), value=f"v{i}".encode())
     assert p.flush(30) == 0
+    del p  # a librdkafka client lives (and reconnects) until it is collected
     got = _consume(stack.kafka, topic_name, 10)
     assert sorted(v for v, _ in got) == sorted(f"v{i}".encode() for i in range(10))
     # LogAppendTime topics carry the broker's timestamp type (2 = TIMESTAMP_LOG_APPEND_TIME).
@@ -66,12 +68,7 @@ def test_ensure_topic_is_idempotent_and_checks_partitions(
     with pytest.raises(StackError, match=rf"topic {topic_name} .* has 3 partitions, 4 needed"):
         ensure_topic(stack.kafka, topic_name, 4)
     delete_topics(stack.kafka, [topic_name, topic_name + "-never-created"])
-    from confluent_kafka.admin import AdminClient
-
-    assert (
-        topic_name
-        not in AdminClient({"bootstrap.servers": stack.kafka}).list_topics(timeout=10).topics
-    )
+    assert topic_name not in _topics(stack.kafka)
 
 
 def test_auto_create_is_off(stack: StackInfo, topic_name: str) -> None:
@@ -79,6 +76,7 @@ def test_auto_create_is_off(stack: StackInfo, topic_name: str) -> None:
     errors: list[object] = []
     p.produce(topic_name, b"x", on_delivery=lambda err, _msg: errors.append(err))
     p.flush(10)
+    del p
     assert errors and errors[0] is not None, "producing to a missing topic must fail"
 
 
@@ -102,6 +100,10 @@ def test_resolve_reuses_the_running_embedded_stack(stack: StackInfo) -> None:
     # The session stack lives in $ARFL_STATE_DIR/stack, where resolve() looks.
     assert arfl_stack.resolve(Stack(), start=False) == stack
     assert arfl_stack.resolve(Stack(kind="external", kafka=stack.kafka)).kafka == stack.kafka
+
+
+def _topics(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
 
 
 def _rss_mb(pid: int) -> float:
@@ -133,6 +135,7 @@ def test_life_cycle_up_again_port_taken_down(own_stack: EmbeddedStack, tmp_path:
     assert again == info
     assert own_stack.processes() == procs
     assert time.monotonic() - t0 < 10
+    ensure_topic(info.kafka, "kept", 1)
 
     # Another stack wanting the same Kafka port gets a clear error naming port and owner.
     zk2, ctl2 = free_ports(2)
@@ -154,6 +157,14 @@ def test_life_cycle_up_again_port_taken_down(own_stack: EmbeddedStack, tmp_path:
         with socket.socket() as s:
             assert s.connect_ex((host, int(port))) != 0
     assert own_stack.stop() == []
+
+    # up after down: new processes on the kept data (Kafka's storage is not formatted again).
+    t0 = time.monotonic()
+    assert lifecycle.up(host, zport, int(kport), st.controller_port, state=own_stack.state) == info
+    print(f"restart on existing data {time.monotonic() - t0:.1f}s")
+    assert "kept" in _topics(info.kafka)
+    assert own_stack.processes()["kafka"].pid != procs["kafka"].pid
+    assert sorted(own_stack.stop()) == ["kafka", "zookeeper"]
 
 
 def test_broker_that_dies_at_start_reports_its_log(

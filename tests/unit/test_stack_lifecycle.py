@@ -119,3 +119,14 @@ def test_resolve_external_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_resolve_embedded_not_running_without_start(tmp_path: Path) -> None:
     with pytest.raises(StackError, match=r"not running; run 'arfl stack up'"):
         lifecycle.resolve(Stack(), start=False, state=tmp_path)
+
+
+def test_cluster_id_comes_from_formatted_storage(tmp_path: Path) -> None:
+    layout = lifecycle.layout_of(tmp_path)
+    assert lifecycle._cluster_id(layout, _state()) == "abc"
+    assert len(lifecycle._cluster_id(layout, None)) == 22
+    meta = layout.data("kafka") / "meta.properties"
+    meta.parent.mkdir(parents=True)
+    meta.write_text("#\nnode.id=1\ncluster.id=WB9LorVSTvGruwTcH9BnZw\nversion=1\n")
+    # The storage wins over stack.json: a new id would make the broker refuse its own data.
+    assert lifecycle._cluster_id(layout, _state()) == "WB9LorVSTvGruwTcH9BnZw"

@@ -229,6 +229,19 @@ def _write_common(layout: Layout) -> Path:
     return log4j
 
 
+def _cluster_id(layout: Layout, old: StackState | None) -> str:
+    """The id Kafka's storage was formatted with, else the recorded one, else a new one."""
+    meta = layout.data("kafka") / "meta.properties"
+    try:
+        for line in meta.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "cluster.id" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return old.cluster_id if old else config.new_cluster_id()
+
+
 def _start_zookeeper(layout: Layout, st: StackState, java: str, log4j: Path) -> ProcessRecord:
     data = layout.data("zookeeper")
     data.mkdir(parents=True, exist_ok=True)
@@ -248,6 +261,13 @@ def _start_kafka(layout: Layout, st: StackState, java: str, log4j: Path) -> Proc
             config.kafka_properties(data, st.host, st.kafka_port, st.controller_port)
         )
     )
+    if (data / "meta.properties").exists():
+        # Formatted by an earlier `up`: formatting again would only start one more JVM.
+        return processes.spawn(
+            config.kafka_command(java, libs, props, log4j, layout.logs),
+            layout.log("kafka"),
+            cwd=layout.root,
+        )
     fmt = config.format_command(java, libs, props, log4j, layout.logs, st.cluster_id)
     try:
         res = subprocess.run(
@@ -314,7 +334,7 @@ def up(
             zk_port=zk_port,
             kafka_port=kafka_port,
             controller_port=controller_port,
-            cluster_id=old.cluster_id if old else config.new_cluster_id(),
+            cluster_id=_cluster_id(layout, old),
             services=dict(running),
         )
         # Check every port before starting anything, so a conflict leaves nothing behind.

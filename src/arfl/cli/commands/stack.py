@@ -16,6 +16,7 @@ from arfl.stack import down as stack_down
 from arfl.stack import install as stack_install
 from arfl.stack import status as stack_status
 from arfl.stack import up as stack_up
+from arfl.stack.lifecycle import layout_of, load_state
 
 stack_app = typer.Typer(help="The embedded ZooKeeper + Kafka stack.", no_args_is_help=True)
 app.add_typer(stack_app, name="stack")
@@ -24,7 +25,7 @@ StateOpt = Annotated[
     Path | None,
     typer.Option(
         "--state",
-        help="State directory (data, logs, pids) [default: $ARFL_STATE_DIR/stack].",
+        help="State directory (data, logs, pids) (default $ARFL_STATE_DIR/stack).",
         show_default=False,
     ),
 ]
@@ -35,7 +36,7 @@ def install_cmd(
     cache: Annotated[
         Path | None,
         typer.Option(
-            "--cache", help="Cache directory [default: $ARFL_CACHE_DIR].", show_default=False
+            "--cache", help="Cache directory (default $ARFL_CACHE_DIR).", show_default=False
         ),
     ] = None,
 ) -> None:
@@ -43,7 +44,11 @@ def install_cmd(
     t0 = time.monotonic()
     with err.status("fetching Kafka and spark-sql-kafka jars (once; mvn)..."):
         installed = stack_install.ensure_installed(cache)
-    out.print(f"[green]kafka[/] {stack_install.KAFKA_VERSION} jars in {installed.kafka_jars}")
+    out.print(
+        f"[green]kafka[/] {stack_install.KAFKA_VERSION} jars in {installed.kafka_jars}",
+        highlight=False,
+        soft_wrap=True,
+    )
     pyver = stack_install.pyspark_version()
     note = (
         ""
@@ -54,23 +59,39 @@ def install_cmd(
         f"[green]spark-sql-kafka[/] {installed.spark_kafka_version} for pyspark {pyver}: "
         f"{len(installed.spark_kafka_jars)} jars{note}",
         highlight=False,
+        soft_wrap=True,
     )
     for jar in installed.spark_kafka_jars:
-        out.print(f"  {jar}", highlight=False)
+        out.print(f"  {jar}", highlight=False, soft_wrap=True)
     out.print(f"done in {time.monotonic() - t0:.1f}s", style="dim")
 
 
 @stack_app.command("up")
 def up_cmd(
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    zk_port: Annotated[int, typer.Option("--zk-port", help="ZooKeeper client port.")] = 2181,
-    kafka_port: Annotated[int, typer.Option("--kafka-port", help="Kafka listener port.")] = 9092,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Address to listen on (default 127.0.0.1).")
+    ] = None,
+    zk_port: Annotated[
+        int | None, typer.Option("--zk-port", help="ZooKeeper client port (default 2181).")
+    ] = None,
+    kafka_port: Annotated[
+        int | None, typer.Option("--kafka-port", help="Kafka listener port (default 9092).")
+    ] = None,
     controller_port: Annotated[
-        int, typer.Option("--controller-port", help="Kafka KRaft controller port.")
-    ] = 9093,
+        int | None,
+        typer.Option("--controller-port", help="Kafka KRaft controller port (default 9093)."),
+    ] = None,
     state: StateOpt = None,
 ) -> None:
-    """Start ZooKeeper and Kafka in the background (a running stack is reused)."""
+    """Start ZooKeeper and Kafka in the background (a running stack is reused).
+
+    Options not given take the running stack's settings, else the defaults.
+    """
+    last = load_state(layout_of(state))
+    host = host or (last.host if last else "127.0.0.1")
+    zk_port = zk_port or (last.zk_port if last else 2181)
+    kafka_port = kafka_port or (last.kafka_port if last else 9092)
+    controller_port = controller_port or (last.controller_port if last else 9093)
     t0 = time.monotonic()
     with err.status(f"starting ZooKeeper and Kafka on {host}..."):
         info = stack_up(host, zk_port, kafka_port, controller_port, state=state)
@@ -108,8 +129,9 @@ def status_cmd(
         typer.echo(json.dumps([s.to_json() for s in services], indent=2))
         return
     table = Table(title="arfl stack")
-    for col in ("service", "pid", "address", "state", "log"):
+    for col in ("service", "pid", "address", "state"):
         table.add_column(col)
+    table.add_column("log", overflow="fold")
     for s in services:
         st = (
             "[green]healthy[/]"
