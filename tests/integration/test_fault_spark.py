@@ -62,7 +62,7 @@ def test_kill_executor_is_replaced_by_a_new_jvm(app: SparkApp, run_dir: Path) ->
     assert not _alive(old_pid)
     assert out.details["replacement_s"] is not None, out.details
     new_pid = out.details["replacement_pid"]
-    assert new_pid != old_pid and _alive(int(new_pid))  # type: ignore[arg-type]
+    assert new_pid != old_pid and _alive(int(new_pid))
     assert app.executors() == {out.details["replacement_executor"]: new_pid}
     print(f"executor replacement after SIGKILL: {out.details['replacement_s']} s")
     inj, rev = _events(run_dir, "fault-injected"), _events(run_dir, "fault-reverted")

@@ -208,7 +208,7 @@ def test_delay_adds_latency_or_says_netem_is_missing(net: Net) -> None:
     runner = ChaosRunner(LocalTarget.from_run_dir(net.run_dir))
     params = FaultParams("delay", replica=0, duration_s=0.1, delay_s=0.1)
     if not _has_netem(link):
-        with pytest.raises(FaultError, match="no netem qdisc.*CONFIG_NET_SCH_NETEM"):
+        with pytest.raises(FaultError, match=r"no netem qdisc.*CONFIG_NET_SCH_NETEM"):
             runner.run_fault(params)
         assert netns.root_qdisc(link) == qdisc_before
         assert not PendingFaults(net.run_dir).path.exists()
