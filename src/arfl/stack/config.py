@@ -117,8 +117,15 @@ def kafka_properties(
 
 
 def new_cluster_id() -> str:
-    """A random Kafka cluster id (16 bytes, URL-safe base64 without padding, as Kafka's Uuid)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random Kafka cluster id (16 bytes, URL-safe base64 without padding, as Kafka's Uuid).
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with ``-``: the storage tool's argument
+    parser would take such an id for an option.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def zookeeper_command(java: str, jars: Path, zoo_cfg: Path, log4j: Path) -> list[str]:
