@@ -75,3 +75,15 @@ def test_status_json_of_the_running_session_stack(stack_harness: EmbeddedStack) 
     for name in ("kafka", "zookeeper"):
         assert data[name]["healthy"] is True
         assert data[name]["pid"] == procs[name].pid
+
+
+def test_install_without_java_exits_3_and_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    code = main(["stack", "install", "--cache", str(tmp_path / "cache")])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "no 'java' on PATH" in err and "JAVA_HOME" in err
+    assert not (tmp_path / "cache" / "kafka-4.1.1" / "installed.json").exists()
