@@ -1,12 +1,137 @@
-"""``arfl report``: see the README; built in its own issue."""
+"""``arfl report RUN [RUN...]``: per-phase latency, fault verdicts, correctness, SLOs, HTML.
+
+Exit codes: 0 every SLO met, 1 an SLO breached (the breached lines are printed), 6 the report
+could not be produced (``ReportError``, e.g. an SLO naming an unknown metric).
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from arfl.cli.console import err, out
 from arfl.cli.main import app
-from arfl.errors import ArflError
+from arfl.errors import ExitCode
+from arfl.report import build_report, compare, render_compare_html, render_html
+from arfl.report.compare import Comparison
+from arfl.report.html import comparison_tables, correctness_rows, fault_rows, phase_rows
+from arfl.report.model import Report
 
 
-@app.command(hidden=False)
-def report() -> None:
-    """Not available yet in this version."""
-    raise ArflError("'arfl report' is not available yet in this version")
+def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+    table = Table(
+        title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )  # fmt: skip
+    for i, h in enumerate(headers):
+        # Names and times must stay readable in a narrow terminal; numbers may squeeze.
+        widest = max([len(h), *(len(r[i]) for r in rows)]) if i < 2 else None
+        table.add_column(h, justify="left" if i == 0 else "right", min_width=widest, no_wrap=i < 2)
+    for row in rows:
+        style = "red" if any(c in ("NO", "never") or c.startswith("failed") for c in row) else None
+        table.add_row(*row, style=style)
+    return table
+
+
+def _print_report(rep: Report) -> None:
+    out.print(
+        f"[bold]{rep.run}[/]  mode {rep.mode}, {rep.replicas} replica(s), "
+        f"input {rep.input_end_s or 0:.1f} s, warm-up {rep.warmup_s:g} s excluded, "
+        f"tolerance {rep.tolerance:g}x",
+        highlight=False,
+    )
+    for w in rep.warnings:
+        out.print(f"[yellow]warning:[/] {w}", highlight=False)
+    out.print(_rich_table("phases (latency, gaps: ms; * warm-up, excluded)", *phase_rows(rep)))
+    out.print(f"[dim]output gaps: {rep.gap_resolution}[/]", highlight=False)
+    if rep.faults:
+        out.print(
+            _rich_table(
+                "faults (at: s after input start; others: s after injection)", *fault_rows(rep)
+            )
+        )
+    out.print(_rich_table("correctness", *correctness_rows(rep)))
+    for note in rep.correctness.notes:
+        out.print(f"[dim]  {note}[/]", highlight=False)
+
+
+def _print_slo(rep: Report) -> None:
+    if not rep.slo.checks:
+        out.print("[dim]no SLO in the spec ([report.slo])[/]")
+        return
+    for c in rep.slo.checks:
+        mark = "[green]met[/]     " if c.passed else "[bold red]BREACHED[/]"
+        out.print(f"{mark} {c.line}", highlight=False)
+
+
+def _print_comparison(comp: Comparison) -> None:
+    for metric, headers, rows in comparison_tables(comp):
+        out.print(_rich_table(metric, headers, rows))
+
+
+@app.command()
+def report(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run directories (several: compare them, the first is the reference).",
+            metavar="RUN...",
+        ),
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON (a stable contract).")
+    ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write the HTML report here [default: RUN/report.html, or "
+            "RUN/compare.html for several runs].",
+        ),
+    ] = None,
+    no_html: Annotated[bool, typer.Option("--no-html", help="Write no HTML report.")] = False,
+    recompute: Annotated[
+        bool,
+        typer.Option(
+            "--recompute",
+            help="Check correctness by recomputing the results from the "
+            "input topic (needs the run's Kafka; starts a Spark batch job).",
+        ),
+    ] = False,
+) -> None:
+    """Per-phase latency, fault recovery and masking, correctness and SLOs of runs (exit 1 if
+    an SLO is breached)."""  # fmt: skip
+    reports = [build_report(r, recompute=recompute) for r in runs]
+    comp = compare(reports) if len(reports) > 1 else None
+    written: Path | None = None
+    if not no_html:
+        if comp is None:
+            written = render_html(reports[0], html or runs[0] / "report.html")
+        else:
+            written = render_compare_html(comp, html or runs[0] / "compare.html")
+    if as_json:
+        if comp is None:
+            doc = reports[0].to_dict()
+        else:
+            doc = {"runs": [r.to_dict() for r in reports], "comparison": comp.to_dict()}
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        for rep in reports:
+            _print_report(rep)
+            _print_slo(rep)
+            out.print()
+        if comp is not None:
+            _print_comparison(comp)
+    if written is not None:
+        err.print(f"HTML report: [bold]{written}[/]", highlight=False)
+    breached = [r for r in reports if not r.slo.passed]
+    if breached:
+        for rep in breached:
+            for c in rep.slo.breaches:
+                err.print(f"[bold red]SLO breached[/] ({rep.run}): {c.line}", highlight=False)
+        raise typer.Exit(int(ExitCode.SLO_BREACHED))

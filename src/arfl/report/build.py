@@ -1,0 +1,389 @@
+"""``build_report(run_dir)``: phases, faults, correctness and SLOs of one run.
+
+Phases (times relative to the input start ``T0``, the injector's event-0 intended send time):
+
+* ``warmup``: ``[T0, T0 + workload.warmup)``, excluded from every verdict;
+* ``steady``: from the end of the warm-up to the first fault;
+* ``fault-N``: the fault window: injection until the fault was reverted (faults with a
+  duration), or until the killed replica was ready again / the killed executor was replaced
+  (kills; see :mod:`arfl.report.faults`); clipped at the next fault and the input end;
+* ``recovery-N``: from the end of the fault window until the fault's recovery time (below), or
+  until the next fault / input end when it never recovered;
+* ``steady-N``: between a recovery and the next fault, when there is time left;
+* ``tail``: after the last recovery until the input end.
+
+``overall`` is everything after the warm-up. Latency numbers come from the 1-s intervals of
+``latency.hlog`` whose midpoint lies in the phase (a phase shorter than that gets the intervals
+it overlaps), so phase edges are exact to the second.
+
+**Recovery time** of a fault: injection until the end of the last 1-s interval whose p99 exceeded
+``tolerance x steady p99`` (or that had no result while input flowed) before ``HOLD_S``
+consecutive good intervals starting at or after the fault window's end; 0 when no interval
+was bad; None when the pipeline never got ``HOLD_S`` good seconds before the next fault / the
+input end. **Masked**: the fault window's p99 is at most ``tolerance x steady p99`` and its
+longest gap at most ``tolerance x max(steady longest gap, 1 s)`` (1 s: the gap resolution).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arfl.errors import ReportError
+from arfl.metrics.histogram import (
+    IntervalHistogram,
+    new_histogram,
+    percentile_key,
+    values_at_percentiles,
+)
+from arfl.report import correctness as corr
+from arfl.report.faults import JournaledFault, journaled_faults
+from arfl.report.gaps import RESOLUTION, Gap, find_gaps, longest_in, overlapping
+from arfl.report.model import Correctness, FaultStats, PhaseStats, Report, Series
+from arfl.report.rundata import RunData, load_run
+from arfl.report.slo import check_slos
+
+HOLD_S = 3
+"""Consecutive good seconds that count as recovered."""
+GAP_FLOOR_MS = 1000.0
+"""Gaps shorter than this may go unseen (the monitor's tick), so masking tolerates them."""
+
+
+@dataclass(frozen=True)
+class _Iv:
+    """One latency interval with its numbers (ms)."""
+
+    start: float
+    end: float
+    hist: Any
+    count: int
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+    @property
+    def mid(self) -> float:
+        return (self.start + self.end) / 2
+
+
+def _interval_stats(intervals: Sequence[IntervalHistogram]) -> list[_Iv]:
+    out: list[_Iv] = []
+    for iv in sorted(intervals, key=lambda i: i.start_s):
+        n = iv.count
+        if n:
+            v = values_at_percentiles(iv.histogram, (50.0, 99.0))
+            p50: float | None = v[50.0] / 1000.0
+            p99: float | None = v[99.0] / 1000.0
+            mx: float | None = iv.histogram.get_max_value() / 1000.0
+        else:
+            p50 = p99 = mx = None
+        out.append(_Iv(iv.start_s, iv.end_s, iv.histogram, n, p50, p99, mx))
+    return out
+
+
+def _select(ivs: Sequence[_Iv], start: float, end: float) -> list[_Iv]:
+    """Intervals whose midpoint is in ``[start, end)``; else those overlapping it."""
+    chosen = [iv for iv in ivs if start <= iv.mid < end]
+    if chosen or end <= start:
+        return chosen
+    return [iv for iv in ivs if iv.start < end and iv.end > start]
+
+
+class _Builder:
+    def __init__(self, data: RunData, t0: float, t_end: float) -> None:
+        self.data = data
+        self.t0 = t0
+        self.t_end = t_end
+        self.ivs = _interval_stats(data.intervals)
+        self.gaps: list[Gap] = find_gaps(data.monitor)
+        first = data.merger.get("first_output_t")
+        if first is None and data.monitor and data.monitor[-1].results:
+            first = next(m.t for m in data.monitor if m.results)  # 1-s resolution
+        # Waiting for the first result is not a gap to the merger (it reports it as
+        # first_output_delay_ms), but in a phase it is time without results all the same.
+        wait_end = min(float(first), t_end) if first is not None else t_end
+        if wait_end > t0:
+            self.gaps.insert(
+                0,
+                Gap(
+                    t0, (wait_end - t0) * 1000.0, exact=first is not None, closed=first is not None
+                ),
+            )
+        self.percentiles = list(data.spec.report.percentiles)
+        self.tolerance = data.spec.report.tolerance
+
+    def stats(
+        self, name: str, kind: str, start: float, end: float, fault: int | None = None
+    ) -> PhaseStats:
+        chosen = _select(self.ivs, start, end)
+        hist = new_histogram()
+        for iv in chosen:
+            hist.add(iv.hist)
+        count = int(hist.get_total_count())
+        covered = sum(iv.end - iv.start for iv in chosen)
+        pct: dict[str, float | None] = {}
+        values = values_at_percentiles(hist, self.percentiles) if count else {}
+        for p in self.percentiles:
+            pct[percentile_key(p)] = round(values[p] / 1000.0, 3) if count else None
+        max_ms = round(hist.get_max_value() / 1000.0, 3) if count else None
+        gap = longest_in(self.gaps, start, end)
+        gap_ms, gap_exact = gap if gap is not None else ((0.0 if chosen else None), True)
+        return PhaseStats(
+            name=name,
+            kind=kind,
+            start_s=start - self.t0,
+            end_s=end - self.t0,
+            percentiles_ms=pct,
+            max_ms=max_ms,
+            count=count,
+            covered_s=covered,
+            results_per_s=(count / covered) if covered > 0 else None,
+            max_gap_ms=gap_ms,
+            max_gap_exact=gap_exact,
+            fault=fault,
+        )
+
+    def bad(self, iv: _Iv, threshold_ms: float) -> bool:
+        if iv.count == 0:
+            # No result while input flowed is the worst latency there is.
+            return iv.start >= self.t0 and iv.end <= self.t_end + 1.0
+        return iv.p99 is not None and iv.p99 > threshold_ms
+
+    def recovery_at(
+        self, started: float, window_end: float, limit: float, threshold_ms: float
+    ) -> float | None:
+        """Epoch seconds when the fault counts as recovered (see the module docstring)."""
+        ivs = [iv for iv in self.ivs if iv.end > started and iv.start < limit]
+        last_bad: float | None = None
+        good_run = 0
+        run_start: float | None = None
+        for iv in ivs:
+            if self.bad(iv, threshold_ms):
+                last_bad = iv.end
+                good_run = 0
+                run_start = None
+                continue
+            if good_run == 0:
+                run_start = iv.start
+            good_run += 1
+            if good_run >= HOLD_S and run_start is not None and run_start >= window_end - 1.0:
+                return started if last_bad is None else last_bad
+        if ivs and last_bad is None:
+            return started
+        return None
+
+
+def _spec_slo(data: RunData) -> dict[str, object]:
+    return dict(data.spec.report.slo)
+
+
+def build_report(run_dir: Path, *, recompute: bool = False) -> Report:
+    """Analyse one run directory.
+
+    Args:
+        run_dir: a directory written by ``arfl deploy``.
+        recompute: check correctness by recomputing the expected results from the input topic
+            (needs the run's Kafka; starts a Spark batch job) instead of the merger's counts.
+
+    Raises:
+        ReportError: not a run directory, the input never started, a file is broken, or an
+            SLO names an unknown metric.
+    """
+    data = load_run(Path(run_dir))
+    return analyse(data, correctness=corr.recomputed(data) if recompute else None)
+
+
+def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
+    """:func:`build_report` on already loaded run data (and optionally known correctness)."""
+    warnings: list[str] = []
+    t0 = data.input_start
+    if t0 is None:
+        raise ReportError(
+            f"run {data.name} never started its input (no injector_started or "
+            f"workload-started in {data.root / 'journal.jsonl'}); nothing to report"
+        )
+    t_end = data.input_end
+    if t_end is None or t_end <= t0:
+        t_end = t0 + data.spec.workload.duration
+    if not data.events("run-finished"):
+        failed = data.first_event("run-failed")
+        if failed is not None:
+            warnings.append(f"the run failed: {failed.get('error')}")
+        else:
+            warnings.append("the run has not finished (no run-finished event): numbers are partial")
+    if not data.intervals:
+        warnings.append("no latency.hlog: no latency numbers")
+    if data.monitor == []:
+        warnings.append("no monitor.jsonl: no output gaps or rates")
+    b = _Builder(data, t0, t_end)
+    warm_end = min(t0 + data.spec.workload.warmup, t_end)
+    jfaults = [f for f in journaled_faults(data.journal) if f.started is not None]
+    failed_faults = [f for f in journaled_faults(data.journal) if f.started is None]
+    jfaults = [f for f in jfaults if f.started is not None and f.started < t_end]
+    phases: list[PhaseStats] = []
+    first_fault = jfaults[0].started if jfaults else None
+    warm_stop = warm_end if first_fault is None else min(warm_end, max(first_fault, t0))
+    phases.append(b.stats("warmup", "warmup", t0, warm_stop))
+    if first_fault is not None and first_fault < warm_end:
+        warnings.append("the first fault came before the end of the warm-up: no steady state")
+    steady_end = t_end if first_fault is None else max(first_fault, warm_stop)
+    steady = b.stats("steady", "steady", warm_stop, steady_end)
+    phases.append(steady)
+    ref_p99 = steady.percentiles_ms.get("p99") if steady.count else None
+    if ref_p99 is None and steady.count:
+        ref_p99 = steady.max_ms
+    ref_gap = max(steady.max_gap_ms or 0.0, GAP_FLOOR_MS)
+    tol = data.spec.report.tolerance
+    fstats: list[FaultStats] = []
+    for i, jf in enumerate(jfaults, start=1):
+        assert jf.started is not None
+        a = max(jf.started, warm_stop)
+        nxt = jfaults[i].started if i < len(jfaults) else None
+        limit = t_end if nxt is None else min(nxt, t_end)
+        b_end = min(max(jf.window_end or a, a), limit)
+        fphase = b.stats(f"fault-{i}", "fault", a, b_end, fault=i)
+        phases.append(fphase)
+        recovery_s: float | None = None
+        masked: bool | None = None
+        whole = overlapping(b.gaps, a, b_end)
+        fault_gap = None if whole is None else round(whole.length_ms, 3)
+        if ref_p99 is not None:
+            rec_at = b.recovery_at(jf.started, b_end, limit, tol * ref_p99)
+            recovery_s = None if rec_at is None else max(0.0, rec_at - jf.started)
+            fp99 = fphase.percentiles_ms.get("p99") if fphase.count else None
+            gap_ok = fault_gap is None or fault_gap <= tol * ref_gap
+            masked = fp99 is not None and fp99 <= tol * ref_p99 and gap_ok
+        rec_end = limit if recovery_s is None else min(max(jf.started + recovery_s, b_end), limit)
+        phases.append(b.stats(f"recovery-{i}", "recovery", b_end, rec_end, fault=i))
+        if rec_end < limit or nxt is None:
+            if nxt is None:
+                phases.append(b.stats("tail", "tail", rec_end, t_end))
+            else:
+                phases.append(b.stats(f"steady-{i + 1}", "steady", rec_end, limit))
+        fstats.append(
+            FaultStats(
+                index=i,
+                kind=jf.kind,
+                target=jf.replica,
+                at_s=jf.started - t0,
+                duration_s=jf.duration_s,
+                window_s=b_end - jf.started,
+                detect_s=jf.detect_s,
+                restored_s=jf.restored_s,
+                recovery_s=recovery_s,
+                masked=masked,
+                p99_ms=fphase.percentiles_ms.get("p99"),
+                max_gap_ms=fault_gap,
+                description=jf.description,
+            )
+        )
+    for k, jf in enumerate(failed_faults, start=len(fstats) + 1):
+        fstats.append(_failed(k, jf))
+    if jfaults and ref_p99 is None:
+        warnings.append("no results in the steady state: no recovery times or masking verdicts")
+    overall = b.stats("overall", "overall", warm_stop, t_end)
+    correct = correctness if correctness is not None else corr.from_merger(data)
+    slo = check_slos(_spec_slo(data), phases, overall, fstats, correct)
+    longest = data.merger.get("longest_gap_ms")
+    return Report(
+        run=data.name,
+        run_dir=str(data.root),
+        mode=data.spec.replication.mode,
+        replicas=data.spec.replication.replicas,
+        input_start=t0,
+        input_end_s=t_end - t0,
+        warmup_s=data.spec.workload.warmup,
+        tolerance=tol,
+        percentiles=b.percentiles,
+        phases=phases,
+        overall=overall,
+        faults=fstats,
+        correctness=correct,
+        slo=slo,
+        longest_gap_ms=None if longest is None else float(longest),
+        gap_resolution=RESOLUTION,
+        series=_series(b, data, phases, overall),
+        warnings=warnings,
+    )
+
+
+def _failed(index: int, jf: JournaledFault) -> FaultStats:
+    return FaultStats(
+        index=index,
+        kind=jf.kind,
+        target=jf.replica,
+        at_s=None,
+        duration_s=None,
+        window_s=None,
+        detect_s=None,
+        restored_s=None,
+        recovery_s=None,
+        masked=None,
+        p99_ms=None,
+        max_gap_ms=None,
+        description=jf.description,
+        error=jf.error,
+    )
+
+
+def distribution_percentiles(count: int) -> list[float]:
+    """Percentiles for a distribution plot: 10 per decade of ``1/(1-q)`` up to ``1 - 1/count``."""
+    if count <= 0:
+        return []
+    top = math.log10(max(count, 10))
+    steps = int(top * 10)
+    return [round(100.0 * (1.0 - 10 ** (-k / 10.0)), 6) for k in range(steps + 1)]
+
+
+def _distribution(b: _Builder, phase: PhaseStats) -> list[tuple[float, float]]:
+    chosen = _select(b.ivs, phase.start_s + b.t0, phase.end_s + b.t0)
+    hist = new_histogram()
+    for iv in chosen:
+        hist.add(iv.hist)
+    count = int(hist.get_total_count())
+    qs = distribution_percentiles(count)
+    if not qs:
+        return []
+    values = values_at_percentiles(hist, qs)
+    pts = [(q, values[q] / 1000.0) for q in qs]
+    pts.append((100.0, hist.get_max_value() / 1000.0))
+    return pts
+
+
+def _series(
+    b: _Builder, data: RunData, phases: Sequence[PhaseStats], overall: PhaseStats
+) -> Series:
+    t_s = [iv.end - b.t0 for iv in b.ivs]
+    rate_t: list[float] = []
+    out_rate: list[float] = []
+    rep_rate: dict[int, list[float]] = {}
+    prev: dict[int, int] = {}
+    for snap in data.monitor:
+        dt = snap.interval_s if snap.interval_s > 0 else 1.0
+        rate_t.append(snap.t - b.t0)
+        out_rate.append(snap.output_rate / dt)
+        for r, rs in snap.replicas.items():
+            series = rep_rate.setdefault(r, [0.0] * (len(rate_t) - 1))
+            series.append(max(0, rs.received - prev.get(r, 0)) / dt)
+            prev[r] = rs.received
+        for series in rep_rate.values():
+            if len(series) < len(rate_t):
+                series.append(0.0)
+    dist: dict[str, list[tuple[float, float]]] = {}
+    for p in [*phases, overall]:
+        if p.kind in ("warmup", "recovery") or not p.count:
+            continue
+        dist[p.name] = _distribution(b, p)
+    return Series(
+        t_s=t_s,
+        p50_ms=[iv.p50 for iv in b.ivs],
+        p99_ms=[iv.p99 for iv in b.ivs],
+        max_ms=[iv.max for iv in b.ivs],
+        rate_t_s=rate_t,
+        output_rate=out_rate,
+        replica_rate=rep_rate,
+        distribution=dist,
+    )

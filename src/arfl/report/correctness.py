@@ -1,0 +1,233 @@
+"""Correctness of a run's results: expected, missing, duplicates, divergent.
+
+Two bases:
+
+* ``merger`` (default, no services needed): the merger's counters from ``merger.json`` /
+  ``summary.json``. ``expected`` is known only for pipelines where every input event yields
+  exactly one result (no filter, window or transform step: expected = events produced);
+  ``duplicates`` is 0 when the merger evicted nothing from its dedup state (it then emitted
+  each result id once), unknown otherwise; ``divergent`` counts copies whose content hash
+  differed between replicas.
+* ``recomputed`` (``arfl report --recompute``; needs the run's Kafka and starts a Spark batch
+  job): :func:`arfl.pipelines.offline.recompute` recomputes the expected results from the input
+  topic and the sink topic is read back; ``missing`` = expected final results not in the sink,
+  ``duplicates`` = sink records beyond the first per result id, ``divergent`` = the merger's
+  count plus sink results whose content differs from the recomputation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from arfl.errors import ArflError, ReportError
+from arfl.pipelines.records import BadRecord, Result, parse_result
+from arfl.report.model import Correctness
+from arfl.report.rundata import RunData
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def from_merger(data: RunData) -> Correctness:
+    """Correctness from the merger's and injector's own counts (see the module docstring)."""
+    merged = data.merger or dict(data.summary.get("merger") or {})
+    last = data.monitor[-1] if data.monitor else None
+    notes: list[str] = []
+    results = _int(merged.get("results"))
+    if results is None and last is not None:
+        results = last.results
+        notes.append("results from the last monitor line (no merger.json)")
+    divergent = _int(merged.get("divergent"))
+    if divergent is None and last is not None:
+        divergent = last.divergent
+    evicted = _int(merged.get("evicted"))
+    if evicted is None and last is not None:
+        evicted = last.evicted
+    produced = (
+        data.injector_summary.produced
+        if data.injector_summary is not None
+        else _int(data.summary.get("produced"))
+    )
+    one_to_one = all(s.kind == "select" for s in data.spec.steps)
+    expected: int | None = None
+    missing: int | None = None
+    if one_to_one and produced is not None:
+        expected = produced
+        missing = max(0, produced - results) if results is not None else None
+        notes.append("expected = events produced (every event yields one result)")
+    else:
+        notes.append(
+            "expected unknown without --recompute (filters/windows change the result count)"
+        )
+    duplicates: int | None = None
+    if evicted == 0:
+        duplicates = 0
+        notes.append("duplicates = 0: the merger evicted no result id, so emitted each once")
+    elif evicted is not None:
+        notes.append(
+            f"duplicates unknown: the merger evicted {evicted} ids and may have re-emitted them"
+        )
+    return Correctness(
+        basis="merger",
+        expected=expected,
+        results=results,
+        missing=missing,
+        duplicates=duplicates,
+        divergent=divergent,
+        produced=produced,
+        notes=notes,
+    )
+
+
+def compare_results(
+    expected: Mapping[str, Result],
+    final: Iterable[str],
+    delivered: Iterable[Result],
+    merger_divergent: int,
+    produced: int | None,
+) -> Correctness:
+    """Correctness of the sink's records against a recomputation.
+
+    Args:
+        expected: rid -> the recomputed result.
+        final: rids every complete run must have delivered (windows still open at the end of
+            the input are not required).
+        delivered: every record read from the sink topic.
+        merger_divergent: copies the merger found divergent between replicas.
+        produced: input events produced.
+    """
+    seen: Counter[str] = Counter()
+    wrong = 0
+    unexpected = 0
+    for r in delivered:
+        seen[r.rid] += 1
+        if seen[r.rid] > 1:
+            continue
+        want = expected.get(r.rid)
+        if want is None:
+            unexpected += 1
+        elif want.hash != r.hash:
+            wrong += 1
+    final_set = set(final)
+    missing = len(final_set - set(seen))
+    duplicates = sum(n - 1 for n in seen.values())
+    notes = [
+        f"{len(expected)} results recomputed, {len(final_set)} of them final at the end of input",
+        f"{wrong} delivered results differ from the recomputation",
+    ]
+    if unexpected:
+        notes.append(f"{unexpected} delivered result ids are not in the recomputation")
+    return Correctness(
+        basis="recomputed",
+        expected=len(final_set),
+        results=len(seen),
+        missing=missing,
+        duplicates=duplicates,
+        divergent=merger_divergent + wrong,
+        produced=produced,
+        notes=notes,
+    )
+
+
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Result]:
+    """Every parseable result record of ``topic``, from its start to its current end.
+
+    Raises:
+        ReportError: Kafka is not reachable or the topic does not exist.
+    """
+    import time
+
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"arfl-report-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "socket.timeout.ms": 10_000,
+        }
+    )
+    out: list[Result] = []
+    try:
+        try:
+            md = consumer.list_topics(topic, timeout=10)
+        except KafkaException as e:
+            raise ReportError(
+                f"kafka at {bootstrap} not reachable ({e}); start the run's stack "
+                "('arfl stack up') or drop --recompute"
+            ) from e
+        meta = md.topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise ReportError(
+                f"topic {topic} not found at {bootstrap}; was it deleted? drop --recompute"
+            )
+        ends: dict[int, int] = {}
+        assign: list[TopicPartition] = []
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                ends[p] = high
+                assign.append(TopicPartition(topic, p, low))
+        if not assign:
+            return out
+        consumer.assign(assign)
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+                if msg.error() is not None:
+                    continue
+                part, off = msg.partition(), msg.offset()
+                with contextlib.suppress(BadRecord):
+                    out.append(parse_result(msg.value()))
+                if part in ends and off is not None and off + 1 >= ends[part]:
+                    del ends[part]
+        if ends:
+            raise ReportError(
+                f"reading {topic} at {bootstrap} did not reach its end within {timeout_s:.0f}s "
+                f"(partitions {sorted(ends)} left)"
+            )
+        return out
+    finally:
+        consumer.close()
+
+
+def recomputed(data: RunData) -> Correctness:
+    """Correctness by recomputation (starts a local Spark batch job; see the module docstring).
+
+    Raises:
+        ReportError: the run's Kafka, topics or Spark connector are not available.
+    """
+    from arfl import stack
+    from arfl.pipelines.offline import recompute
+
+    started = data.first_event("run-started") or {}
+    bootstrap = started.get("kafka")
+    source = started.get("source_topic")
+    sink = started.get("sink_topic")
+    if not (bootstrap and source and sink):
+        raise ReportError(
+            f"{data.root}/journal.jsonl has no run-started event with kafka and topic names; "
+            "cannot recompute"
+        )
+    spec = data.spec.model_copy(
+        update={
+            "source": data.spec.source.model_copy(update={"topic": str(source)}),
+            "sink": data.spec.sink.model_copy(update={"topic": str(sink)}),
+        }
+    )
+    delivered = read_topic(str(bootstrap), str(sink))
+    try:
+        jars = stack.ensure_installed().spark_kafka_jars
+        rec = recompute(spec, str(bootstrap), jars)
+    except ArflError as e:
+        raise ReportError(f"offline recomputation of {data.name} failed: {e}") from e
+    base = from_merger(data)
+    return compare_results(rec.results, rec.final, delivered, base.divergent or 0, base.produced)

@@ -1,0 +1,165 @@
+"""Faults as the journal recorded them: injection, revert, and the system's reaction.
+
+The chaos runner writes ``fault-injected`` (``started`` = epoch seconds when the injection
+began) and ``fault-reverted`` (``ended``) per fault, or ``fault-failed``; the replica runner
+writes ``replica-died`` / ``replica-restarted`` / ``replica-ready``; ``kill-executor``'s revert
+waits for the replacement executor and records ``details.replacement_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from arfl.faults import registry
+
+KILLS_REPLICA = ("kill-replica", "kill-leader")
+
+
+@dataclass(frozen=True)
+class JournaledFault:
+    """One fault from the journal, with the times the report needs (epoch seconds).
+
+    Attributes:
+        kind: the fault kind.
+        replica: the replica it hit (None when unknown).
+        started: when the injection began (None for a failed fault).
+        window_end: end of the fault window: the revert for faults with a duration; for kills,
+            when the replica (``replica-ready`` after its restart) or executor was back, else
+            the revert's end.
+        duration_s: the requested duration (None for instant faults).
+        detect_s: injection until the system noticed (``replica-died``; for ``kill-executor``
+            the replacement executor).
+        restored_s: injection until the replica / executor ran again or the fault was lifted.
+        description: the chaos runner's description.
+        error: ``fault-failed``'s error.
+    """
+
+    kind: str
+    replica: int | None
+    started: float | None
+    window_end: float | None
+    duration_s: float | None
+    detect_s: float | None
+    restored_s: float | None
+    description: str
+    error: str | None = None
+
+
+def _int_or_none(v: Any) -> int | None:
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_or_none(v: Any) -> float | None:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def journaled_faults(journal: list[dict[str, Any]]) -> list[JournaledFault]:
+    """Every fault in a journal, in order of injection (failed ones last in journal order).
+
+    Args:
+        journal: the run's events.
+    """
+    injected = [e for e in journal if e.get("event") == "fault-injected"]
+    reverted = [e for e in journal if e.get("event") == "fault-reverted"]
+    used: set[int] = set()
+    out: list[JournaledFault] = []
+    for inj in sorted(injected, key=lambda e: float(e.get("started") or e["t"])):
+        started = float(inj.get("started") or inj["t"])
+        kind = str(inj.get("kind"))
+        replica = _int_or_none(inj.get("replica"))
+        rev: dict[str, Any] | None = None
+        for i, r in enumerate(reverted):
+            if i in used or r.get("kind") != kind or _int_or_none(r.get("replica")) != replica:
+                continue
+            if float(r.get("started") or r["t"]) >= started - 1e-3:
+                used.add(i)
+                rev = r
+                break
+        out.append(_react(journal, inj, rev, kind, replica, started))
+    for e in journal:
+        if e.get("event") == "fault-failed":
+            out.append(
+                JournaledFault(
+                    kind=str(e.get("kind")),
+                    replica=_int_or_none(e.get("replica")),
+                    started=None,
+                    window_end=None,
+                    duration_s=None,
+                    detect_s=None,
+                    restored_s=None,
+                    description=str(e.get("kind")),
+                    error=str(e.get("error")),
+                )
+            )
+    return out
+
+
+def _react(
+    journal: list[dict[str, Any]],
+    inj: dict[str, Any],
+    rev: dict[str, Any] | None,
+    kind: str,
+    replica: int | None,
+    started: float,
+) -> JournaledFault:
+    duration = _float_or_none(inj.get("duration_s"))
+    rev_end = None if rev is None else _float_or_none(rev.get("ended") or rev.get("t"))
+    detect: float | None = None
+    restored: float | None = None
+    if kind in KILLS_REPLICA and replica is not None:
+        died = next(
+            (
+                e
+                for e in journal
+                if e.get("event") == "replica-died"
+                and _int_or_none(e.get("replica")) == replica
+                and float(e["t"]) >= started - 0.5
+            ),
+            None,
+        )
+        if died is not None:
+            detect = max(0.0, float(died["t"]) - started)
+            ready = next(
+                (
+                    e
+                    for e in journal
+                    if e.get("event") in ("replica-ready",)
+                    and _int_or_none(e.get("replica")) == replica
+                    and float(e["t"]) > float(died["t"])
+                ),
+                None,
+            )
+            if ready is not None:
+                restored = float(ready["t"]) - started
+    elif kind == "kill-executor":
+        details = (rev or {}).get("details") or inj.get("details") or {}
+        replaced = _float_or_none(details.get("replacement_s"))
+        detect = restored = replaced
+    elif rev_end is not None:
+        restored = rev_end - started
+    takes_duration = (
+        registry.KINDS[kind].takes_duration if kind in registry.KINDS else bool(duration)
+    )
+    if takes_duration:
+        window_end = rev_end if rev_end is not None else started + (duration or 0.0)
+    elif restored is not None:
+        window_end = started + restored
+    else:
+        window_end = rev_end if rev_end is not None else started
+    return JournaledFault(
+        kind=kind,
+        replica=replica,
+        started=started,
+        window_end=max(window_end, started),
+        duration_s=duration,
+        detect_s=detect,
+        restored_s=restored,
+        description=str(inj.get("description") or kind),
+    )

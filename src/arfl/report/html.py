@@ -1,0 +1,426 @@
+"""The HTML report: one self-contained file (plotly.js embedded inline, no network needed).
+
+One run: latency over time (per-second p50/p99/max, warm-up / fault / recovery windows shaded),
+the latency distribution per phase (HdrHistogram style: x = 1/(1-q) on a log axis), output
+rate per replica, and the tables of the text report. Several runs: the same plots overlaid (one
+colour per run) and the comparison tables.
+
+Plot ``div`` ids (stable, tests look for them): ``latency-over-time``,
+``latency-distribution``, ``output-rate``; comparisons: ``compare-latency-over-time``,
+``compare-latency-distribution``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from arfl.errors import ReportError
+from arfl.report.compare import Comparison
+from arfl.report.model import FaultStats, PhaseStats, Report
+
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
+_DIST_TICKS = [1, 2, 10, 100, 1000, 10_000, 100_000, 1_000_000]
+_DIST_LABELS = ["0%", "50%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%"]
+_LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "height": 460,
+    "margin": {"l": 70, "r": 30, "t": 60, "b": 60},
+    "font": {"size": 14},
+    "legend": {"orientation": "h", "y": -0.18},
+}
+
+
+def _x_of(q: float) -> float:
+    return 1.0 / (1.0 - q / 100.0) if q < 100.0 else math.inf
+
+
+def _fmt(v: float | None, unit: str = "", nd: int = 1) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.{nd}f}{unit}"
+
+
+def _ms(v: float | None) -> str:
+    """Milliseconds, compact: one decimal below 100 ms, none above."""
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def _shade(fig: go.Figure, report: Report) -> None:
+    """Shade the warm-up, fault windows and recoveries on a time axis."""
+    for p in report.phases:
+        if p.end_s <= p.start_s:
+            continue
+        if p.kind == "warmup":
+            color, label = "rgba(128,128,128,0.15)", "warm-up"
+        elif p.kind == "fault":
+            color, label = "rgba(214,39,40,0.20)", p.name
+            f = report.faults[p.fault - 1] if p.fault else None
+            if f is not None:
+                label = f"{p.name}: {f.kind}" + (f" r{f.target}" if f.target is not None else "")
+        elif p.kind == "recovery":
+            color, label = "rgba(255,127,14,0.15)", p.name
+        else:
+            continue
+        fig.add_vrect(
+            x0=p.start_s, x1=p.end_s, fillcolor=color, line_width=0, layer="below",
+            annotation_text=label, annotation_position="top left",
+            annotation_font_size=12,
+        )  # fmt: skip
+
+
+def latency_figure(report: Report) -> go.Figure:
+    """Per-second p50/p99/max over time, phases shaded."""
+    s = report.series
+    fig = go.Figure()
+    for name, ys, color, dash in (
+        ("max", s.max_ms, "#bbbbbb", "dot"),
+        ("p99", s.p99_ms, "#d62728", "solid"),
+        ("p50", s.p50_ms, "#1f77b4", "solid"),
+    ):
+        fig.add_trace(
+            go.Scatter(x=s.t_s, y=ys, name=name, mode="lines+markers", connectgaps=False,
+                       line={"color": color, "dash": dash}, marker={"size": 4})
+        )  # fmt: skip
+    _shade(fig, report)
+    fig.update_layout(
+        title=f"End-to-end latency per second — {report.run}",
+        xaxis_title="seconds since input start",
+        yaxis_title="latency (ms, log)",
+        yaxis_type="log",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def _dist_trace(
+    name: str, points: Sequence[tuple[float, float]], color: str | None, dash: str = "solid"
+) -> go.Scatter:
+    pts = [(x, v) for x, v in ((_x_of(q), v) for q, v in points) if math.isfinite(x)]
+    return go.Scatter(
+        x=[x for x, _ in pts], y=[v for _, v in pts], name=name, mode="lines",
+        line={"color": color, "dash": dash, "shape": "hv"},
+        hovertemplate="%{customdata}: %{y:.1f} ms<extra>" + html.escape(name) + "</extra>",
+        customdata=[f"p{q:g}" for q, _ in points if q < 100.0],
+    )  # fmt: skip
+
+
+def _dist_layout(fig: go.Figure, title: str) -> None:
+    fig.update_layout(
+        title=title,
+        xaxis={"type": "log", "tickvals": _DIST_TICKS, "ticktext": _DIST_LABELS,
+               "title": "percentile"},
+        yaxis_title="latency (ms)",
+        **_LAYOUT,
+    )  # fmt: skip
+
+
+def distribution_figure(report: Report) -> go.Figure:
+    """The latency distribution of each phase (HdrHistogram-style percentile plot)."""
+    fig = go.Figure()
+    colors = iter(_COLORS[1:] * 4)
+    for name, points in report.series.distribution.items():
+        color = "#000000" if name == "overall" else next(colors)
+        fig.add_trace(_dist_trace(name, points, color, "dash" if name == "overall" else "solid"))
+    _dist_layout(fig, f"Latency by percentile, per phase — {report.run}")
+    return fig
+
+
+def rate_figure(report: Report) -> go.Figure:
+    """Output rate (first copies) and per-replica received records per second."""
+    s = report.series
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=s.rate_t_s,
+            y=s.output_rate,
+            name="merged output (first copies)",
+            mode="lines",
+            line={"color": "#000000", "width": 3},
+        )
+    )
+    for i, (replica, ys) in enumerate(sorted(s.replica_rate.items())):
+        fig.add_trace(
+            go.Scatter(
+                x=s.rate_t_s,
+                y=ys,
+                name=f"replica {replica} (received)",
+                mode="lines",
+                line={"color": _COLORS[i % len(_COLORS)]},
+            )
+        )
+    _shade(fig, report)
+    fig.update_layout(
+        title=f"Results per second — {report.run}",
+        xaxis_title="seconds since input start",
+        yaxis_title="records / s",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def phase_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the phase table (shared with the terminal renderer)."""
+    keys = list(report.overall.percentiles_ms)
+    headers = ["phase", "seconds", *keys, "max", "res/s", "max gap"]
+    rows = []
+    for p in [*report.phases, report.overall]:
+        rows.append(_phase_row(p, keys))
+    return headers, rows
+
+
+def _phase_row(p: PhaseStats, keys: Sequence[str]) -> list[str]:
+    gap = _ms(p.max_gap_ms)
+    if p.max_gap_ms is not None and not p.max_gap_exact:
+        gap = "≥" + gap
+    return [
+        p.name + ("*" if p.kind == "warmup" else ""),
+        f"{p.start_s:.1f}-{p.end_s:.1f}",
+        *[_ms(p.percentiles_ms.get(k)) for k in keys],
+        _ms(p.max_ms),
+        _fmt(p.results_per_s, nd=0),
+        gap,
+    ]
+
+
+def fault_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the fault table."""
+    headers = ["#", "fault", "rep", "at", "window", "detect", "restored", "recovery",
+               "p99 ms", "gap ms", "masked"]  # fmt: skip
+    return headers, [_fault_row(f) for f in report.faults]
+
+
+def _fault_row(f: FaultStats) -> list[str]:
+    if f.error is not None:
+        return [str(f.index), f.kind, str(f.target), "-", "-", "-", "-", "-", "-", "-",
+                f"failed: {f.error}"]  # fmt: skip
+    masked = "-" if f.masked is None else ("yes" if f.masked else "NO")
+    recovery = (
+        "never" if f.recovery_s is None and f.masked is not None else _fmt(f.recovery_s, nd=2)
+    )
+    return [
+        str(f.index), f.kind, "-" if f.target is None else str(f.target), _fmt(f.at_s, nd=1),
+        _fmt(f.window_s, nd=1), _fmt(f.detect_s, nd=2), _fmt(f.restored_s, nd=2), recovery,
+        _ms(f.p99_ms), _ms(f.max_gap_ms), masked,
+    ]  # fmt: skip
+
+
+def correctness_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Headers and the one row of the correctness table."""
+    c = report.correctness
+
+    def n(v: int | None) -> str:
+        return "unknown" if v is None else f"{v:,}"
+
+    return (
+        ["basis", "produced", "expected", "results", "missing", "duplicates", "divergent"],
+        [[c.basis, n(c.produced), n(c.expected), n(c.results), n(c.missing), n(c.duplicates),
+          n(c.divergent)]],
+    )  # fmt: skip
+
+
+def _fig_html(fig: go.Figure, div_id: str, first: bool) -> str:
+    return str(
+        fig.to_html(
+            full_html=False,
+            include_plotlyjs=bool(first),
+            div_id=div_id,
+            config={"displaylogo": False, "responsive": True},
+        )
+    )
+
+
+_CSS = """
+body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 24px 40px;
+       color: #222; }
+h1 { font-size: 26px; } h2 { font-size: 20px; margin-top: 32px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; }
+th, td { border: 1px solid #ccc; padding: 4px 10px; text-align: right; }
+th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
+.ok { color: #2ca02c; font-weight: bold; } .bad { color: #d62728; font-weight: bold; }
+.note { color: #666; font-size: 13px; }
+"""
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>"
+        f"<body>{body}</body></html>\n"
+    )
+
+
+def _slo_html(report: Report) -> str:
+    if not report.slo.checks:
+        return "<p class='note'>The spec sets no SLO ([report.slo]).</p>"
+    items = "".join(
+        f"<li class='{'ok' if c.passed else 'bad'}'>{'met' if c.passed else 'BREACHED'}: "
+        f"{html.escape(c.line)}</li>"
+        for c in report.slo.checks
+    )
+    verdict = "all met" if report.slo.passed else "breached"
+    return f"<p>SLOs: <b>{verdict}</b></p><ul>{items}</ul>"
+
+
+def report_body(report: Report, first_plot: bool = True, id_suffix: str = "") -> str:
+    """The HTML of one run's section (plots and tables).
+
+    Args:
+        report: the run.
+        first_plot: embed plotly.js with the first plot (once per page).
+        id_suffix: appended to the plot div ids (several runs on one page).
+    """
+    parts = [
+        f"<h1>arfl report: {html.escape(report.run)}</h1>",
+        f"<p>mode <b>{html.escape(report.mode)}</b>, {report.replicas} replica(s); "
+        f"input {_fmt(report.input_end_s, ' s')}, warm-up {report.warmup_s:g} s (excluded), "
+        f"tolerance {report.tolerance:g}x</p>",
+    ]
+    parts += [f"<p class='bad'>{html.escape(w)}</p>" for w in report.warnings]
+    parts.append(_slo_html(report))
+    parts.append(_fig_html(latency_figure(report), "latency-over-time" + id_suffix, first_plot))
+    parts.append(
+        "<h2>Phases (latency and gaps in ms; * warm-up, excluded)</h2>"
+        + _table(*phase_rows(report))
+    )
+    parts.append(f"<p class='note'>Output gaps: {html.escape(report.gap_resolution)}. "
+                 f"Run-wide longest gap (merger, exact): {_fmt(report.longest_gap_ms, ' ms')}."
+                 "</p>")  # fmt: skip
+    if report.faults:
+        parts.append(
+            "<h2>Faults (at: s after input start; window, detect, restored, recovery: "
+            "s after injection)</h2>" + _table(*fault_rows(report))
+        )
+    parts.append(_fig_html(distribution_figure(report), "latency-distribution" + id_suffix, False))
+    parts.append(_fig_html(rate_figure(report), "output-rate" + id_suffix, False))
+    parts.append("<h2>Correctness</h2>" + _table(*correctness_rows(report)))
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.correctness.notes)
+    parts.append(f"<ul class='note'>{notes}</ul>")
+    return "\n".join(parts)
+
+
+def render_html(report: Report, path: Path) -> Path:
+    """Write the HTML report of one run to ``path``.
+
+    Raises:
+        ReportError: the file cannot be written.
+    """
+    return _write(path, _page(f"arfl report {report.run}", report_body(report)))
+
+
+def compare_latency_figure(comparison: Comparison) -> go.Figure:
+    """Per-second p99 (solid) and p50 (dotted) of every run, overlaid."""
+    fig = go.Figure()
+    for i, rep in enumerate(comparison.reports):
+        color = _COLORS[i % len(_COLORS)]
+        s = rep.series
+        fig.add_trace(
+            go.Scatter(
+                x=s.t_s, y=s.p99_ms, name=f"{rep.run} p99", mode="lines", line={"color": color}
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=s.t_s,
+                y=s.p50_ms,
+                name=f"{rep.run} p50",
+                mode="lines",
+                line={"color": color, "dash": "dot"},
+            )
+        )
+    first = comparison.reports[0]
+    _shade(fig, first)
+    fig.update_layout(
+        title="Latency per second, runs overlaid (windows shaded: first run)",
+        xaxis_title="seconds since input start",
+        yaxis_title="latency (ms, log)",
+        yaxis_type="log",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def compare_distribution_figure(comparison: Comparison) -> go.Figure:
+    """The overall latency distribution of every run, overlaid."""
+    fig = go.Figure()
+    for i, rep in enumerate(comparison.reports):
+        points = rep.series.distribution.get("overall", [])
+        fig.add_trace(_dist_trace(rep.run, points, _COLORS[i % len(_COLORS)]))
+    _dist_layout(fig, "Latency by percentile (after warm-up), runs overlaid")
+    return fig
+
+
+def comparison_tables(comparison: Comparison) -> list[tuple[str, list[str], list[list[str]]]]:
+    """``(metric, headers, rows)`` per metric: phases down, runs across (value and ratio)."""
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    metrics: list[str] = []
+    for row in comparison.rows:
+        if row.metric not in metrics:
+            metrics.append(row.metric)
+    headers = ["phase"]
+    for i, run in enumerate(comparison.runs):
+        headers.append(run)
+        if i:
+            headers.append("x first")
+    for metric in metrics:
+        rows = []
+        for row in comparison.table(metric):
+            cells = [row.phase]
+            for i, (v, r) in enumerate(zip(row.values, row.ratios, strict=True)):
+                if isinstance(v, bool):
+                    cells.append("yes" if v else "NO")
+                else:
+                    cells.append(_fmt(v, nd=2 if metric.endswith("_s") else 1))
+                if i:
+                    cells.append("-" if r is None else f"{r:.2f}")
+            rows.append(cells)
+        out.append((metric, headers, rows))
+    return out
+
+
+def render_compare_html(comparison: Comparison, path: Path) -> Path:
+    """Write the HTML comparison of several runs (overlaid plots, tables, then each run).
+
+    Raises:
+        ReportError: the file cannot be written.
+    """
+    parts = [
+        f"<h1>arfl comparison: {html.escape(', '.join(comparison.runs))}</h1>",
+        "<p class='note'>Ratios are to the first run.</p>",
+        _fig_html(compare_latency_figure(comparison), "compare-latency-over-time", True),
+        _fig_html(compare_distribution_figure(comparison), "compare-latency-distribution",
+                  False),
+    ]  # fmt: skip
+    units = {"results_per_s": "results/s", "detect_s": "s", "recovery_s": "s", "masked": ""}
+    for metric, headers, rows in comparison_tables(comparison):
+        unit = units.get(metric, "ms")
+        parts.append(f"<h2>{html.escape(metric)} {unit}</h2>" + _table(headers, rows))
+    for i, rep in enumerate(comparison.reports):
+        parts.append("<hr>" + report_body(rep, first_plot=False, id_suffix=f"-{i + 1}"))
+    return _write(path, _page("arfl comparison", "\n".join(parts)))
+
+
+def _write(path: Path, text: str) -> Path:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        raise ReportError(f"cannot write the HTML report {path}: {e}") from e
+    return path

@@ -1,0 +1,344 @@
+"""The report's data: plain frozen dataclasses with a stable ``to_dict()`` (the ``--json``
+contract, documented in ``docs/report-json.md``).
+
+Times in the JSON are seconds relative to the input start (``start_s``, ``at_s``) or durations
+in seconds (``*_s``); latencies and gaps are milliseconds (``*_ms``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON_VERSION = 1
+"""Bumped when a field of the ``--json`` output changes meaning or is removed."""
+
+
+def _r(v: float | None, nd: int = 3) -> float | None:
+    return None if v is None else round(v, nd)
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    """Latency, throughput and gaps of one phase.
+
+    Attributes:
+        name: ``warmup``, ``steady``, ``fault-N``, ``recovery-N``, ``steady-N``, ``tail``.
+        kind: ``warmup``, ``steady``, ``fault``, ``recovery`` or ``tail``.
+        start_s: phase start, seconds after the input start.
+        end_s: phase end, seconds after the input start.
+        percentiles_ms: ``{"p50": ms, ...}`` for the spec's ``report.percentiles`` (None: no
+            result arrived in the phase).
+        max_ms: the largest latency in the phase.
+        count: results (first copies) whose latency was recorded in the phase.
+        covered_s: seconds of latency intervals the phase's numbers come from.
+        results_per_s: ``count / covered_s``.
+        max_gap_ms: the longest output gap that started in the phase (see :mod:`.gaps`).
+        max_gap_exact: whether ``max_gap_ms`` is exact (to 1 ms) or a lower bound.
+        fault: the fault's index (1-based) for ``fault``/``recovery`` phases.
+    """
+
+    name: str
+    kind: str
+    start_s: float
+    end_s: float
+    percentiles_ms: dict[str, float | None]
+    max_ms: float | None
+    count: int
+    covered_s: float
+    results_per_s: float | None
+    max_gap_ms: float | None
+    max_gap_exact: bool = True
+    fault: int | None = None
+
+    def metric(self, key: str) -> float | None:
+        """A numeric metric by name: ``p99``, ``p99.9``, ``max``, ``max_gap``,
+        ``results_per_s``."""
+        if key in self.percentiles_ms:
+            return self.percentiles_ms[key]
+        if key == "max":
+            return self.max_ms
+        if key == "max_gap":
+            return self.max_gap_ms
+        if key == "results_per_s":
+            return self.results_per_s
+        raise KeyError(key)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``phases[]`` entry of the JSON output."""
+        p = self.percentiles_ms
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "start_s": _r(self.start_s),
+            "end_s": _r(self.end_s),
+            "p50_ms": p.get("p50"),
+            "p90_ms": p.get("p90"),
+            "p99_ms": p.get("p99"),
+            "p999_ms": p.get("p99.9"),
+            "max_ms": self.max_ms,
+            "percentiles_ms": dict(p),
+            "count": self.count,
+            "covered_s": _r(self.covered_s),
+            "results_per_s": _r(self.results_per_s, 1),
+            "max_gap_ms": self.max_gap_ms,
+            "max_gap_exact": self.max_gap_exact,
+            "fault": self.fault,
+        }
+
+
+@dataclass(frozen=True)
+class FaultStats:
+    """One injected fault and how the pipeline coped.
+
+    Attributes:
+        index: 1-based, in order of injection.
+        kind: the fault kind (``kill-replica``, ``pause``, ...).
+        target: the replica it hit (None when unknown).
+        at_s: injection time, seconds after the input start.
+        duration_s: the requested duration (None for instant faults such as kills).
+        window_s: the length of the fault window (see :func:`arfl.report.build.build_report`).
+        detect_s: injection until the system noticed (supervisor saw the driver die; for
+            ``kill-executor``: the replacement executor ran). None when nothing is journaled.
+        restored_s: injection until the replica / executor was back (None when unknown).
+        recovery_s: injection until per-second p99 was back within tolerance of the steady
+            state (0: never left it; None: not recovered before the next phase).
+        masked: p99 of the fault window within tolerance of the steady state and no gap beyond
+            tolerance (None when there is no steady state to compare with).
+        p99_ms: p99 of the fault window.
+        max_gap_ms: the longest output gap in the fault window.
+        description: what the chaos runner said it did.
+        error: why the fault failed (then no window and no verdict).
+    """
+
+    index: int
+    kind: str
+    target: int | None
+    at_s: float | None
+    duration_s: float | None
+    window_s: float | None
+    detect_s: float | None
+    restored_s: float | None
+    recovery_s: float | None
+    masked: bool | None
+    p99_ms: float | None
+    max_gap_ms: float | None
+    description: str = ""
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``faults[]`` entry of the JSON output."""
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "target": self.target,
+            "at_s": _r(self.at_s),
+            "duration_s": _r(self.duration_s),
+            "window_s": _r(self.window_s),
+            "detect_s": _r(self.detect_s),
+            "restored_s": _r(self.restored_s),
+            "recovery_s": _r(self.recovery_s),
+            "masked": self.masked,
+            "p99_ms": self.p99_ms,
+            "max_gap_ms": self.max_gap_ms,
+            "description": self.description,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """Were the results right?
+
+    Attributes:
+        basis: ``recomputed`` (offline Spark batch job over the input topic, sink topic read
+            back) or ``merger`` (the merger's own counters; nothing is re-read).
+        expected: results the pipeline should have produced (None when unknown).
+        results: distinct results delivered by the merger.
+        missing: expected results never delivered (None when unknown).
+        duplicates: copies of a result id delivered more than once to the sink.
+        divergent: copies of one result id whose content differed (between replicas, or from
+            the recomputation).
+        produced: input events the injector produced.
+        notes: how each number was obtained when that is not obvious.
+    """
+
+    basis: str
+    expected: int | None
+    results: int | None
+    missing: int | None
+    duplicates: int | None
+    divergent: int | None
+    produced: int | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``correctness`` object of the JSON output."""
+        return {
+            "basis": self.basis,
+            "expected": self.expected,
+            "results": self.results,
+            "missing": self.missing,
+            "duplicates": self.duplicates,
+            "divergent": self.divergent,
+            "produced": self.produced,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class SloCheck:
+    """One SLO of the spec, checked.
+
+    Attributes:
+        key: as written in the spec (``p99``, ``fault.max_gap``, ``masked``).
+        target: the spec's value, as written.
+        actual: the measured value, rendered (``"812.3 ms"``, ``"none"``).
+        passed: whether it was met.
+        line: a one-line human description (``"p99 (overall) 812.3 ms > 500ms"``).
+    """
+
+    key: str
+    target: str
+    actual: str
+    passed: bool
+    line: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """One entry of ``slo.checks``."""
+        return {
+            "key": self.key,
+            "target": self.target,
+            "actual": self.actual,
+            "passed": self.passed,
+            "line": self.line,
+        }
+
+
+@dataclass(frozen=True)
+class SloResult:
+    """Every SLO checked; ``passed`` is True when there is none."""
+
+    checks: list[SloCheck]
+
+    @property
+    def passed(self) -> bool:
+        """All SLOs met."""
+        return all(c.passed for c in self.checks)
+
+    @property
+    def breaches(self) -> list[SloCheck]:
+        """The SLOs not met."""
+        return [c for c in self.checks if not c.passed]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``slo`` object of the JSON output."""
+        return {
+            "passed": self.passed,
+            "breaches": [c.line for c in self.breaches],
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+
+@dataclass(frozen=True)
+class Series:
+    """Per-second series for plots (times relative to the input start).
+
+    Attributes:
+        t_s: end of each latency interval.
+        p50_ms, p99_ms, max_ms: per-interval latency (None where nothing arrived).
+        rate_t_s: monitor tick times.
+        output_rate: first copies per second (merged output).
+        replica_rate: replica -> records received from it per second.
+        distribution: phase name -> list of (percentile, latency ms) for the distribution plot.
+    """
+
+    t_s: list[float]
+    p50_ms: list[float | None]
+    p99_ms: list[float | None]
+    max_ms: list[float | None]
+    rate_t_s: list[float]
+    output_rate: list[float]
+    replica_rate: dict[int, list[float]]
+    distribution: dict[str, list[tuple[float, float]]]
+
+
+@dataclass(frozen=True)
+class Report:
+    """The report of one run; ``to_dict()`` is the ``--json`` output.
+
+    Attributes:
+        run: the run's id (directory name).
+        run_dir: the run directory.
+        mode: the replication mode.
+        replicas: how many replicas.
+        input_start: epoch seconds of the input start (time 0 of every ``*_s`` field).
+        input_end_s: input end, seconds after the input start.
+        warmup_s: the warm-up excluded from steady state.
+        tolerance: the ratio used for recovery and masking.
+        percentiles: the percentiles shown.
+        phases: in time order.
+        overall: the whole measured run (input start + warm-up to input end).
+        faults: in order of injection.
+        correctness: result counts.
+        slo: the spec's SLOs, checked.
+        longest_gap_ms: the merger's run-wide longest output gap (exact, 1 ms).
+        gap_resolution: how gaps were measured (a sentence).
+        series: per-second data for plots.
+        warnings: things the reader should know (partial run, missing files).
+    """
+
+    run: str
+    run_dir: str
+    mode: str
+    replicas: int
+    input_start: float | None
+    input_end_s: float | None
+    warmup_s: float
+    tolerance: float
+    percentiles: list[float]
+    phases: list[PhaseStats]
+    overall: PhaseStats
+    faults: list[FaultStats]
+    correctness: Correctness
+    slo: SloResult
+    longest_gap_ms: float | None
+    gap_resolution: str
+    series: Series
+    warnings: list[str] = field(default_factory=list)
+
+    def phase(self, name: str) -> PhaseStats:
+        """A phase by name (``overall`` included).
+
+        Raises:
+            KeyError: no such phase.
+        """
+        if name == "overall":
+            return self.overall
+        for p in self.phases:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` output (a stable contract; see ``docs/report-json.md``)."""
+        return {
+            "version": JSON_VERSION,
+            "run": self.run,
+            "run_dir": self.run_dir,
+            "mode": self.mode,
+            "replicas": self.replicas,
+            "input_start": self.input_start,
+            "input_end_s": _r(self.input_end_s),
+            "warmup_s": self.warmup_s,
+            "tolerance": self.tolerance,
+            "percentiles": list(self.percentiles),
+            "phases": [p.to_dict() for p in self.phases],
+            "overall": self.overall.to_dict(),
+            "faults": [f.to_dict() for f in self.faults],
+            "correctness": self.correctness.to_dict(),
+            "slo": self.slo.to_dict(),
+            "longest_gap_ms": self.longest_gap_ms,
+            "gap_resolution": self.gap_resolution,
+            "warnings": list(self.warnings),
+        }
