@@ -260,6 +260,15 @@ class ReplicaRunner:
                     p.send_signal(sig)
             return proc.pid
 
+    def process_tree(self, replica: int) -> list[psutil.Process]:
+        """The live driver process of a replica and its descendants (driver JVM, and in
+        ``local-cluster`` the executor JVMs); empty when it is not running."""
+        with self._lock:
+            proc = self._replicas[replica].proc
+            if proc is None or proc.poll() is not None:
+                return []
+            return [p for p in _tree(proc.pid) if _alive(p)]
+
     def stop(self) -> None:
         """Stop supervision, then every driver: SIGTERM, wait, SIGKILL its process tree."""
         self._stopping.set()

@@ -11,14 +11,22 @@ data sources fail with "Python worker failed to connect back" otherwise), loopba
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
 
 from arfl.errors import DeployError
 from arfl.paths import state_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Entries of the pyspark package that a SPARK_HOME needs (spark-class, jars, python libs, ...).
 _LINKED = ("bin", "sbin", "jars", "python", "data", "examples", "licenses", "conf")
@@ -122,3 +130,56 @@ def driver_env(spark_home: Path, base: Mapping[str, str] | None = None) -> dict[
     # A user's PYSPARK_SUBMIT_ARGS would override the driver's --master and jars.
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     return env
+
+
+@contextlib.contextmanager
+def local_session(
+    master: str = "local[1]",
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "arfl",
+) -> Iterator[SparkSession]:
+    """An in-process SparkSession whose gateway JVM is killed (by pid) when the block exits.
+
+    ``SparkSession.stop()`` alone leaves pyspark's py4j gateway JVM running until the Python
+    process exits; tests and short-lived commands must not leave it behind.
+
+    Args:
+        master: Spark master (``local[N]``).
+        conf: extra Spark configuration (e.g. ``spark.jars``).
+        app_name: application name.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+    )
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    try:
+        yield session
+    finally:
+        session.stop()
+        if gateway is not None:
+            with contextlib.suppress(Exception):
+                gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        if isinstance(proc, subprocess.Popen):
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(proc.pid)
+                tree = [root, *root.children(recursive=True)]
+                for p in tree[1:]:
+                    p.kill()
+                psutil.wait_procs(tree[1:], timeout=10)
+            proc.kill()
+            proc.wait()

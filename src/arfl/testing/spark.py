@@ -4,29 +4,28 @@
   (``spark-class org.apache.spark.deploy.master.Master`` / ``...worker.Worker``: pip's pyspark
   has no ``start-master.sh``) on free loopback ports, and stops both, with every executor the
   worker launched, by pid.
-* :func:`local_session` yields a ``local[N]`` SparkSession and, at exit, stops it *and* the
-  py4j gateway JVM pyspark started (``SparkSession.stop()`` alone leaves that JVM running
-  until the Python process exits).
+* :func:`local_session` (from :mod:`arfl.pipelines.sparkenv`) yields a ``local[N]``
+  SparkSession and kills its gateway JVM at exit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, Any
 
 import psutil
 
 from arfl.errors import StackError
-from arfl.pipelines.sparkenv import driver_env, ensure_spark_home
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from arfl.pipelines.records import BadRecord, Result, parse_result
+from arfl.pipelines.sparkenv import driver_env, ensure_spark_home, local_session
 
 
 def free_port() -> int:
@@ -173,49 +172,180 @@ class StandaloneCluster:
         )
 
 
-@contextlib.contextmanager
-def local_session(
-    master: str = "local[1]",
-    conf: dict[str, str] | None = None,
-    app_name: str = "arfl-test",
-) -> Iterator[SparkSession]:
-    """A SparkSession whose gateway JVM is killed (by pid) when the block exits.
 
-    Args:
-        master: Spark master (``local[N]``).
-        conf: extra Spark configuration (e.g. ``spark.jars``).
-        app_name: application name.
+
+# --- Kafka helpers for replica tests ----------------------------------------------------
+
+
+def event(seq: int, ts_ms: int, keys: int = 10) -> dict[str, Any]:
+    """The deterministic input event ``seq`` (records.py format) with intended time ``ts_ms``."""
+    return {
+        "seq": seq,
+        "user": f"u{seq % keys}",
+        "amount": float(seq % 50),
+        "ts": ts_ms,
+        "sent_ms": int(time.time() * 1000),
+    }
+
+
+def produce_events(
+    bootstrap: str,
+    topic: str,
+    *,
+    partitions: int,
+    rate: int,
+    duration_s: float,
+    keys: int = 10,
+    start_seq: int = 0,
+    garbage: int = 0,
+    stop: threading.Event | None = None,
+) -> int:
+    """Produce events at a fixed rate (``ts`` = intended send time); returns the next seq.
+
+    Event ``seq`` goes to partition ``seq % partitions`` with key ``user``. ``garbage``
+    unparseable records are written to partition 0 first (replicas must count and skip them).
     """
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
+    from confluent_kafka import Producer
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-    )
-    for k, v in (conf or {}).items():
-        builder = builder.config(k, v)
-    session = builder.getOrCreate()
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None) if gateway is not None else None
-    try:
-        yield session
-    finally:
-        session.stop()
-        if gateway is not None:
-            with contextlib.suppress(Exception):
-                gateway.shutdown()
-        SparkContext._gateway = None
-        SparkContext._jvm = None
-        if isinstance(proc, subprocess.Popen):
-            with contextlib.suppress(psutil.Error):
-                tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(True)]
-                for p in tree:
-                    p.kill()
-                psutil.wait_procs(tree, timeout=10)
-            proc.wait()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all"})
+    for _ in range(garbage):
+        producer.produce(topic, value=b"this is not json", partition=0)
+    t0 = time.time()
+    n = int(rate * duration_s)
+    seq = start_seq
+    for i in range(n):
+        if stop is not None and stop.is_set():
+            break
+        due = t0 + i / rate
+        delay = due - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        ev = event(seq, int(due * 1000), keys)
+        producer.produce(topic, key=ev["user"], value=json.dumps(ev).encode(),
+                         partition=seq % partitions)
+        producer.poll(0)
+        seq += 1
+    if producer.flush(30) != 0:
+        raise StackError(f"kafka at {bootstrap}: events to {topic} not delivered in 30s")
+    return seq
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """A replica output record as read back: the parsed result and its Kafka timestamp."""
+
+    result: Result
+    kafka_ts_ms: int
+    partition: int
+    offset: int
+
+
+class ResultReader:
+    """Reads a replica's output topic from the beginning, accumulating results."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        """Assign every partition of ``topic`` from offset 0."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.topic = topic
+        self.results: list[ReadResult] = []
+        self.bad = 0
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": f"arfl-test-{topic}-{time.time_ns()}",
+            "enable.auto.commit": False,
+        })
+        md = self._consumer.list_topics(topic, timeout=10)
+        parts = sorted(md.topics[topic].partitions) if topic in md.topics else [0]
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+
+    def poll(self, seconds: float) -> int:
+        """Read for about ``seconds``; returns how many records arrived."""
+        deadline = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < deadline:
+            msg = self._consumer.poll(min(0.5, max(0.01, deadline - time.monotonic())))
+            if msg is None or msg.error():
+                continue
+            try:
+                res = parse_result(msg.value())
+            except BadRecord:
+                self.bad += 1
+                continue
+            self.results.append(
+                ReadResult(res, int(msg.timestamp()[1]), msg.partition() or 0, msg.offset() or 0)
+            )
+            n += 1
+        return n
+
+    def poll_until(self, done: Callable[[list[ReadResult]], bool], timeout_s: float) -> bool:
+        """Poll until ``done(results)`` or the timeout; returns whether ``done`` held."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if done(self.results):
+                return True
+            self.poll(1.0)
+        return done(self.results)
+
+    def rids(self) -> set[str]:
+        """Distinct result ids read so far."""
+        return {r.result.rid for r in self.results}
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()
+
+    def __enter__(self) -> ResultReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def consumed_offsets(progress: dict[str, Any]) -> int:
+    """Sum of a progress event's source end offsets (records consumed so far, all partitions)."""
+    total = 0
+    for src in progress.get("sources", []):
+        end = src.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except json.JSONDecodeError:
+                continue
+        if isinstance(end, dict):
+            for parts in end.values():
+                if isinstance(parts, dict):
+                    total += sum(int(v) for v in parts.values())
+    return total
+
+
+def wait_caught_up(progress_file: Path, records: int, timeout_s: float) -> bool:
+    """Wait until a replica consumed ``records`` input records and then ran an empty batch.
+
+    The empty batch after the last data batch is the one that advances the watermark and
+    emits the windows it closed, so afterwards the replica's output is complete.
+    """
+    from arfl.pipelines.rundir import read_jsonl
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        progress = read_jsonl(progress_file)
+        if progress:
+            last = progress[-1]
+            if consumed_offsets(last) >= records and last.get("numInputRows", 0) == 0:
+                return True
+        time.sleep(0.5)
+    return False
+
+
+__all__ = [
+    "ReadResult",
+    "ResultReader",
+    "StandaloneCluster",
+    "consumed_offsets",
+    "event",
+    "free_port",
+    "local_session",
+    "produce_events",
+    "wait_caught_up",
+]
