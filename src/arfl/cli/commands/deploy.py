@@ -1,12 +1,70 @@
-"""``arfl deploy``: see the README; built in its own issue."""
+"""``arfl deploy SPEC``: run one experiment with live percentiles."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from arfl.cli.console import err, out
+from arfl.cli.live import LiveView, PlainPrinter
 from arfl.cli.main import app
-from arfl.errors import ArflError
+from arfl.configs.spec import load_spec
+from arfl.pipelines.deploy import DeployOptions, Tick
+from arfl.pipelines.deploy import deploy as run_deploy
 
 
-@app.command(hidden=False)
-def deploy() -> None:
-    """Not available yet in this version."""
-    raise ArflError("'arfl deploy' is not available yet in this version")
+def _fmt_ms(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.1f}"
+
+
+@app.command()
+def deploy(
+    spec_path: Annotated[Path, typer.Argument(help="The experiment spec (TOML).", metavar="SPEC")],
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Write the run here instead of runs/.")
+    ] = None,
+    runs_root: Annotated[
+        Path, typer.Option("--runs", help="Parent folder of run directories.")
+    ] = Path("runs"),
+    no_live: Annotated[
+        bool, typer.Option("--no-live", help="Plain lines instead of the live table.")
+    ] = False,
+    master: Annotated[str | None, typer.Option("--master", help="Override spark.master.")] = None,
+    drain: Annotated[
+        float | None,
+        typer.Option("--drain-s", help="Seconds to wait for late results after the input."),
+    ] = None,
+) -> None:
+    """Run SPEC end to end: stack, replicas, injector, merger, chaos; live percentiles."""
+    spec = load_spec(spec_path)
+    options = DeployOptions(runs_root=runs_root, run_dir=run_dir, master=master, drain_s=drain)
+
+    def announce(path: Path) -> None:
+        err.print(f"run directory: [bold]{path}[/]", highlight=False)
+
+    if no_live:
+        printer = PlainPrinter(console=out)
+
+        def on_tick(t: Tick) -> None:
+            printer.update(t.snapshot, t.injector, t.replicas, t.faults)
+
+        result = run_deploy(spec, spec_path, options, on_tick=on_tick, on_run_dir=announce)
+    else:
+        with LiveView(console=out) as view:
+
+            def on_live(t: Tick) -> None:
+                view.update(t.snapshot, t.injector, t.replicas, t.faults)
+
+            result = run_deploy(spec, spec_path, options, on_tick=on_live, on_run_dir=announce)
+    s = result.summary
+    lat = s.get("latency_ms") or {}
+    out.print(
+        f"[green]done[/] {result.run_dir}: produced {s.get('produced')}, results "
+        f"{s.get('results')}, duplicates dropped {s.get('duplicates_dropped')}, divergent "
+        f"{s.get('divergent')}, bad {s.get('bad_records')}; latency ms "
+        + " ".join(f"{k}={_fmt_ms(v)}" for k, v in lat.items())
+        + f"; longest gap {_fmt_ms(s.get('longest_gap_ms'))} ms",
+        highlight=False,
+    )
