@@ -50,7 +50,7 @@ def test_up_on_a_taken_port_exits_3_with_the_port(
             ["stack", "up", "--zk-port", str(zk), "--kafka-port", str(kafka),
              "--controller-port", str(ctl), "--state", str(tmp_path)]
         )  # fmt: skip
-    assert code == ExitCode.STACK == 3
+    assert code == int(ExitCode.STACK) == 3
     err = capsys.readouterr().err
     assert f"port {zk} on 127.0.0.1 is taken by another process (pid {os.getpid()}" in err
     assert "--zk-port" in err

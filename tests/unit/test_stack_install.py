@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -77,8 +78,8 @@ class FakeDownloads:
 
 @pytest.fixture
 def no_mvn(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = install.shutil.which
-    monkeypatch.setattr(install.shutil, "which", lambda name: None if name == "mvn" else real(name))
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "mvn" else real(name))
     monkeypatch.setattr(install, "java", lambda: "/usr/bin/java")
 
 
@@ -137,7 +138,7 @@ def test_interrupted_install_is_redone(tmp_path: Path) -> None:
 def test_spark_kafka_without_mvn_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(install.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(install, "java", lambda: "/usr/bin/java")
     with pytest.raises(StackError, match=r"no 'mvn' on PATH.*apt-get install maven"):
         install.ensure_spark_kafka(tmp_path)
@@ -145,7 +146,7 @@ def test_spark_kafka_without_mvn_is_a_clear_error(
 
 def test_no_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(install.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(StackError, match=r"no 'java' on PATH.*JAVA_HOME"):
         install.java()
 
