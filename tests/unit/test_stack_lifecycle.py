@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from arfl.configs.spec import Stack
 from arfl.errors import StackError
-from arfl.stack import lifecycle
+from arfl.stack import config, lifecycle, processes
+from arfl.stack.config import Layout
 from arfl.stack.lifecycle import StackState
 from arfl.stack.processes import ProcessRecord
 from arfl.testing import free_ports
@@ -130,3 +133,29 @@ def test_cluster_id_comes_from_formatted_storage(tmp_path: Path) -> None:
     meta.write_text("#\nnode.id=1\ncluster.id=WB9LorVSTvGruwTcH9BnZw\nversion=1\n")
     # The storage wins over stack.json: a new id would make the broker refuse its own data.
     assert lifecycle._cluster_id(layout, _state()) == "WB9LorVSTvGruwTcH9BnZw"
+
+
+def test_up_that_times_out_shows_the_log_and_stops_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stand-ins for the JVMs: processes that log a line and never listen.
+    sleeper = [
+        sys.executable,
+        "-c",
+        "print('still booting', flush=True); import time; time.sleep(60)",
+    ]
+    monkeypatch.setattr(config, "zookeeper_command", lambda *a: sleeper)
+
+    def fake_kafka(layout: Layout, *_: object) -> ProcessRecord:
+        return processes.spawn(sleeper, layout.log("kafka"), cwd=layout.root)
+
+    monkeypatch.setattr(lifecycle, "_start_kafka", fake_kafka)
+    zk, kafka, ctl = free_ports(3)
+    with pytest.raises(StackError) as e:
+        lifecycle.up("127.0.0.1", zk, kafka, ctl, state=tmp_path, timeout=1.0)
+    msg = str(e.value)
+    assert msg.startswith(f"zookeeper at 127.0.0.1:{zk} not reachable after 1s; last 20 lines of")
+    assert msg.endswith("still booting")
+    st = lifecycle.load_state(lifecycle.layout_of(tmp_path))
+    assert st is not None and st.services == {}
+    assert not [p for p in psutil.Process().children() if "still booting" in " ".join(p.cmdline())]

@@ -192,9 +192,13 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
+class _Died(StackError):
+    """A service's process exited while ``up`` waited for it."""
+
+
 def _died(layout: Layout, name: str) -> StackError:
     tail = log_tail(layout.log(name))
-    return StackError(
+    return _Died(
         f"{name} exited during start-up; last {LOG_TAIL_LINES} lines of {layout.log(name)}:\n"
         f"{tail or '(empty log)'}"
     )
@@ -355,18 +359,21 @@ def up(
                 st.services["kafka"] = _start_kafka(layout, st, java, log4j)
                 started.append("kafka")
                 save_state(layout, st)
-            health.wait_zookeeper(
-                st.info.zookeeper,
-                timeout,
-                alive=_alive_check(layout, "zookeeper", st.services["zookeeper"]),
-                hint=f"see {layout.log('zookeeper')}",
-            )
-            health.wait_kafka(
-                st.info.kafka,
-                timeout,
-                alive=_alive_check(layout, "kafka", st.services["kafka"]),
-                hint=f"see {layout.log('kafka')}:\n{log_tail(layout.log('kafka'))}",
-            )
+            for name, wait in (
+                ("zookeeper", health.wait_zookeeper),
+                ("kafka", health.wait_kafka),
+            ):
+                try:
+                    wait(
+                        st.address(name),
+                        timeout,
+                        alive=_alive_check(layout, name, st.services[name]),
+                        hint=f"last {LOG_TAIL_LINES} lines of {layout.log(name)}:",
+                    )
+                except _Died:
+                    raise
+                except StackError as e:
+                    raise StackError(f"{e}\n{log_tail(layout.log(name)) or '(empty log)'}") from e
         except BaseException:
             # Whatever this call started is stopped again: a failed `up` leaves no process.
             for name in reversed(started):
