@@ -69,11 +69,44 @@ def _shade(fig: go.Figure, report: Report) -> None:
             color, label = "rgba(255,127,14,0.15)", p.name
         else:
             continue
+        # Recovery labels go to the bottom: they start where the fault's label would run on.
         fig.add_vrect(
             x0=p.start_s, x1=p.end_s, fillcolor=color, line_width=0, layer="below",
-            annotation_text=label, annotation_position="top left",
+            annotation_text=label,
+            annotation_position="bottom left" if p.kind == "recovery" else "top left",
             annotation_font_size=12,
         )  # fmt: skip
+
+
+def latency_axis(values: Sequence[float | None]) -> dict[str, Any]:
+    """A y axis for latencies: logarithmic with 1-2-5 ticks when they span more than a factor
+    of 5 (a kill's spike next to steady state), linear otherwise."""
+    present = [v for v in values if v is not None and v > 0]
+    if not present or max(present) / min(present) < 5:
+        return {"title": "latency (ms)", "type": "linear", "rangemode": "tozero"}
+    lo, hi = min(present), max(present)
+    ticks = [
+        m * 10**e
+        for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+        for m in (1, 2, 5)
+    ]
+    ticks = [t for t in ticks if lo / 2 <= t <= hi * 2]
+    return {
+        "title": "latency (ms, log)",
+        "type": "log",
+        "tickmode": "array",
+        "tickvals": ticks,
+        "ticktext": [f"{t:g}" for t in ticks],
+    }
+
+
+def _time_range(report: Report) -> list[float]:
+    """One x range for every time plot of a run, so they line up."""
+    s = report.series
+    xs = [*s.t_s, *s.rate_t_s]
+    if not xs:
+        return [0.0, report.input_end_s or 1.0]
+    return [min(min(xs), 0.0) - 0.5, max(xs) + 0.5]
 
 
 def latency_figure(report: Report) -> go.Figure:
@@ -91,10 +124,9 @@ def latency_figure(report: Report) -> go.Figure:
         )  # fmt: skip
     _shade(fig, report)
     fig.update_layout(
-        title=f"End-to-end latency per second — {report.run}",
-        xaxis_title="seconds since input start",
-        yaxis_title="latency (ms, log)",
-        yaxis_type="log",
+        title=f"End-to-end latency per second - {report.run}",
+        xaxis={"title": "seconds since input start", "range": _time_range(report)},
+        yaxis=latency_axis([*s.p50_ms, *s.max_ms]),
         **_LAYOUT,
     )
     return fig
@@ -112,12 +144,12 @@ def _dist_trace(
     )  # fmt: skip
 
 
-def _dist_layout(fig: go.Figure, title: str) -> None:
+def _dist_layout(fig: go.Figure, title: str, values: Sequence[float | None]) -> None:
     fig.update_layout(
         title=title,
-        xaxis={"type": "log", "tickvals": _DIST_TICKS, "ticktext": _DIST_LABELS,
-               "title": "percentile"},
-        yaxis_title="latency (ms)",
+        xaxis={"type": "log", "tickmode": "array", "tickvals": _DIST_TICKS,
+               "ticktext": _DIST_LABELS, "title": "percentile"},
+        yaxis=latency_axis(values),
         **_LAYOUT,
     )  # fmt: skip
 
@@ -129,7 +161,8 @@ def distribution_figure(report: Report) -> go.Figure:
     for name, points in report.series.distribution.items():
         color = "#000000" if name == "overall" else next(colors)
         fig.add_trace(_dist_trace(name, points, color, "dash" if name == "overall" else "solid"))
-    _dist_layout(fig, f"Latency by percentile, per phase — {report.run}")
+    values = [v for pts in report.series.distribution.values() for _, v in pts]
+    _dist_layout(fig, f"Latency by percentile, per phase - {report.run}", values)
     return fig
 
 
@@ -158,8 +191,8 @@ def rate_figure(report: Report) -> go.Figure:
         )
     _shade(fig, report)
     fig.update_layout(
-        title=f"Results per second — {report.run}",
-        xaxis_title="seconds since input start",
+        title=f"Results per second - {report.run}",
+        xaxis={"title": "seconds since input start", "range": _time_range(report)},
         yaxis_title="records / s",
         **_LAYOUT,
     )
@@ -254,6 +287,7 @@ th, td { border: 1px solid #ccc; padding: 4px 10px; text-align: right; }
 th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
 .ok { color: #2ca02c; font-weight: bold; } .bad { color: #d62728; font-weight: bold; }
 .note { color: #666; font-size: 13px; }
+.tables { display: flex; flex-wrap: wrap; gap: 8px 40px; }
 """
 
 
@@ -348,8 +382,9 @@ def compare_latency_figure(comparison: Comparison) -> go.Figure:
     fig.update_layout(
         title="Latency per second, runs overlaid (windows shaded: first run)",
         xaxis_title="seconds since input start",
-        yaxis_title="latency (ms, log)",
-        yaxis_type="log",
+        yaxis=latency_axis(
+            [v for rep in comparison.reports for v in (*rep.series.p50_ms, *rep.series.p99_ms)]
+        ),
         **_LAYOUT,
     )
     return fig
@@ -361,7 +396,10 @@ def compare_distribution_figure(comparison: Comparison) -> go.Figure:
     for i, rep in enumerate(comparison.reports):
         points = rep.series.distribution.get("overall", [])
         fig.add_trace(_dist_trace(rep.run, points, _COLORS[i % len(_COLORS)]))
-    _dist_layout(fig, "Latency by percentile (after warm-up), runs overlaid")
+    values = [
+        v for rep in comparison.reports for _, v in rep.series.distribution.get("overall", [])
+    ]
+    _dist_layout(fig, "Latency by percentile (after warm-up), runs overlaid", values)
     return fig
 
 
@@ -407,9 +445,11 @@ def render_compare_html(comparison: Comparison, path: Path) -> Path:
                   False),
     ]  # fmt: skip
     units = {"results_per_s": "results/s", "detect_s": "s", "recovery_s": "s", "masked": ""}
+    tables = []
     for metric, headers, rows in comparison_tables(comparison):
         unit = units.get(metric, "ms")
-        parts.append(f"<h2>{html.escape(metric)} {unit}</h2>" + _table(headers, rows))
+        tables.append(f"<div><h2>{html.escape(metric)} {unit}</h2>{_table(headers, rows)}</div>")
+    parts.append("<div class='tables'>" + "".join(tables) + "</div>")
     for i, rep in enumerate(comparison.reports):
         parts.append("<hr>" + report_body(rep, first_plot=False, id_suffix=f"-{i + 1}"))
     return _write(path, _page("arfl comparison", "\n".join(parts)))
