@@ -105,7 +105,7 @@ class _Builder:
         # Waiting for the first result is not a gap to the merger (it reports it as
         # first_output_delay_ms), but in a phase it is time without results all the same.
         wait_end = min(float(first), t_end) if first is not None else t_end
-        if wait_end > t0:
+        if wait_end > t0 and (data.monitor or data.merger):
             self.gaps.insert(
                 0,
                 Gap(

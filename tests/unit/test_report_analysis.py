@@ -1,0 +1,205 @@
+"""Phases, recovery time and masking on small synthetic runs built in memory.
+
+Each run has a latency log of 1-s intervals with known values, so recovery times and verdicts
+are known exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arfl.configs.spec import Spec
+from arfl.errors import ReportError
+from arfl.metrics.histogram import IntervalHistogram, new_histogram, record_ms
+from arfl.metrics.monitor import MonitorSnapshot
+from arfl.report import analyse
+from arfl.report.build import HOLD_S, distribution_percentiles
+from arfl.report.rundata import RunData
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+T0 = 1_800_000_000.0
+
+
+def _spec(warmup: str = "2s", tolerance: float = 1.10, slo: dict[str, Any] | None = None) -> Spec:
+    d = json.loads((FIXTURES / "sim-active-kill" / "spec.json").read_text())
+    d["workload"]["warmup"] = warmup
+    d["workload"]["duration"] = "30s"
+    d["report"]["tolerance"] = tolerance
+    d["report"]["slo"] = slo or {}
+    return Spec.model_validate(d)
+
+
+def _run(
+    latency_ms: list[float | None],
+    faults: list[dict[str, Any]] | None = None,
+    *,
+    spec: Spec | None = None,
+    per_second: int = 100,
+) -> RunData:
+    """A run whose second k (from T0) delivered ``per_second`` results of ``latency_ms[k]``
+    (None: no result that second)."""
+    intervals = []
+    monitor = []
+    results = 0
+    last_output = T0
+    for k, lat in enumerate(latency_ms):
+        h = new_histogram()
+        if lat is not None:
+            for _ in range(per_second):
+                record_ms(h, lat)
+            results += per_second
+            last_output = T0 + k + 0.99
+        intervals.append(IntervalHistogram(T0 + k, T0 + k + 1, h))
+        end = T0 + k + 1
+        monitor.append(
+            MonitorSnapshot(
+                t=end, interval_s=1.0, output_rate=per_second if lat is not None else 0,
+                received=0, duplicates=0, interval={}, cumulative={},
+                longest_gap_ms=0.0, current_gap_ms=round((end - last_output) * 1000, 3),
+                input_flowing=True, results=results, duplicates_total=0, divergent=0, bad=0,
+                evicted=0,
+            )
+        )  # fmt: skip
+    journal: list[dict[str, Any]] = [
+        {"t": T0, "event": "injector_started", "t0": T0},
+        {"t": T0 + len(latency_ms), "event": "workload-finished"},
+        {"t": T0 + len(latency_ms) + 1, "event": "run-finished"},
+    ]
+    for f in faults or []:
+        journal.append({"t": f["started"], "event": "fault-injected", **f})
+        if "ended" in f:
+            journal.append(
+                {"t": f["ended"], "event": "fault-reverted", "kind": f["kind"],
+                 "replica": f["replica"], "started": f["ended"], "ended": f["ended"]}
+            )  # fmt: skip
+    journal.sort(key=lambda e: e["t"])
+    return RunData(
+        root=Path("/nonexistent/run-x"),
+        spec=spec or _spec(),
+        journal=journal,
+        intervals=intervals,
+        monitor=monitor,
+        merger={"first_output_t": T0 + 0.99, "results": results, "divergent": 0, "evicted": 0},
+    )
+
+
+def _pause(at: float, duration: float, replica: int = 1) -> dict[str, Any]:
+    return {
+        "kind": "pause",
+        "replica": replica,
+        "started": T0 + at,
+        "ended": T0 + at + duration,
+        "duration_s": duration,
+        "description": "pause",
+    }
+
+
+def test_no_fault_gives_warmup_and_steady_only() -> None:
+    rep = analyse(_run([100.0] * 10))
+    assert [p.name for p in rep.phases] == ["warmup", "steady"]
+    warm, steady = rep.phases
+    assert (warm.start_s, warm.end_s) == (0.0, 2.0)
+    assert (steady.start_s, steady.end_s) == (2.0, 10.0)
+    assert steady.count == 800
+    assert steady.results_per_s == pytest.approx(100.0)
+    assert steady.percentiles_ms["p99"] == pytest.approx(100.0, rel=1e-3)
+    assert rep.faults == []
+
+
+def test_warmup_latencies_are_excluded_from_steady_and_overall() -> None:
+    rep = analyse(_run([5000.0, 5000.0] + [100.0] * 8))
+    assert rep.phase("warmup").max_ms == pytest.approx(5000.0, rel=1e-3)
+    assert rep.phase("steady").max_ms == pytest.approx(100.0, rel=1e-3)
+    assert rep.overall.max_ms == pytest.approx(100.0, rel=1e-3)
+
+
+def test_recovery_time_is_end_of_last_bad_second() -> None:
+    # Fault at 10 s for 2 s; latency bad for seconds 10..14, good from 15 on.
+    lat = [100.0] * 10 + [1000.0] * 5 + [100.0] * 10
+    rep = analyse(_run(lat, [_pause(10.0, 2.0)]))
+    (f,) = rep.faults
+    assert f.recovery_s == pytest.approx(5.0)
+    assert f.masked is False
+    names = [p.name for p in rep.phases]
+    assert names == ["warmup", "steady", "fault-1", "recovery-1", "tail"]
+    rec = rep.phase("recovery-1")
+    assert (rec.start_s, rec.end_s) == (12.0, 15.0)
+    assert rep.phase("tail").start_s == 15.0
+    assert rep.phase("fault-1").percentiles_ms["p99"] == pytest.approx(1000.0, rel=1e-3)
+
+
+def test_a_short_dip_does_not_count_as_recovered() -> None:
+    # Good for 2 s (< HOLD_S) in between: recovered only after the second bad stretch.
+    assert HOLD_S == 3
+    lat = [100.0] * 10 + [1000.0] * 2 + [100.0] * 2 + [1000.0] * 2 + [100.0] * 10
+    rep = analyse(_run(lat, [_pause(10.0, 1.0)]))
+    assert rep.faults[0].recovery_s == pytest.approx(6.0)
+
+
+def test_latency_within_tolerance_is_masked_with_zero_recovery() -> None:
+    lat = [100.0] * 10 + [108.0] * 3 + [100.0] * 10
+    rep = analyse(_run(lat, [_pause(10.0, 3.0)]))
+    (f,) = rep.faults
+    assert f.masked is True
+    assert f.recovery_s == 0.0
+    assert rep.phase("recovery-1").count == 0  # empty: nothing to recover from
+
+
+def test_latency_beyond_tolerance_is_not_masked() -> None:
+    lat = [100.0] * 10 + [115.0] * 3 + [100.0] * 10
+    rep = analyse(_run(lat, [_pause(10.0, 3.0)]))
+    assert rep.faults[0].masked is False
+    # Tolerance from the spec decides: 1.2 accepts +15 %.
+    rep = analyse(_run(lat, [_pause(10.0, 3.0)], spec=_spec(tolerance=1.2)))
+    assert rep.faults[0].masked is True
+
+
+def test_seconds_without_results_are_never_recovered_and_not_masked() -> None:
+    lat: list[float | None] = [100.0] * 10 + [None] * 15
+    rep = analyse(_run(lat, [_pause(10.0, 2.0)]))
+    (f,) = rep.faults
+    assert f.recovery_s is None
+    assert f.masked is False
+    assert f.max_gap_ms is not None and f.max_gap_ms >= 14_000
+    assert rep.phase("recovery-1").end_s == 25.0
+    assert "tail" in [p.name for p in rep.phases]  # empty tail at the input end
+    assert rep.phase("tail").count == 0
+
+
+def test_second_fault_splits_phases_with_a_steady_between() -> None:
+    lat = [100.0] * 10 + [1000.0] * 2 + [100.0] * 8 + [1000.0] * 1 + [100.0] * 9
+    rep = analyse(_run(lat, [_pause(10.0, 1.0), _pause(20.0, 1.0, replica=0)]))
+    names = [p.name for p in rep.phases]
+    assert names == [
+        "warmup", "steady", "fault-1", "recovery-1", "steady-2", "fault-2", "recovery-2", "tail",
+    ]  # fmt: skip
+    assert [f.recovery_s for f in rep.faults] == [pytest.approx(2.0), pytest.approx(1.0)]
+    assert rep.phase("steady-2").start_s == 12.0
+    assert rep.phase("steady-2").end_s == 20.0
+    assert [f.target for f in rep.faults] == [1, 0]
+
+
+def test_no_input_start_is_a_report_error() -> None:
+    data = _run([100.0] * 5)
+    empty = RunData(data.root, data.spec, [], data.intervals, data.monitor)
+    with pytest.raises(ReportError, match="never started its input"):
+        analyse(empty)
+
+
+def test_unfinished_run_is_flagged() -> None:
+    data = _run([100.0] * 5)
+    journal = [e for e in data.journal if e["event"] != "run-finished"]
+    rep = analyse(RunData(data.root, data.spec, journal, data.intervals, data.monitor))
+    assert any("not finished" in w for w in rep.warnings)
+
+
+def test_distribution_percentiles_reach_one_in_count() -> None:
+    qs = distribution_percentiles(1000)
+    assert qs[0] == 0.0
+    assert qs[-1] == pytest.approx(99.9)
+    assert qs == sorted(qs)
+    assert distribution_percentiles(0) == []

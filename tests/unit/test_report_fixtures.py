@@ -1,0 +1,169 @@
+"""``build_report`` and ``compare`` on the recorded run directories in ``tests/fixtures/runs``.
+
+``real-none-noresults`` is a real run (mode none, input ran 20 s, no result reached the merger);
+``sim-*`` are simulated runs written by arfl's real merger code (see ``make_fixtures.py``):
+
+* ``sim-passive-kill``: one passive replica, driver killed at 15.0 s (journal: died at 15.3 s,
+  ready at 19.0 s), first batch after the restart at 25.5 s, then a capped backlog;
+* ``sim-active-kill``: two active replicas, replica 0 killed at 15.0 s, replica 1 paused
+  30.0-33.0 s.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arfl.report import Report, build_report, compare
+
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+
+
+@pytest.fixture(scope="module")
+def passive() -> Report:
+    return build_report(RUNS / "sim-passive-kill")
+
+
+@pytest.fixture(scope="module")
+def active() -> Report:
+    return build_report(RUNS / "sim-active-kill")
+
+
+def test_fixtures_stay_small() -> None:
+    for run in RUNS.iterdir():
+        if run.is_dir():
+            size = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
+            assert size < 200_000, f"{run.name} is {size} bytes"
+
+
+def test_passive_phases(passive: Report) -> None:
+    names = [p.name for p in passive.phases]
+    assert names == ["warmup", "steady", "fault-1", "recovery-1", "tail"]
+    bounds = {p.name: (p.start_s, p.end_s) for p in passive.phases}
+    assert bounds["warmup"] == (0.0, 5.0)
+    assert bounds["steady"] == (5.0, 15.0)
+    assert bounds["fault-1"] == pytest.approx((15.0, 19.0))  # kill until replica-ready
+    assert bounds["recovery-1"][0] == pytest.approx(19.0)
+    assert bounds["tail"][1] == pytest.approx(40.0, abs=0.01)
+    assert passive.phase("fault-1").count == 0  # nothing came out while the driver was down
+
+
+def test_passive_kill_is_detected_recovered_late_and_not_masked(passive: Report) -> None:
+    (f,) = passive.faults
+    assert (f.kind, f.target, f.at_s, f.duration_s) == ("kill-replica", 0, 0.0 + 15.0, None)
+    assert f.detect_s == pytest.approx(0.3)
+    assert f.restored_s == pytest.approx(4.0)
+    # Output resumes at 25.5 s at the earliest (restart + 9.2 s to the first batch), with the
+    # backlog's latencies: recovery cannot be earlier than that.
+    assert f.recovery_s is not None and 10.5 < f.recovery_s < 15.0
+    assert passive.phase("recovery-1").end_s == pytest.approx(15.0 + f.recovery_s)
+    assert f.masked is False
+    # The gap runs from the last result before the kill to the first after the restart.
+    assert f.max_gap_ms is not None and 10_500 < f.max_gap_ms < 11_600
+    assert f.max_gap_ms == passive.longest_gap_ms  # the run's record, exact from the merger
+    recovery = passive.phase("recovery-1")
+    assert recovery.percentiles_ms["p99"] is not None and recovery.percentiles_ms["p99"] > 5000
+
+
+def test_passive_steady_state_is_unaffected_by_the_fault(passive: Report) -> None:
+    steady, tail = passive.phase("steady"), passive.phase("tail")
+    assert steady.percentiles_ms["p99"] is not None and steady.percentiles_ms["p99"] < 800
+    assert tail.percentiles_ms["p99"] is not None and tail.percentiles_ms["p99"] < 800
+    assert steady.max_gap_ms is not None and steady.max_gap_ms < 1000
+    assert steady.results_per_s == pytest.approx(200, rel=0.05)
+
+
+def test_passive_slos_breached(passive: Report) -> None:
+    assert not passive.slo.passed
+    assert [c.key for c in passive.slo.breaches] == ["p99", "max_gap", "masked"]
+
+
+def test_active_faults_masked(active: Report) -> None:
+    assert [p.name for p in active.phases] == [
+        "warmup", "steady", "fault-1", "recovery-1", "steady-2", "fault-2", "recovery-2", "tail",
+    ]  # fmt: skip
+    kill, pause = active.faults
+    assert (kill.kind, kill.target, kill.masked, kill.recovery_s) == ("kill-replica", 0, True, 0)
+    assert (pause.kind, pause.target, pause.masked, pause.recovery_s) == ("pause", 1, True, 0)
+    assert pause.duration_s == 3.0
+    assert pause.detect_s is None  # nothing reacts to a pause
+    assert active.phase("fault-2").start_s == pytest.approx(30.0)
+    assert active.phase("fault-2").end_s == pytest.approx(33.02)
+    assert all(f.max_gap_ms is not None and f.max_gap_ms < 1000 for f in active.faults)
+    assert active.slo.passed
+
+
+def test_active_correctness_from_merger(active: Report) -> None:
+    c = active.correctness
+    assert (c.basis, c.produced, c.expected, c.results, c.missing, c.duplicates, c.divergent) == (
+        "merger", 8000, 8000, 8000, 0, 0, 0,
+    )  # fmt: skip
+
+
+def test_replica_rates_show_the_outage(active: Report) -> None:
+    s = active.series
+    down = [r for t, r in zip(s.rate_t_s, s.replica_rate[0], strict=True) if 17 <= t <= 24]
+    assert down and all(r == 0 for r in down)
+    merged = [r for t, r in zip(s.rate_t_s, s.output_rate, strict=True) if 17 <= t <= 24]
+    assert all(r > 100 for r in merged)  # replica 1 kept delivering
+
+
+def test_real_run_without_results(tmp_path: Path) -> None:
+    rep = build_report(RUNS / "real-none-noresults")
+    assert [p.name for p in rep.phases] == ["warmup", "steady"]
+    steady = rep.phase("steady")
+    assert steady.count == 0 and steady.percentiles_ms["p99"] is None
+    assert steady.end_s == pytest.approx(20.0, abs=0.01)
+    # No result at all while input flowed 20 s: the whole steady state is a gap.
+    assert steady.max_gap_ms == pytest.approx(15_000, abs=5)
+    assert rep.correctness.results == 0 and rep.correctness.produced == 20_000
+    assert [c.line for c in rep.slo.breaches] == [
+        "p99 (overall) not measured (no results) - cannot meet 3s"
+    ]
+
+
+def _check_shape(doc: dict[str, Any]) -> None:
+    for key in ("run", "phases", "faults", "correctness", "slo"):
+        assert key in doc
+    for p in doc["phases"]:
+        for key in ("name", "start_s", "end_s", "p50_ms", "p90_ms", "p99_ms", "p999_ms",
+                    "max_ms", "results_per_s", "max_gap_ms"):  # fmt: skip
+            assert key in p, key
+        assert isinstance(p["name"], str) and isinstance(p["start_s"], float)
+    for f in doc["faults"]:
+        for key in ("kind", "target", "at_s", "duration_s", "detect_s", "recovery_s", "masked"):
+            assert key in f, key
+    for key in ("expected", "missing", "duplicates", "divergent"):
+        assert key in doc["correctness"]
+    assert isinstance(doc["slo"]["passed"], bool)
+    assert isinstance(doc["slo"]["breaches"], list)
+
+
+def test_json_contract(passive: Report, active: Report) -> None:
+    for rep in (passive, active):
+        doc = json.loads(json.dumps(rep.to_dict()))
+        _check_shape(doc)
+    doc = passive.to_dict()
+    assert doc["phases"][1]["p999_ms"] == passive.phase("steady").percentiles_ms["p99.9"]
+    assert doc["faults"][0]["masked"] is False
+    assert doc["slo"]["breaches"][0] == "p99 (overall) 11313.2 ms > 1s"
+
+
+def test_compare_ratios_to_the_first_run(passive: Report, active: Report) -> None:
+    comp = compare([passive, active])
+    assert comp.runs == ["sim-passive-kill", "sim-active-kill"]
+    row = next(r for r in comp.table("p99") if r.phase == "overall")
+    assert row.ratios[0] == 1.0
+    assert row.ratios[1] == pytest.approx(row.values[1] / row.values[0])  # type: ignore[operator]
+    assert row.ratios[1] < 0.1
+    fault_rows = comp.table("recovery_s")
+    assert [r.phase for r in fault_rows] == ["fault-1", "fault-2"]
+    assert fault_rows[1].values == [None, 0.0]  # the passive run had one fault only
+    masked = comp.table("masked")
+    assert masked[0].values == [False, True] and masked[0].ratios == [None, None]
+    assert {r.phase for r in comp.table("p50")} >= {"steady", "fault-1", "tail", "overall"}
+    doc = comp.to_dict()
+    assert doc["runs"] == comp.runs and len(doc["rows"]) == len(comp.rows)
