@@ -48,9 +48,21 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self._log = TopicLog(opts.bootstrap, opts.topic, client_id=f"arfl-r{opts.replica}")
-        self._policy: BoundaryPolicy = build_policy(opts, self._log)
         self.latest_offset_ms: list[float] = []
+        # Clients, threads (heartbeats, election) start on the first planning call: Spark also
+        # creates readers in short-lived planning workers only to pickle ``read``, and those
+        # must not join the election or tick.
+        self._planner: tuple[TopicLog, BoundaryPolicy] | None = None
+
+    def _plan(self) -> tuple[TopicLog, BoundaryPolicy]:
+        if self._planner is None:
+            log = TopicLog(self.opts.bootstrap, self.opts.topic, f"arfl-r{self.opts.replica}")
+            try:
+                self._planner = (log, build_policy(self.opts, log))
+            except BaseException:
+                log.close()
+                raise
+        return self._planner
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to run ``read`` on executors; clients and threads stay here.
@@ -59,10 +71,11 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.opts = state["opts"]
         self.latest_offset_ms = []
+        self._planner = None
 
     def initialOffset(self) -> dict[str, Any]:
         """The topic's beginning, or ``starting_offsets`` (partitions not named: beginning)."""
-        begin = self._log.low_watermarks()
+        begin = self._plan()[0].low_watermarks()
         if self.opts.starting_offsets.strip().lower() != "earliest":
             given = parse_partition_offsets(self.opts.starting_offsets)
             begin = {p: given.get(p, lo) for p, lo in begin.items()}
@@ -72,7 +85,7 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
         """Ask the policy where the batch starting at ``start`` ends."""
         t0 = time.perf_counter()
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = self._policy.next_end(BatchOffset.from_dict(start), max_records)
+        end = self._plan()[1].next_end(BatchOffset.from_dict(start), max_records)
         ms = (time.perf_counter() - t0) * 1000
         self.latest_offset_ms.append(ms)
         if len(self.latest_offset_ms) > 10_000:
@@ -104,13 +117,15 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
         """Nothing to do: the position lives in Spark's checkpoint, not in Kafka."""
 
     def stop(self) -> None:
-        """Stop the policy's threads and clients."""
-        if not hasattr(self, "_policy"):
-            return  # an executor-side copy
+        """Stop the policy's threads and clients (if this reader ever planned)."""
+        if self._planner is None:
+            return
+        log, policy = self._planner
+        self._planner = None
         try:
-            self._policy.close()
+            policy.close()
         finally:
-            self._log.close()
+            log.close()
 
 
 class ArflKafkaSource(DataSource):
