@@ -1,0 +1,72 @@
+"""The HTML report of recorded run directories: one self-contained file with its plots.
+
+Needs no services: it reads the run directories in ``tests/fixtures/runs`` (a real run and
+simulated ones, see ``make_fixtures.py``) and checks the written page.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from arfl.report import build_report, compare, render_compare_html, render_html
+
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+
+
+def _plots(page: str) -> dict[str, list[str]]:
+    """Plot div id -> trace names, from the ``Plotly.newPlot("id", [traces...], ...)`` calls."""
+    out: dict[str, list[str]] = {}
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"([^"]+)",\s*(\[.*?\])\s*,\s*\{', page, re.S):
+        traces = json.loads(m.group(2))
+        out[m.group(1)] = [t.get("name") for t in traces]
+    return out
+
+
+def _self_contained(page: str) -> None:
+    # plotly.js is inline: no network needed (the library itself mentions a CDN for geo maps
+    # only, which these plots never load).
+    assert not re.search(r"<script[^>]*\ssrc=", page)
+    assert not re.search(r"<link[^>]*\shref=", page)
+    assert "Plotly.newPlot" in page and len(page) > 1_000_000  # the library itself is there
+
+
+def test_real_run_html_has_its_plots(tmp_path: Path) -> None:
+    path = render_html(build_report(RUNS / "real-none-noresults"), tmp_path / "r.html")
+    page = path.read_text(encoding="utf-8")
+    _self_contained(page)
+    plots = _plots(page)
+    assert set(plots) == {"latency-over-time", "latency-distribution", "output-rate"}
+    assert plots["latency-over-time"] == ["max", "p99", "p50"]
+    assert plots["output-rate"] == ["merged output (first copies)", "replica 0 (received)"]
+    assert "real-none-noresults" in page
+    assert "p99 (overall) not measured (no results)" in page
+
+
+def test_faulted_run_html_shades_faults_and_shows_tables(tmp_path: Path) -> None:
+    rep = build_report(RUNS / "sim-active-kill")
+    page = render_html(rep, tmp_path / "a.html").read_text(encoding="utf-8")
+    _self_contained(page)
+    plots = _plots(page)
+    assert plots["latency-distribution"] == ["steady", "fault-1", "steady-2", "fault-2", "tail",
+                                             "overall"]  # fmt: skip
+    assert plots["output-rate"][1:] == ["replica 0 (received)", "replica 1 (received)"]
+    assert "fault-1: kill-replica r0" in page and "fault-2: pause r1" in page  # shaded windows
+    for heading in ("Phases", "Faults", "Correctness"):
+        assert f"<h2>{heading}" in page
+
+
+def test_comparison_html_overlays_runs(tmp_path: Path) -> None:
+    reports = [build_report(RUNS / "sim-passive-kill"), build_report(RUNS / "sim-active-kill")]
+    page = render_compare_html(compare(reports), tmp_path / "c.html").read_text(encoding="utf-8")
+    _self_contained(page)
+    assert len(re.findall(r"\* plotly\.js v\d", page)) == 1  # the library is embedded once
+    plots = _plots(page)
+    assert plots["compare-latency-over-time"] == [
+        "sim-passive-kill p99", "sim-passive-kill p50", "sim-active-kill p99",
+        "sim-active-kill p50",
+    ]  # fmt: skip
+    assert plots["compare-latency-distribution"] == ["sim-passive-kill", "sim-active-kill"]
+    # Each run's own section follows, with unique plot ids.
+    assert {"latency-over-time-1", "latency-over-time-2", "output-rate-2"} <= set(plots)
