@@ -25,6 +25,8 @@ PARTITIONS = 4
 RATE = 200
 
 
+# Generous: on an idle 2-core machine this takes ~1-2 min, under contention far longer.
+@pytest.mark.timeout(1200)
 def test_passive_replica_resumes_from_checkpoint_after_driver_kill(
     stack: StackInfo, topic_name: str, tmp_path: Path
 ) -> None:

@@ -39,6 +39,8 @@ def _executors(cluster: StandaloneCluster, app_id: str) -> list[psutil.Process]:
     return out
 
 
+# Generous: on an idle 2-core machine this takes ~1-2 min, under contention far longer.
+@pytest.mark.timeout(1200)
 def test_passive_replica_on_standalone_cluster_survives_driver_kill(
     stack: StackInfo, topic_name: str, tmp_path: Path
 ) -> None:

@@ -319,20 +319,29 @@ def consumed_offsets(progress: dict[str, Any]) -> int:
     return total
 
 
-def wait_caught_up(progress_file: Path, records: int, timeout_s: float) -> bool:
-    """Wait until a replica consumed ``records`` input records and then ran an empty batch.
+def wait_caught_up(
+    progress_file: Path, records: int, timeout_s: float, settle_s: float = 5.0
+) -> bool:
+    """Wait until a replica consumed ``records`` input records and its output is complete.
 
-    The empty batch after the last data batch is the one that advances the watermark and
-    emits the windows it closed, so afterwards the replica's output is complete.
+    Complete means: after the batch that reached ``records``, either an empty batch ran (the
+    no-data batch that advances the watermark and emits the windows it closed) or no batch
+    at all ran for ``settle_s`` (per-record pipelines have no such batch; Spark reports idle
+    time through ``onQueryIdle``, not as progress).
     """
     from arfl.pipelines.rundir import read_jsonl
 
     deadline = time.monotonic() + timeout_s
+    reached_at: float | None = None
+    reached_len = 0
     while time.monotonic() < deadline:
         progress = read_jsonl(progress_file)
-        if progress:
-            last = progress[-1]
-            if consumed_offsets(last) >= records and last.get("numInputRows", 0) == 0:
+        if progress and consumed_offsets(progress[-1]) >= records:
+            if progress[-1].get("numInputRows", 0) == 0:
+                return True
+            if reached_at is None or len(progress) != reached_len:
+                reached_at, reached_len = time.monotonic(), len(progress)
+            elif time.monotonic() - reached_at >= settle_s:
                 return True
         time.sleep(0.5)
     return False
