@@ -14,6 +14,7 @@ import pytest
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import DeployError
+from arfl.pipelines.driver import EXIT_BAD_CONFIG
 from arfl.pipelines.rundir import new_run_dir, read_jsonl
 from arfl.pipelines.runner import ReplicaRunner
 
@@ -167,3 +168,12 @@ def test_kill_unknown_replica_is_an_error(tmp_path: Path) -> None:
     r = _runner(_spec(), tmp_path, _fake(tmp_path))
     with r, pytest.raises(DeployError, match=r"no replica 3 \(have 0\.\.0\)"):
         r.kill(3)
+
+
+def test_pipeline_that_cannot_be_built_is_not_restarted(tmp_path: Path) -> None:
+    bad = [sys.executable, "-c", f"import sys; sys.exit({EXIT_BAD_CONFIG})"]
+    r = _runner(_spec(), tmp_path, lambda i, c: bad)
+    with r:
+        _wait(lambda: r.states()[0].status == "dead")
+        assert r.states()[0].restarts == 0
+        assert "cannot be built" in _events(r.paths.root, "replica-gave-up")[0]["reason"]

@@ -28,6 +28,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from arfl.configs.spec import Spec
+from arfl.errors import ArflError
 from arfl.pipelines import query
 from arfl.pipelines.replication.base import ReplicaContext, get_mode
 from arfl.pipelines.rundir import write_json_atomic
@@ -36,7 +37,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 EXIT_QUERY_FAILED = 1
+"""The streaming query failed while running (a restart may help)."""
 EXIT_BAD_CONFIG = 2
+"""The config or the pipeline is invalid (a restart cannot help; the runner gives up)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ def _log(msg: str) -> None:
 
 def run(cfg: DriverConfig) -> int:
     """Run the replica until SIGTERM/SIGINT or query failure; returns the exit code."""
+    from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
     stop = threading.Event()
@@ -196,18 +200,25 @@ def run(cfg: DriverConfig) -> int:
     rc = 0
     q = None
     try:
-        raw = mode.source(spark, spec, ctx)
-        out = query.build_output(query.parse_events(raw, spec), spec, cfg.replica)
-        trigger = mode.trigger(spec)
-        writer = (
-            out.writeStream.format("kafka")
-            .queryName(f"arfl-{spec.name}-r{cfg.replica}")
-            .option("checkpointLocation", str(ckpt.location))
-            .outputMode("update" if "realTime" in trigger else query.output_mode(spec))
-            .trigger(**trigger)
-        )
-        for k, v in mode.sink_options(ctx).items():
-            writer = writer.option(k, v)
+        try:
+            raw = mode.source(spark, spec, ctx)
+            out = query.build_output(query.parse_events(raw, spec), spec, cfg.replica)
+            trigger = mode.trigger(spec)
+            writer = (
+                out.writeStream.format("kafka")
+                .queryName(f"arfl-{spec.name}-r{cfg.replica}")
+                .option("checkpointLocation", str(ckpt.location))
+                .outputMode("update" if "realTime" in trigger else query.output_mode(spec))
+                .trigger(**trigger)
+            )
+            for k, v in mode.sink_options(ctx).items():
+                writer = writer.option(k, v)
+        except (ArflError, PySparkException) as e:
+            # The pipeline cannot be built (bad expression, transform, column): restarting
+            # would fail the same way, so say so with a distinct exit code.
+            _log(f"pipeline cannot be built: {type(e).__name__}: {e}")
+            rc = EXIT_BAD_CONFIG
+            return rc
         q = writer.start()
         _log(f"query started (mode {mode.name}, checkpoint {ckpt.location}, trigger {trigger})")
         while not stop.is_set():

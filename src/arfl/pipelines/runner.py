@@ -36,7 +36,7 @@ import psutil
 
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
-from arfl.pipelines.driver import DriverConfig
+from arfl.pipelines.driver import EXIT_BAD_CONFIG, DriverConfig
 from arfl.pipelines.records import replica_topic
 from arfl.pipelines.rundir import Journal, RunPaths
 from arfl.pipelines.sparkenv import driver_env, ensure_spark_home
@@ -445,6 +445,13 @@ class ReplicaRunner:
             rep.state = replace(rep.state, status="dead", exit_code=code)
             self.journal.write("replica-gave-up", replica=rep.index,
                                reason="replication.restart is false")
+        elif code == EXIT_BAD_CONFIG:
+            rep.state = replace(rep.state, status="dead", exit_code=code)
+            self.journal.write(
+                "replica-gave-up",
+                replica=rep.index,
+                reason=f"the pipeline cannot be built (exit code {code}); see {rep.log_path}",
+            )
         elif rep.failures_without_app >= self.crash_loop_limit:
             rep.state = replace(rep.state, status="dead", exit_code=code)
             self.journal.write(
