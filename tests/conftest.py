@@ -12,17 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from arfl.stack import StackInfo
+from arfl.stack import StackInfo, down
 from arfl.testing import EmbeddedStack
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _isolated_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Point ``ARFL_STATE_DIR`` at a temporary directory: no test touches a user's stack."""
-    path = tmp_path_factory.mktemp("arfl-state")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ARFL_STATE_DIR", str(path))
-        yield path
 
 
 def _our_java(base: Path, me: psutil.Process) -> list[psutil.Process]:
@@ -69,6 +60,24 @@ def _no_java_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         except psutil.Error:
             continue
     pytest.fail("java processes left running by the test session:\n" + "\n".join(lines))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_state(
+    tmp_path_factory: pytest.TempPathFactory, _no_java_left_behind: None
+) -> Iterator[Path]:
+    """Point ``ARFL_STATE_DIR`` at a temporary directory: no test touches a user's stack.
+
+    At the end, whatever runs from ``$ARFL_STATE_DIR/stack`` (the session stack, or one that
+    code under test started through ``arfl.stack.resolve``) is stopped by its pids.
+    """
+    path = tmp_path_factory.mktemp("arfl-state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ARFL_STATE_DIR", str(path))
+        try:
+            yield path
+        finally:
+            down(path / "stack")
 
 
 @pytest.fixture(scope="session")

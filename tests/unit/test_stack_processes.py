@@ -108,3 +108,14 @@ def test_describe_shortens_long_command_lines() -> None:
     assert text.startswith(f"pid {os.getpid()}: ")
     assert len(text) < 140
     assert processes.describe(None) == "owner not visible"
+
+
+def test_a_zombie_counts_as_stopped_and_is_reaped(tmp_path: Path) -> None:
+    rec = processes.spawn([sys.executable, "-c", "pass"], tmp_path / "out.log", cwd=tmp_path)
+    deadline = time.monotonic() + 10
+    while psutil.Process(rec.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert not processes.is_alive(rec)
+    assert processes.stop(rec, timeout=0.1) is False
+    assert not psutil.pid_exists(rec.pid), "the zombie child was reaped"

@@ -401,12 +401,23 @@ def down(state: Path | None = None, purge: bool = False) -> list[str]:
     stopped: list[str] = []
     with _locked(layout):
         st = load_state(layout)
+        failed: list[str] = []
         if st is not None:
             for name in reversed(SERVICES):
-                rec = st.services.pop(name, None)
-                if rec is not None and processes.stop(rec, timeout=_STOP_TIMEOUT_S[name]):
-                    stopped.append(name)
+                rec = st.services.get(name)
+                if rec is None:
+                    continue
+                try:
+                    if processes.stop(rec, timeout=_STOP_TIMEOUT_S[name]):
+                        stopped.append(name)
+                except StackError as e:
+                    # Go on with the other service; this one stays recorded for another try.
+                    failed.append(f"{name}: {e}")
+                    continue
+                del st.services[name]
                 save_state(layout, st)
+            if failed:
+                raise StackError("could not stop " + "; ".join(failed))
             layout.state_file.unlink(missing_ok=True)
         for name in SERVICES:
             layout.pid_file(name).unlink(missing_ok=True)

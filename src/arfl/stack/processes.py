@@ -101,6 +101,10 @@ def _reap(pid: int) -> None:
 def stop(record: ProcessRecord, timeout: float = 20.0) -> bool:
     """Stop the process of ``record``: SIGTERM, then SIGKILL after ``timeout`` seconds.
 
+    Exit is detected by polling (pid gone, reused, or a zombie), not by ``wait``: the process
+    may be our child, an orphan adopted by init, or a zombie nobody reaps yet, and waiting on a
+    zombie that is not our child would block until the timeout.
+
     Args:
         record: the process to stop; nothing is signalled unless pid and create time match.
         timeout: seconds to wait for a clean exit after SIGTERM.
@@ -115,19 +119,13 @@ def stop(record: ProcessRecord, timeout: float = 20.0) -> bool:
     if p is None:
         _reap(record.pid)
         return False
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess):
         p.terminate()
-        try:
-            p.wait(timeout=timeout)
-        except psutil.TimeoutExpired:
+    if not wait_gone(record, timeout):
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-            p.wait(timeout=10)
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.TimeoutExpired as e:
-        raise StackError(f"process {record.pid} survived SIGKILL for 10s; kill it by hand") from e
-    finally:
-        _reap(record.pid)
+        if not wait_gone(record, 10.0):
+            raise StackError(f"process {record.pid} survived SIGKILL for 10s; kill it by hand")
     return True
 
 
@@ -229,10 +227,12 @@ def check_port(host: str, port: int, flag: str) -> None:
 
 
 def wait_gone(record: ProcessRecord, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds for the process of ``record`` to exit."""
+    """Wait up to ``timeout`` seconds for the process of ``record`` to exit (reaping it)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        _reap(record.pid)
         if not is_alive(record):
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    return not is_alive(record)

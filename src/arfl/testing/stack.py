@@ -58,9 +58,24 @@ class EmbeddedStack:
     def start(self) -> StackInfo:
         """Start the stack; retried on other ports if a free port was taken meanwhile.
 
+        A stack already running from ``state`` (started by code under test) is adopted.
+
         Raises:
             StackError: if it cannot start.
         """
+        running = lifecycle.running_info(self.state)
+        if running is not None:
+            st = lifecycle.load_state(lifecycle.layout_of(self.state))
+            assert st is not None
+            self.info = lifecycle.up(
+                st.host,
+                st.zk_port,
+                st.kafka_port,
+                st.controller_port,
+                state=self.state,
+                timeout=self.timeout,
+            )
+            return self.info
         last: StackError | None = None
         for _ in range(_ATTEMPTS):
             zk, kafka, controller = free_ports(3, self.host)
