@@ -4,7 +4,8 @@
 ``sim-*`` are simulated runs written by arfl's real merger code (see ``make_fixtures.py``):
 
 * ``sim-passive-kill``: one passive replica, driver killed at 15.0 s (journal: died at 15.3 s,
-  ready at 19.0 s), first batch after the restart at 25.5 s, then a capped backlog;
+  ready at 19.0 s), first batch after the restart starts at 25.5 s (progress file), then a
+  backlog capped at 1000 events per batch;
 * ``sim-active-kill``: two active replicas, replica 0 killed at 15.0 s, replica 1 paused
   30.0-33.0 s.
 """
@@ -45,10 +46,16 @@ def test_passive_phases(passive: Report) -> None:
     bounds = {p.name: (p.start_s, p.end_s) for p in passive.phases}
     assert bounds["warmup"] == (0.0, 5.0)
     assert bounds["steady"] == (5.0, 15.0)
-    assert bounds["fault-1"] == pytest.approx((15.0, 19.0))  # kill until replica-ready
-    assert bounds["recovery-1"][0] == pytest.approx(19.0)
+    # The fault window: the kill until the restarted driver's first batch ended.
+    first_batch = passive.faults[0].first_batch_s
+    assert first_batch is not None and 10.5 < first_batch < 11.5
+    assert bounds["fault-1"] == pytest.approx((15.0, 15.0 + first_batch))
+    assert bounds["recovery-1"][0] == pytest.approx(15.0 + first_batch)
     assert bounds["tail"][1] == pytest.approx(40.0, abs=0.01)
-    assert passive.phase("fault-1").count == 0  # nothing came out while the driver was down
+    # Only the first backlog batch's results (the oldest waited ~11 s) arrive in the window.
+    fault = passive.phase("fault-1")
+    assert fault.count == 1000
+    assert fault.percentiles_ms["p99"] is not None and fault.percentiles_ms["p99"] > 10_000
 
 
 def test_passive_kill_is_detected_recovered_late_and_not_masked(passive: Report) -> None:
@@ -65,7 +72,7 @@ def test_passive_kill_is_detected_recovered_late_and_not_masked(passive: Report)
     assert f.max_gap_ms is not None and 10_500 < f.max_gap_ms < 11_600
     assert f.max_gap_ms == passive.longest_gap_ms  # the run's record, exact from the merger
     recovery = passive.phase("recovery-1")
-    assert recovery.percentiles_ms["p99"] is not None and recovery.percentiles_ms["p99"] > 5000
+    assert recovery.percentiles_ms["p99"] is not None and recovery.percentiles_ms["p99"] > 3000
 
 
 def test_passive_steady_state_is_unaffected_by_the_fault(passive: Report) -> None:
@@ -156,9 +163,10 @@ def test_compare_ratios_to_the_first_run(passive: Report, active: Report) -> Non
     comp = compare([passive, active])
     assert comp.runs == ["sim-passive-kill", "sim-active-kill"]
     row = next(r for r in comp.table("p99") if r.phase == "overall")
-    assert row.ratios[0] == 1.0
-    assert row.ratios[1] == pytest.approx(row.values[1] / row.values[0])  # type: ignore[operator]
-    assert row.ratios[1] < 0.1
+    first, second = row.values
+    assert isinstance(first, float) and isinstance(second, float)
+    assert row.ratios == [1.0, pytest.approx(second / first)]
+    assert second / first < 0.1
     fault_rows = comp.table("recovery_s")
     assert [r.phase for r in fault_rows] == ["fault-1", "fault-2"]
     assert fault_rows[1].values == [None, 0.0]  # the passive run had one fault only

@@ -43,7 +43,7 @@ from arfl.report import correctness as corr
 from arfl.report.faults import JournaledFault, journaled_faults
 from arfl.report.gaps import RESOLUTION, Gap, find_gaps, longest_in, overlapping
 from arfl.report.model import Correctness, FaultStats, PhaseStats, Report, Series
-from arfl.report.rundata import RunData, load_run
+from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos
 
 HOLD_S = 3
@@ -220,8 +220,10 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         warnings.append("no monitor.jsonl: no output gaps or rates")
     b = _Builder(data, t0, t_end)
     warm_end = min(t0 + data.spec.workload.warmup, t_end)
-    jfaults = [f for f in journaled_faults(data.journal) if f.started is not None]
-    failed_faults = [f for f in journaled_faults(data.journal) if f.started is None]
+    replica_batches = data.replica_batches()
+    all_faults = journaled_faults(data.journal, replica_batches)
+    jfaults = [f for f in all_faults if f.started is not None]
+    failed_faults = [f for f in all_faults if f.started is None]
     jfaults = [f for f in jfaults if f.started is not None and f.started < t_end]
     phases: list[PhaseStats] = []
     first_fault = jfaults[0].started if jfaults else None
@@ -273,6 +275,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
                 window_s=b_end - jf.started,
                 detect_s=jf.detect_s,
                 restored_s=jf.restored_s,
+                first_batch_s=jf.first_batch_s,
                 recovery_s=recovery_s,
                 masked=masked,
                 p99_ms=fphase.percentiles_ms.get("p99"),
@@ -305,7 +308,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         slo=slo,
         longest_gap_ms=None if longest is None else float(longest),
         gap_resolution=RESOLUTION,
-        series=_series(b, data, phases, overall),
+        series=_series(b, data, phases, overall, replica_batches),
         warnings=warnings,
     )
 
@@ -354,7 +357,11 @@ def _distribution(b: _Builder, phase: PhaseStats) -> list[tuple[float, float]]:
 
 
 def _series(
-    b: _Builder, data: RunData, phases: Sequence[PhaseStats], overall: PhaseStats
+    b: _Builder,
+    data: RunData,
+    phases: Sequence[PhaseStats],
+    overall: PhaseStats,
+    replica_batches: dict[int, list[Batch]],
 ) -> Series:
     t_s = [iv.end - b.t0 for iv in b.ivs]
     rate_t: list[float] = []
@@ -386,4 +393,7 @@ def _series(
         output_rate=out_rate,
         replica_rate=rep_rate,
         distribution=dist,
+        batches={
+            r: [(bt.start - b.t0, bt.duration_ms) for bt in bs] for r, bs in replica_batches.items()
+        },
     )

@@ -8,10 +8,12 @@ waits for the replacement executor and records ``details.replacement_s``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from arfl.faults import registry
+from arfl.report.rundata import Batch
 
 KILLS_REPLICA = ("kill-replica", "kill-leader")
 
@@ -24,13 +26,15 @@ class JournaledFault:
         kind: the fault kind.
         replica: the replica it hit (None when unknown).
         started: when the injection began (None for a failed fault).
-        window_end: end of the fault window: the revert for faults with a duration; for kills,
-            when the replica (``replica-ready`` after its restart) or executor was back, else
-            the revert's end.
+        window_end: end of the fault window: the revert for faults with a duration; for kills
+            of a replica, the end of its first micro-batch after the restart (else its
+            ``replica-ready``); for ``kill-executor`` the replacement; else the revert's end.
         duration_s: the requested duration (None for instant faults).
         detect_s: injection until the system noticed (``replica-died``; for ``kill-executor``
             the replacement executor).
         restored_s: injection until the replica / executor ran again or the fault was lifted.
+        first_batch_s: for kills of a replica, injection until the restarted replica finished
+            its first micro-batch (``progress/replica-N.jsonl``); None when unknown.
         description: the chaos runner's description.
         error: ``fault-failed``'s error.
     """
@@ -44,6 +48,7 @@ class JournaledFault:
     restored_s: float | None
     description: str
     error: str | None = None
+    first_batch_s: float | None = None
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -60,11 +65,15 @@ def _float_or_none(v: Any) -> float | None:
         return None
 
 
-def journaled_faults(journal: list[dict[str, Any]]) -> list[JournaledFault]:
+def journaled_faults(
+    journal: list[dict[str, Any]], batches: Mapping[int, Sequence[Batch]] | None = None
+) -> list[JournaledFault]:
     """Every fault in a journal, in order of injection (failed ones last in journal order).
 
     Args:
         journal: the run's events.
+        batches: replica -> its micro-batches, to find a killed replica's first batch after
+            its restart.
     """
     injected = [e for e in journal if e.get("event") == "fault-injected"]
     reverted = [e for e in journal if e.get("event") == "fault-reverted"]
@@ -82,7 +91,7 @@ def journaled_faults(journal: list[dict[str, Any]]) -> list[JournaledFault]:
                 used.add(i)
                 rev = r
                 break
-        out.append(_react(journal, inj, rev, kind, replica, started))
+        out.append(_react(journal, inj, rev, kind, replica, started, batches or {}))
     for e in journal:
         if e.get("event") == "fault-failed":
             out.append(
@@ -108,11 +117,13 @@ def _react(
     kind: str,
     replica: int | None,
     started: float,
+    batches: Mapping[int, Sequence[Batch]],
 ) -> JournaledFault:
     duration = _float_or_none(inj.get("duration_s"))
     rev_end = None if rev is None else _float_or_none(rev.get("ended") or rev.get("t"))
     detect: float | None = None
     restored: float | None = None
+    first_batch: float | None = None
     if kind in KILLS_REPLICA and replica is not None:
         died = next(
             (
@@ -138,6 +149,10 @@ def _react(
             )
             if ready is not None:
                 restored = float(ready["t"]) - started
+            # The restarted driver's first batch: when the replica delivers again.
+            after = [b for b in batches.get(replica, ()) if b.start > float(died["t"])]
+            if after:
+                first_batch = after[0].end - started
     elif kind == "kill-executor":
         details = (rev or {}).get("details") or inj.get("details") or {}
         replaced = _float_or_none(details.get("replacement_s"))
@@ -149,6 +164,8 @@ def _react(
     )
     if takes_duration:
         window_end = rev_end if rev_end is not None else started + (duration or 0.0)
+    elif first_batch is not None:
+        window_end = started + first_batch
     elif restored is not None:
         window_end = started + restored
     else:
@@ -162,4 +179,5 @@ def _react(
         detect_s=detect,
         restored_s=restored,
         description=str(inj.get("description") or kind),
+        first_batch_s=first_batch,
     )

@@ -6,8 +6,8 @@ rate per replica, and the tables of the text report. Several runs: the same plot
 colour per run) and the comparison tables.
 
 Plot ``div`` ids (stable, tests look for them): ``latency-over-time``,
-``latency-distribution``, ``output-rate``; comparisons: ``compare-latency-over-time``,
-``compare-latency-distribution``.
+``latency-distribution``, ``output-rate``, ``batch-duration`` (when progress was recorded);
+comparisons: ``compare-latency-over-time``, ``compare-latency-distribution``.
 """
 
 from __future__ import annotations
@@ -199,6 +199,27 @@ def rate_figure(report: Report) -> go.Figure:
     return fig
 
 
+def batch_figure(report: Report) -> go.Figure:
+    """Each replica's micro-batch durations (Spark's ``triggerExecution``) over time."""
+    fig = go.Figure()
+    for i, (replica, pts) in enumerate(sorted(report.series.batches.items())):
+        fig.add_trace(
+            go.Scatter(
+                x=[t for t, _ in pts], y=[d for _, d in pts], name=f"replica {replica}",
+                mode="markers", marker={"color": _COLORS[i % len(_COLORS)], "size": 5},
+            )
+        )  # fmt: skip
+    _shade(fig, report)
+    fig.update_layout(
+        title=f"Micro-batch duration per replica - {report.run}",
+        xaxis={"title": "batch start, seconds since input start", "range": _time_range(report)},
+        yaxis=latency_axis([d for pts in report.series.batches.values() for _, d in pts]),
+        **_LAYOUT,
+    )
+    fig.update_yaxes(title="batch duration (ms)")
+    return fig
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
@@ -233,14 +254,14 @@ def _phase_row(p: PhaseStats, keys: Sequence[str]) -> list[str]:
 
 def fault_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the fault table."""
-    headers = ["#", "fault", "rep", "at", "window", "detect", "restored", "recovery",
-               "p99 ms", "gap ms", "masked"]  # fmt: skip
+    headers = ["#", "fault", "rep", "at", "window", "detect", "restored", "1st batch",
+               "recovery", "p99 ms", "gap ms", "masked"]  # fmt: skip
     return headers, [_fault_row(f) for f in report.faults]
 
 
 def _fault_row(f: FaultStats) -> list[str]:
     if f.error is not None:
-        return [str(f.index), f.kind, str(f.target), "-", "-", "-", "-", "-", "-", "-",
+        return [str(f.index), f.kind, str(f.target), "-", "-", "-", "-", "-", "-", "-", "-",
                 f"failed: {f.error}"]  # fmt: skip
     masked = "-" if f.masked is None else ("yes" if f.masked else "NO")
     recovery = (
@@ -248,7 +269,8 @@ def _fault_row(f: FaultStats) -> list[str]:
     )
     return [
         str(f.index), f.kind, "-" if f.target is None else str(f.target), _fmt(f.at_s, nd=1),
-        _fmt(f.window_s, nd=1), _fmt(f.detect_s, nd=2), _fmt(f.restored_s, nd=2), recovery,
+        _fmt(f.window_s, nd=1), _fmt(f.detect_s, nd=2), _fmt(f.restored_s, nd=2),
+        _fmt(f.first_batch_s, nd=2), recovery,
         _ms(f.p99_ms), _ms(f.max_gap_ms), masked,
     ]  # fmt: skip
 
@@ -342,6 +364,8 @@ def report_body(report: Report, first_plot: bool = True, id_suffix: str = "") ->
         )
     parts.append(_fig_html(distribution_figure(report), "latency-distribution" + id_suffix, False))
     parts.append(_fig_html(rate_figure(report), "output-rate" + id_suffix, False))
+    if any(report.series.batches.values()):
+        parts.append(_fig_html(batch_figure(report), "batch-duration" + id_suffix, False))
     parts.append("<h2>Correctness</h2>" + _table(*correctness_rows(report)))
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.correctness.notes)
     parts.append(f"<ul class='note'>{notes}</ul>")

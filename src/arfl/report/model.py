@@ -101,6 +101,8 @@ class FaultStats:
         detect_s: injection until the system noticed (supervisor saw the driver die; for
             ``kill-executor``: the replacement executor ran). None when nothing is journaled.
         restored_s: injection until the replica / executor was back (None when unknown).
+        first_batch_s: kills of a replica: injection until the restarted replica finished its
+            first micro-batch (None when unknown).
         recovery_s: injection until per-second p99 was back within tolerance of the steady
             state (0: never left it; None: not recovered before the next phase).
         masked: p99 of the fault window within tolerance of the steady state and no gap beyond
@@ -125,6 +127,7 @@ class FaultStats:
     max_gap_ms: float | None
     description: str = ""
     error: str | None = None
+    first_batch_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``faults[]`` entry of the JSON output."""
@@ -137,6 +140,7 @@ class FaultStats:
             "window_s": _r(self.window_s),
             "detect_s": _r(self.detect_s),
             "restored_s": _r(self.restored_s),
+            "first_batch_s": _r(self.first_batch_s),
             "recovery_s": _r(self.recovery_s),
             "masked": self.masked,
             "p99_ms": self.p99_ms,
@@ -251,6 +255,7 @@ class Series:
         output_rate: first copies per second (merged output).
         replica_rate: replica -> records received from it per second.
         distribution: phase name -> list of (percentile, latency ms) for the distribution plot.
+        batches: replica -> (batch start s, batch duration ms) of its micro-batches.
     """
 
     t_s: list[float]
@@ -261,6 +266,7 @@ class Series:
     output_rate: list[float]
     replica_rate: dict[int, list[float]]
     distribution: dict[str, list[tuple[float, float]]]
+    batches: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,10 @@ class RunData:
     merger: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     progress: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def replica_batches(self) -> dict[int, list[Batch]]:
+        """Replica index -> its micro-batches (see :func:`batches`)."""
+        return {r: batches(lines) for r, lines in sorted(self.progress.items())}
 
     @property
     def name(self) -> str:
@@ -94,6 +99,41 @@ class RunData:
             return float(self.injector_seconds[-1]["t"])
         start = self.input_start
         return None if start is None else start + self.spec.workload.duration
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One micro-batch of a replica (from a ``StreamingQueryProgress`` line).
+
+    Attributes:
+        start: epoch seconds when the batch's trigger fired (``timestamp``).
+        duration_ms: ``durationMs.triggerExecution``.
+        batch_id: ``batchId``.
+        rows: ``numInputRows``.
+    """
+
+    start: float
+    duration_ms: float
+    batch_id: int
+    rows: int
+
+    @property
+    def end(self) -> float:
+        """Epoch seconds when the batch finished."""
+        return self.start + self.duration_ms / 1000.0
+
+
+def batches(lines: list[dict[str, Any]]) -> list[Batch]:
+    """The batches of one replica's progress lines, in time order (unparseable lines skipped)."""
+    out: list[Batch] = []
+    for d in lines:
+        try:
+            start = datetime.fromisoformat(str(d["timestamp"]).replace("Z", "+00:00")).timestamp()
+            dur = float((d.get("durationMs") or {}).get("triggerExecution", 0.0))
+            out.append(Batch(start, dur, int(d.get("batchId", -1)), int(d.get("numInputRows", 0))))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return sorted(out, key=lambda b: b.start)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
