@@ -7,6 +7,7 @@ are known exactly.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ def _spec(warmup: str = "2s", tolerance: float = 1.10, slo: dict[str, Any] | Non
 
 
 def _run(
-    latency_ms: list[float | None],
+    latency_ms: Sequence[float | None],
     faults: list[dict[str, Any]] | None = None,
     *,
     spec: Spec | None = None,
