@@ -20,9 +20,11 @@ import pytest
 from confluent_kafka import Producer
 
 from arfl.pipelines.replication.leader import leader_path
+from arfl.pipelines.replication.leaderless import EpochCuts
 from arfl.pipelines.source import BatchOffset, SourceOptions, read_stream
 from arfl.pipelines.source.datasource import SCHEMA
 from arfl.pipelines.source.kafka import TopicLog
+from arfl.pipelines.source.offsets import NO_BATCH
 from arfl.pipelines.sparkenv import local_session
 from arfl.stack import StackInfo
 from arfl.stack.topics import ensure_topic
@@ -176,10 +178,22 @@ def test_leaderless_replicas_agree_drop_markers_and_replay_after_restart(
         assert hw[2] > 0  # the idle partition holds heartbeats...
         assert sum(hw.values()) > n  # ...and markers were dropped before the pipeline
 
+        # Every batch of either replica ends on an epoch cut, and where both replicas ended a
+        # batch at the same epoch they chose the same offsets: the cut of the log's time index.
         e0, e1 = ends(r0.all_progress()), ends(r1.all_progress())
-        common = sorted(set(e0) & set(e1))
-        assert len(common) >= 5
-        assert [e0[b] for b in common] == [e1[b] for b in common]
+        cuts0 = {e.batch: e for e in e0.values()}
+        cuts1 = {e.batch: e for e in e1.values()}
+        common = sorted(set(cuts0) & set(cuts1))
+        assert len(common) >= 3
+        assert [cuts0[j] for j in common] == [cuts1[j] for j in common]
+        log = TopicLog(stack.kafka, topic_name)
+        try:
+            index = EpochCuts(log, round(INTERVAL_S * 1000))
+            for j, e in (cuts0 | cuts1).items():
+                probe = index.probe(j, BatchOffset(NO_BATCH, dict.fromkeys(e.offsets, 0)))
+                assert probe.final and probe.cut == dict(e.offsets), (j, e, probe)
+        finally:
+            log.close()
         print(f"\nleaderless r0: {stats(r0.all_progress())}")
         print(f"leaderless r1: {stats(r1.all_progress())}")
 
@@ -198,10 +212,10 @@ def test_leaderless_replicas_agree_drop_markers_and_replay_after_restart(
         wait_until(lambda: r0.count() >= n + 50 and r1.count() >= n + 50, 90, "rows after restart")
         replay = ends(r0.all_progress())
         assert ends(before)[last] == replay[last]
-        e1 = ends(r1.all_progress())
-        after = sorted(set(replay) & set(e1))
-        assert len(after) >= 2
-        assert [replay[b] for b in after] == [e1[b] for b in after]
+        after0 = {e.batch: e for e in replay.values()}
+        after1 = {e.batch: e for e in ends(r1.all_progress()).values()}
+        common = sorted(set(after0) & set(after1))
+        assert [after0[j] for j in common] == [after1[j] for j in common]
         assert r0.count() == n + 50  # the re-run batch was not written twice
     finally:
         r0.stop()

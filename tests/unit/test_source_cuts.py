@@ -55,7 +55,7 @@ def run_all(cuts: EpochCuts, start: BatchOffset, limit: int = 100) -> list[Batch
 
 def test_each_batch_is_one_epoch_up_to_the_first_record_at_or_after_its_boundary() -> None:
     log = FakeLog({0: [1010, 1050, 1120, 1250, 1310], 1: [1005, 1190, 1205, 1330]})
-    cuts = EpochCuts(log, IV, clock=lambda: 1400)
+    cuts = EpochCuts(log, IV, max_epochs=1, clock=lambda: 1400)
     batches = run_all(cuts, start_of(log))
     # Boundaries 1100, 1200, 1300 are final (both partitions have later records); 1400 is not.
     assert [(b.batch, dict(b.offsets)) for b in batches] == [
@@ -67,7 +67,7 @@ def test_each_batch_is_one_epoch_up_to_the_first_record_at_or_after_its_boundary
 
 def test_a_boundary_is_not_final_until_every_partition_passed_it() -> None:
     log = FakeLog({0: [1010, 1150], 1: [1020]})
-    cuts = EpochCuts(log, IV, clock=lambda: 1200)
+    cuts = EpochCuts(log, IV, max_epochs=1, clock=lambda: 1200)
     start = start_of(log)
     assert cuts.next_end(start) == start  # partition 1 has nothing >= 1100 yet: no batch
     log.append(1, 1160)  # a heartbeat (or data) in the idle partition finalises T=1100
@@ -76,7 +76,7 @@ def test_a_boundary_is_not_final_until_every_partition_passed_it() -> None:
 
 def test_boundaries_in_the_future_are_never_used() -> None:
     log = FakeLog({0: [1010, 1500]})
-    cuts = EpochCuts(log, IV, clock=lambda: 1099)
+    cuts = EpochCuts(log, IV, max_epochs=1, clock=lambda: 1099)
     assert cuts.next_end(start_of(log)) == start_of(log)
 
 
@@ -85,7 +85,10 @@ def test_replicas_asking_at_different_times_run_identical_batches() -> None:
     full = {0: [1000 + 7 * i for i in range(120)], 1: [1003 + 11 * i for i in range(80)]}
     eager_log = FakeLog({p: [] for p in full})
     eager = EpochCuts(
-        eager_log, IV, clock=lambda: max(max(r, default=0) for r in eager_log.parts.values())
+        eager_log,
+        IV,
+        max_epochs=1,
+        clock=lambda: max(max(r, default=0) for r in eager_log.parts.values()),
     )
     eager_batches: list[BatchOffset] = []
     pos = start_of(eager_log)
@@ -99,7 +102,7 @@ def test_replicas_asking_at_different_times_run_identical_batches() -> None:
             pos = end
     # ...replica B only once, at the end, then drains.
     late_log = FakeLog({p: list(ts) for p, ts in full.items()})
-    late = EpochCuts(late_log, IV, clock=lambda: 2000)
+    late = EpochCuts(late_log, IV, max_epochs=1, clock=lambda: 2000)
     late_batches = run_all(late, start_of(late_log))
     n = len(eager_batches)
     assert n >= 7
@@ -115,7 +118,7 @@ def test_empty_epochs_are_skipped_with_few_lookups() -> None:
             1: [1015, 1025 + year, 1035 + year, 1101 + year],
         }
     )
-    cuts = EpochCuts(log, IV, clock=lambda: 1110 + year)
+    cuts = EpochCuts(log, IV, max_epochs=1, clock=lambda: 1110 + year)
     first = cuts.next_end(start_of(log))
     assert first == BatchOffset(11, {0: 1, 1: 1})
     log.requests = 0
@@ -127,7 +130,7 @@ def test_empty_epochs_are_skipped_with_few_lookups() -> None:
 
 def test_from_the_beginning_the_first_batch_ends_at_the_first_records_epoch() -> None:
     log = FakeLog({0: [1_764_000_000_010, 1_764_000_000_120], 1: [1_764_000_000_150]})
-    cuts = EpochCuts(log, IV, clock=lambda: 1_764_000_000_200)
+    cuts = EpochCuts(log, IV, max_epochs=1, clock=lambda: 1_764_000_000_200)
     end = cuts.next_end(start_of(log))
     assert end == BatchOffset(17_640_000_001, {0: 1, 1: 0})
     assert cuts.probes < 50
@@ -135,7 +138,7 @@ def test_from_the_beginning_the_first_batch_ends_at_the_first_records_epoch() ->
 
 def test_a_given_start_past_an_early_cut_is_never_moved_backwards() -> None:
     log = FakeLog({0: [1010, 1020, 1030, 1110], 1: [1012, 1150]})
-    cuts = EpochCuts(log, IV, clock=lambda: 1200)
+    cuts = EpochCuts(log, IV, max_epochs=1, clock=lambda: 1200)
     end = cuts.next_end(BatchOffset(NO_BATCH, {0: 3, 1: 0}))
     assert end == BatchOffset(11, {0: 3, 1: 1})
 
@@ -143,3 +146,23 @@ def test_a_given_start_past_an_early_cut_is_never_moved_backwards() -> None:
 def test_interval_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         EpochCuts(FakeLog({0: []}), 0)
+
+
+def test_catch_up_ends_at_the_newest_final_boundary_which_is_still_an_agreed_cut() -> None:
+    full = {0: [1000 + 7 * i for i in range(120)], 1: [1003 + 11 * i for i in range(80)]}
+    strict = run_all(EpochCuts(FakeLog(dict(full)), IV, max_epochs=1, clock=lambda: 2000), START)
+    log = FakeLog(dict(full))
+    catch_up = EpochCuts(log, IV, max_epochs=0, clock=lambda: 2000)
+    log.requests = 0
+    merged = run_all(catch_up, START)
+    # A replica that fell behind takes everything final in one batch, ending on an epoch cut
+    # that the strict sequence (and every other replica) also has.
+    assert len(merged) == 1
+    assert merged[0] == strict[-1]
+    assert log.requests <= 12
+    capped = run_all(EpochCuts(FakeLog(dict(full)), IV, max_epochs=3, clock=lambda: 2000), START)
+    assert capped == strict[2::3] + ([strict[-1]] if len(strict) % 3 else [])
+    assert all(c in strict for c in capped)
+
+
+START = BatchOffset(NO_BATCH, {0: 0, 1: 0})

@@ -9,11 +9,16 @@ some record with timestamp ``>= T_j`` exists in every partition. Each replica's
 :class:`HeartbeatTicker` writes a marker into partitions that got no record since the boundary,
 so idle partitions finalise every boundary within about one grace period.
 
-Batches: the batch after a cut at ``T_e`` ends at the cut of the *smallest* ``j > e`` whose cut
-differs from the start and is final. Every replica thus runs the same sequence of batches
-(same ranges, same order), whatever its trigger timing — not just boundaries that happen to be
-epoch-aligned — so watermarks, late-data drops and window emission agree too. Empty epochs are
-skipped (a binary search over the time index, not one probe per epoch).
+Batches: the batch after a cut at ``T_e`` starts with the *smallest* ``j > e`` whose cut differs
+from the start and is final (empty epochs are skipped by a binary search over the time index,
+not one probe per epoch). With ``max_epochs_per_batch = 1`` (strict) the batch ends there:
+every replica runs exactly the same sequence of batches, whatever its trigger timing, so
+watermarks, late-data drops and window emission agree too — but a replica whose batches take
+longer than an epoch falls further and further behind. With ``0`` (the default) the batch ends
+at the newest final boundary (at most ``max_epochs_per_batch`` epochs when > 1): every batch
+boundary is still an epoch cut that all replicas agree on, and a replica that fell behind
+(restart, GC pause, slow batch) catches up by merging epochs; replicas that keep up still run
+one epoch per batch.
 """
 
 from __future__ import annotations
@@ -86,13 +91,20 @@ class EpochCuts:
         log: the input topic.
         interval_ms: epoch length.
         clock: epoch-ms clock (bounds the search; boundaries in the future are never final).
+        max_epochs: epochs per batch at most; 1 = strict (identical batches everywhere),
+            0 = up to the newest final boundary (catch up).
     """
 
-    def __init__(self, log: PartitionLog, interval_ms: int, clock: Clock = now_ms) -> None:
+    def __init__(
+        self, log: PartitionLog, interval_ms: int, clock: Clock = now_ms, max_epochs: int = 0
+    ) -> None:
         if interval_ms <= 0:
             raise ValueError(f"epoch interval must be positive, got {interval_ms} ms")
+        if max_epochs < 0:
+            raise ValueError(f"max_epochs_per_batch must be >= 0, got {max_epochs}")
         self._log = log
         self.interval_ms = interval_ms
+        self.max_epochs = max_epochs
         self._clock = clock
         self.probes = 0
         # (start, j): every boundary < j is final and its cut equals start (nothing to read).
@@ -132,7 +144,7 @@ class EpochCuts:
         if not first.final:
             return start
         if first.cut != dict(start.offsets):
-            return BatchOffset(first.epoch, first.cut)
+            return self._extend(first, start, hi)
         # Boundary lo is final and empty: find the smallest j in (lo, hi] that is non-empty or
         # not final. Both properties only ever switch on as j grows, so bisect.
         best: Probe | None = None
@@ -150,8 +162,25 @@ class EpochCuts:
             return start
         self._known_empty = (start, best.epoch)
         if best.final:
-            return BatchOffset(best.epoch, best.cut)
+            return self._extend(best, start, hi)
         return start
+
+    def _extend(self, first: Probe, start: BatchOffset, hi: int) -> BatchOffset:
+        """End at ``first``, or (catch-up) at the newest final boundary within the cap."""
+        upper = hi if self.max_epochs == 0 else min(hi, first.epoch + self.max_epochs - 1)
+        best = first
+        left, right = first.epoch + 1, upper
+        while left <= right:
+            # Finality only switches off as j grows: bisect for the last final boundary,
+            # trying the top first (the common case when catching up is "all of it").
+            mid = right if best is first and right == upper else (left + right) // 2
+            pr = self.probe(mid, start)
+            if pr.final:
+                best = pr
+                left = mid + 1
+            else:
+                right = mid - 1
+        return BatchOffset(best.epoch, best.cut)
 
 
 class HeartbeatTicker:
@@ -282,7 +311,12 @@ class LeaderlessPolicy:
                     f"message.timestamp.type={kind}; active-leaderless needs LogAppendTime "
                     "(broker time, monotonic per partition) — recreate the topic with it"
                 )
-        self.cuts = EpochCuts(log, max(1, round(opts.heartbeat_interval_s * 1000)), clock)
+        self.cuts = EpochCuts(
+            log,
+            max(1, round(opts.heartbeat_interval_s * 1000)),
+            clock,
+            max_epochs=opts.max_epochs_per_batch,
+        )
         self.ticker: HeartbeatTicker | None = None
         if opts.heartbeat:
             self.ticker = HeartbeatTicker(

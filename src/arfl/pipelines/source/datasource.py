@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from arfl.pipelines.source.fetch import Range, Row, read_range
+from arfl.pipelines.source.fetch import Range, read_batches
 from arfl.pipelines.source.kafka import TopicLog
 from arfl.pipelines.source.offsets import NO_BATCH, BatchOffset, parse_partition_offsets
 from arfl.pipelines.source.options import SourceOptions
@@ -108,10 +108,10 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
                 out.append(RangePartition(Range(self.opts.bootstrap, self.opts.topic, p, lo, hi)))
         return out
 
-    def read(self, partition: InputPartition) -> Iterator[Row]:
-        """Executor side: the records of one range, markers dropped."""
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Executor side: the records of one range as Arrow batches, markers dropped."""
         assert isinstance(partition, RangePartition)
-        return read_range(partition.range)
+        return read_batches(partition.range)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the position lives in Spark's checkpoint, not in Kafka."""

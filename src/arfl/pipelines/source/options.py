@@ -32,6 +32,9 @@ class SourceOptions:
         starting_offsets: ``earliest`` or JSON ``{"partition": offset}``.
         max_records_per_batch: cap on log positions per batch (leader decisions, plain mode).
         heartbeat_interval_s: epoch length (active-leaderless).
+        max_epochs_per_batch: active-leaderless: 1 = strict, one epoch per batch (identical
+            batches on every replica); 0 = up to the newest final epoch (catches up after a
+            stall; boundaries still agreed epoch cuts); n = at most n epochs.
         heartbeat: run this replica's heartbeat ticker (active-leaderless).
         heartbeat_skip_active: write heartbeats only into partitions that got no record since
             the epoch boundary (the time-index optimisation).
@@ -51,6 +54,7 @@ class SourceOptions:
     starting_offsets: str = "earliest"
     max_records_per_batch: int = 100_000
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
+    max_epochs_per_batch: int = 0
     heartbeat: bool = True
     heartbeat_skip_active: bool = True
     heartbeat_grace_s: float = 0.01
