@@ -180,7 +180,9 @@ class DecisionLog:
         """
         n = 0
         with self._lock:
-            msgs = self._consumer.consume(1000, timeout=timeout_s)
+            # poll() returns as soon as one record is there (consume(n) would wait for n).
+            first = self._consumer.poll(timeout_s)
+            msgs = [first] if first is not None else []
             while msgs:
                 for m in msgs:
                     if m.error() is not None:

@@ -83,9 +83,12 @@ def _records(r: Range, timeout_s: float) -> Iterator[list[Any]]:
     consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
     deadline = time.monotonic() + timeout_s
     last = r.end - 1
+    nxt = r.start
     try:
         while True:
-            msgs = consumer.consume(BATCH_SIZE, timeout=0.5)
+            # consume() returns when it has n messages or at the timeout: ask for exactly what
+            # is left, so a small range does not wait for the timeout.
+            msgs = consumer.consume(max(1, min(BATCH_SIZE, r.end - nxt)), timeout=0.5)
             chunk = []
             done = False
             for m in msgs:
@@ -98,6 +101,7 @@ def _records(r: Range, timeout_s: float) -> Iterator[list[Any]]:
                         f"[{r.start}, {r.end}) failed: {err}"
                     )
                 off = m.offset()
+                nxt = off + 1
                 if off > last:
                     done = True
                     break

@@ -15,6 +15,10 @@ from typing import Protocol, TypeVar
 from arfl.errors import DeployError
 
 REQUEST_TIMEOUT_S = 10.0
+LATEST = -1
+"""ListOffsets "timestamp" asking for the log end offset."""
+EARLIEST = -2
+"""ListOffsets "timestamp" asking for the log start offset."""
 RETRY_SLEEP_S = 0.05
 # Errors a fresh topic or a leader election produce for a moment; retried until the timeout.
 _TRANSIENT = frozenset(
@@ -132,39 +136,31 @@ class TopicLog:
         """The topic's partition numbers, ascending (read once, at start)."""
         return list(self._partitions)
 
-    def _watermarks(self) -> dict[int, tuple[int, int]]:
-        from confluent_kafka import KafkaException, TopicPartition
-
-        out: dict[int, tuple[int, int]] = {}
-        with self._lock:
-            for p in self._partitions:
-                tp = TopicPartition(self.topic, p)
-
-                def ask(tp: TopicPartition = tp) -> tuple[int, int]:
-                    lo, hi = self._consumer.get_watermark_offsets(
-                        tp, timeout=REQUEST_TIMEOUT_S, cached=False
-                    )
-                    return int(lo), int(hi)
-
-                try:
-                    lo, hi = retry(ask)
-                except KafkaException as e:
-                    raise DeployError(
-                        f"kafka at {self.bootstrap}: cannot read offsets of {self.topic}[{p}]: {e}"
-                    ) from None
-                out[p] = (int(lo), int(hi))
-        return out
-
     def high_watermarks(self) -> dict[int, int]:
-        """Partition -> log end offset, asked from the broker now."""
-        return {p: hi for p, (_, hi) in self._watermarks().items()}
+        """Partition -> log end offset, asked from the broker now (one ListOffsets request)."""
+        return self._list_offsets(LATEST, "log end offsets")
 
     def low_watermarks(self) -> dict[int, int]:
-        """Partition -> first offset still in the log."""
-        return {p: lo for p, (lo, _) in self._watermarks().items()}
+        """Partition -> first offset still in the log (one ListOffsets request)."""
+        return self._list_offsets(EARLIEST, "log start offsets")
+
+    def _list_offsets(self, spec: int, what: str) -> dict[int, int]:
+        found = self._lookup(spec, what)
+        missing = [p for p, o in found.items() if o is None]
+        if missing:
+            raise DeployError(
+                f"kafka at {self.bootstrap}: no {what} for {self.topic}{missing}; is the topic "
+                "being deleted?"
+            )
+        return {p: int(o) for p, o in found.items() if o is not None}
 
     def offsets_for_time(self, ts_ms: int) -> dict[int, int | None]:
         """One ListOffsets request for all partitions (the broker's time index)."""
+        if ts_ms < 0:
+            raise ValueError(f"timestamp must be >= 0, got {ts_ms}")
+        return self._lookup(ts_ms, "time-index lookup")
+
+    def _lookup(self, ts_ms: int, what: str) -> dict[int, int | None]:
         from confluent_kafka import KafkaException, TopicPartition
 
         query = [TopicPartition(self.topic, p, ts_ms) for p in self._partitions]
@@ -177,16 +173,15 @@ class TopicLog:
                     )
                 except KafkaException as e:
                     raise DeployError(
-                        f"kafka at {self.bootstrap}: time-index lookup on {self.topic!r} "
-                        f"failed: {e}"
+                        f"kafka at {self.bootstrap}: {what} of {self.topic!r} failed: {e}"
                     ) from None
             bad = [tp for tp in res if tp.error is not None]
             if not bad:
                 return {tp.partition: (int(tp.offset) if tp.offset >= 0 else None) for tp in res}
             if not all(is_transient(tp.error) for tp in bad) or time.monotonic() > deadline:
                 raise DeployError(
-                    f"kafka at {self.bootstrap}: time-index lookup on "
-                    f"{self.topic}[{bad[0].partition}] failed: {bad[0].error}"
+                    f"kafka at {self.bootstrap}: {what} of {self.topic}[{bad[0].partition}] "
+                    f"failed: {bad[0].error}"
                 )
             time.sleep(RETRY_SLEEP_S)
 
