@@ -90,6 +90,7 @@ class ReplicationMode(Protocol):
 
 _M = TypeVar("_M")
 _MODES: dict[str, ReplicationMode] = {}
+_IMPORT_ERRORS: dict[str, str] = {}
 _loaded = False
 
 
@@ -120,8 +121,12 @@ def _load_builtin() -> None:
     import arfl.pipelines.replication as pkg
 
     for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name != "base":
+        if info.name == "base":
+            continue
+        try:
             importlib.import_module(f"{pkg.__name__}.{info.name}")
+        except Exception as e:  # one broken mode must not take the others down
+            _IMPORT_ERRORS[info.name] = f"{type(e).__name__}: {e}"
     _loaded = True
 
 
@@ -141,8 +146,13 @@ def get_mode(name: str) -> ReplicationMode:
     try:
         return _MODES[name]
     except KeyError:
+        broken = "".join(
+            f"; module replication.{mod} failed to import: {err}"
+            for mod, err in sorted(_IMPORT_ERRORS.items())
+        )
         raise DeployError(
             f"replication mode {name!r} is not implemented (known: {', '.join(known_modes())})"
+            + broken
         ) from None
 
 
@@ -150,17 +160,32 @@ def get_mode(name: str) -> ReplicationMode:
 
 
 def kafka_source(
-    spark: SparkSession, spec: Spec, ctx: ReplicaContext, starting_offsets: str
+    spark: SparkSession,
+    spec: Spec,
+    ctx: ReplicaContext,
+    starting_offsets: str,
+    *,
+    limit_batches: bool = True,
 ) -> DataFrame:
-    """Spark's built-in Kafka source on the spec's input topic."""
+    """Spark's built-in Kafka source on the spec's input topic.
+
+    Args:
+        spark: the session.
+        spec: the pipeline spec (input topic, ``replication.max_records_per_batch``).
+        ctx: the replica context (bootstrap; ``kafka.*`` options are passed through).
+        starting_offsets: ``earliest`` or ``latest`` (ignored when resuming a checkpoint).
+        limit_batches: cap micro-batches at ``max_records_per_batch`` (``maxOffsetsPerTrigger``;
+            not for real-time mode, whose batches are time-bounded).
+    """
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", ctx.bootstrap)
         .option("subscribe", spec.source.topic)
         .option("startingOffsets", starting_offsets)
         .option("failOnDataLoss", "false")
-        .option("maxOffsetsPerTrigger", str(spec.replication.max_records_per_batch))
     )
+    if limit_batches:
+        reader = reader.option("maxOffsetsPerTrigger", str(spec.replication.max_records_per_batch))
     for k, v in ctx.options.items():
         if k.startswith("kafka."):
             reader = reader.option(k, v)

@@ -7,7 +7,10 @@ replica may emit some results twice (Kafka sink: at-least-once); the merger drop
 
 ``replication.trigger = "realtime"`` asks for Spark's real-time mode
 (``trigger(realTime=...)``, Spark >= 4.1, Kafka source and sink, update output mode). The
-checkpoint interval is ``trigger_interval`` (default 5 s).
+checkpoint interval is ``trigger_interval`` (default 5 s). Real-time mode runs one long task
+per input partition at the same time, so the master needs at least ``source.partitions``
+task slots (e.g. ``local-cluster[1,4,1024]`` for 4 partitions); with fewer, batches cannot
+start. Not exercised by the test suite (see the project notes).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ class PassiveReplication:
 
     def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
         """Kafka source from earliest; after a restart the checkpoint's offsets win."""
-        return kafka_source(spark, spec, ctx, "earliest")
+        realtime = spec.replication.trigger == "realtime"
+        return kafka_source(spark, spec, ctx, "earliest", limit_batches=not realtime)
 
     def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
         """The runner-assigned directory, kept across restarts."""

@@ -1,0 +1,82 @@
+"""The replication-mode registry and the none/passive policies (no Spark needed)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from arfl.configs.spec import parse_spec
+from arfl.errors import DeployError
+from arfl.pipelines.replication.base import (
+    ReplicaContext,
+    ReplicationMode,
+    get_mode,
+    known_modes,
+    register_mode,
+)
+
+
+def _ctx(tmp_path: Path) -> ReplicaContext:
+    return ReplicaContext(replica=1, bootstrap="127.0.0.1:9", output_topic="out.r1",
+                          checkpoint_dir=tmp_path / "ckpt")
+
+
+def _spec(**repl: object) -> object:
+    return parse_spec({"name": "m", "source": {"topic": "in"}, "sink": {"topic": "out"},
+                       "replication": {"mode": "passive", **repl}})
+
+
+def test_builtin_modes_are_registered() -> None:
+    assert {"none", "passive"} <= set(known_modes())
+    assert isinstance(get_mode("none"), ReplicationMode)
+
+
+def test_unknown_mode_lists_the_known_ones() -> None:
+    with pytest.raises(DeployError, match=r"'activ' is not implemented \(known: .*none, passive"):
+        get_mode("activ")
+
+
+def test_registering_a_second_class_under_a_taken_name_fails() -> None:
+    class Other:
+        name = "none"
+
+        def source(self, spark, spec, ctx):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+        def checkpoint(self, ctx):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+        def sink_options(self, ctx):  # type: ignore[no-untyped-def]
+            return {}
+
+        def trigger(self, spec):  # type: ignore[no-untyped-def]
+            return {}
+
+    with pytest.raises(ValueError, match="registered twice"):
+        register_mode("none")(Other)
+    assert type(get_mode("none")).__name__ == "NoReplication"
+
+
+def test_none_uses_a_temporary_checkpoint_and_passive_the_runner_one(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    tmp = get_mode("none").checkpoint(ctx)
+    try:
+        assert not tmp.durable
+        assert tmp.location.is_dir() and tmp_path not in tmp.location.parents
+    finally:
+        shutil.rmtree(tmp.location)
+    durable = get_mode("passive").checkpoint(ctx)
+    assert durable.durable and durable.location == tmp_path / "ckpt"
+
+
+def test_sink_and_triggers(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    opts = get_mode("passive").sink_options(ctx)
+    assert opts["topic"] == "out.r1" and opts["kafka.bootstrap.servers"] == "127.0.0.1:9"
+    assert get_mode("passive").trigger(_spec()) == {"processingTime": "0 milliseconds"}  # type: ignore[arg-type]
+    assert get_mode("none").trigger(_spec(trigger_interval="250ms")) == {  # type: ignore[arg-type]
+        "processingTime": "250 milliseconds"}
+    assert get_mode("passive").trigger(_spec(trigger="realtime")) == {  # type: ignore[arg-type]
+        "realTime": "5000 milliseconds"}
