@@ -105,3 +105,18 @@ def test_compare_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert rows[("p99", "overall")]["ratios"][0] == 1.0
     assert rows[("p99", "overall")]["ratios"][1] > 10
     assert 'id="compare-latency-over-time"' in html.read_text()
+
+
+def test_recompute_without_kafka_exits_6(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(tmp_path, "sim-active-kill")
+    lines = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    for e in lines:
+        if e["event"] == "run-started":
+            e["kafka"] = "127.0.0.1:1"  # nothing listens on port 1
+    (run / "journal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    assert main(["report", str(run), "--recompute", "--no-html"]) == 6
+    err = capsys.readouterr().err
+    assert "kafka at 127.0.0.1:1 not reachable" in err
+    assert "drop --recompute" in err
