@@ -128,6 +128,7 @@ def test_slow_throttles_cpu_of_a_busy_process(tmp_path: Path) -> None:
     except FaultError as e:
         pytest.skip(str(e))
     proc, _ = start_busy_loop(tmp_path / "busy")
+    control, _ = start_busy_loop(tmp_path / "control")  # same load, never throttled
     try:
         run_dir = write_state(tmp_path / "busy-run", "busy-run", {0: {"driver_pid": proc.pid}})
         free = _cpu_share(proc.pid, 1.5)
@@ -140,15 +141,18 @@ def test_slow_throttles_cpu_of_a_busy_process(tmp_path: Path) -> None:
         def measure(o: object) -> None:
             group = Path(runner.outcomes[0].details["cgroup"])
             cgroup_procs.append((group / "cgroup.procs").read_text())
+            c0 = sum(psutil.Process(control.pid).cpu_times()[:2])
             shares.append(_cpu_share(proc.pid, 2.0))
+            shares.append((sum(psutil.Process(control.pid).cpu_times()[:2]) - c0) / 2.0)
             lines = (group / "cpu.stat").read_text().split("\n")
             stats.append({k: int(v) for k, v in (ln.split() for ln in lines if ln)})
 
         out = runner.run_fault(FaultParams("slow", replica=0, duration_s=0.5), on_injected=measure)
         after = _cpu_share(proc.pid, 1.5)
         print(
-            f"busy loop CPU share (1 = one core): free {free:.2f}, throttled {shares[0]:.2f}, "
-            f"after {after:.2f}; cgroup cpu.stat {stats[0]}"
+            f"busy loop CPU share (1 = one core): free {free:.2f}, throttled {shares[0]:.2f} "
+            f"(unthrottled control at the same time {shares[1]:.2f}), after {after:.2f}; "
+            f"cgroup cpu.stat {stats[0]}"
         )
         assert str(proc.pid) in cgroup_procs[0].split()
         # the quota is a hard cap whatever the machine's load: 10 % plus scheduling slack
@@ -159,8 +163,9 @@ def test_slow_throttles_cpu_of_a_busy_process(tmp_path: Path) -> None:
         assert not Path(out.details["cgroup"]).exists()
         assert not PendingFaults(run_dir).path.exists()
     finally:
-        stop_tree(proc.pid)
-        proc.wait(10)
+        for p in (proc, control):
+            stop_tree(p.pid)
+            p.wait(10)
 
 
 def test_slow_moves_a_spark_replica_and_back(app: SparkApp, run_dir: Path) -> None:
@@ -181,6 +186,17 @@ def test_slow_moves_a_spark_replica_and_back(app: SparkApp, run_dir: Path) -> No
     assert {p: h.cgroup_of(p) for p in pids if _alive(p)} == before
     assert not Path(out.details["cgroup"]).exists()
     assert not (h.mount / "arfl").exists()
+
+
+def test_cli_list_shows_the_executor(
+    app: SparkApp, run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from arfl.cli.main import main
+
+    assert main(["chaos", str(run_dir), "--list"]) == 0
+    out = capsys.readouterr().out
+    exe_id, pid = min(app.executors().items())
+    assert f"{exe_id}:{pid}" in out and str(app.driver_pid) in out
 
 
 def test_kill_replica_without_restart_writes_marker_and_kills_driver(

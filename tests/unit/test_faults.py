@@ -234,3 +234,10 @@ def test_state_errors_name_the_file(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text('{"replicas": {}}')
     with pytest.raises(FaultError, match=r"state.json: malformed run state \(KeyError: 'run'\)"):
         load_state(tmp_path)
+
+
+def test_needs_isolation() -> None:
+    from arfl.faults.netns import needs_isolation
+
+    assert needs_isolation(["pause", "delay"]) and needs_isolation(["partition"])
+    assert not needs_isolation(["pause", "kill-executor", "slow", "kill-leader"])

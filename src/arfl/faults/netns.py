@@ -12,14 +12,17 @@ Everything goes through netlink (pyroute2); no shell. Commands run inside a name
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import ipaddress
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from arfl.errors import FaultError
 from arfl.faults.state import IsolationState, NamespaceState
@@ -27,6 +30,13 @@ from arfl.faults.state import IsolationState, NamespaceState
 NETNS_DIR = Path("/run/netns")
 SUBNET_BASE = "10.213"  # 10.213.<k>.0/24, k = bridge number; checked against this host's addresses
 _CAP_NET_ADMIN = 12
+
+
+def needs_isolation(kinds: Iterable[str]) -> bool:
+    """True when any of these fault kinds needs the replicas in network namespaces."""
+    from arfl.faults import registry
+
+    return any(registry.KINDS[k].network for k in kinds if k in registry.KINDS)
 
 
 def require_net_admin(what: str) -> None:
@@ -54,10 +64,67 @@ def _ipr() -> Any:
     return IPRoute()
 
 
-def _in_ns(name: str) -> Any:
-    from pyroute2 import NetNS
+_CLONE_NEWNET = 0x40000000
+_T = TypeVar("_T")
 
-    return NetNS(name)
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _in_thread(fn: Callable[[], _T]) -> _T:
+    """Run ``fn`` in a fresh thread and return its result (re-raising its exception).
+
+    Namespace changes (``unshare``/``setns``) apply to the calling *thread* only, so doing them
+    in a throw-away thread leaves the rest of the process where it was. pyroute2's own netns
+    helpers fork a child instead, which can deadlock in a multi-threaded process (a test
+    process with kazoo and Spark threads hung for 10 min while creating namespaces that way).
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="arfl-netns", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    result: _T = box["result"]
+    return result
+
+
+def _create_namespace(name: str) -> None:
+    """``ip netns add name`` without forking: unshare in a thread, bind-mount its netns."""
+    from pyroute2 import netns
+
+    def make() -> None:
+        if _libc().unshare(_CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"unshare(CLONE_NEWNET) failed: {os.strerror(err)}")
+        netns.attach(name, f"self/task/{threading.get_native_id()}")
+
+    _in_thread(make)
+
+
+def _in_namespace(name: str, fn: Callable[[Any], _T]) -> _T:
+    """Call ``fn(ipr)`` with an IPRoute socket inside namespace ``name``."""
+
+    def enter() -> _T:
+        fd = os.open(NETNS_DIR / name, os.O_RDONLY)
+        try:
+            if _libc().setns(fd, _CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns({name}) failed: {os.strerror(err)}")
+        finally:
+            os.close(fd)
+        with _ipr() as ipr:
+            return fn(ipr)
+
+    return _in_thread(enter)
 
 
 def _used_subnets() -> set[ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -101,8 +168,6 @@ def create_isolation(run: str, replicas: Sequence[int]) -> IsolationState:
         FaultError: not root, or no free bridge/subnet.
     """
     require_net_admin("network isolation")
-    from pyroute2 import netns
-
     links = _link_names()
     used = _used_subnets()
     for k in range(256):
@@ -138,22 +203,30 @@ def create_isolation(run: str, replicas: Sequence[int]) -> IsolationState:
             br = ipr.link_lookup(ifname=bridge)[0]
             ipr.addr("add", index=br, address=host_ip, prefixlen=24)
             ipr.link("set", index=br, state="up")
-            for ns in iso.namespaces.values():
-                assert ns.veth_host is not None and ns.veth_ns is not None
-                netns.create(ns.name)
+        for ns in iso.namespaces.values():
+            assert ns.veth_host is not None and ns.veth_ns is not None
+            _create_namespace(ns.name)
+            with _ipr() as ipr:
                 ipr.link("add", ifname=ns.veth_host, kind="veth", peer={"ifname": ns.veth_ns})
                 host_end = ipr.link_lookup(ifname=ns.veth_host)[0]
                 ipr.link("set", index=host_end, master=br, state="up")
-                ipr.link("set", index=ipr.link_lookup(ifname=ns.veth_ns)[0], net_ns_fd=ns.name)
-                with _in_ns(ns.name) as nsr:
-                    inner = nsr.link_lookup(ifname=ns.veth_ns)[0]
-                    nsr.addr("add", index=inner, address=ns.address, prefixlen=24)
-                    nsr.link("set", index=inner, state="up")
-                    nsr.link("set", index=nsr.link_lookup(ifname="lo")[0], state="up")
+                fd = os.open(NETNS_DIR / ns.name, os.O_RDONLY)
+                try:
+                    ipr.link("set", index=ipr.link_lookup(ifname=ns.veth_ns)[0], net_ns_fd=fd)
+                finally:
+                    os.close(fd)
+            _in_namespace(ns.name, partial(_configure_inside, ns.veth_ns, ns.address))
     except Exception as e:
         teardown_isolation(iso)
         raise FaultError(f"network isolation for run {run}: setup failed ({e})") from e
     return iso
+
+
+def _configure_inside(veth: str, address: str, ipr: Any) -> None:
+    inner = ipr.link_lookup(ifname=veth)[0]
+    ipr.addr("add", index=inner, address=address, prefixlen=24)
+    ipr.link("set", index=inner, state="up")
+    ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
 
 
 def teardown_isolation(iso: IsolationState) -> list[str]:
@@ -235,38 +308,47 @@ def link_is_up(ifname: str) -> bool | None:
 
 def add_blackhole(ns_name: str, dst: str) -> None:
     """Drop traffic from namespace ``ns_name`` to ``dst`` (a /32 blackhole route)."""
-    with _in_ns(ns_name) as nsr:
+
+    def add(ipr: Any) -> None:
         try:
-            nsr.route("add", dst=f"{dst}/32", type="blackhole")
+            ipr.route("add", dst=f"{dst}/32", type="blackhole")
         except Exception as e:
             if getattr(e, "code", None) != errno.EEXIST:
                 raise
+
+    _in_namespace(ns_name, add)
 
 
 def del_blackhole(ns_name: str, dst: str) -> bool:
     """Remove a blackhole route added by :func:`add_blackhole`; False when nothing to do."""
     if not (NETNS_DIR / ns_name).exists():
         return False
-    with _in_ns(ns_name) as nsr:
+
+    def delete(ipr: Any) -> bool:
         try:
-            nsr.route("del", dst=f"{dst}/32", type="blackhole")
+            ipr.route("del", dst=f"{dst}/32", type="blackhole")
             return True
         except Exception as e:
             if getattr(e, "code", None) in (errno.ESRCH, errno.ENOENT):
                 return False
             raise
 
+    return _in_namespace(ns_name, delete)
+
 
 def blackholes(ns_name: str) -> list[str]:
     """Destinations of blackhole routes in namespace ``ns_name``."""
     if not (NETNS_DIR / ns_name).exists():
         return []
-    with _in_ns(ns_name) as nsr:
+
+    def routes(ipr: Any) -> list[str]:
         return [
             str(r.get_attr("RTA_DST"))
-            for r in nsr.get_routes(family=2)
+            for r in ipr.get_routes(family=2)
             if r["type"] == 6  # RTN_BLACKHOLE
         ]
+
+    return _in_namespace(ns_name, routes)
 
 
 def add_netem(ifname: str, delay_s: float) -> None:

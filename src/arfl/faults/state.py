@@ -54,6 +54,11 @@ class IsolationState:
     host_address: str
     namespaces: dict[int, NamespaceState] = field(default_factory=dict)
 
+    @property
+    def host_ip(self) -> str:
+        """The bridge's address without prefix: where isolated replicas reach Kafka/ZooKeeper."""
+        return self.host_address.split("/", 1)[0]
+
     def to_json(self) -> dict[str, Any]:
         """The ``isolation`` object as written into ``state.json``."""
         return {

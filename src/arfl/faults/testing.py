@@ -39,15 +39,16 @@ query.awaitTermination()
 """
 
 BUSY_LOOP = """\
-import sys, time
+import os, sys, time
 path = sys.argv[1]
 n = 0
 last = time.monotonic()
 while True:
     n += 1
     if n % 100000 == 0 and time.monotonic() - last > 0.05:
-        with open(path, "w") as f:
+        with open(path + ".tmp", "w") as f:
             f.write(str(n))
+        os.replace(path + ".tmp", path)
         last = time.monotonic()
 """
 
