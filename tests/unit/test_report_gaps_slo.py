@@ -192,3 +192,32 @@ def test_compare_results_counts_missing_duplicates_and_wrong_content() -> None:
         "recomputed", 4, 4, 1, 1, 3,
     )  # fmt: skip
     assert any("not in the recomputation" in n for n in c.notes)
+
+
+def test_slo_module_is_light_for_the_spec_validator() -> None:
+    # The spec validator may import arfl.report.slo: that must not import the spec module
+    # back (a cycle) nor plotly (slow).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, arfl.report.slo; "
+        "print(sorted(m for m in ('plotly', 'arfl.configs.spec', 'arfl.report.html') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_public_api_resolves() -> None:
+    import types
+
+    import arfl.report as report
+    import arfl.report.comparison  # noqa: F401  (a submodule must not shadow an API name)
+
+    for name in report.__all__:
+        assert not isinstance(getattr(report, name), types.ModuleType), name
+    with pytest.raises(AttributeError):
+        _ = report.nothing_here

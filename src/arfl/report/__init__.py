@@ -8,23 +8,50 @@ Public API::
     comparison = compare([build_report(a), build_report(b)])     # -> Comparison
     render_compare_html(comparison, Path("compare.html"))
     validate_slo(spec.report.slo)                                # -> list of problems
+
+Names are loaded on first use, so that the spec validator can import
+:mod:`arfl.report.slo` without pulling in plotly and the run-directory readers.
 """
 
 from __future__ import annotations
 
-from arfl.report.build import analyse, build_report
-from arfl.report.compare import Comparison, ComparisonRow, compare
-from arfl.report.html import render_compare_html, render_html
-from arfl.report.model import (
-    Correctness,
-    FaultStats,
-    PhaseStats,
-    Report,
-    SloCheck,
-    SloResult,
-)
-from arfl.report.rundata import RunData, load_run
-from arfl.report.slo import check_slos, validate_slo
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arfl.report.build import analyse, build_report
+    from arfl.report.comparison import Comparison, ComparisonRow, compare
+    from arfl.report.html import render_compare_html, render_html
+    from arfl.report.model import (
+        Correctness,
+        FaultStats,
+        PhaseStats,
+        Report,
+        SloCheck,
+        SloResult,
+    )
+    from arfl.report.rundata import RunData, load_run
+    from arfl.report.slo import check_slos, validate_slo
+
+_WHERE = {
+    "analyse": "build",
+    "build_report": "build",
+    "Comparison": "comparison",
+    "ComparisonRow": "comparison",
+    "compare": "comparison",
+    "render_compare_html": "html",
+    "render_html": "html",
+    "Correctness": "model",
+    "FaultStats": "model",
+    "PhaseStats": "model",
+    "Report": "model",
+    "SloCheck": "model",
+    "SloResult": "model",
+    "RunData": "rundata",
+    "load_run": "rundata",
+    "check_slos": "slo",
+    "validate_slo": "slo",
+}
 
 __all__ = [
     "Comparison",
@@ -45,3 +72,10 @@ __all__ = [
     "render_html",
     "validate_slo",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'arfl.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"arfl.report.{module}"), name)

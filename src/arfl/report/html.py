@@ -21,7 +21,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from arfl.errors import ReportError
-from arfl.report.compare import Comparison
+from arfl.report.comparison import Comparison
 from arfl.report.model import FaultStats, PhaseStats, Report
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")

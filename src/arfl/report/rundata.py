@@ -11,15 +11,17 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from arfl.configs.spec import Spec
 from arfl.errors import ReportError
 from arfl.metrics.histogram import IntervalHistogram, read_latency_log
 from arfl.metrics.monitor import InjectorSummary, MonitorSnapshot
 from arfl.pipelines.rundir import RunPaths, read_jsonl
+
+if TYPE_CHECKING:
+    from arfl.configs.spec import Spec
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,9 @@ def load_run(root: Path) -> RunData:
     Raises:
         ReportError: it is not a run directory, or ``spec.json`` / ``latency.hlog`` is broken.
     """
+    # Imported here: the spec module imports arfl.report.slo to validate [report.slo].
+    from arfl.configs.spec import Spec
+
     if not root.is_dir():
         raise ReportError(f"run directory {root} not found; pass a directory under runs/")
     paths = RunPaths(root)

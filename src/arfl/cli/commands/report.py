@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -17,10 +17,10 @@ from rich.table import Table
 from arfl.cli.console import err, out
 from arfl.cli.main import app
 from arfl.errors import ExitCode
-from arfl.report import build_report, compare, render_compare_html, render_html
-from arfl.report.compare import Comparison
-from arfl.report.html import comparison_tables, correctness_rows, fault_rows, phase_rows
-from arfl.report.model import Report
+
+if TYPE_CHECKING:
+    from arfl.report.comparison import Comparison
+    from arfl.report.model import Report
 
 
 def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
@@ -39,6 +39,8 @@ def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
 
 
 def _print_report(rep: Report) -> None:
+    from arfl.report.html import correctness_rows, fault_rows, phase_rows
+
     out.print(
         f"[bold]{rep.run}[/]  mode {rep.mode}, {rep.replicas} replica(s), "
         f"input {rep.input_end_s or 0:.1f} s, warm-up {rep.warmup_s:g} s excluded, "
@@ -70,6 +72,8 @@ def _print_slo(rep: Report) -> None:
 
 
 def _print_comparison(comp: Comparison) -> None:
+    from arfl.report.html import comparison_tables
+
     for metric, headers, rows in comparison_tables(comp):
         out.print(_rich_table(metric, headers, rows))
 
@@ -106,6 +110,9 @@ def report(
 ) -> None:
     """Per-phase latency, fault recovery and masking, correctness and SLOs of runs (exit 1 if
     an SLO is breached)."""  # fmt: skip
+    # Imported here so that 'arfl --help' and other commands do not load plotly.
+    from arfl.report import build_report, compare, render_compare_html, render_html
+
     reports = [build_report(r, recompute=recompute) for r in runs]
     comp = compare(reports) if len(reports) > 1 else None
     written: Path | None = None
