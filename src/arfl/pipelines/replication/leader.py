@@ -258,8 +258,10 @@ class DecisionLog:
             self.poll(min(left, 0.05))
 
     def close(self) -> None:
-        """Flush and close the clients."""
-        self._producer.flush(2)
+        """Flush and close the clients (idempotent)."""
+        with contextlib.suppress(RuntimeError):
+            self._producer.flush(2)
+            self._producer.close()
         with self._lock, contextlib.suppress(RuntimeError):
             self._consumer.close()
 

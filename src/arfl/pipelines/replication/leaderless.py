@@ -23,6 +23,7 @@ one epoch per batch.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -286,7 +287,9 @@ class HeartbeatTicker:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-        self._producer.flush(2)
+        with contextlib.suppress(RuntimeError):
+            self._producer.flush(2)
+            self._producer.close()
         self._log.close()
 
 
