@@ -204,3 +204,19 @@ def test_distribution_percentiles_reach_one_in_count() -> None:
     assert qs[-1] == pytest.approx(99.9)
     assert qs == sorted(qs)
     assert distribution_percentiles(0) == []
+
+
+def test_percentiles_named_by_slos_are_computed() -> None:
+    spec = _spec(slo={"fault.p95": "1s", "p99.99": "2s", "p75.0": "1s"})
+    d = spec.model_dump(mode="json", by_alias=True)
+    d["report"]["percentiles"] = [99.0]
+    spec = Spec.model_validate(d)
+    rep = analyse(_run([100.0] * 10 + [300.0] * 2 + [100.0] * 10, [_pause(10.0, 2.0)], spec=spec))
+    assert rep.percentiles == [50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99]
+    assert set(rep.overall.percentiles_ms) == {"p50", "p75", "p90", "p95", "p99", "p99.9",
+                                               "p99.99"}  # fmt: skip
+    assert [c.line for c in rep.slo.checks] == [
+        "p95 (fault-1) 300.0 ms <= 1s",
+        "p99.99 (overall) 300.0 ms <= 2s",
+        "p75 (overall) 100.0 ms <= 1s",
+    ]

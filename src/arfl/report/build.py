@@ -44,8 +44,10 @@ from arfl.report.faults import JournaledFault, journaled_faults
 from arfl.report.gaps import RESOLUTION, Gap, find_gaps, longest_in, overlapping
 from arfl.report.model import Correctness, FaultStats, PhaseStats, Report, Series
 from arfl.report.rundata import Batch, RunData, load_run
-from arfl.report.slo import check_slos
+from arfl.report.slo import check_slos, slo_percentiles
 
+CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+"""Always computed: the ``--json`` contract has a field for each."""
 HOLD_S = 3
 """Consecutive good seconds that count as recovered."""
 GAP_FLOOR_MS = 1000.0
@@ -112,7 +114,11 @@ class _Builder:
                     t0, (wait_end - t0) * 1000.0, exact=first is not None, closed=first is not None
                 ),
             )
-        self.percentiles = list(data.spec.report.percentiles)
+        # The spec's, those of the JSON contract (p50_ms ... p999_ms) and any an SLO names.
+        self.percentiles = sorted(
+            {*data.spec.report.percentiles, *CONTRACT_PERCENTILES,
+             *slo_percentiles(data.spec.report.slo)}
+        )  # fmt: skip
         self.tolerance = data.spec.report.tolerance
 
     def stats(

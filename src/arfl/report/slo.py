@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from arfl.configs.units import parse_duration
 from arfl.errors import ReportError
+from arfl.metrics.histogram import percentile_key
 from arfl.report.model import Correctness, FaultStats, PhaseStats, SloCheck, SloResult
 
 SCOPES = ("overall", "steady", "tail", "fault", "recovery")
@@ -63,7 +64,7 @@ def _parse_key(key: str) -> _Key:
         p = float(m.group(1))
         if not 0 < p <= 100:
             raise ValueError(f"percentile {p:g} is not in (0, 100]")
-        return _Key(scope or "overall", "p" + m.group(1))
+        return _Key(scope or "overall", percentile_key(p))
     if metric in PHASE_METRICS:
         return _Key(scope or "overall", metric)
     raise ValueError(f"unknown metric {metric!r} (known: {', '.join(known_keys())})")
@@ -80,6 +81,20 @@ def _parse_value(key: _Key, value: object) -> float | bool:
         return float(value)
     # Everything else is a duration.
     return parse_duration(value)
+
+
+def slo_percentiles(slo: Mapping[str, object]) -> list[float]:
+    """The percentiles the SLO keys name (``{"fault.p95": ...}`` -> ``[95.0]``); invalid keys
+    are ignored here (:func:`validate_slo` reports them)."""
+    out: list[float] = []
+    for key in slo:
+        try:
+            metric = _parse_key(key).metric
+        except ValueError:
+            continue
+        if _PCT_RE.match(metric):
+            out.append(float(metric[1:]))
+    return out
 
 
 def validate_slo(slo: Mapping[str, object]) -> list[str]:
