@@ -228,9 +228,14 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
     warm_end = min(t0 + data.spec.workload.warmup, t_end)
     replica_batches = data.replica_batches()
     all_faults = journaled_faults(data.journal, replica_batches)
-    jfaults = [f for f in all_faults if f.started is not None]
+    jfaults = [f for f in all_faults if f.started is not None and f.started < t_end]
     failed_faults = [f for f in all_faults if f.started is None]
-    jfaults = [f for f in jfaults if f.started is not None and f.started < t_end]
+    late = [f for f in all_faults if f.started is not None and f.started >= t_end]
+    if late:
+        warnings.append(
+            f"{len(late)} fault(s) injected after the input ended are not analysed: "
+            + ", ".join(f.description for f in late)
+        )
     phases: list[PhaseStats] = []
     first_fault = jfaults[0].started if jfaults else None
     warm_stop = warm_end if first_fault is None else min(warm_end, max(first_fault, t0))
@@ -245,50 +250,8 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         ref_p99 = steady.max_ms
     ref_gap = max(steady.max_gap_ms or 0.0, GAP_FLOOR_MS)
     tol = data.spec.report.tolerance
-    fstats: list[FaultStats] = []
-    for i, jf in enumerate(jfaults, start=1):
-        assert jf.started is not None
-        a = max(jf.started, warm_stop)
-        nxt = jfaults[i].started if i < len(jfaults) else None
-        limit = t_end if nxt is None else min(nxt, t_end)
-        b_end = min(max(jf.window_end or a, a), limit)
-        fphase = b.stats(f"fault-{i}", "fault", a, b_end, fault=i)
-        phases.append(fphase)
-        recovery_s: float | None = None
-        masked: bool | None = None
-        whole = overlapping(b.gaps, a, b_end)
-        fault_gap = None if whole is None else round(whole.length_ms, 3)
-        if ref_p99 is not None:
-            rec_at = b.recovery_at(jf.started, b_end, limit, tol * ref_p99)
-            recovery_s = None if rec_at is None else max(0.0, rec_at - jf.started)
-            fp99 = fphase.percentiles_ms.get("p99") if fphase.count else None
-            gap_ok = fault_gap is None or fault_gap <= tol * ref_gap
-            masked = fp99 is not None and fp99 <= tol * ref_p99 and gap_ok
-        rec_end = limit if recovery_s is None else min(max(jf.started + recovery_s, b_end), limit)
-        phases.append(b.stats(f"recovery-{i}", "recovery", b_end, rec_end, fault=i))
-        if rec_end < limit or nxt is None:
-            if nxt is None:
-                phases.append(b.stats("tail", "tail", rec_end, t_end))
-            else:
-                phases.append(b.stats(f"steady-{i + 1}", "steady", rec_end, limit))
-        fstats.append(
-            FaultStats(
-                index=i,
-                kind=jf.kind,
-                target=jf.replica,
-                at_s=jf.started - t0,
-                duration_s=jf.duration_s,
-                window_s=b_end - jf.started,
-                detect_s=jf.detect_s,
-                restored_s=jf.restored_s,
-                first_batch_s=jf.first_batch_s,
-                recovery_s=recovery_s,
-                masked=masked,
-                p99_ms=fphase.percentiles_ms.get("p99"),
-                max_gap_ms=fault_gap,
-                description=jf.description,
-            )
-        )
+    fault_phases, fstats = _fault_phases(b, jfaults, warm_stop, ref_p99, ref_gap)
+    phases.extend(fault_phases)
     for k, jf in enumerate(failed_faults, start=len(fstats) + 1):
         fstats.append(_failed(k, jf))
     if jfaults and ref_p99 is None:
@@ -317,6 +280,64 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         series=_series(b, data, phases, overall, replica_batches),
         warnings=warnings,
     )
+
+
+def _fault_phases(
+    b: _Builder,
+    jfaults: Sequence[JournaledFault],
+    warm_stop: float,
+    ref_p99: float | None,
+    ref_gap: float,
+) -> tuple[list[PhaseStats], list[FaultStats]]:
+    """The phases from the first fault on (``fault-N``, ``recovery-N``, ``steady-N``, ``tail``)
+    and each fault's numbers (see the module docstring for the definitions)."""
+    t0, t_end, tol = b.t0, b.t_end, b.tolerance
+    phases: list[PhaseStats] = []
+    fstats: list[FaultStats] = []
+    for i, jf in enumerate(jfaults, start=1):
+        assert jf.started is not None
+        win_start = max(jf.started, warm_stop)
+        nxt = jfaults[i].started if i < len(jfaults) else None
+        limit = t_end if nxt is None else min(nxt, t_end)
+        win_end = min(max(jf.window_end or win_start, win_start), limit)
+        fphase = b.stats(f"fault-{i}", "fault", win_start, win_end, fault=i)
+        phases.append(fphase)
+        recovery_s: float | None = None
+        masked: bool | None = None
+        whole = overlapping(b.gaps, win_start, win_end)
+        fault_gap = None if whole is None else round(whole.length_ms, 3)
+        if ref_p99 is not None:
+            rec_at = b.recovery_at(jf.started, win_end, limit, tol * ref_p99)
+            recovery_s = None if rec_at is None else max(0.0, rec_at - jf.started)
+            fp99 = fphase.percentiles_ms.get("p99") if fphase.count else None
+            gap_ok = fault_gap is None or fault_gap <= tol * ref_gap
+            masked = fp99 is not None and fp99 <= tol * ref_p99 and gap_ok
+        rec_end = limit if recovery_s is None else min(max(jf.started + recovery_s, win_end), limit)
+        phases.append(b.stats(f"recovery-{i}", "recovery", win_end, rec_end, fault=i))
+        if rec_end < limit or nxt is None:
+            if nxt is None:
+                phases.append(b.stats("tail", "tail", rec_end, t_end))
+            else:
+                phases.append(b.stats(f"steady-{i + 1}", "steady", rec_end, limit))
+        fstats.append(
+            FaultStats(
+                index=i,
+                kind=jf.kind,
+                target=jf.replica,
+                at_s=jf.started - t0,
+                duration_s=jf.duration_s,
+                window_s=win_end - jf.started,
+                detect_s=jf.detect_s,
+                restored_s=jf.restored_s,
+                first_batch_s=jf.first_batch_s,
+                recovery_s=recovery_s,
+                masked=masked,
+                p99_ms=fphase.percentiles_ms.get("p99"),
+                max_gap_ms=fault_gap,
+                description=jf.description,
+            )
+        )
+    return phases, fstats
 
 
 def _failed(index: int, jf: JournaledFault) -> FaultStats:
