@@ -51,7 +51,10 @@ def test_faulted_run_html_shades_faults_and_shows_tables(tmp_path: Path) -> None
     plots = _plots(page)
     assert plots["latency-distribution"] == ["steady", "fault-1", "steady-2", "fault-2", "tail",
                                              "overall"]  # fmt: skip
-    assert plots["output-rate"][1:] == ["replica 0 (received)", "replica 1 (received)"]
+    assert plots["output-rate"][1:] == [
+        "replica 0 (received)", "replica 0 (first copies)", "replica 1 (received)",
+        "replica 1 (first copies)",
+    ]  # fmt: skip
     assert plots["batch-duration"] == ["replica 0", "replica 1"]  # from progress/replica-N
     assert "fault-1: kill-replica r0" in page and "fault-2: pause r1" in page  # shaded windows
     for heading in ("Phases", "Faults", "Correctness"):

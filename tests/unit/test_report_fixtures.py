@@ -116,6 +116,8 @@ def test_replica_rates_show_the_outage(active: Report) -> None:
     assert down and all(r == 0 for r in down)
     merged = [r for t, r in zip(s.rate_t_s, s.output_rate, strict=True) if 17 <= t <= 24]
     assert all(r > 100 for r in merged)  # replica 1 kept delivering
+    wins = [r for t, r in zip(s.rate_t_s, s.replica_wins[1], strict=True) if 17 <= t <= 24]
+    assert wins == merged  # ... and won every result meanwhile
 
 
 def test_real_run_without_results(tmp_path: Path) -> None:

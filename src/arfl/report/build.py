@@ -394,16 +394,21 @@ def _series(
     rate_t: list[float] = []
     out_rate: list[float] = []
     rep_rate: dict[int, list[float]] = {}
-    prev: dict[int, int] = {}
+    rep_wins: dict[int, list[float]] = {}
+    prev: dict[int, tuple[int, int]] = {}
     for snap in data.monitor:
         dt = snap.interval_s if snap.interval_s > 0 else 1.0
         rate_t.append(snap.t - b.t0)
         out_rate.append(snap.output_rate / dt)
         for r, rs in snap.replicas.items():
-            series = rep_rate.setdefault(r, [0.0] * (len(rate_t) - 1))
-            series.append(max(0, rs.received - prev.get(r, 0)) / dt)
-            prev[r] = rs.received
-        for series in rep_rate.values():
+            received, wins = prev.get(r, (0, 0))
+            # Counters are cumulative; a replica first seen late starts with zeros.
+            rep_rate.setdefault(r, [0.0] * (len(rate_t) - 1)).append(
+                max(0, rs.received - received) / dt
+            )
+            rep_wins.setdefault(r, [0.0] * (len(rate_t) - 1)).append(max(0, rs.wins - wins) / dt)
+            prev[r] = (rs.received, rs.wins)
+        for series in (*rep_rate.values(), *rep_wins.values()):
             if len(series) < len(rate_t):
                 series.append(0.0)
     dist: dict[str, list[tuple[float, float]]] = {}
@@ -419,6 +424,7 @@ def _series(
         rate_t_s=rate_t,
         output_rate=out_rate,
         replica_rate=rep_rate,
+        replica_wins=rep_wins,
         distribution=dist,
         batches={
             r: [(bt.start - b.t0, bt.duration_ms) for bt in bs] for r, bs in replica_batches.items()

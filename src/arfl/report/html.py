@@ -180,15 +180,17 @@ def rate_figure(report: Report) -> go.Figure:
         )
     )
     for i, (replica, ys) in enumerate(sorted(s.replica_rate.items())):
+        color = _COLORS[i % len(_COLORS)]
         fig.add_trace(
-            go.Scatter(
-                x=s.rate_t_s,
-                y=ys,
-                name=f"replica {replica} (received)",
-                mode="lines",
-                line={"color": _COLORS[i % len(_COLORS)]},
-            )
-        )
+            go.Scatter(x=s.rate_t_s, y=ys, name=f"replica {replica} (received)", mode="lines",
+                       line={"color": color})
+        )  # fmt: skip
+        if len(s.replica_rate) > 1:  # with one replica, every result is its first copy
+            fig.add_trace(
+                go.Scatter(x=s.rate_t_s, y=s.replica_wins.get(replica, []), mode="lines",
+                           name=f"replica {replica} (first copies)",
+                           line={"color": color, "dash": "dot"})
+            )  # fmt: skip
     _shade(fig, report)
     fig.update_layout(
         title=f"Results per second - {report.run}",

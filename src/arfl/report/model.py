@@ -254,6 +254,7 @@ class Series:
         rate_t_s: monitor tick times.
         output_rate: first copies per second (merged output).
         replica_rate: replica -> records received from it per second.
+        replica_wins: replica -> results it delivered first, per second.
         distribution: phase name -> list of (percentile, latency ms) for the distribution plot.
         batches: replica -> (batch start s, batch duration ms) of its micro-batches.
     """
@@ -267,6 +268,7 @@ class Series:
     replica_rate: dict[int, list[float]]
     distribution: dict[str, list[tuple[float, float]]]
     batches: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    replica_wins: dict[int, list[float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
