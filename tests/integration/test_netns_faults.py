@@ -21,7 +21,7 @@ from arfl.faults import netns
 from arfl.faults.base import FaultParams
 from arfl.faults.local import LocalTarget
 from arfl.faults.pending import PendingFaults
-from arfl.faults.runner import ChaosRunner, recover
+from arfl.faults.runner import ChaosRunner, recover, runs_with_pending
 from arfl.faults.state import IsolationState
 from arfl.faults.testing import write_state
 from arfl.pipelines.rundir import read_jsonl
@@ -286,9 +286,33 @@ def test_recover_removes_isolation_of_a_dead_deployment(tmp_path: Path) -> None:
         fault, record = runner.plan(FaultParams("partition", replica=0, duration_s=1))
         runner.pending.add("partition", 0, record)
         fault.inject(target)
+        assert runs_with_pending(tmp_path) == [run_dir]
         report = recover(run_dir, force=True)
         assert len(report.reverted) == 1
         assert set(report.removed_network) >= {iso.bridge, iso.namespaces[0].name}
+        assert _left_behind(iso) == []
+        assert runs_with_pending(tmp_path) == []
+    finally:
+        netns.teardown_isolation(iso)
+
+
+def test_bare_recover_finds_isolation_of_a_dead_deployment(tmp_path: Path) -> None:
+    run = f"orphanb{os.getpid()}"
+    iso = netns.create_isolation(run, [0, 1])
+    try:
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        write_state(tmp_path / run, run, {0: {}, 1: {}}, pid=dead.pid, isolation=iso)
+        assert runs_with_pending(tmp_path) == [tmp_path / run]  # no pending file, but orphans
+        arfl = Path(sys.executable).with_name("arfl")
+        r = subprocess.run(
+            [str(arfl), "chaos", "recover", "--runs", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        assert iso.bridge in r.stdout
         assert _left_behind(iso) == []
     finally:
         netns.teardown_isolation(iso)

@@ -219,6 +219,9 @@ def create_isolation(run: str, replicas: Sequence[int]) -> IsolationState:
     except Exception as e:
         teardown_isolation(iso)
         raise FaultError(f"network isolation for run {run}: setup failed ({e})") from e
+    except BaseException:  # Ctrl-C, test timeouts: leave nothing half-built behind
+        teardown_isolation(iso)
+        raise
     return iso
 
 

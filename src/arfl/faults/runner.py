@@ -312,7 +312,18 @@ def _remove_orphan_network(run_dir: Path) -> list[str]:
 
 
 def runs_with_pending(root: Path) -> list[Path]:
-    """Run directories under ``root`` that have a pending-faults file."""
+    """Run directories under ``root`` with something to recover: a pending-faults file, or
+    network isolation still present although the deployment that created it is gone."""
     if not root.is_dir():
         return []
-    return sorted(p.parent for p in root.glob("*/pending-faults.json"))
+    found = {p.parent for p in root.glob("*/pending-faults.json")}
+    for state_file in root.glob("*/state.json"):
+        try:
+            state = load_state(state_file.parent)
+        except FaultError:
+            continue
+        if state.pid is not None and psutil.pid_exists(state.pid):
+            continue
+        if netns.namespaces_of_run(state.run):
+            found.add(state_file.parent)
+    return sorted(found)
