@@ -221,3 +221,11 @@ def test_public_api_resolves() -> None:
         assert not isinstance(getattr(report, name), types.ModuleType), name
     with pytest.raises(AttributeError):
         _ = report.nothing_here
+
+
+def test_masked_slo_without_a_verdict_is_not_met() -> None:
+    res = check_slos(
+        {"masked": True}, [], _phase("overall", "overall", 10.0), [_fault(None)], _CORRECT
+    )
+    assert not res.passed
+    assert res.checks[0].line == "masked: not masked: fault-1 pause (no verdict: no steady state)"

@@ -206,7 +206,12 @@ def _check_run(
         verdicts = [f.masked for f in injected]
         if not target:
             return SloCheck(raw, tstr, "n/a", True, "masked = false: nothing to check")
-        bad = [f"fault-{f.index} {f.kind}" for f in injected if f.masked is not True]
+        bad = [
+            f"fault-{f.index} {f.kind}"
+            + (" (no verdict: no steady state)" if f.masked is None else "")
+            for f in injected
+            if f.masked is not True
+        ]
         ok = not bad
         actual = "yes" if ok else "no"
         if ok and not verdicts:
