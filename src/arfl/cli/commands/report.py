@@ -84,7 +84,7 @@ def report(
         list[Path],
         typer.Argument(
             help="Run directories (several: compare them, the first is the reference).",
-            metavar="RUN...",
+            metavar="RUN",
         ),
     ],
     as_json: Annotated[
@@ -94,8 +94,8 @@ def report(
         Path | None,
         typer.Option(
             "--html",
-            help="Write the HTML report here [default: RUN/report.html, or "
-            "RUN/compare.html for several runs].",
+            help="Write the HTML report here (default: RUN/report.html; for several runs "
+            "FIRST_RUN/compare.html).",
         ),
     ] = None,
     no_html: Annotated[bool, typer.Option("--no-html", help="Write no HTML report.")] = False,
