@@ -31,7 +31,9 @@ def _our_java(base: Path, me: psutil.Process) -> list[psutil.Process]:
     out = []
     for p in found.values():
         try:
-            if p.name() == "java" and p.status() != psutil.STATUS_ZOMBIE:
+            # A zombie main thread with live threads is a JVM still shutting down.
+            exited = p.status() == psutil.STATUS_ZOMBIE and p.num_threads() <= 1
+            if p.name() == "java" and not exited:
                 out.append(p)
         except psutil.Error:
             continue

@@ -149,9 +149,9 @@ def test_life_cycle_up_again_port_taken_down(own_stack: EmbeddedStack, tmp_path:
     # down stops exactly those pids; nothing is left.
     assert sorted(own_stack.stop()) == ["kafka", "zookeeper"]
     for rec in procs.values():
-        assert not psutil.pid_exists(rec.pid) or psutil.Process(rec.pid).create_time() != (
-            rec.create_time
-        )
+        assert not psutil.pid_exists(rec.pid) or (
+            psutil.Process(rec.pid).create_time() != rec.create_time
+        ), f"pid {rec.pid} still exists (status {psutil.Process(rec.pid).status()})"
     assert not any(s.running for s in lifecycle.status(own_stack.state))
     for port in (kport, zport):
         with socket.socket() as s:

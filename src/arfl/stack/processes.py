@@ -73,14 +73,16 @@ def record_of(pid: int) -> ProcessRecord:
 def find(record: ProcessRecord) -> psutil.Process | None:
     """Return the live process that ``record`` describes, or None.
 
-    None when the pid is gone, is a zombie, or now belongs to another process (its create time
-    differs), so a recycled pid is never mistaken for ours.
+    None when the pid is gone, has exited (a zombie not yet reaped), or now belongs to another
+    process (its create time differs), so a recycled pid is never mistaken for ours.
     """
     try:
         p = psutil.Process(record.pid)
         if abs(p.create_time() - record.create_time) > _CREATE_TIME_SLACK_S:
             return None
-        if p.status() == psutil.STATUS_ZOMBIE:
+        # A zombie whose thread group is empty has exited. A JVM's main thread, though, can be a
+        # zombie while its other threads still run the shutdown hooks: that is still running.
+        if p.status() == psutil.STATUS_ZOMBIE and p.num_threads() <= 1:
             return None
         return p
     except psutil.Error:
@@ -232,6 +234,7 @@ def wait_gone(record: ProcessRecord, timeout: float) -> bool:
     while True:
         _reap(record.pid)
         if not is_alive(record):
+            _reap(record.pid)  # it may have turned into a zombie child just now
             return True
         if time.monotonic() >= deadline:
             return False
