@@ -149,9 +149,7 @@ def test_none_replicas_window_and_per_record_match_offline(
             assert wait_caught_up(runs[s.name] / "progress" / "replica-0.jsonl",
                                   int(RATE * DURATION_S) + g, timeout_s=300), s.name
         for reader in readers.values():
-            reader.poll(3.0)
-            while reader.poll(1.0):
-                pass
+            assert reader.drain(timeout_s=120)
     finally:
         for r in runners.values():
             r.stop()

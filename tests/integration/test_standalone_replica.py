@@ -80,15 +80,16 @@ def test_passive_replica_on_standalone_cluster_survives_driver_kill(
                         "start_seq": nxt})
             producer.start()  # events keep coming while the driver is down
             t_kill = time.time()
+            deadline = time.monotonic() + 60
+            while runner.states()[0].restarts < 1 and time.monotonic() < deadline:
+                time.sleep(0.1)
             st = runner.wait_ready(timeout_s=300)[0]
             measures["session_up_after_kill_s"] = round(time.time() - t_kill, 1)
             assert st.restarts == 1 and st.app_id != app_id
             producer.join(timeout=120)
             assert wait_caught_up(run / "progress" / "replica-0.jsonl", nxt + RATE * 5,
                                   timeout_s=300)
-            reader.poll(3.0)
-            while reader.poll(1.0):
-                pass
+            assert reader.drain(timeout_s=120)
             # The master removed the dead application's executor.
             deadline = time.monotonic() + 60
             while _executors(cluster, app_id) and time.monotonic() < deadline:

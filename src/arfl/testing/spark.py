@@ -287,6 +287,30 @@ class ResultReader:
             self.poll(1.0)
         return done(self.results)
 
+    def drain(self, timeout_s: float = 120.0) -> bool:
+        """Read until every record now in the topic was read (by high watermarks).
+
+        Returns:
+            True when the reader caught up with the topic's end before the timeout.
+        """
+        from confluent_kafka import TopicPartition
+
+        assignment: list[TopicPartition] = self._consumer.assignment()
+        ends = {
+            tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10)[1]
+            for tp in assignment
+        }
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            done = all(
+                pos.offset >= ends[pos.partition] or ends[pos.partition] == 0
+                for pos in self._consumer.position(assignment)
+            )
+            if done:
+                return True
+            self.poll(1.0)
+        return False
+
     def rids(self) -> set[str]:
         """Distinct result ids read so far."""
         return {r.result.rid for r in self.results}
