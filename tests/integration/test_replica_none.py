@@ -35,23 +35,36 @@ DURATION_S = 15.0
 GARBAGE = 3
 
 
-def _spec(name: str, topic: str, steps: list[dict[str, Any]], mode: str = "none",
-          master: str = "local-cluster[1,1,1024]") -> Spec:
-    return parse_spec({
-        "name": name,
-        "source": {"topic": f"{topic}-in", "partitions": PARTITIONS, "event_time": "ts"},
-        "steps": steps,
-        "sink": {"topic": f"{topic}-out"},
-        "replication": {"mode": mode},
-        "spark": {"master": master, "conf": {"spark.sql.shuffle.partitions": "2"}},
-    })
+def _spec(
+    name: str,
+    topic: str,
+    steps: list[dict[str, Any]],
+    mode: str = "none",
+    master: str = "local-cluster[1,1,1024]",
+) -> Spec:
+    return parse_spec(
+        {
+            "name": name,
+            "source": {"topic": f"{topic}-in", "partitions": PARTITIONS, "event_time": "ts"},
+            "steps": steps,
+            "sink": {"topic": f"{topic}-out"},
+            "replication": {"mode": mode},
+            "spark": {"master": master, "conf": {"spark.sql.shuffle.partitions": "2"}},
+        }
+    )
 
 
 WINDOW_STEPS: list[dict[str, Any]] = [
     {"filter": "amount > 10"},
     {"select": ["user", "amount"]},
-    {"window": {"size": "1s", "key": "user", "watermark": "500ms",
-                "agg": {"n": "count(*)", "total": "sum(amount)", "top": "max(amount)"}}},
+    {
+        "window": {
+            "size": "1s",
+            "key": "user",
+            "watermark": "500ms",
+            "agg": {"n": "count(*)", "total": "sum(amount)", "top": "max(amount)"},
+        }
+    },
 ]
 RECORD_STEPS: list[dict[str, Any]] = [
     {"filter": "amount > 10"},
@@ -98,8 +111,15 @@ def _check_against_offline(reader: ResultReader, expected: offline.Recomputed) -
 
 def _phases(progress: list[dict[str, Any]]) -> dict[str, float]:
     busy = [p for p in progress if p.get("numInputRows", 0) > 0]
-    keys = ("triggerExecution", "latestOffset", "walCommit", "addBatch", "commitOffsets",
-            "queryPlanning", "getBatch")
+    keys = (
+        "triggerExecution",
+        "latestOffset",
+        "walCommit",
+        "addBatch",
+        "commitOffsets",
+        "queryPlanning",
+        "getBatch",
+    )
     out = {}
     for k in keys:
         vals = [p["durationMs"].get(k) for p in busy if k in p["durationMs"]]
@@ -122,8 +142,9 @@ def test_none_replicas_window_and_per_record_match_offline(
     runners = {s.name: ReplicaRunner(s, runs[s.name], stack.kafka, jars=jars) for s in (win, rec)}
     measures: dict[str, Any] = {}
     t0 = time.monotonic()
-    readers = {s.name: ResultReader(stack.kafka, replica_topic(s.sink.topic, 0))
-               for s in (win, rec)}
+    readers = {
+        s.name: ResultReader(stack.kafka, replica_topic(s.sink.topic, 0)) for s in (win, rec)
+    }
     try:
         for r in runners.values():
             r.start()
@@ -133,9 +154,16 @@ def test_none_replicas_window_and_per_record_match_offline(
 
         # Both topics get the same events; the per-record one also gets 3 garbage records.
         producers = [
-            threading.Thread(target=produce_events, args=(stack.kafka, s.source.topic),
-                             kwargs={"partitions": PARTITIONS, "rate": RATE,
-                                     "duration_s": DURATION_S, "garbage": g})
+            threading.Thread(
+                target=produce_events,
+                args=(stack.kafka, s.source.topic),
+                kwargs={
+                    "partitions": PARTITIONS,
+                    "rate": RATE,
+                    "duration_s": DURATION_S,
+                    "garbage": g,
+                },
+            )
             for s, g in ((win, 0), (rec, GARBAGE))
         ]
         for p in producers:
@@ -146,8 +174,11 @@ def test_none_replicas_window_and_per_record_match_offline(
             p.join(timeout=DURATION_S * 5)
         assert not any(p.is_alive() for p in producers)
         for s, g in ((win, 0), (rec, GARBAGE)):
-            assert wait_caught_up(runs[s.name] / "progress" / "replica-0.jsonl",
-                                  int(RATE * DURATION_S) + g, timeout_s=300), s.name
+            assert wait_caught_up(
+                runs[s.name] / "progress" / "replica-0.jsonl",
+                int(RATE * DURATION_S) + g,
+                timeout_s=300,
+            ), s.name
         for reader in readers.values():
             assert reader.drain(timeout_s=120)
     finally:
@@ -165,8 +196,12 @@ def test_none_replicas_window_and_per_record_match_offline(
         _check_against_offline(reader, expected[name])
     lat = sorted(x.kafka_ts_ms - x.result.src_ts for x in readers["nonerec"].results)
     measures["per_record_latency_ms"] = {
-        "p50": lat[len(lat) // 2], "p90": lat[int(len(lat) * 0.9)],
-        "p99": lat[int(len(lat) * 0.99)], "max": lat[-1], "n": len(lat)}
+        "p50": lat[len(lat) // 2],
+        "p90": lat[int(len(lat) * 0.9)],
+        "p99": lat[int(len(lat) * 0.99)],
+        "max": lat[-1],
+        "n": len(lat),
+    }
 
     for name, run in runs.items():
         progress = read_jsonl(run / "progress" / "replica-0.jsonl")
@@ -190,10 +225,12 @@ def test_none_replicas_window_and_per_record_match_offline(
 
 def _first_batch_s(run: Path) -> float:
     """Seconds from the driver's spawn to the end of its first batch that had input."""
-    started = next(e["t"] for e in read_jsonl(run / "journal.jsonl")
-                   if e["event"] == "replica-started")
-    first = next(p for p in read_jsonl(run / "progress" / "replica-0.jsonl")
-                 if p.get("numInputRows", 0) > 0)
+    started = next(
+        e["t"] for e in read_jsonl(run / "journal.jsonl") if e["event"] == "replica-started"
+    )
+    first = next(
+        p for p in read_jsonl(run / "progress" / "replica-0.jsonl") if p.get("numInputRows", 0) > 0
+    )
     ts = datetime.fromisoformat(first["timestamp"].replace("Z", "+00:00")).timestamp()
     return round(ts + first["durationMs"]["triggerExecution"] / 1000 - started, 1)
 
@@ -201,6 +238,9 @@ def _first_batch_s(run: Path) -> float:
 @pytest.fixture(autouse=True)
 def _no_driver_left(tmp_path: Path) -> Any:
     yield
-    left = [p for p in psutil.process_iter(["cmdline"])
-            if any(str(tmp_path) in a for a in (p.info.get("cmdline") or []))]
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any(str(tmp_path) in a for a in (p.info.get("cmdline") or []))
+    ]
     assert not left, f"processes left behind: {[p.pid for p in left]}"

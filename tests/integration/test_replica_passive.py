@@ -31,18 +31,26 @@ def test_passive_replica_resumes_from_checkpoint_after_driver_kill(
     stack: StackInfo, topic_name: str, tmp_path: Path
 ) -> None:
     jars = ensure_installed().spark_kafka_jars
-    spec = parse_spec({
-        "name": "passivewin",
-        "source": {"topic": f"{topic_name}-in", "partitions": PARTITIONS, "event_time": "ts"},
-        "steps": [
-            {"filter": "amount > 5"},
-            {"window": {"size": "1s", "key": "user", "watermark": "500ms",
-                        "agg": {"n": "count(*)", "total": "sum(amount)"}}},
-        ],
-        "sink": {"topic": f"{topic_name}-out"},
-        "replication": {"mode": "passive", "restart": True},
-        "spark": {"master": "local-cluster[1,1,1024]"},
-    })
+    spec = parse_spec(
+        {
+            "name": "passivewin",
+            "source": {"topic": f"{topic_name}-in", "partitions": PARTITIONS, "event_time": "ts"},
+            "steps": [
+                {"filter": "amount > 5"},
+                {
+                    "window": {
+                        "size": "1s",
+                        "key": "user",
+                        "watermark": "500ms",
+                        "agg": {"n": "count(*)", "total": "sum(amount)"},
+                    }
+                },
+            ],
+            "sink": {"topic": f"{topic_name}-out"},
+            "replication": {"mode": "passive", "restart": True},
+            "spark": {"master": "local-cluster[1,1,1024]"},
+        }
+    )
     ensure_topic(stack.kafka, spec.source.topic, PARTITIONS)
     out_topic = replica_topic(spec.sink.topic, 0)
     ensure_topic(stack.kafka, out_topic, 1)
@@ -53,8 +61,15 @@ def test_passive_replica_resumes_from_checkpoint_after_driver_kill(
 
     def produce() -> None:
         while not stop.is_set():
-            seq[0] = produce_events(stack.kafka, spec.source.topic, partitions=PARTITIONS,
-                                    rate=RATE, duration_s=1.0, start_seq=seq[0], stop=stop)
+            seq[0] = produce_events(
+                stack.kafka,
+                spec.source.topic,
+                partitions=PARTITIONS,
+                rate=RATE,
+                duration_s=1.0,
+                start_seq=seq[0],
+                stop=stop,
+            )
 
     producer = threading.Thread(target=produce)
     measures: dict[str, Any] = {}
@@ -137,6 +152,9 @@ def _gap_after(reader: ResultReader, t_kill: float) -> float:
 @pytest.fixture(autouse=True)
 def _no_driver_left(tmp_path: Path) -> Any:
     yield
-    left = [p for p in psutil.process_iter(["cmdline"])
-            if any(str(tmp_path) in a for a in (p.info.get("cmdline") or []))]
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any(str(tmp_path) in a for a in (p.info.get("cmdline") or []))
+    ]
     assert not left, f"processes left behind: {[p.pid for p in left]}"

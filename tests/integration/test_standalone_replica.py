@@ -47,14 +47,16 @@ def test_passive_replica_on_standalone_cluster_survives_driver_kill(
     jars = ensure_installed().spark_kafka_jars
     with StandaloneCluster(tmp_path / "spark") as cluster:
         assert cluster.master_url.startswith("spark://127.0.0.1:")
-        spec = parse_spec({
-            "name": "standalone",
-            "source": {"topic": f"{topic_name}-in", "partitions": PARTITIONS},
-            "steps": [{"filter": "amount > 25"}, {"select": ["user", "amount"]}],
-            "sink": {"topic": f"{topic_name}-out"},
-            "replication": {"mode": "passive"},
-            "spark": {"master": cluster.master_url},
-        })
+        spec = parse_spec(
+            {
+                "name": "standalone",
+                "source": {"topic": f"{topic_name}-in", "partitions": PARTITIONS},
+                "steps": [{"filter": "amount > 25"}, {"select": ["user", "amount"]}],
+                "sink": {"topic": f"{topic_name}-out"},
+                "replication": {"mode": "passive"},
+                "spark": {"master": cluster.master_url},
+            }
+        )
         ensure_topic(stack.kafka, spec.source.topic, PARTITIONS)
         out_topic = replica_topic(spec.sink.topic, 0)
         ensure_topic(stack.kafka, out_topic, 1)
@@ -66,8 +68,9 @@ def test_passive_replica_on_standalone_cluster_survives_driver_kill(
             runner.start()
             app_id = runner.wait_ready(timeout_s=300)[0].app_id
             assert app_id is not None
-            nxt = produce_events(stack.kafka, spec.source.topic, partitions=PARTITIONS,
-                                 rate=RATE, duration_s=5)
+            nxt = produce_events(
+                stack.kafka, spec.source.topic, partitions=PARTITIONS, rate=RATE, duration_s=5
+            )
             assert reader.poll_until(lambda rs: len(rs) >= 50, timeout_s=240)
             execs = _executors(cluster, app_id)
             assert len(execs) == 1, "one executor JVM under the worker, tagged --app-id"
@@ -75,9 +78,10 @@ def test_passive_replica_on_standalone_cluster_survives_driver_kill(
 
             runner.kill(0)
             producer = threading.Thread(
-                target=produce_events, args=(stack.kafka, spec.source.topic),
-                kwargs={"partitions": PARTITIONS, "rate": RATE, "duration_s": 5,
-                        "start_seq": nxt})
+                target=produce_events,
+                args=(stack.kafka, spec.source.topic),
+                kwargs={"partitions": PARTITIONS, "rate": RATE, "duration_s": 5, "start_seq": nxt},
+            )
             producer.start()  # events keep coming while the driver is down
             t_kill = time.time()
             deadline = time.monotonic() + 60
@@ -87,8 +91,9 @@ def test_passive_replica_on_standalone_cluster_survives_driver_kill(
             measures["session_up_after_kill_s"] = round(time.time() - t_kill, 1)
             assert st.restarts == 1 and st.app_id != app_id
             producer.join(timeout=120)
-            assert wait_caught_up(run / "progress" / "replica-0.jsonl", nxt + RATE * 5,
-                                  timeout_s=300)
+            assert wait_caught_up(
+                run / "progress" / "replica-0.jsonl", nxt + RATE * 5, timeout_s=300
+            )
             assert reader.drain(timeout_s=120)
             # The master removed the dead application's executor.
             deadline = time.monotonic() + 60
@@ -116,6 +121,9 @@ def test_passive_replica_on_standalone_cluster_survives_driver_kill(
 @pytest.fixture(autouse=True)
 def _no_process_left(tmp_path: Path) -> Any:
     yield
-    left = [p for p in psutil.process_iter(["cmdline"])
-            if any(str(tmp_path) in a for a in (p.info.get("cmdline") or []))]
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any(str(tmp_path) in a for a in (p.info.get("cmdline") or []))
+    ]
     assert not left, f"processes left behind: {[p.pid for p in left]}"

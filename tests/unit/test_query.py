@@ -98,35 +98,58 @@ def test_tumbling_window_counts_sums_and_max_ts(spark: SparkSession) -> None:
         _event(2, "a", 2.0, 900),
         _event(3, "a", 4.0, 1500),
     ]
-    spec = _spec([
-        {"select": ["user", "amount"]},
-        {"window": {"size": "1s", "key": "user", "agg": {
-            "n": "count(*)", "total": "sum(amount)", "mean": "avg(amount)",
-            "lo": "min(amount)", "hi": "max(amount)"}}},
-    ])
+    spec = _spec(
+        [
+            {"select": ["user", "amount"]},
+            {
+                "window": {
+                    "size": "1s",
+                    "key": "user",
+                    "agg": {
+                        "n": "count(*)",
+                        "total": "sum(amount)",
+                        "mean": "avg(amount)",
+                        "lo": "min(amount)",
+                        "hi": "max(amount)",
+                    },
+                }
+            },
+        ]
+    )
     res = _results(_raw(spark, events), spec)
     assert sorted(res) == ["0-1000:a", "0-1000:b", "1000-2000:a"]
     a0 = res["0-1000:a"]
     assert a0.src_ts == 900
-    assert a0.data == {"window_start": 0, "window_end": 1000, "user": "a", "n": 2,
-                       "total": 3.0, "mean": 1.5, "lo": 1.0, "hi": 2.0}
+    assert a0.data == {
+        "window_start": 0,
+        "window_end": 1000,
+        "user": "a",
+        "n": 2,
+        "total": 3.0,
+        "mean": 1.5,
+        "lo": 1.0,
+        "hi": 2.0,
+    }
     assert res["1000-2000:a"].data["n"] == 1
 
 
 def test_sliding_window_assigns_each_event_to_every_covering_window(spark: SparkSession) -> None:
-    spec = _spec([{"window": {"size": "2s", "slide": "1s", "key": "user",
-                              "agg": {"n": "count(*)"}}}])
+    spec = _spec(
+        [{"window": {"size": "2s", "slide": "1s", "key": "user", "agg": {"n": "count(*)"}}}]
+    )
     res = _results(_raw(spark, [_event(0, "a", 1.0, 1500)]), spec)
     assert sorted(res) == ["0-2000:a", "1000-3000:a"]
 
 
 def test_steps_after_a_window_filter_on_aggregates(spark: SparkSession) -> None:
     events = [_event(i, "a" if i < 3 else "b", 1.0, 100 * i) for i in range(4)]
-    spec = _spec([
-        {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}},
-        {"filter": "n > 1"},
-        {"select": ["n"]},
-    ])
+    spec = _spec(
+        [
+            {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}},
+            {"filter": "n > 1"},
+            {"select": ["n"]},
+        ]
+    )
     res = _results(_raw(spark, events), spec)
     assert list(res) == ["0-1000:a"]
     assert res["0-1000:a"].data == {"n": 3}
@@ -174,16 +197,24 @@ def test_transform_that_cannot_be_imported_names_the_step(spark: SparkSession) -
 
 
 def test_window_key_missing_after_select_is_reported(spark: SparkSession) -> None:
-    spec = _spec([{"select": ["amount"]},
-                  {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}])
+    spec = _spec(
+        [
+            {"select": ["amount"]},
+            {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}},
+        ]
+    )
     with pytest.raises(DeployError, match=r"steps\[1\]\.window\.key: no column 'user'"):
         _results(_raw(spark, [_event(0, "a", 9.0, 1)]), spec)
 
 
 def test_event_schema_adds_spec_fields() -> None:
-    spec = parse_spec({"name": "t", "source": {"topic": "in", "event_time": "event_ms",
-                                               "key": "device"},
-                       "sink": {"topic": "out"}})
+    spec = parse_spec(
+        {
+            "name": "t",
+            "source": {"topic": "in", "event_time": "event_ms", "key": "device"},
+            "sink": {"topic": "out"},
+        }
+    )
     names = query.event_schema(spec).fieldNames()
     assert names[:5] == ["seq", "user", "amount", "ts", "sent_ms"]
     assert "event_ms" in names and "device" in names

@@ -39,12 +39,14 @@ while True:
 
 
 def _spec(restart: bool = True) -> Spec:
-    return parse_spec({
-        "name": "fake",
-        "source": {"topic": "in"},
-        "sink": {"topic": "out"},
-        "replication": {"mode": "passive", "restart": restart},
-    })
+    return parse_spec(
+        {
+            "name": "fake",
+            "source": {"topic": "in"},
+            "sink": {"topic": "out"},
+            "replication": {"mode": "passive", "restart": restart},
+        }
+    )
 
 
 def _events(run: Path, name: str | None = None) -> list[dict[str, Any]]:
@@ -66,12 +68,21 @@ def _fake(tmp_path: Path, mode: str = "normal") -> Callable[[int, Path], list[st
     return lambda replica, config: [sys.executable, str(script), str(config), mode]
 
 
-def _runner(spec: Spec, tmp_path: Path, command: Callable[[int, Path], list[str]],
-            **kw: Any) -> ReplicaRunner:
+def _runner(
+    spec: Spec, tmp_path: Path, command: Callable[[int, Path], list[str]], **kw: Any
+) -> ReplicaRunner:
     run = new_run_dir(tmp_path / "runs", spec.name)
-    return ReplicaRunner(spec, run, "127.0.0.1:1", spark_home=tmp_path / "sh", command=command,
-                         poll_interval_s=0.05, restart_delay_s=0.1, tree_grace_s=0.5,
-                        **kw)
+    return ReplicaRunner(
+        spec,
+        run,
+        "127.0.0.1:1",
+        spark_home=tmp_path / "sh",
+        command=command,
+        poll_interval_s=0.05,
+        restart_delay_s=0.1,
+        tree_grace_s=0.5,
+        **kw,
+    )
 
 
 def test_crashing_driver_is_restarted_then_given_up_as_a_crash_loop(tmp_path: Path) -> None:

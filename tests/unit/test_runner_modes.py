@@ -19,13 +19,20 @@ from arfl.pipelines.replication.base import (
 
 
 def _ctx(tmp_path: Path) -> ReplicaContext:
-    return ReplicaContext(replica=1, bootstrap="127.0.0.1:9", output_topic="out.r1",
-                          checkpoint_dir=tmp_path / "ckpt")
+    return ReplicaContext(
+        replica=1, bootstrap="127.0.0.1:9", output_topic="out.r1", checkpoint_dir=tmp_path / "ckpt"
+    )
 
 
 def _spec(**repl: object) -> object:
-    return parse_spec({"name": "m", "source": {"topic": "in"}, "sink": {"topic": "out"},
-                       "replication": {"mode": "passive", **repl}})
+    return parse_spec(
+        {
+            "name": "m",
+            "source": {"topic": "in"},
+            "sink": {"topic": "out"},
+            "replication": {"mode": "passive", **repl},
+        }
+    )
 
 
 def test_builtin_modes_are_registered() -> None:
@@ -77,6 +84,8 @@ def test_sink_and_triggers(tmp_path: Path) -> None:
     assert opts["topic"] == "out.r1" and opts["kafka.bootstrap.servers"] == "127.0.0.1:9"
     assert get_mode("passive").trigger(_spec()) == {"processingTime": "0 milliseconds"}  # type: ignore[arg-type]
     assert get_mode("none").trigger(_spec(trigger_interval="250ms")) == {  # type: ignore[arg-type]
-        "processingTime": "250 milliseconds"}
+        "processingTime": "250 milliseconds"
+    }
     assert get_mode("passive").trigger(_spec(trigger="realtime")) == {  # type: ignore[arg-type]
-        "realTime": "5000 milliseconds"}
+        "realTime": "5000 milliseconds"
+    }

@@ -105,8 +105,9 @@ def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
         conf["spark.executor.memory"] = "512m"
     if cfg.jars:
         conf["spark.jars"] = ",".join(cfg.jars)
-    conf.update({k: str(v).lower() if isinstance(v, bool) else str(v)
-                 for k, v in spec.spark.conf.items()})
+    conf.update(
+        {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spec.spark.conf.items()}
+    )
     conf.update(cfg.conf)
     return conf
 

@@ -110,9 +110,7 @@ def recompute_with(spark: SparkSession, spec: Spec, bootstrap: str) -> Recompute
         if window is None:
             final = frozenset(results)
         else:
-            final = frozenset(
-                rid for rid in results if wm is not None and _window_end(rid) < wm
-            )
+            final = frozenset(rid for rid in results if wm is not None and _window_end(rid) < wm)
         return Recomputed(results, final, max_et, wm, total)
     finally:
         raw.unpersist()

@@ -374,8 +374,9 @@ class ReplicaRunner:
         rep.state = replace(
             rep.state, status="starting", pid=rep.proc.pid, app_id=None, started_at=now
         )
-        self.journal.write("replica-started", replica=rep.index, pid=rep.proc.pid,
-                           attempt=rep.attempt)
+        self.journal.write(
+            "replica-started", replica=rep.index, pid=rep.proc.pid, attempt=rep.attempt
+        )
 
     def _refresh_app_id(self, rep: _Replica) -> None:
         if rep.state.status != "starting" or not rep.app_id_path.exists():
@@ -443,8 +444,9 @@ class ReplicaRunner:
         rep.died_at = now
         if not self.spec.replication.restart:
             rep.state = replace(rep.state, status="dead", exit_code=code)
-            self.journal.write("replica-gave-up", replica=rep.index,
-                               reason="replication.restart is false")
+            self.journal.write(
+                "replica-gave-up", replica=rep.index, reason="replication.restart is false"
+            )
         elif code == EXIT_BAD_CONFIG:
             rep.state = replace(rep.state, status="dead", exit_code=code)
             self.journal.write(

@@ -98,8 +98,16 @@ class StandaloneCluster:
         try:
             self._spawn(
                 "master",
-                [spark_class, "org.apache.spark.deploy.master.Master",
-                 "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(web)],
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(web),
+                ],
                 env,
             )
             self._wait_log("master", "I have been elected leader")
@@ -107,10 +115,23 @@ class StandaloneCluster:
             work.mkdir(parents=True, exist_ok=True)
             self._spawn(
                 "worker",
-                [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url,
-                 "--host", "127.0.0.1", "--port", str(free_port()),
-                 "--webui-port", str(free_port()), "--cores", str(self.cores),
-                 "--memory", self.memory, "--work-dir", str(work)],
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.worker.Worker",
+                    self.master_url,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(free_port()),
+                    "--webui-port",
+                    str(free_port()),
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    self.memory,
+                    "--work-dir",
+                    str(work),
+                ],
                 env,
             )
             self._wait_log("worker", "Successfully registered with master")
@@ -146,7 +167,11 @@ class StandaloneCluster:
         log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         try:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
                 start_new_session=True,
             )
         except OSError as e:
@@ -167,11 +192,8 @@ class StandaloneCluster:
                 )
             time.sleep(0.2)
         raise StackError(
-            f"spark {name} not up after {self.start_timeout_s:.0f}s "
-            f"(no {needle!r} in {d.log_path})"
+            f"spark {name} not up after {self.start_timeout_s:.0f}s (no {needle!r} in {d.log_path})"
         )
-
-
 
 
 # --- Kafka helpers for replica tests ----------------------------------------------------
@@ -221,8 +243,9 @@ def produce_events(
         if delay > 0:
             time.sleep(delay)
         ev = event(seq, int(due * 1000), keys)
-        producer.produce(topic, key=ev["user"], value=json.dumps(ev).encode(),
-                         partition=seq % partitions)
+        producer.produce(
+            topic, key=ev["user"], value=json.dumps(ev).encode(), partition=seq % partitions
+        )
         producer.poll(0)
         seq += 1
     if producer.flush(30) != 0:
@@ -250,11 +273,13 @@ class ResultReader:
         self.topic = topic
         self.results: list[ReadResult] = []
         self.bad = 0
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
-            "group.id": f"arfl-test-{topic}-{time.time_ns()}",
-            "enable.auto.commit": False,
-        })
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"arfl-test-{topic}-{time.time_ns()}",
+                "enable.auto.commit": False,
+            }
+        )
         md = self._consumer.list_topics(topic, timeout=10)
         parts = sorted(md.topics[topic].partitions) if topic in md.topics else [0]
         self._consumer.assign([TopicPartition(topic, p, 0) for p in parts])
