@@ -199,6 +199,34 @@ def test_cli_list_shows_the_executor(
     assert f"{exe_id}:{pid}" in out and str(app.driver_pid) in out
 
 
+def test_schedule_runs_a_spec_chaos_list_against_the_app(app: SparkApp, run_dir: Path) -> None:
+    from arfl.configs.spec import Chaos
+
+    entries = [
+        Chaos.model_validate(e)
+        for e in (
+            {"at": "1500ms", "fault": "kill-executor", "replica": 0},
+            {"at": "200ms", "fault": "pause", "replica": 0, "duration": "1s"},
+        )
+    ]
+    runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+    runner.start_schedule([FaultParams.from_chaos(e) for e in entries])
+    runner.wait(timeout_s=60)
+    events = [e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"].startswith("fault-")]
+    assert [(e["event"], e["kind"]) for e in events] == [
+        ("fault-injected", "pause"),
+        ("fault-reverted", "pause"),
+        ("fault-injected", "kill-executor"),
+        ("fault-reverted", "kill-executor"),
+    ]
+    pause_in, pause_out, kill_in, _ = events
+    assert 0.2 <= pause_in["at_s"] < 1.0 and 1.5 <= kill_in["at_s"] < 2.5
+    assert 1.0 <= pause_out["ended"] - pause_in["ended"] < 2.0
+    assert all(o.error is None for o in runner.outcomes)
+    assert not PendingFaults(run_dir).path.exists()
+    assert app.executors()  # replaced again
+
+
 def test_kill_replica_without_restart_writes_marker_and_kills_driver(
     app: SparkApp, run_dir: Path
 ) -> None:

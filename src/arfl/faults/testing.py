@@ -93,7 +93,7 @@ def start_spark_app(
     work: Path,
     master: str = "local-cluster[1,1,512]",
     prefix: list[str] | None = None,
-    timeout_s: float = 180.0,
+    timeout_s: float = 300.0,
 ) -> SparkApp:
     """Start the tiny streaming app and wait until it has an executor JVM.
 
@@ -115,6 +115,7 @@ def start_spark_app(
         SPARK_HOME=str(spark_home(work / "spark-home")),
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),  # loopback only
     )
     with open(log, "wb") as out:
         proc = subprocess.Popen(
