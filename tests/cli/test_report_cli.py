@@ -52,11 +52,6 @@ def test_slo_breach_exits_1_and_names_the_breaches() -> None:
     assert "masked: not masked: fault-1 kill-replica" in result.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/main.py drops the exit code app() returns for typer.Exit in non-standalone "
-    "mode (fix: `rv = app(...); if isinstance(rv, int): return rv`); remove this marker then",
-)
 def test_slo_breach_exits_1_through_main(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(RUNS / "sim-passive-kill"), "--no-html"]) == 1
 
@@ -120,3 +115,19 @@ def test_recompute_without_kafka_exits_6(
     err = capsys.readouterr().err
     assert "kafka at 127.0.0.1:1 not reachable" in err
     assert "drop --recompute" in err
+
+
+def test_text_with_brackets_is_printed_verbatim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(tmp_path, "real-none-noresults")
+    lines = [x for x in (run / "journal.jsonl").read_text().splitlines() if "run-finished" not in x]
+    lines.append(json.dumps({"t": 1.0, "event": "run-failed", "error": "replica(s) [0] [bold]x"}))
+    (run / "journal.jsonl").write_text("\n".join(lines) + "\n")
+    spec = json.loads((run / "spec.json").read_text())
+    spec["report"]["slo"] = {}
+    (run / "spec.json").write_text(json.dumps(spec))
+    assert main(["report", str(run), "--no-html"]) == 0
+    out = capsys.readouterr().out
+    assert "the run failed: replica(s) [0] [bold]x" in out
+    assert "no SLO in the spec ([report.slo])" in out

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from arfl.cli.console import err, out
@@ -31,10 +32,12 @@ def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
     for i, h in enumerate(headers):
         # Names and times must stay readable in a narrow terminal; numbers may squeeze.
         widest = max([len(h), *(len(r[i]) for r in rows)]) if i < 2 else None
-        table.add_column(h, justify="left" if i == 0 else "right", min_width=widest, no_wrap=i < 2)
+        table.add_column(
+            escape(h), justify="left" if i == 0 else "right", min_width=widest, no_wrap=i < 2
+        )
     for row in rows:
         style = "red" if any(c in ("NO", "never") or c.startswith("failed") for c in row) else None
-        table.add_row(*row, style=style)
+        table.add_row(*(escape(c) for c in row), style=style)
     return table
 
 
@@ -42,15 +45,15 @@ def _print_report(rep: Report) -> None:
     from arfl.report.html import correctness_rows, fault_rows, phase_rows
 
     out.print(
-        f"[bold]{rep.run}[/]  mode {rep.mode}, {rep.replicas} replica(s), "
+        f"[bold]{escape(rep.run)}[/]  mode {rep.mode}, {rep.replicas} replica(s), "
         f"input {rep.input_end_s or 0:.1f} s, warm-up {rep.warmup_s:g} s excluded, "
         f"tolerance {rep.tolerance:g}x",
         highlight=False,
     )
     for w in rep.warnings:
-        out.print(f"[yellow]warning:[/] {w}", highlight=False)
+        out.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
     out.print(_rich_table("phases (latency, gaps: ms; * warm-up, excluded)", *phase_rows(rep)))
-    out.print(f"[dim]output gaps: {rep.gap_resolution}[/]", highlight=False)
+    out.print(f"[dim]output gaps: {escape(rep.gap_resolution)}[/]", highlight=False)
     if rep.faults:
         out.print(
             _rich_table(
@@ -59,16 +62,16 @@ def _print_report(rep: Report) -> None:
         )
     out.print(_rich_table("correctness", *correctness_rows(rep)))
     for note in rep.correctness.notes:
-        out.print(f"[dim]  {note}[/]", highlight=False)
+        out.print(f"[dim]  {escape(note)}[/]", highlight=False)
 
 
 def _print_slo(rep: Report) -> None:
     if not rep.slo.checks:
-        out.print("[dim]no SLO in the spec ([report.slo])[/]")
+        out.print("[dim]no SLO in the spec (\\[report.slo])[/]")
         return
     for c in rep.slo.checks:
         mark = "[green]met[/]     " if c.passed else "[bold red]BREACHED[/]"
-        out.print(f"{mark} {c.line}", highlight=False)
+        out.print(f"{mark} {escape(c.line)}", highlight=False)
 
 
 def _print_comparison(comp: Comparison) -> None:
@@ -135,10 +138,13 @@ def report(
         if comp is not None:
             _print_comparison(comp)
     if written is not None:
-        err.print(f"HTML report: [bold]{written}[/]", highlight=False)
+        err.print(f"HTML report: [bold]{escape(str(written))}[/]", highlight=False)
     breached = [r for r in reports if not r.slo.passed]
     if breached:
         for rep in breached:
             for c in rep.slo.breaches:
-                err.print(f"[bold red]SLO breached[/] ({rep.run}): {c.line}", highlight=False)
+                err.print(
+                    f"[bold red]SLO breached[/] ({escape(rep.run)}): {escape(c.line)}",
+                    highlight=False,
+                )
         raise typer.Exit(int(ExitCode.SLO_BREACHED))
