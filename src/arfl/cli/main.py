@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     _register()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False)
+        if isinstance(rv, int):  # typer returns 130 for Ctrl-C in non-standalone mode
+            return rv
     except ArflError as e:
         if debug:
             err.print_exception()

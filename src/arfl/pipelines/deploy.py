@@ -13,6 +13,7 @@ the names are in ``state.json`` and ``summary.json``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -22,19 +23,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from arfl import stack
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError, DeployError
+from arfl.faults.netns import needs_isolation
+from arfl.faults.state import IsolationState
 from arfl.metrics.monitor import InjectorSecond, InjectorStatsTail, MonitorSnapshot, MonitorTail
 from arfl.pipelines.injector import InjectorConfig
 from arfl.pipelines.merger import MergerConfig
 from arfl.pipelines.records import replica_topic
 from arfl.pipelines.rundir import Journal, RunPaths, new_run_dir, read_jsonl, write_json_atomic
-from arfl.pipelines.runner import ReplicaRunner
+from arfl.pipelines.runner import ReplicaRunner, default_command
+
+if TYPE_CHECKING:
+    from arfl.testing import EmbeddedStack
 
 TICK_S = 0.5
 
@@ -92,12 +98,39 @@ def scoped(spec: Spec, run_id: str) -> Spec:
 
 
 def drain_seconds(spec: Spec) -> float:
-    """How long results may still arrive after the input ends."""
+    """The longest wait for replicas to catch up and emit their last results after the input.
+
+    Deploy stops earlier, as soon as every replica has consumed the whole input and its
+    output went quiet; this cap only matters for a replica that cannot keep up.
+    """
     extra = 0.0
     for step in spec.steps:
         if step.window is not None:
             extra = step.window.size + step.window.watermark
-    return 10.0 + extra
+    return 120.0 + extra
+
+
+def _sum_offsets(value: Any) -> int:
+    """Sum every integer in a (possibly JSON-encoded, possibly nested) offset object."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return 0
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict):
+        return sum(_sum_offsets(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_sum_offsets(v) for v in value)
+    return 0
+
+
+def consumed(progress: dict[str, Any]) -> int:
+    """Input offsets a replica's batch reached, summed over partitions (its ``endOffset``)."""
+    return sum(_sum_offsets(src.get("endOffset")) for src in progress.get("sources", []))
 
 
 class _Child:
@@ -168,6 +201,8 @@ class Deployment:
         self.merger: _Child | None = None
         self.injector: _Child | None = None
         self.chaos: Any = None
+        self.isolation: IsolationState | None = None
+        self.run_stack: EmbeddedStack | None = None
         self.started_at = time.time()
         self.t0: float | None = None
 
@@ -175,7 +210,11 @@ class Deployment:
 
     def prepare(self) -> None:
         """Stack, jars, run directory files and topics."""
-        self.info = stack.resolve(self.spec.stack, state=self.options.stack_state)
+        if needs_isolation(c.fault for c in self.spec.chaos):
+            self._isolate()
+        else:
+            self.info = stack.resolve(self.spec.stack, state=self.options.stack_state)
+        assert self.info is not None
         installed = stack.ensure_installed()
         self._jars = installed.spark_kafka_jars
         if self.spec_path is not None:
@@ -200,11 +239,40 @@ class Deployment:
         )
         self.write_state()
 
+    def _isolate(self) -> None:
+        """Network faults: each replica in its own namespace on a bridge, and a stack of this
+        run's own listening on the bridge address (replicas cannot reach 127.0.0.1)."""
+        from arfl.faults.netns import create_isolation, require_net_admin
+        from arfl.testing import EmbeddedStack
+
+        if self.spec.stack.kind != "embedded":
+            raise DeployError(
+                "network faults (partition, delay) need stack.kind = 'embedded': arfl starts "
+                "ZooKeeper and Kafka on the replicas' bridge; an external stack is out of reach"
+            )
+        require_net_admin("network faults (partition, delay)")
+        self.isolation = create_isolation(self.run_id, range(self.spec.replication.replicas))
+        self.journal.write("isolation-created", **self.isolation.to_json())
+        self.run_stack = EmbeddedStack(self.run_dir / "stack", host=self.isolation.host_ip)
+        self.info = self.run_stack.start()
+        self.journal.write(
+            "run-stack-started", kafka=self.info.kafka, zookeeper=self.info.zookeeper
+        )
+
+    def _driver_command(self, replica: int, config: Path) -> list[str]:
+        argv = default_command(replica, config)
+        if self.isolation is None:
+            return argv
+        from arfl.faults.netns import netns_command
+
+        return netns_command(self.isolation.namespaces[replica].name, argv)
+
     def write_state(self) -> None:
         """Keep ``state.json`` current (``arfl chaos`` reads it)."""
         replicas: dict[str, Any] = {}
         if self.runner is not None:
             for i, st in self.runner.states().items():
+                ns = self.isolation.namespaces.get(i) if self.isolation else None
                 create = None
                 if st.pid is not None:
                     with contextlib.suppress(psutil.Error):
@@ -215,8 +283,8 @@ class Deployment:
                     "app_id": st.app_id,
                     "state": st.status,
                     "restarts": st.restarts,
-                    "netns": None,
-                    "address": None,
+                    "netns": ns.name if ns else None,
+                    "address": ns.address if ns else None,
                 }
         assert self.info is not None
         write_json_atomic(
@@ -237,7 +305,7 @@ class Deployment:
                 },
                 "replicas": replicas,
                 "leader_path": f"/arfl/{self.spec.name}/leader",
-                "isolation": None,
+                "isolation": self.isolation.to_json() if self.isolation else None,
                 "merger_pid": self.merger.pid if self.merger else None,
                 "injector_pid": self.injector.pid if self.injector else None,
             },
@@ -268,6 +336,7 @@ class Deployment:
             jars=self._jars,
             master=self.options.master,
             journal=self.journal,
+            command=self._driver_command,
         )
         self.runner.start()
         self.write_state()
@@ -342,6 +411,7 @@ class Deployment:
         )
         phase = "running"
         input_done_at: float | None = None
+        input_end_offsets = 0
         last_results = -1
         last_change = time.monotonic()
         last_state_write = 0.0
@@ -371,6 +441,7 @@ class Deployment:
                         f"{self.injector.tail()}"
                     )
                 input_done_at = time.monotonic()
+                input_end_offsets = self._source_end_offsets()
                 phase = "draining"
                 self.journal.write("workload-finished", exit_code=code)
             snap = monitor.latest
@@ -392,8 +463,46 @@ class Deployment:
             if input_done_at is not None:
                 waited = time.monotonic() - input_done_at
                 quiet = time.monotonic() - last_change
-                if waited >= drain or (waited >= 3.0 and quiet >= min(drain, 5.0)):
+                if waited >= drain:
+                    self.journal.write(
+                        "warning",
+                        message=f"replicas had not caught up {drain:.0f}s after the input "
+                        "ended; stopping anyway (results may be missing)",
+                    )
                     return
+                if quiet >= 3.0 and self._caught_up(input_end_offsets):
+                    return
+
+    def _source_end_offsets(self) -> int:
+        """Sum of the source topic's end offsets (the whole input, heartbeats included)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        assert self.info is not None
+        c = Consumer({"bootstrap.servers": self.info.kafka, "group.id": f"arfl-{self.run_id}"})
+        try:
+            total = 0
+            for p in range(self.rspec.source.partitions):
+                _, high = c.get_watermark_offsets(
+                    TopicPartition(self.rspec.source.topic, p), timeout=10
+                )
+                total += max(0, int(high))
+            return total
+        finally:
+            c.close()
+
+    def _caught_up(self, end_offsets: int) -> bool:
+        """Every replica's last batch reached the input's end and the one after it ran empty.
+
+        The empty (no-data) batch is the one that advances the watermark and emits the windows
+        it closed; per-record pipelines need none, but it costs nothing to wait for.
+        """
+        for i in range(self.spec.replication.replicas):
+            progress = read_jsonl(self.paths.progress(i))
+            if not progress or consumed(progress[-1]) < end_offsets:
+                return False
+            if self.spec.has_window and progress[-1].get("numInputRows", 0) != 0:
+                return False
+        return True
 
     def _active_faults(self) -> list[str]:
         if self.chaos is None:
@@ -423,6 +532,19 @@ class Deployment:
                 errors.append(f"replicas: {e}")
         if self.merger is not None:
             self.merger.stop(timeout_s=30.0)
+        if self.run_stack is not None:
+            try:
+                self.run_stack.stop()
+            except ArflError as e:
+                errors.append(str(e))
+        if self.isolation is not None:
+            from arfl.faults.netns import teardown_isolation
+
+            try:
+                removed = teardown_isolation(self.isolation)
+                self.journal.write("isolation-removed", removed=removed)
+            except Exception as e:  # keep going: 'arfl chaos recover' can finish it
+                errors.append(f"isolation: {e}; run 'arfl chaos recover {self.run_dir}'")
         self.journal.write("run-stopped", errors=errors)
         if self.info is not None:
             self.write_state()

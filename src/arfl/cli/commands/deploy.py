@@ -34,7 +34,7 @@ def deploy(
     master: Annotated[str | None, typer.Option("--master", help="Override spark.master.")] = None,
     drain: Annotated[
         float | None,
-        typer.Option("--drain-s", help="Seconds to wait for late results after the input."),
+        typer.Option("--drain-s", help="Longest wait (s) for replicas to catch up."),
     ] = None,
 ) -> None:
     """Run SPEC end to end: stack, replicas, injector, merger, chaos; live percentiles."""
