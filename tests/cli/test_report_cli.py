@@ -47,7 +47,7 @@ def test_slo_breach_exits_1_and_names_the_breaches() -> None:
     _register()
     result = CliRunner().invoke(app, ["report", str(RUNS / "sim-passive-kill"), "--no-html"])
     assert result.exit_code == 1, result.output
-    assert "BREACHED p99 (overall) 11313.2 ms > 1s" in result.output
+    assert "BREACHED p99 (overall) 11305.0 ms > 1s" in result.output
     assert "SLO breached (sim-passive-kill): max_gap (overall) 11350.3 ms > 2s" in result.output
     assert "masked: not masked: fault-1 kill-replica" in result.output
 

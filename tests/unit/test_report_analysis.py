@@ -220,3 +220,14 @@ def test_percentiles_named_by_slos_are_computed() -> None:
         "p99.99 (overall) 300.0 ms <= 2s",
         "p75 (overall) 100.0 ms <= 1s",
     ]
+
+
+def test_results_after_the_input_ended_still_count() -> None:
+    data = _run([100.0] * 10 + [900.0, 900.0])
+    journal = [
+        {**e, "t": T0 + 10.0} if e["event"] == "workload-finished" else e for e in data.journal
+    ]
+    rep = analyse(RunData(data.root, data.spec, journal, data.intervals, data.monitor))
+    assert rep.input_end_s == 10.0
+    assert rep.phase("steady").end_s == 12.0  # the last results arrived in [11, 12)
+    assert rep.overall.max_ms == pytest.approx(900.0, rel=1e-3)

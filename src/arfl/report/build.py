@@ -10,7 +10,8 @@ Phases (times relative to the input start ``T0``, the injector's event-0 intende
 * ``recovery-N``: from the end of the fault window until the fault's recovery time (below), or
   until the next fault / input end when it never recovered;
 * ``steady-N``: between a recovery and the next fault, when there is time left;
-* ``tail``: after the last recovery until the input end.
+* ``tail``: after the last recovery until the last result arrived (results of events sent
+  before the input ended still arrive after it: the last batches, closing windows, a replay).
 
 ``overall`` is everything after the warm-up. Latency numbers come from the 1-s intervals of
 ``latency.hlog`` whose midpoint lies in the phase (a phase shorter than that gets the intervals
@@ -100,6 +101,10 @@ class _Builder:
         self.t0 = t0
         self.t_end = t_end
         self.ivs = _interval_stats(data.intervals)
+        # Results of events sent before the input ended still arrive afterwards (the last
+        # batches, windows closing, a replay): the measurement runs until the last of them.
+        last = max((iv.end for iv in self.ivs if iv.count), default=t_end)
+        self.out_end = max(t_end, last)
         self.gaps: list[Gap] = find_gaps(data.monitor)
         first = data.merger.get("first_output_t")
         if first is None and data.monitor and data.monitor[-1].results:
@@ -242,7 +247,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
     phases.append(b.stats("warmup", "warmup", t0, warm_stop))
     if first_fault is not None and first_fault < warm_end:
         warnings.append("the first fault came before the end of the warm-up: no steady state")
-    steady_end = t_end if first_fault is None else max(first_fault, warm_stop)
+    steady_end = b.out_end if first_fault is None else max(first_fault, warm_stop)
     steady = b.stats("steady", "steady", warm_stop, steady_end)
     phases.append(steady)
     ref_p99 = steady.percentiles_ms.get("p99") if steady.count else None
@@ -256,7 +261,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         fstats.append(_failed(k, jf))
     if jfaults and ref_p99 is None:
         warnings.append("no results in the steady state: no recovery times or masking verdicts")
-    overall = b.stats("overall", "overall", warm_stop, t_end)
+    overall = b.stats("overall", "overall", warm_stop, b.out_end)
     correct = correctness if correctness is not None else corr.from_merger(data)
     slo = check_slos(_spec_slo(data), phases, overall, fstats, correct)
     longest = data.merger.get("longest_gap_ms")
@@ -291,7 +296,7 @@ def _fault_phases(
 ) -> tuple[list[PhaseStats], list[FaultStats]]:
     """The phases from the first fault on (``fault-N``, ``recovery-N``, ``steady-N``, ``tail``)
     and each fault's numbers (see the module docstring for the definitions)."""
-    t0, t_end, tol = b.t0, b.t_end, b.tolerance
+    t0, t_end, tol = b.t0, b.out_end, b.tolerance
     phases: list[PhaseStats] = []
     fstats: list[FaultStats] = []
     for i, jf in enumerate(jfaults, start=1):
