@@ -5,10 +5,11 @@ Phases (times relative to the input start ``T0``, the injector's event-0 intende
 * ``warmup``: ``[T0, T0 + workload.warmup)``, excluded from every verdict;
 * ``steady``: from the end of the warm-up to the first fault;
 * ``fault-N``: the fault window: injection until the fault was reverted (faults with a
-  duration), or until the killed replica was ready again / the killed executor was replaced
-  (kills; see :mod:`arfl.report.faults`); clipped at the next fault and the input end;
+  duration), or until the killed replica ran its first batch again / the killed executor was
+  replaced (kills; see :mod:`arfl.report.faults`); clipped at the next fault and at the last
+  result;
 * ``recovery-N``: from the end of the fault window until the fault's recovery time (below), or
-  until the next fault / input end when it never recovered;
+  until the next fault / the last result when it never recovered;
 * ``steady-N``: between a recovery and the next fault, when there is time left;
 * ``tail``: after the last recovery until the last result arrived (results of events sent
   before the input ended still arrive after it: the last batches, closing windows, a replay).
@@ -21,7 +22,7 @@ it overlaps), so phase edges are exact to the second.
 ``tolerance x steady p99`` (or that had no result while input flowed) before ``HOLD_S``
 consecutive good intervals starting at or after the fault window's end; 0 when no interval
 was bad; None when the pipeline never got ``HOLD_S`` good seconds before the next fault / the
-input end. **Masked**: the fault window's p99 is at most ``tolerance x steady p99`` and its
+last result. **Masked**: the fault window's p99 is at most ``tolerance x steady p99`` and its
 longest gap at most ``tolerance x max(steady longest gap, 1 s)`` (1 s: the gap resolution).
 """
 
