@@ -1,0 +1,131 @@
+"""End-to-end latency floor of the unreplicated and passive pipelines, in one run.
+
+    .venv/bin/python bench/latency_floor.py [--duration 30s] [--rates 1000,10000] [--out F]
+
+For every (mode, trigger, rate) variant it deploys the same per-record pipeline (filter +
+select, so no window adds latency) on the embedded stack, then prints end-to-end p50/p99 from
+the merger's HdrHistogram and where a batch's time goes (median Spark ``durationMs`` phases from
+the replica's progress events). Ratios are to the first variant: the machine is shared and
+noisy, only comparisons made in the same run mean much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from arfl.configs.spec import Spec, parse_spec
+from arfl.errors import ArflError
+from arfl.pipelines.deploy import DeployOptions, deploy
+from arfl.pipelines.rundir import read_jsonl
+
+PHASES = ("triggerExecution", "latestOffset", "queryPlanning", "walCommit", "addBatch",
+          "commitOffsets")
+
+
+def spec_for(mode: str, trigger: str, rate: int, duration: str) -> Spec:
+    """The benchmark pipeline: per-record filter + select, 4 partitions."""
+    return parse_spec(
+        {
+            "name": f"floor-{mode}-{trigger}-{rate}",
+            "source": {"topic": "floor", "partitions": 4, "event_time": "ts"},
+            "steps": [{"filter": "amount >= 0"}, {"select": ["user", "amount", "ts"]}],
+            "sink": {"topic": "floor-out"},
+            "replication": {"mode": mode, "replicas": 1, "trigger": trigger},
+            "spark": {
+                "master": "local-cluster[1,1,1024]",
+                "conf": {"spark.sql.shuffle.partitions": "2"},
+            },
+            "workload": {"rate": rate, "duration": duration, "keys": 100, "warmup": "5s"},
+        },
+        "latency_floor",
+    )
+
+
+def phases(run_dir: Path, skip: int = 3) -> dict[str, float]:
+    """Median of each batch phase (ms) over the batches after the first ``skip``."""
+    progress = [p for p in read_jsonl(run_dir / "progress" / "replica-0.jsonl")
+                if p.get("numInputRows", 0) > 0][skip:]
+    out: dict[str, float] = {"batches": float(len(progress))}
+    for k in PHASES:
+        vals = [float(p.get("durationMs", {}).get(k, 0)) for p in progress]
+        out[k] = statistics.median(vals) if vals else float("nan")
+    rows = [float(p.get("numInputRows", 0)) for p in progress]
+    out["rows_per_batch"] = statistics.median(rows) if rows else float("nan")
+    return out
+
+
+def steady_percentiles(run_dir: Path, warmup_s: float) -> dict[str, float]:
+    """p50/p99 over the intervals after the warm-up (from the interval log)."""
+    from arfl.metrics.histogram import merge, read_latency_log
+
+    intervals = read_latency_log(run_dir / "latency.hlog")
+    if not intervals:
+        return {"p50": float("nan"), "p99": float("nan"), "count": 0.0}
+    start = intervals[0].start_s + warmup_s
+    h = merge(intervals, start_s=start)
+    return {
+        "p50": h.get_value_at_percentile(50) / 1000.0,
+        "p99": h.get_value_at_percentile(99) / 1000.0,
+        "count": float(h.get_total_count()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", default="30s")
+    ap.add_argument("--rates", default="1000,10000")
+    ap.add_argument("--variants", default="none:micro-batch,passive:micro-batch,passive:realtime")
+    ap.add_argument("--runs", type=Path, default=Path("runs/bench"))
+    ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
+    args = ap.parse_args(argv)
+    rates = [int(r) for r in args.rates.split(",")]
+    variants = [tuple(v.split(":")) for v in args.variants.split(",")]
+    warmup = 5.0
+    rows: list[dict[str, Any]] = []
+    for rate in rates:
+        for mode, trigger in variants:
+            spec = spec_for(mode, trigger, rate, args.duration)
+            t = time.monotonic()
+            try:
+                res = deploy(spec, None, DeployOptions(runs_root=args.runs))
+            except ArflError as e:
+                print(f"{mode}/{trigger}@{rate}: failed: {e}", file=sys.stderr)
+                rows.append({"mode": mode, "trigger": trigger, "rate": rate, "error": str(e)})
+                continue
+            row: dict[str, Any] = {
+                "mode": mode, "trigger": trigger, "rate": rate,
+                "run": str(res.run_dir), "wall_s": round(time.monotonic() - t, 1),
+                "achieved_rate": res.summary.get("achieved_rate"),
+                "results": res.summary.get("results"),
+                **steady_percentiles(res.run_dir, warmup),
+                **phases(res.run_dir),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    base = next((r for r in rows if "p50" in r), None)
+    print()
+    hdr = (f"{'variant':<26} {'rate':>6} {'p50 ms':>8} {'p99 ms':>8} {'p50 x':>6} "
+           f"{'batch ms':>9} {'addBatch':>9} {'walCommit':>9} {'commit':>7} {'rows/b':>7}")
+    print(hdr)
+    for r in rows:
+        name = f"{r['mode']}/{r['trigger']}"
+        if "error" in r:
+            print(f"{name:<26} {r['rate']:>6} failed: {r['error'][:80]}")
+            continue
+        ratio = r["p50"] / base["p50"] if base else float("nan")
+        print(f"{name:<26} {r['rate']:>6} {r['p50']:>8.1f} {r['p99']:>8.1f} {ratio:>6.2f} "
+              f"{r['triggerExecution']:>9.0f} {r['addBatch']:>9.0f} {r['walCommit']:>9.0f} "
+              f"{r['commitOffsets']:>7.0f} {r['rows_per_batch']:>7.0f}")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
