@@ -44,6 +44,26 @@ def test_real_run_html_has_its_plots(tmp_path: Path) -> None:
     assert "p99 (overall) not measured (no results)" in page
 
 
+def test_real_run_with_results_html(tmp_path: Path) -> None:
+    rep = build_report(RUNS / "real-none-window")
+    page = render_html(rep, tmp_path / "w.html").read_text(encoding="utf-8")
+    _self_contained(page)
+    plots = _plots(page)
+    assert set(plots) == {
+        "latency-over-time", "latency-distribution", "output-rate", "batch-duration",
+    }  # fmt: skip
+    assert plots["latency-distribution"] == ["steady", "overall"]
+    assert plots["batch-duration"] == ["replica 0"]
+    traces = json.loads(
+        re.search(
+            r'Plotly\.newPlot\(\s*"latency-over-time",\s*(\[.*?\])\s*,\s*\{', page, re.S
+        ).group(1)  # type: ignore[union-attr]
+    )
+    p99 = next(t for t in traces if t["name"] == "p99")
+    assert max(v for v in p99["y"] if v is not None) > 30_000  # the real latencies are drawn
+    assert "input ends" in page
+
+
 def test_faulted_run_html_shades_faults_and_shows_tables(tmp_path: Path) -> None:
     rep = build_report(RUNS / "sim-active-kill")
     page = render_html(rep, tmp_path / "a.html").read_text(encoding="utf-8")

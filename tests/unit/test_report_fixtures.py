@@ -181,3 +181,23 @@ def test_compare_ratios_to_the_first_run(passive: Report, active: Report) -> Non
     assert {r.phase for r in comp.table("p50")} >= {"steady", "fault-1", "tail", "overall"}
     doc = comp.to_dict()
     assert doc["runs"] == comp.runs and len(doc["rows"]) == len(comp.rows)
+
+
+def test_real_windowed_run_on_a_loaded_machine() -> None:
+    # A real deploy (mode none, 1-s windows, 200 ev/s for 30 s) on this 2-core machine under
+    # load: its batches took 58, 46, 10 and 5 s, so no result came out while the input
+    # flowed and all 599 window results arrived 57-60 s after the input start.
+    rep = build_report(RUNS / "real-none-window")
+    assert rep.input_end_s == pytest.approx(30.0, abs=0.01)
+    assert [p.name for p in rep.phases] == ["warmup", "steady"]
+    steady = rep.phase("steady")
+    assert steady.count == 599 == rep.correctness.results
+    assert steady.end_s > 57.0  # measured until the last result, long after the input ended
+    p50 = steady.percentiles_ms["p50"]
+    assert p50 is not None and 30_000 < p50 < 60_000
+    # The whole input ran without a result: a gap from the warm-up's end to the input end.
+    assert steady.max_gap_ms == pytest.approx(28_000, abs=5)
+    assert rep.longest_gap_ms == 0.0  # the merger counts the wait for a first result apart
+    assert rep.correctness.expected is None  # a window pipeline: unknown without --recompute
+    assert [round(d / 1000) for _, d in rep.series.batches[0]] == [58, 46, 10, 5]  # s per batch
+    assert rep.faults == [] and rep.slo.passed and rep.slo.checks == []

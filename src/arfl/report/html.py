@@ -24,6 +24,8 @@ from arfl.errors import ReportError
 from arfl.report.comparison import Comparison
 from arfl.report.model import FaultStats, PhaseStats, Report
 
+PRE_INPUT_S = 5.0
+"""Seconds before the input start shown on time axes."""
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 _DIST_TICKS = [1, 2, 10, 100, 1000, 10_000, 100_000, 1_000_000]
 _DIST_LABELS = ["0%", "50%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%"]
@@ -54,7 +56,13 @@ def _ms(v: float | None) -> str:
 
 
 def _shade(fig: go.Figure, report: Report) -> None:
-    """Shade the warm-up, fault windows and recoveries on a time axis."""
+    """Shade the warm-up, fault windows and recoveries on a time axis; mark the input end."""
+    if report.input_end_s is not None:
+        fig.add_vline(
+            x=report.input_end_s, line_dash="dash", line_color="#888888", line_width=1,
+            annotation_text="input ends", annotation_position="top right",
+            annotation_font_size=12,
+        )  # fmt: skip
     for p in report.phases:
         if p.end_s <= p.start_s:
             continue
@@ -106,7 +114,9 @@ def _time_range(report: Report) -> list[float]:
     xs = [*s.t_s, *s.rate_t_s]
     if not xs:
         return [0.0, report.input_end_s or 1.0]
-    return [min(min(xs), 0.0) - 0.5, max(xs) + 0.5]
+    # The merger starts long before the input (replicas take minutes to start on a busy
+    # machine); a few seconds of that are context, the rest is empty.
+    return [max(min(min(xs), 0.0), -PRE_INPUT_S) - 0.5, max(xs) + 0.5]
 
 
 def latency_figure(report: Report) -> go.Figure:
