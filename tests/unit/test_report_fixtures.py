@@ -1,6 +1,8 @@
 """``build_report`` and ``compare`` on the recorded run directories in ``tests/fixtures/runs``.
 
 ``real-none-noresults`` is a real run (mode none, input ran 20 s, no result reached the merger);
+``real-none-window`` a real ``arfl deploy`` (mode none, windows; monitor lines from before the
+input dropped to keep it small);
 ``sim-*`` are simulated runs written by arfl's real merger code (see ``make_fixtures.py``):
 
 * ``sim-passive-kill``: one passive replica, driver killed at 15.0 s (journal: died at 15.3 s,
