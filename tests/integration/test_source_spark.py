@@ -37,7 +37,11 @@ def spark() -> Iterator[Any]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYSPARK_PYTHON", sys.executable)
         mp.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
-        with local_session("local[2]", {"spark.sql.shuffle.partitions": "2"}) as session:
+        conf = {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.python.unix.domain.socket.enabled": "true",
+        }
+        with local_session("local[2]", conf) as session:
             session.sparkContext.setLogLevel("ERROR")
             yield session
 
