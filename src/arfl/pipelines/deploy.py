@@ -202,6 +202,8 @@ class Deployment:
         self.injector: _Child | None = None
         self.chaos: Any = None
         self.isolation: IsolationState | None = None
+        self._cpu: dict[tuple[int, float], tuple[int, float]] = {}
+        self.peak_rss = 0
         self.run_stack: EmbeddedStack | None = None
         self.started_at = time.time()
         self.t0: float | None = None
@@ -337,6 +339,9 @@ class Deployment:
             master=self.options.master,
             journal=self.journal,
             command=self._driver_command,
+            # Active modes: ZooKeeper for the leader election; the run id names this run's
+            # decision topic so that no old decision is ever replayed.
+            mode_options={"zookeeper": self.info.zookeeper, "run_id": self.run_id},
         )
         self.runner.start()
         self.write_state()
@@ -420,6 +425,7 @@ class Deployment:
             monitor.poll()
             inj.poll()
             states = self.runner.states()
+            self._sample_cpu(states)
             if time.monotonic() - last_state_write > 2.0:
                 self.write_state()
                 last_state_write = time.monotonic()
@@ -472,6 +478,36 @@ class Deployment:
                     return
                 if quiet >= 3.0 and self._caught_up(input_end_offsets):
                     return
+
+    def _sample_cpu(self, states: dict[int, Any]) -> None:
+        """Remember the CPU time of every process of every replica (a killed one keeps its
+        last sample), so the summary can say what the replicas cost."""
+        rss_now = 0
+        for i, st in states.items():
+            if st.pid is None:
+                continue
+            try:
+                root = psutil.Process(st.pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for p in procs:
+                try:
+                    t = p.cpu_times()
+                    key = (p.pid, p.create_time())
+                except psutil.Error:
+                    continue
+                self._cpu[key] = (i, t.user + t.system)
+                with contextlib.suppress(psutil.Error):
+                    rss_now += p.memory_info().rss
+        self.peak_rss = max(self.peak_rss, rss_now)
+
+    def cpu_seconds(self) -> dict[int, float]:
+        """CPU seconds each replica's processes used (sampled every tick)."""
+        out: dict[int, float] = {}
+        for replica, secs in self._cpu.values():
+            out[replica] = out.get(replica, 0.0) + secs
+        return out
 
     def _source_end_offsets(self) -> int:
         """Sum of the source topic's end offsets (the whole input, heartbeats included)."""
@@ -584,6 +620,9 @@ class Deployment:
             "latency_ms": merged.get("latency_ms"),
             "longest_gap_ms": merged.get("longest_gap_ms"),
             "replica_restarts": restarts,
+            "cpu_s": {str(k): round(v, 1) for k, v in sorted(self.cpu_seconds().items())},
+            "cpu_s_total": round(sum(self.cpu_seconds().values()), 1),
+            "replicas_peak_rss_mb": round(self.peak_rss / 2**20, 1),
             "merger": merged,
         }
         write_json_atomic(self.paths.summary, summary)
