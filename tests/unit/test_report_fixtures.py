@@ -1,8 +1,8 @@
 """``build_report`` and ``compare`` on the recorded run directories in ``tests/fixtures/runs``.
 
 ``real-none-noresults`` is a real run (mode none, input ran 20 s, no result reached the merger);
-``real-none-window`` a real ``arfl deploy`` (mode none, windows; monitor lines from before the
-input dropped to keep it small);
+``real-none-window`` and ``real-active-leaderless`` real ``arfl deploy`` runs (windows; monitor
+lines from before the input dropped to keep them small);
 ``sim-*`` are simulated runs written by arfl's real merger code (see ``make_fixtures.py``):
 
 * ``sim-passive-kill``: one passive replica, driver killed at 15.0 s (journal: died at 15.3 s,
@@ -203,3 +203,19 @@ def test_real_windowed_run_on_a_loaded_machine() -> None:
     assert rep.correctness.expected is None  # a window pipeline: unknown without --recompute
     assert [round(d / 1000) for _, d in rep.series.batches[0]] == [58, 46, 10, 5]  # s per batch
     assert rep.faults == [] and rep.slo.passed and rep.slo.checks == []
+
+
+def test_real_active_run_shows_divergence_and_who_delivered() -> None:
+    # A real active-leaderless deploy with two replicas (1-s windows, 200 ev/s for 30 s): the
+    # merger journaled 49 divergent copies; first results came ~18.6 s after the input start.
+    rep = build_report(RUNS / "real-active-leaderless")
+    c = rep.correctness
+    assert (c.results, c.divergent, c.duplicates, c.produced) == (593, 49, 0, 6000)
+    s = rep.series
+    assert sorted(s.replica_rate) == [0, 1]
+    wins = [sum(s.replica_wins[r]) for r in (0, 1)]
+    assert sum(wins) == 593 and all(w > 0 for w in wins)  # both replicas won some results
+    assert sorted(len(b) for b in s.batches.values()) == [10, 13]
+    # The wait for the first result (it is not a gap to the merger) counts in the steady state.
+    steady = rep.phase("steady")
+    assert steady.max_gap_ms is not None and steady.max_gap_ms > (rep.longest_gap_ms or 0)
