@@ -188,3 +188,17 @@ def test_pipeline_that_cannot_be_built_is_not_restarted(tmp_path: Path) -> None:
         _wait(lambda: r.states()[0].status == "dead")
         assert r.states()[0].restarts == 0
         assert "cannot be built" in _events(r.paths.root, "replica-gave-up")[0]["reason"]
+
+
+def test_no_restart_marker_of_a_kill_replica_fault_is_honoured(tmp_path: Path) -> None:
+    from arfl.faults.local import no_restart_marker
+
+    r = _runner(_spec(), tmp_path, _fake(tmp_path))
+    with r:
+        r.wait_ready(timeout_s=20)
+        no_restart_marker(r.paths.root, 0).touch()
+        r.kill(0)
+        _wait(lambda: r.states()[0].status == "dead")
+        assert r.states()[0].restarts == 0
+        assert _events(r.paths.root, "replica-restarted") == []
+        assert "no-restart marker" in _events(r.paths.root, "replica-gave-up")[0]["reason"]

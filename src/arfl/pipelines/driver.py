@@ -100,6 +100,10 @@ def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopTimeout": "10s",
+        # Spark gives a Python worker a fixed 10 s to connect back over TCP; on a loaded
+        # machine that fails ("Python worker failed to connect back"). Unix sockets do not.
+        "spark.python.unix.domain.socket.enabled": "true",
+        "spark.ui.enabled": "false",
     }
     if cfg.master.startswith(("local-cluster", "spark://")):
         conf["spark.executor.memory"] = "512m"

@@ -24,6 +24,7 @@ every hidden column present before it (checked; :class:`~arfl.errors.DeployError
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -230,7 +231,7 @@ def _window(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
         if w.slide is not None and w.slide != w.size
         else F.window(F.col("__et"), size)
     )
-    aggs = [F.expr(e).alias(name) for name, e in w.agg.items()]
+    aggs = [_deterministic_agg(df, e).alias(name) for name, e in w.agg.items()]
     grouped = df.groupBy(win.alias("__w"), F.col(_quote(w.key)).alias(w.key)).agg(
         *aggs, F.max("__ts").alias("__ts")
     )
@@ -244,6 +245,37 @@ def _window(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
         F.col(_quote(w.key)).cast("string").alias("__key"),
         "__ts",
     )
+
+
+_AGG = re.compile(r"^\s*(\w+)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
+
+
+def _deterministic_agg(df: DataFrame, expression: str) -> Column:
+    """An aggregate whose result does not depend on the order rows are added in.
+
+    Floating-point addition is not associative: replicas whose batches group the same rows
+    differently (and so add partial sums in another order) get sums that differ in the last
+    bits, which the divergence check rightly reports. ``sum``/``avg`` of a floating column are
+    therefore computed in exact decimal arithmetic and converted back to double once.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType, FloatType
+
+    m = _AGG.match(expression)
+    if m is None or m.group(2) == "*" or m.group(1).lower() not in ("sum", "avg"):
+        return F.expr(expression)
+    fn, col = m.group(1).lower(), m.group(2)
+    fields = {f.name.lower(): f for f in df.schema.fields}
+    field = fields.get(col.lower())
+    if field is None or not isinstance(field.dataType, DoubleType | FloatType):
+        return F.expr(expression)
+    exact = F.col(_quote(col)).cast(EXACT_DECIMAL)
+    agg = F.sum(exact) if fn == "sum" else F.avg(exact)
+    return agg.cast("double")
+
+
+EXACT_DECIMAL = "decimal(38,10)"
+"""Exact type for summing doubles: 28 integer digits, 10 decimals."""
 
 
 def _transform(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:

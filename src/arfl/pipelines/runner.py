@@ -36,6 +36,7 @@ import psutil
 
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
+from arfl.faults.local import restart_suppressed
 from arfl.pipelines.driver import EXIT_BAD_CONFIG, DriverConfig
 from arfl.pipelines.records import replica_topic
 from arfl.pipelines.rundir import Journal, RunPaths
@@ -446,6 +447,12 @@ class ReplicaRunner:
             rep.state = replace(rep.state, status="dead", exit_code=code)
             self.journal.write(
                 "replica-gave-up", replica=rep.index, reason="replication.restart is false"
+            )
+        elif restart_suppressed(self.paths.root, rep.index):
+            # A 'kill-replica' fault with restart = false asked the supervisor to stand down.
+            rep.state = replace(rep.state, status="dead", exit_code=code)
+            self.journal.write(
+                "replica-gave-up", replica=rep.index, reason="no-restart marker (fault)"
             )
         elif code == EXIT_BAD_CONFIG:
             rep.state = replace(rep.state, status="dead", exit_code=code)
