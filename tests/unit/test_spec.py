@@ -249,3 +249,9 @@ def test_full_spec_round_trips(tmp_path: Path) -> None:
     assert spec.has_window
     again = parse_spec(spec.model_dump(mode="json", by_alias=True, exclude_none=True))
     assert again == spec
+
+
+def test_unknown_slo_metric_is_a_spec_problem() -> None:
+    problems = _problems(_with(report={"slo": {"p99": "500ms", "p99_latency": "1s"}}))
+    assert any(p.startswith("t.toml: report.slo.p99_latency: ") for p in problems), problems
+    assert not any("report.slo.p99:" in p for p in problems)

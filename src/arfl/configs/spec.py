@@ -500,6 +500,13 @@ def parse_spec(raw: dict[str, Any], origin: str = "<spec>") -> Spec:
     except ValidationError as err:
         problems.extend(_pydantic_problems(err))
     problems.extend(_cross_checks(raw))
+    slo = _get(raw, "report", "slo")
+    if isinstance(slo, dict):
+        from arfl.report.slo import validate_slo
+
+        for line in validate_slo(slo):
+            loc, _, msg = line.partition(": ")
+            problems.append((loc, msg))
     problems.extend(_network_privilege_problem(raw))
     if problems:
         seen: set[tuple[str, str]] = set()
