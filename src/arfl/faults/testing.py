@@ -33,7 +33,7 @@ spark = (
 print("APPID", spark.sparkContext.applicationId, flush=True)
 query = (
     spark.readStream.format("rate").option("rowsPerSecond", 10).load()
-    .writeStream.format("noop").trigger(processingTime="500ms").start()
+    .writeStream.format("noop").trigger(processingTime="500 milliseconds").start()
 )
 query.awaitTermination()
 """
