@@ -187,7 +187,8 @@ class Deployment:
         self.spec = spec
         self.spec_path = spec_path
         self.options = options
-        self.run_dir = options.run_dir or new_run_dir(options.runs_root, spec.name)
+        # Absolute: drivers run with another working directory and read their config from it.
+        self.run_dir = (options.run_dir or new_run_dir(options.runs_root, spec.name)).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for sub in ("progress", "logs"):
             (self.run_dir / sub).mkdir(exist_ok=True)
