@@ -44,5 +44,5 @@ def test_sink_read_back_and_counted(stack: StackInfo, topic_name: str) -> None:
 
 
 def test_missing_topic_is_a_report_error(stack: StackInfo, topic_name: str) -> None:
-    with pytest.raises(ReportError, match=f"topic {topic_name} not found"):
+    with pytest.raises(ReportError, match=f"topic .{topic_name}. does not exist on kafka at"):
         read_topic(stack.kafka, topic_name)

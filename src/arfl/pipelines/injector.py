@@ -171,22 +171,20 @@ def connect_producer(
     Raises:
         DeployError: the broker is unreachable or the topic does not exist.
     """
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import Producer
+
+    from arfl.stack.topics import require_topic
 
     producer = Producer(producer_config(bootstrap, linger_ms))
-    try:
-        md = producer.list_topics(topic=topic, timeout=timeout_s)
-    except KafkaException as e:
-        raise DeployError(
-            f"injector: kafka at {bootstrap} not reachable after {timeout_s:.0f}s ({e}); "
-            "run 'arfl stack up' or check stack.kafka"
-        ) from None
-    tmd = md.topics.get(topic)
-    if tmd is None or tmd.error is not None or not tmd.partitions:
-        raise DeployError(
-            f"injector: topic {topic!r} does not exist on kafka at {bootstrap}; create it first "
-            "(arfl.stack.topics.ensure_topic) or check source.topic"
-        )
+    require_topic(
+        producer,
+        bootstrap,
+        topic,
+        timeout_s,
+        error=DeployError,
+        who="injector: ",
+        missing_hint="create it first (arfl.stack.topics.ensure_topic) or check source.topic",
+    )
     return producer
 
 

@@ -467,23 +467,21 @@ def _kafka_producer(bootstrap: str, sink: str, timeout_s: float) -> Any:
     Raises:
         DeployError: Kafka unreachable, or no sink topic.
     """
-    from confluent_kafka import KafkaException
     from confluent_kafka import Producer as KafkaProducer
 
+    from arfl.stack.topics import require_topic
+
     producer = KafkaProducer(sink_producer_config(bootstrap))
-    try:
-        md = producer.list_topics(topic=sink, timeout=timeout_s)
-    except KafkaException as e:
-        raise DeployError(
-            f"merger: kafka at {bootstrap} not reachable after {timeout_s:.0f}s ({e}); "
-            "run 'arfl stack up' or check stack.kafka"
-        ) from None
-    tmd = md.topics.get(sink)
-    if tmd is None or tmd.error is not None or not tmd.partitions:
-        raise DeployError(
-            f"merger: sink topic {sink!r} does not exist on kafka at {bootstrap}; create it "
-            "first (arfl.stack.topics.ensure_topic) or check sink.topic"
-        )
+    require_topic(
+        producer,
+        bootstrap,
+        sink,
+        timeout_s,
+        error=DeployError,
+        who="merger: ",
+        what="sink topic",
+        missing_hint="create it first (arfl.stack.topics.ensure_topic) or check sink.topic",
+    )
     return producer
 
 

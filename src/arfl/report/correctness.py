@@ -143,7 +143,9 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Resu
     """
     import time
 
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
+
+    from arfl.stack.topics import require_topic
 
     consumer = Consumer(
         {
@@ -158,18 +160,11 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Resu
     )
     out: list[Result] = []
     try:
-        try:
-            md = consumer.list_topics(topic, timeout=10)
-        except KafkaException as e:
-            raise ReportError(
-                f"kafka at {bootstrap} not reachable ({e}); start the run's stack "
-                "('arfl stack up') or drop --recompute"
-            ) from e
-        meta = md.topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            raise ReportError(
-                f"topic {topic} not found at {bootstrap}; was it deleted? drop --recompute"
-            )
+        meta = require_topic(
+            consumer, bootstrap, topic, 10, error=ReportError,
+            missing_hint="was it deleted? drop --recompute",
+            unreachable_hint="start the run's stack ('arfl stack up') or drop --recompute",
+        )  # fmt: skip
         ends: dict[int, int] = {}
         assign: list[TopicPartition] = []
         for p in meta.partitions:

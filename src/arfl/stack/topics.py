@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.cimpl import NewTopic
 
-from arfl.errors import StackError
+from arfl.errors import ArflError, StackError
 from arfl.stack.health import _quiet
 
 _METADATA_TIMEOUT_S = 10.0
@@ -135,3 +136,48 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
             return
         time.sleep(0.1)
     raise StackError(f"topics {present} still listed by kafka at {bootstrap} after {_WAIT_S:.0f}s")
+
+
+def require_topic(
+    client: Any,
+    bootstrap: str,
+    topic: str,
+    timeout_s: float,
+    *,
+    error: type[ArflError] = StackError,
+    who: str = "",
+    what: str = "topic",
+    missing_hint: str = "create it first (arfl.stack.topics.ensure_topic)",
+    unreachable_hint: str = "run 'arfl stack up' or check stack.kafka",
+) -> Any:
+    """Check, through an existing client, that Kafka answers and ``topic`` has partitions.
+
+    Args:
+        client: a confluent-kafka Producer, Consumer or AdminClient (anything with
+            ``list_topics``).
+        bootstrap: the address, for messages.
+        topic: the topic that must exist.
+        timeout_s: how long Kafka may take to answer.
+        error: the error class raised (the caller's layer: DeployError, ReportError, ...).
+        who: a prefix naming the component (``"injector: "``).
+        what: how the topic is named in the message (``"sink topic"``).
+        missing_hint: what to do when the topic does not exist.
+        unreachable_hint: what to do when Kafka does not answer.
+
+    Returns:
+        The topic's metadata.
+
+    Raises:
+        ArflError: of class ``error``, naming host:port and what to do.
+    """
+    try:
+        md = client.list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException as e:
+        raise error(
+            f"{who}kafka at {bootstrap} not reachable after {timeout_s:.0f}s ({e}); "
+            f"{unreachable_hint}"
+        ) from None
+    meta = md.topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise error(f"{who}{what} {topic!r} does not exist on kafka at {bootstrap}; {missing_hint}")
+    return meta
