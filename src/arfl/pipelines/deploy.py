@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -595,8 +596,6 @@ class Deployment:
         merged: dict[str, Any] = {}
         merger_json = self.run_dir / "merger.json"
         if merger_json.exists():
-            import json
-
             merged = json.loads(merger_json.read_text())
         events = read_jsonl(self.paths.journal)
         restarts = sum(1 for e in events if e.get("event") == "replica-restarted")
@@ -682,6 +681,4 @@ def deploy(
 
 
 def _in_main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
