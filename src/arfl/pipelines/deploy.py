@@ -36,7 +36,9 @@ from arfl.faults.state import IsolationState
 from arfl.metrics.monitor import InjectorSecond, InjectorStatsTail, MonitorSnapshot, MonitorTail
 from arfl.pipelines.injector import InjectorConfig
 from arfl.pipelines.merger import MergerConfig
+from arfl.pipelines.progress import reached
 from arfl.pipelines.records import replica_topic
+from arfl.pipelines.rejoin import RejoinTracker
 from arfl.pipelines.rundir import Journal, RunPaths, new_run_dir, read_jsonl, write_json_atomic
 from arfl.pipelines.runner import ReplicaRunner, default_command
 
@@ -109,29 +111,6 @@ def drain_seconds(spec: Spec) -> float:
         if step.window is not None:
             extra = step.window.size + step.window.watermark
     return 120.0 + extra
-
-
-def _sum_offsets(value: Any) -> int:
-    """Sum every integer in a (possibly JSON-encoded, possibly nested) offset object."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return 0
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, dict):
-        return sum(_sum_offsets(v) for v in value.values())
-    if isinstance(value, list):
-        return sum(_sum_offsets(v) for v in value)
-    return 0
-
-
-def consumed(progress: dict[str, Any]) -> int:
-    """Input offsets a replica's batch reached, summed over partitions (its ``endOffset``)."""
-    return sum(_sum_offsets(src.get("endOffset")) for src in progress.get("sources", []))
 
 
 class _Child:
@@ -416,9 +395,24 @@ class Deployment:
         drain = (
             self.options.drain_s if self.options.drain_s is not None else drain_seconds(self.spec)
         )
+        rejoins = RejoinTracker(self.journal, self._source_end_offsets, self._last_progress)
+        try:
+            self._watch_loop(on_tick, monitor, inj, drain, rejoins)
+        finally:
+            rejoins.finish()
+
+    def _watch_loop(
+        self,
+        on_tick: Callable[[Tick], None] | None,
+        monitor: MonitorTail,
+        inj: InjectorStatsTail,
+        drain: float,
+        rejoins: RejoinTracker,
+    ) -> None:
+        assert self.injector is not None and self.merger is not None and self.runner is not None
         phase = "running"
         input_done_at: float | None = None
-        input_end_offsets = 0
+        input_end_offsets: dict[int, int] = {}
         last_results = -1
         last_change = time.monotonic()
         last_state_write = 0.0
@@ -427,6 +421,7 @@ class Deployment:
             monitor.poll()
             inj.poll()
             states = self.runner.states()
+            rejoins.observe(time.time(), {i: st.restarts for i, st in states.items()})
             self._sample_cpu(states)
             if time.monotonic() - last_state_write > 2.0:
                 self.write_state()
@@ -511,24 +506,28 @@ class Deployment:
             out[replica] = out.get(replica, 0.0) + secs
         return out
 
-    def _source_end_offsets(self) -> int:
-        """Sum of the source topic's end offsets (the whole input, heartbeats included)."""
+    def _source_end_offsets(self) -> dict[int, int]:
+        """The source topic's end offset per partition (the whole input, markers included)."""
         from confluent_kafka import Consumer, TopicPartition
 
         assert self.info is not None
         c = Consumer({"bootstrap.servers": self.info.kafka, "group.id": f"arfl-{self.run_id}"})
         try:
-            total = 0
+            ends: dict[int, int] = {}
             for p in range(self.rspec.source.partitions):
                 _, high = c.get_watermark_offsets(
                     TopicPartition(self.rspec.source.topic, p), timeout=10
                 )
-                total += max(0, int(high))
-            return total
+                ends[p] = max(0, int(high))
+            return ends
         finally:
             c.close()
 
-    def _caught_up(self, end_offsets: int) -> bool:
+    def _last_progress(self, replica: int) -> dict[str, Any] | None:
+        progress = read_jsonl(self.paths.progress(replica))
+        return progress[-1] if progress else None
+
+    def _caught_up(self, end_offsets: dict[int, int]) -> bool:
         """Every replica's last batch reached the input's end and the one after it ran empty.
 
         The empty (no-data) batch is the one that advances the watermark and emits the windows
@@ -536,7 +535,7 @@ class Deployment:
         """
         for i in range(self.spec.replication.replicas):
             progress = read_jsonl(self.paths.progress(i))
-            if not progress or consumed(progress[-1]) < end_offsets:
+            if not progress or not reached(progress[-1], end_offsets):
                 return False
             if self.spec.has_window and progress[-1].get("numInputRows", 0) != 0:
                 return False

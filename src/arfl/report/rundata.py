@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 from arfl.errors import ReportError
 from arfl.metrics.histogram import IntervalHistogram, read_latency_log
 from arfl.metrics.monitor import InjectorSummary, MonitorSnapshot
+from arfl.pipelines.progress import batch_timing
 from arfl.pipelines.rundir import RunPaths, read_jsonl
 
 if TYPE_CHECKING:
@@ -129,12 +129,14 @@ def batches(lines: list[dict[str, Any]]) -> list[Batch]:
     """The batches of one replica's progress lines, in time order (unparseable lines skipped)."""
     out: list[Batch] = []
     for d in lines:
-        try:
-            start = datetime.fromisoformat(str(d["timestamp"]).replace("Z", "+00:00")).timestamp()
-            dur = float((d.get("durationMs") or {}).get("triggerExecution", 0.0))
-            out.append(Batch(start, dur, int(d.get("batchId", -1)), int(d.get("numInputRows", 0))))
-        except (KeyError, TypeError, ValueError):
+        timing = batch_timing(d)
+        if timing is None:
             continue
+        try:
+            batch_id, rows = int(d.get("batchId", -1)), int(d.get("numInputRows", 0))
+        except (TypeError, ValueError):
+            continue
+        out.append(Batch(timing[0], timing[1], batch_id, rows))
     return sorted(out, key=lambda b: b.start)
 
 

@@ -353,19 +353,9 @@ class ResultReader:
 
 def consumed_offsets(progress: dict[str, Any]) -> int:
     """Sum of a progress event's source end offsets (records consumed so far, all partitions)."""
-    total = 0
-    for src in progress.get("sources", []):
-        end = src.get("endOffset")
-        if isinstance(end, str):
-            try:
-                end = json.loads(end)
-            except json.JSONDecodeError:
-                continue
-        if isinstance(end, dict):
-            for parts in end.values():
-                if isinstance(parts, dict):
-                    total += sum(int(v) for v in parts.values())
-    return total
+    from arfl.pipelines.progress import end_offsets
+
+    return sum(end_offsets(progress).values())
 
 
 def wait_caught_up(
