@@ -13,6 +13,7 @@ import pytest
 from arfl.errors import DeployError
 from arfl.metrics.histogram import read_latency_log
 from arfl.metrics.monitor import MonitorSnapshot, MonitorTail
+from arfl.pipelines import merger
 from arfl.pipelines.merger import (
     DedupState,
     GapTracker,
@@ -60,6 +61,21 @@ def test_copy_with_other_hash_is_a_divergence_naming_both_replicas() -> None:
         0,
         "h2",
     )
+
+
+def test_divergence_carries_both_values_while_remembered() -> None:
+    d = DedupState()
+    d.offer("a", 1, "h1", T0, {"total": 1.0})
+    _, div = d.offer("a", 0, "h2", T0 + 0.1, {"total": 1.5})
+    assert div is not None
+    assert div.to_dict()["first_data"] == {"total": 1.0}
+    assert div.to_dict()["data"] == {"total": 1.5}
+    # Only the newest first copies' contents are kept; older ones report None.
+    for i in range(merger.DATA_MEMORY):
+        d.offer(f"x{i}", 0, "h", T0 + 1)
+        d.offer(f"y{i}", 0, "h", T0 + 1, {"i": i})
+    _, old = d.offer("a", 0, "h3", T0 + 2, {"total": 2.0})
+    assert old is not None and old.first_data is None and old.data == {"total": 2.0}
 
 
 def test_eviction_by_age_forgets_only_old_ids() -> None:

@@ -55,6 +55,8 @@ MAX_JOURNALED_DIVERGENCES = 100
 """Beyond this many, divergences are only counted (one ``divergence_suppressed`` event)."""
 DEFAULT_HORIZON_S = 300.0
 DEFAULT_MAX_ENTRIES = 2_000_000
+DATA_MEMORY = 10_000
+"""The content of this many newest first copies is kept to show both values of a divergence."""
 STATS_STALE_S = 2.5
 """An injector stats file silent this long (and without a summary) means input stopped."""
 
@@ -79,15 +81,20 @@ class Divergence:
     first_hash: str
     replica: int
     hash: str
+    first_data: dict[str, Any] | None = None
+    """The first copy's content, while it is still remembered (see :data:`DATA_MEMORY`)."""
+    data: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Journal fields."""
+        """Journal fields: both hashes and both values."""
         return {
             "rid": self.rid,
             "first_replica": self.first_replica,
             "first_hash": self.first_hash,
+            "first_data": self.first_data,
             "replica": self.replica,
             "hash": self.hash,
+            "data": self.data,
         }
 
 
@@ -107,6 +114,7 @@ class DedupState:
         self.max_entries = max_entries
         # rid -> (first arrival epoch s, replica, hash); insertion order == arrival order.
         self._seen: OrderedDict[str, tuple[float, int, str]] = OrderedDict()
+        self._data: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.evicted = 0
 
     def __len__(self) -> int:
@@ -116,9 +124,14 @@ class DedupState:
         return rid in self._seen
 
     def offer(
-        self, rid: str, replica: int, content_hash: str, arrival_s: float
+        self,
+        rid: str,
+        replica: int,
+        content_hash: str,
+        arrival_s: float,
+        data: dict[str, Any] | None = None,
     ) -> tuple[bool, Divergence | None]:
-        """Offer one copy.
+        """Offer one copy (``data``: its content, remembered to report a divergence).
 
         Returns:
             ``(True, None)`` for the first copy of ``rid``; ``(False, divergence)`` for a later
@@ -127,12 +140,18 @@ class DedupState:
         prev = self._seen.get(rid)
         if prev is None:
             self._seen[rid] = (arrival_s, replica, content_hash)
+            if data is not None:
+                self._data[rid] = data
+                if len(self._data) > DATA_MEMORY:
+                    self._data.popitem(last=False)
             if len(self._seen) > self.max_entries:
                 self._seen.popitem(last=False)
                 self.evicted += 1
             return True, None
         if prev[2] != content_hash:
-            return False, Divergence(rid, prev[1], prev[2], replica, content_hash)
+            return False, Divergence(
+                rid, prev[1], prev[2], replica, content_hash, self._data.get(rid), data
+            )
         return False, None
 
     def evict(self, now_s: float) -> int:
@@ -149,6 +168,7 @@ class DedupState:
             if arrived >= cutoff:
                 break
             del seen[rid]
+            self._data.pop(rid, None)
             n += 1
         self.evicted += n
         return n
@@ -306,7 +326,7 @@ class MergeCore:
             return Outcome.BAD, None
         if rc.last_src_ts is None or rec.src_ts > rc.last_src_ts:
             rc.last_src_ts = rec.src_ts
-        first, div = self.dedup.offer(rec.rid, replica, rec.hash, arrival_s)
+        first, div = self.dedup.offer(rec.rid, replica, rec.hash, arrival_s, rec.data)
         if first:
             rc.wins += 1
             self.results += 1
