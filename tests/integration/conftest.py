@@ -11,6 +11,9 @@ from arfl.testing import EmbeddedStack
 
 _HERE = Path(__file__).parent
 
+# Shared checks live in a plain module: let pytest explain its failed asserts too.
+pytest.register_assert_rewrite("deploy_checks")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark everything under ``tests/integration`` so ``-m 'not integration'`` skips it."""

@@ -1,0 +1,117 @@
+"""Checks shared by the deploy tests: a windowed spec, the final output, offline equality."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from arfl.configs.spec import Spec, parse_spec
+from arfl.metrics.histogram import read_latency_log
+from arfl.pipelines import offline
+from arfl.pipelines.deploy import DeployResult, scoped
+from arfl.pipelines.records import Result, replica_topic
+from arfl.pipelines.rundir import read_jsonl
+from arfl.stack import StackInfo, ensure_installed
+from arfl.testing.spark import ResultReader
+
+
+def windowed_spec(
+    name: str, mode: str = "none", duration: str = "30s", replicas: int = 1, **extra: Any
+) -> Spec:
+    """Filter + 1 s tumbling window per user, 200 events/s over 2 partitions."""
+    raw: dict[str, Any] = {
+        "name": name,
+        "source": {"topic": "clicks", "partitions": 2, "event_time": "ts"},
+        "steps": [
+            {"filter": "amount > 10"},
+            {
+                "window": {
+                    "size": "1s",
+                    "key": "user",
+                    "watermark": "500ms",
+                    "agg": {"n": "count(*)", "total": "sum(amount)"},
+                }
+            },
+        ],
+        "sink": {"topic": "clicks-out"},
+        "replication": {"mode": mode, "replicas": replicas},
+        "spark": {
+            "master": "local-cluster[1,1,1024]",
+            "conf": {"spark.sql.shuffle.partitions": "2"},
+        },
+        "workload": {"rate": 200, "duration": duration, "keys": 20, "warmup": "2s"},
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return parse_spec(raw, f"{name}.toml")
+
+
+def read_topic(info: StackInfo, topic: str, at_least: int) -> dict[str, list[Result]]:
+    """Every result on ``topic`` grouped by result id (waits for ``at_least`` records)."""
+    with ResultReader(info.kafka, topic) as reader:
+        reader.poll_until(lambda rs: len(rs) >= at_least, timeout_s=30)
+        reader.poll(1.0)
+        by_rid: dict[str, list[Result]] = {}
+        for r in reader.results:
+            by_rid.setdefault(r.result.rid, []).append(r.result)
+        assert reader.bad == 0, f"{reader.bad} unreadable records on {topic}"
+    return by_rid
+
+
+def final_output(info: StackInfo, result: DeployResult) -> dict[str, list[Result]]:
+    """The merged output of a deployment."""
+    return read_topic(info, result.summary["topics"]["sink"], result.summary["results"])
+
+
+def replica_outputs(info: StackInfo, result: DeployResult) -> list[dict[str, list[Result]]]:
+    """Each replica's own output topic."""
+    sink = result.summary["topics"]["sink"]
+    n = result.summary["replicas"]
+    return [read_topic(info, replica_topic(sink, i), 1) for i in range(n)]
+
+
+def check_against_offline(info: StackInfo, spec: Spec, result: DeployResult) -> offline.Recomputed:
+    """Final output == offline recomputation: nothing lost, nothing twice, same content."""
+    out = final_output(info, result)
+    dups = {rid: len(copies) for rid, copies in out.items() if len(copies) > 1}
+    assert not dups, f"duplicates in the final output: {list(dups.items())[:5]}"
+    expected = offline.recompute(
+        scoped(spec, result.run_dir.name), info.kafka, ensure_installed().spark_kafka_jars
+    )
+    missing = expected.final - set(out)
+    if missing:
+        sample = {rid: expected.results[rid].data for rid in sorted(missing)[:5]}
+        raise AssertionError(
+            f"{len(missing)} of {len(expected.final)} final results missing (delivered "
+            f"{len(out)}; input {expected.input_records} records, max event time "
+            f"{expected.max_event_time_ms}, final watermark {expected.watermark_ms}), e.g. {sample}"
+        )
+    unexpected = set(out) - set(expected.results)
+    assert not unexpected, f"results the input does not explain: {sorted(unexpected)[:5]}"
+    wrong = [rid for rid, copies in out.items() if copies[0].hash != expected.results[rid].hash]
+    assert not wrong, f"content differs from the offline result for {wrong[:5]}"
+    assert len(expected.final) > 0.8 * len(expected.results)
+    return expected
+
+
+def check_run_dir(result: DeployResult) -> None:
+    """The run directory has what ``arfl report`` reads, consistent with the summary."""
+    run: Path = result.run_dir
+    for name in ("spec.json", "state.json", "journal.jsonl", "latency.hlog", "summary.json"):
+        assert (run / name).exists(), name
+    intervals = read_latency_log(run / "latency.hlog")
+    assert sum(i.count for i in intervals) == result.summary["results"]
+    lat = result.summary["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p99"] <= lat["max"]
+    # Window of 1 s + watermark 0.5 s: a result cannot be older than that when it is emitted,
+    # nor should it be minutes late on a healthy run.
+    assert 500 <= lat["p50"] <= 60_000
+    events = [e["event"] for e in read_jsonl(run / "journal.jsonl")]
+    for ev in ("run-started", "replica-started", "workload-started", "run-finished"):
+        assert ev in events
+    for i in range(result.summary["replicas"]):
+        progress = read_jsonl(run / "progress" / f"replica-{i}.jsonl")
+        assert progress and all("durationMs" in p for p in progress)

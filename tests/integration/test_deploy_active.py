@@ -1,0 +1,186 @@
+"""Active replication end to end: ``arfl deploy`` with R=2 real Spark replicas per mode.
+
+For each active mode: a fault-free run where both replicas emit every result with identical
+content and the merged output equals the offline recomputation; a run where one replica's
+executor is SIGKILLed and a driver (in leader mode: the leader's) is SIGKILLed mid-run, after
+which the output is still complete and duplicate-free and the killed replica rejoins and
+catches up. A deliberately non-deterministic transform is caught by the divergence check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from deploy_checks import (
+    check_against_offline,
+    check_run_dir,
+    final_output,
+    replica_outputs,
+    windowed_spec,
+)
+
+from arfl.pipelines.deploy import DeployOptions, DeployResult, deploy
+from arfl.pipelines.replication.leader import Decision
+from arfl.pipelines.rundir import read_jsonl
+from arfl.stack import StackInfo
+
+pytestmark = pytest.mark.integration
+
+ACTIVE = ["active-leader", "active-leaderless"]
+
+
+def _events(result: DeployResult, name: str) -> list[dict[str, Any]]:
+    return [e for e in read_jsonl(result.run_dir / "journal.jsonl") if e["event"] == name]
+
+
+def _both_replicas_agree(info: StackInfo, result: DeployResult) -> None:
+    """Every result id of each replica is in the other's output, with the same hash."""
+    outs = replica_outputs(info, result)
+    assert len(outs) == 2
+    a, b = ({rid: copies[0].hash for rid, copies in o.items()} for o in outs)
+    only_a, only_b = set(a) - set(b), set(b) - set(a)
+    assert not only_a and not only_b, (
+        f"results emitted by one replica only: r0 {sorted(only_a)[:3]}, r1 {sorted(only_b)[:3]}"
+    )
+    differ = [rid for rid in a if a[rid] != b[rid]]
+    assert not differ, f"replicas disagree on {differ[:5]}"
+    # A replica never changes its mind either (re-emitted copies after a restart are equal).
+    for out in outs:
+        for rid, copies in out.items():
+            assert len({c.hash for c in copies}) == 1, rid
+
+
+@pytest.mark.parametrize("mode", ACTIVE)
+def test_fault_free_replicas_agree_and_match_offline(
+    mode: str, stack: StackInfo, tmp_path: Path
+) -> None:
+    spec = windowed_spec(f"act-{mode[7:]}", mode=mode, replicas=2, duration="15s")
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    s = result.summary
+    assert s["produced"] == 200 * 15
+    assert s["divergent"] == 0
+    assert s["replica_restarts"] == 0
+    # Every result came from both replicas: one copy kept, the other dropped.
+    assert s["duplicates_dropped"] == s["results"]
+    _both_replicas_agree(stack, result)
+    check_against_offline(stack, spec, result)
+    check_run_dir(result)
+    wins = {int(r): v["wins"] for r, v in s["merger"]["replicas"].items()}
+    assert sum(wins.values()) == s["results"]
+
+
+def _decisions(info: StackInfo, run_id: str) -> list[Decision]:
+    admin = AdminClient({"bootstrap.servers": info.kafka})
+    topics = [t for t in admin.list_topics(timeout=10).topics if run_id in t and "decisions" in t]
+    assert len(topics) == 1, topics
+    c = Consumer(
+        {"bootstrap.servers": info.kafka, "group.id": f"t-{run_id}", "enable.auto.commit": False}
+    )
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(topics[0], 0), timeout=10)
+        c.assign([TopicPartition(topics[0], 0, 0)])
+        out: list[Decision] = []
+        while len(out) < high:
+            msg = c.poll(5.0)
+            assert msg is not None, f"read {len(out)} of {high} decisions"
+            if msg.error() is None:
+                out.append(Decision.from_json(msg.value()))
+        return out
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("mode", ACTIVE)
+def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
+    mode: str, stack: StackInfo, tmp_path: Path
+) -> None:
+    driver_kill: dict[str, Any] = (
+        {"at": "14s", "fault": "kill-leader"}
+        if mode == "active-leader"
+        else {"at": "14s", "fault": "kill-replica", "replica": 1}
+    )
+    spec = windowed_spec(
+        f"actk-{mode[7:]}",
+        mode=mode,
+        replicas=2,
+        duration="30s",
+        chaos=[{"at": "6s", "fault": "kill-executor", "replica": 0}, driver_kill],
+    )
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    s = result.summary
+    injected = _events(result, "fault-injected")
+    assert [e["kind"] for e in injected] == [
+        "kill-executor",
+        "kill-replica" if mode.endswith("less") else "kill-leader",
+    ]
+    killed = int(injected[1]["details"]["replica"])
+    # The killed driver died, was restarted from its checkpoint and caught up again.
+    died = [e for e in _events(result, "replica-died") if e["replica"] == killed]
+    restarted = [e for e in _events(result, "replica-restarted") if e["replica"] == killed]
+    caught_up = [e for e in _events(result, "replica-caught-up") if e["replica"] == killed]
+    assert died and restarted and caught_up, (died, restarted, caught_up)
+    assert restarted[0]["downtime_s"] > 0
+    assert caught_up[0]["catchup_s"] > 0
+    assert s["replica_restarts"] == 1
+    # The executor kill was survived inside replica 0 (no driver restart for it).
+    assert not [e for e in _events(result, "replica-died") if e["replica"] != killed]
+    assert s["divergent"] == 0
+    # Nothing lost, nothing twice, and both replicas still produced every result.
+    check_against_offline(stack, spec, result)
+    _both_replicas_agree(stack, result)
+    assert s["duplicates_dropped"] >= s["results"]
+
+    if mode == "active-leader":
+        decisions = _decisions(stack, result.run_dir.name)
+        killed_at = float(injected[1]["details"]["killed_at"])
+        leaders = [d.leader for d in decisions]
+        assert killed in leaders[:3], f"the killed replica {killed} led at first: {leaders[:10]}"
+        other = 1 - killed
+        assert other in leaders, f"no decision by replica {other} after the leader died"
+        # Batch numbers of first decisions are gap-free: the new leader continued the log.
+        firsts: dict[int, Decision] = {}
+        for d in decisions:
+            firsts.setdefault(d.k, d)
+        assert sorted(firsts) == list(range(len(firsts)))
+        assert killed_at > 0
+
+
+def test_nondeterministic_transform_is_caught_as_divergence(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    spec = windowed_spec(
+        "act-noisy",
+        mode="active-leaderless",
+        replicas=2,
+        duration="10s",
+        steps=[
+            {"transform": "arfl.testing.transforms:noisy_amount"},
+            {
+                "window": {
+                    "size": "1s",
+                    "key": "user",
+                    "watermark": "500ms",
+                    "agg": {"total": "sum(amount)"},
+                }
+            },
+        ],
+    )
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    s = result.summary
+    assert s["results"] > 0
+    # Nearly every window sums a random term: nearly every second copy differs.
+    assert s["divergent"] > 0.9 * s["duplicates_dropped"] > 0
+    journaled = _events(result, "divergence")
+    assert journaled, "divergences are journaled"
+    first = journaled[0]
+    assert first["rid"] in final_output(stack, result)
+    assert first["first_hash"] != first["hash"]
+    assert {first["first_replica"], first["replica"]} == {0, 1}
+    # Both values are journaled: same window and key, different sums.
+    assert first["first_data"] is not None and first["data"] is not None
+    assert first["first_data"]["user"] == first["data"]["user"]
+    assert first["first_data"]["total"] != first["data"]["total"]
