@@ -24,8 +24,14 @@ from arfl.errors import ArflError
 from arfl.pipelines.deploy import DeployOptions, deploy
 from arfl.pipelines.rundir import read_jsonl
 
-PHASES = ("triggerExecution", "latestOffset", "queryPlanning", "walCommit", "addBatch",
-          "commitOffsets")
+PHASES = (
+    "triggerExecution",
+    "latestOffset",
+    "queryPlanning",
+    "walCommit",
+    "addBatch",
+    "commitOffsets",
+)
 
 
 def spec_for(mode: str, trigger: str, rate: int, duration: str) -> Spec:
@@ -49,8 +55,11 @@ def spec_for(mode: str, trigger: str, rate: int, duration: str) -> Spec:
 
 def phases(run_dir: Path, skip: int = 3) -> dict[str, float]:
     """Median of each batch phase (ms) over the batches after the first ``skip``."""
-    progress = [p for p in read_jsonl(run_dir / "progress" / "replica-0.jsonl")
-                if p.get("numInputRows", 0) > 0][skip:]
+    progress = [
+        p
+        for p in read_jsonl(run_dir / "progress" / "replica-0.jsonl")
+        if p.get("numInputRows", 0) > 0
+    ][skip:]
     out: dict[str, float] = {"batches": float(len(progress))}
     for k in PHASES:
         vals = [float(p.get("durationMs", {}).get(k, 0)) for p in progress]
@@ -99,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"mode": mode, "trigger": trigger, "rate": rate, "error": str(e)})
                 continue
             row: dict[str, Any] = {
-                "mode": mode, "trigger": trigger, "rate": rate,
-                "run": str(res.run_dir), "wall_s": round(time.monotonic() - t, 1),
+                "mode": mode,
+                "trigger": trigger,
+                "rate": rate,
+                "run": str(res.run_dir),
+                "wall_s": round(time.monotonic() - t, 1),
                 "achieved_rate": res.summary.get("achieved_rate"),
                 "results": res.summary.get("results"),
                 **steady_percentiles(res.run_dir, warmup),
@@ -110,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     base = next((r for r in rows if "p50" in r), None)
     print()
-    hdr = (f"{'variant':<26} {'rate':>6} {'p50 ms':>8} {'p99 ms':>8} {'p50 x':>6} "
-           f"{'batch ms':>9} {'addBatch':>9} {'walCommit':>9} {'commit':>7} {'rows/b':>7}")
+    hdr = (
+        f"{'variant':<26} {'rate':>6} {'p50 ms':>8} {'p99 ms':>8} {'p50 x':>6} "
+        f"{'batch ms':>9} {'addBatch':>9} {'walCommit':>9} {'commit':>7} {'rows/b':>7}"
+    )
     print(hdr)
     for r in rows:
         name = f"{r['mode']}/{r['trigger']}"
@@ -119,9 +133,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<26} {r['rate']:>6} failed: {r['error'][:80]}")
             continue
         ratio = r["p50"] / base["p50"] if base else float("nan")
-        print(f"{name:<26} {r['rate']:>6} {r['p50']:>8.1f} {r['p99']:>8.1f} {ratio:>6.2f} "
-              f"{r['triggerExecution']:>9.0f} {r['addBatch']:>9.0f} {r['walCommit']:>9.0f} "
-              f"{r['commitOffsets']:>7.0f} {r['rows_per_batch']:>7.0f}")
+        print(
+            f"{name:<26} {r['rate']:>6} {r['p50']:>8.1f} {r['p99']:>8.1f} {ratio:>6.2f} "
+            f"{r['triggerExecution']:>9.0f} {r['addBatch']:>9.0f} {r['walCommit']:>9.0f} "
+            f"{r['commitOffsets']:>7.0f} {r['rows_per_batch']:>7.0f}"
+        )
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -95,22 +95,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mode}: failed: {e}", file=sys.stderr)
             rows.append({"mode": mode, "error": str(e)})
             continue
-        row = {"mode": mode, "run": str(res.run_dir),
-               **analyse(res.run_dir, spec.workload.warmup, parse_duration(args.fault_at))}
+        row = {
+            "mode": mode,
+            "run": str(res.run_dir),
+            **analyse(res.run_dir, spec.workload.warmup, parse_duration(args.fault_at)),
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     none = next((r for r in rows if r.get("mode") == "none" and "p50" in r), None)
     print()
-    print(f"{'mode':<20} {'p50 ms':>8} {'p99 ms':>8} {'p99 after':>10} {'ratio':>6} "
-          f"{'gap ms':>8} {'cpu s':>6} {'p50/none':>9} {'divergent':>9}")
+    print(
+        f"{'mode':<20} {'p50 ms':>8} {'p99 ms':>8} {'p99 after':>10} {'ratio':>6} "
+        f"{'gap ms':>8} {'cpu s':>6} {'p50/none':>9} {'divergent':>9}"
+    )
     for r in rows:
         if "error" in r:
             print(f"{r['mode']:<20} failed: {r['error'][:90]}")
             continue
         over = r["p50"] / none["p50"] if none else float("nan")
-        print(f"{r['mode']:<20} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['p99_after']:>10.1f} "
-              f"{r['ratio']:>6.2f} {r['max_gap_ms'] or 0:>8.0f} {r['cpu_s'] or 0:>6.1f} "
-              f"{over:>9.2f} {r['divergent']:>9}")
+        print(
+            f"{r['mode']:<20} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['p99_after']:>10.1f} "
+            f"{r['ratio']:>6.2f} {r['max_gap_ms'] or 0:>8.0f} {r['cpu_s'] or 0:>6.1f} "
+            f"{over:>9.2f} {r['divergent']:>9}"
+        )
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2) + "\n")
     return 0
