@@ -44,7 +44,7 @@ from arfl.metrics.histogram import (
 from arfl.report import correctness as corr
 from arfl.report.faults import JournaledFault, journaled_faults
 from arfl.report.gaps import RESOLUTION, Gap, find_gaps, longest_in, overlapping
-from arfl.report.model import Correctness, FaultStats, PhaseStats, Report, Series
+from arfl.report.model import Correctness, FaultStats, PhaseStats, Report, Resources, Series
 from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos, slo_percentiles
 
@@ -285,6 +285,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         gap_resolution=RESOLUTION,
         series=_series(b, data, phases, overall, replica_batches),
         warnings=warnings,
+        resources=Resources.from_summary(data.summary),
     )
 
 

@@ -23,6 +23,26 @@ COMPARED_METRICS: tuple[str, ...] = (
     "results_per_s",
 )
 FAULT_METRICS: tuple[str, ...] = ("detect_s", "recovery_s", "masked")
+RUN_METRICS: tuple[str, ...] = (
+    "cpu_s",
+    "peak_rss_mb",
+    "replicas",
+    "missing",
+    "duplicates",
+    "divergent",
+)
+"""Whole-run rows (phase ``run``): what the replicas cost and whether the output was right."""
+
+
+def _run_metric(rep: Report, metric: str) -> float | None:
+    if metric == "cpu_s":
+        return rep.resources.cpu_s
+    if metric == "peak_rss_mb":
+        return rep.resources.peak_rss_mb
+    if metric == "replicas":
+        return float(rep.replicas)
+    value = getattr(rep.correctness, metric)
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -122,4 +142,9 @@ def compare(reports: Sequence[Report]) -> Comparison:
                     metric, f"fault-{i + 1}", fvalues, [_ratio(v, fvalues[0]) for v in fvalues]
                 )
             )
+    for metric in RUN_METRICS:
+        rvalues: list[float | bool | None] = [_run_metric(rep, metric) for rep in reports]
+        if all(v is None for v in rvalues):
+            continue
+        rows.append(ComparisonRow(metric, "run", rvalues, [_ratio(v, rvalues[0]) for v in rvalues]))
     return Comparison(list(reports), rows)

@@ -301,6 +301,16 @@ def correctness_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     )  # fmt: skip
 
 
+def resource_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Headers and the one row of the replicas' cost (CPU seconds, peak memory)."""
+    r = report.resources
+    per = ", ".join(f"r{i} {v:,.1f}" for i, v in sorted(r.cpu_s_per_replica.items()))
+    return (
+        ["replicas", "CPU s", "CPU s per replica", "peak RSS MiB"],
+        [[str(report.replicas), _fmt(r.cpu_s, nd=1), per or "-", _fmt(r.peak_rss_mb, nd=0)]],
+    )
+
+
 def _fig_html(fig: go.Figure, div_id: str, first: bool) -> str:
     return str(
         fig.to_html(
@@ -381,6 +391,7 @@ def report_body(report: Report, first_plot: bool = True, id_suffix: str = "") ->
     parts.append("<h2>Correctness</h2>" + _table(*correctness_rows(report)))
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.correctness.notes)
     parts.append(f"<ul class='note'>{notes}</ul>")
+    parts.append("<h2>Resources</h2>" + _table(*resource_rows(report)))
     return "\n".join(parts)
 
 

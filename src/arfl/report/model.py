@@ -272,6 +272,41 @@ class Series:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What the replicas cost (from ``summary.json``; None where the run did not record it).
+
+    Attributes:
+        cpu_s: CPU seconds of every replica process (drivers, driver JVMs, executors).
+        cpu_s_per_replica: the same per replica index.
+        peak_rss_mb: the highest sum of the replicas' resident memory seen at one time.
+    """
+
+    cpu_s: float | None = None
+    cpu_s_per_replica: dict[int, float] = field(default_factory=dict)
+    peak_rss_mb: float | None = None
+
+    @classmethod
+    def from_summary(cls, summary: dict[str, Any]) -> Resources:
+        """Read the deploy summary's ``cpu_s*`` and ``replicas_peak_rss_mb``."""
+        total = summary.get("cpu_s_total")
+        rss = summary.get("replicas_peak_rss_mb")
+        per = summary.get("cpu_s") or {}
+        return cls(
+            cpu_s=None if total is None else float(total),
+            cpu_s_per_replica={int(k): float(v) for k, v in per.items()},
+            peak_rss_mb=None if rss is None else float(rss),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``resources`` object of the JSON output."""
+        return {
+            "cpu_s": self.cpu_s,
+            "cpu_s_per_replica": {str(k): v for k, v in sorted(self.cpu_s_per_replica.items())},
+            "peak_rss_mb": self.peak_rss_mb,
+        }
+
+
+@dataclass(frozen=True)
 class Report:
     """The report of one run; ``to_dict()`` is the ``--json`` output.
 
@@ -294,6 +329,7 @@ class Report:
         gap_resolution: how gaps were measured (a sentence).
         series: per-second data for plots.
         warnings: things the reader should know (partial run, missing files).
+        resources: CPU seconds and peak memory of the replicas.
     """
 
     run: str
@@ -314,6 +350,7 @@ class Report:
     gap_resolution: str
     series: Series
     warnings: list[str] = field(default_factory=list)
+    resources: Resources = field(default_factory=Resources)
 
     def phase(self, name: str) -> PhaseStats:
         """A phase by name (``overall`` included).
@@ -345,6 +382,7 @@ class Report:
             "overall": self.overall.to_dict(),
             "faults": [f.to_dict() for f in self.faults],
             "correctness": self.correctness.to_dict(),
+            "resources": self.resources.to_dict(),
             "slo": self.slo.to_dict(),
             "longest_gap_ms": self.longest_gap_ms,
             "gap_resolution": self.gap_resolution,

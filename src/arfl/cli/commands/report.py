@@ -42,7 +42,7 @@ def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
 
 
 def _print_report(rep: Report) -> None:
-    from arfl.report.html import correctness_rows, fault_rows, phase_rows
+    from arfl.report.html import correctness_rows, fault_rows, phase_rows, resource_rows
 
     out.print(
         f"[bold]{escape(rep.run)}[/]  mode {rep.mode}, {rep.replicas} replica(s), "
@@ -63,6 +63,8 @@ def _print_report(rep: Report) -> None:
     out.print(_rich_table("correctness", *correctness_rows(rep)))
     for note in rep.correctness.notes:
         out.print(f"[dim]  {escape(note)}[/]", highlight=False)
+    if rep.resources.cpu_s is not None:
+        out.print(_rich_table("resources", *resource_rows(rep)))
 
 
 def _print_slo(rep: Report) -> None:
@@ -74,7 +76,8 @@ def _print_slo(rep: Report) -> None:
         out.print(f"{mark} {escape(c.line)}", highlight=False)
 
 
-def _print_comparison(comp: Comparison) -> None:
+def print_comparison(comp: Comparison) -> None:
+    """The comparison tables (one per metric) on stdout."""
     from arfl.report.html import comparison_tables
 
     for metric, headers, rows in comparison_tables(comp):
@@ -136,7 +139,7 @@ def report(
             _print_slo(rep)
             out.print()
         if comp is not None:
-            _print_comparison(comp)
+            print_comparison(comp)
     if written is not None:
         err.print(f"HTML report: [bold]{escape(str(written))}[/]", highlight=False)
     breached = [r for r in reports if not r.slo.passed]
