@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for cmd in ("deploy", "chaos", "report", "validate", "stack"):
+    for cmd in ("deploy", "chaos", "report", "experiment", "validate", "stack"):
         assert cmd in out
 
 
@@ -57,3 +57,13 @@ def test_debug_shows_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert "Traceback" in err
     assert "no such file" in err
+
+
+def test_experiment_with_unknown_modes_exits_2_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = ROOT / "configs" / "clicks.toml"
+    code = main(["experiment", str(spec), "--modes", "none,eventual", "--runs", str(tmp_path)])
+    assert code == 2
+    assert "unknown mode 'eventual'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -40,7 +40,7 @@ def _root(
 
 def _register() -> None:
     # Imported for their side effect: each module adds its commands to ``app``.
-    from arfl.cli.commands import chaos, deploy, report, stack, validate  # noqa: F401
+    from arfl.cli.commands import chaos, deploy, experiment, report, stack, validate  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:
