@@ -7,6 +7,7 @@ from typing import Any
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.metrics.histogram import read_latency_log
+from arfl.metrics.monitor import MonitorSnapshot
 from arfl.pipelines import offline
 from arfl.pipelines.deploy import DeployResult, scoped
 from arfl.pipelines.records import Result, replica_topic
@@ -115,3 +116,19 @@ def check_run_dir(result: DeployResult) -> None:
     for i in range(result.summary["replicas"]):
         progress = read_jsonl(run / "progress" / f"replica-{i}.jsonl")
         assert progress and all("durationMs" in p for p in progress)
+
+
+def received_over_time(run: Path, replica: int) -> list[tuple[float, int]]:
+    """``(epoch s, records received so far)`` from one replica, per merger second."""
+    snaps = [MonitorSnapshot.from_dict(d) for d in read_jsonl(run / "monitor.jsonl")]
+    return [(s.t, s.replicas[replica].received if replica in s.replicas else 0) for s in snaps]
+
+
+def check_silent_then_resumed(run: Path, replica: int, start: float, end: float) -> None:
+    """The replica delivered nothing from ``start`` + 3 s (what was in flight) to ``end``,
+    and delivered again after ``end``."""
+    received = received_over_time(run, replica)
+    during = [n for t, n in received if start + 3 <= t <= end]
+    assert during and max(during) == min(during), f"output during the fault: {during}"
+    after = [n for t, n in received if t > end]
+    assert after and after[-1] > max(during), "no output after the fault was reverted"

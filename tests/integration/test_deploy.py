@@ -11,7 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from deploy_checks import check_against_offline, check_run_dir, windowed_spec
+from deploy_checks import (
+    check_against_offline,
+    check_run_dir,
+    check_silent_then_resumed,
+    windowed_spec,
+)
 
 from arfl.pipelines.deploy import DeployOptions, Tick, deploy
 from arfl.pipelines.rundir import read_jsonl
@@ -21,8 +26,12 @@ from arfl.testing.spark import StandaloneCluster
 pytestmark = pytest.mark.integration
 
 
-def test_deploy_none_windowed_matches_offline(stack: StackInfo, tmp_path: Path) -> None:
-    spec = windowed_spec("dep-none")
+def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    spec = windowed_spec(
+        "dep-none", chaos=[{"at": "18s", "fault": "pause", "replica": 0, "duration": "5s"}]
+    )
     ticks: list[Tick] = []
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path), on_tick=ticks.append)
     assert result.summary["produced"] == 200 * 30
@@ -32,6 +41,12 @@ def test_deploy_none_windowed_matches_offline(stack: StackInfo, tmp_path: Path) 
     check_run_dir(result)
     assert any(t.snapshot is not None and t.snapshot.results > 0 for t in ticks)
     assert {s for t in ticks for s in t.replicas.values()} >= {"running"}
+    # The pause froze the replica (no output) and SIGCONT let it go on where it was.
+    journal = read_jsonl(result.run_dir / "journal.jsonl")
+    (inj,) = [e for e in journal if e["event"] == "fault-injected"]
+    (rev,) = [e for e in journal if e["event"] == "fault-reverted"]
+    check_silent_then_resumed(result.run_dir, 0, float(inj["ended"]), float(rev["ended"]))
+    assert result.summary["replica_restarts"] == 0
 
 
 def test_deploy_passive_driver_killed_restarts_from_checkpoint(

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_checks import windowed_spec
+from deploy_checks import check_silent_then_resumed, windowed_spec
 
 from arfl.faults import netns
-from arfl.metrics.monitor import MonitorSnapshot
 from arfl.pipelines.deploy import DeployOptions, deploy
 from arfl.pipelines.rundir import read_jsonl
 from arfl.stack import StackInfo
@@ -49,14 +48,7 @@ def test_partitioned_replica_stops_then_resumes_and_nothing_is_left(
     assert 6.5 <= healed_at - cut_at <= 11
 
     # The replica's output: silent while cut off (after what was in flight), back after.
-    snaps = [MonitorSnapshot.from_dict(d) for d in read_jsonl(run / "monitor.jsonl")]
-    received = [(s.t, s.replicas[0].received if 0 in s.replicas else 0) for s in snaps]
-    during = [n for t, n in received if cut_at + 3 <= t <= healed_at]
-    assert during and max(during) == min(during), f"output while partitioned: {during}"
-    after = [n for t, n in received if t > healed_at]
-    assert after and after[-1] > max(during), "no output after the partition healed"
-    before = [n for t, n in received if t < cut_at]
-    assert before and before[-1] > 0, "no output before the partition"
+    check_silent_then_resumed(run, 0, cut_at, healed_at)
     assert result.summary["results"] > 0
     assert result.summary["replica_restarts"] == 0
 
