@@ -187,11 +187,13 @@ def run_experiment(
         if on_run_done is not None:
             on_run_done(mode, done, None)
 
+    labels: list[str] = []
     for mode in modes:
         if mode in result.runs and mode not in result.failed:
             result.reports.append(build_report(result.runs[mode]))
+            labels.append(mode)
     if len(result.reports) >= 2:
-        result.comparison = compare(result.reports)
+        result.comparison = compare(result.reports, labels)
         result.html = render_compare_html(result.comparison, root / "compare.html")
     _write_index(result, spec, modes)
     return result

@@ -122,6 +122,8 @@ def test_runs_each_mode_then_writes_the_comparison(
     doc = json.loads((res.root / "comparison.json").read_text())
     assert doc["experiment"]["failed"] == {"none": "DeployError: none broke"}
     assert set(doc["experiment"]["runs"]) == {"passive", "none", "active-leaderless"}
+    assert doc["comparison"]["labels"] == ["passive", "active-leaderless"]
+    assert "passive = exp-passive-1" in res.html.read_text()
     metrics = {(r["metric"], r["phase"]) for r in doc["comparison"]["rows"]}
     assert {("p99", "overall"), ("masked", "fault-1"), ("replicas", "run")} <= metrics
     replicas = next(r for r in doc["comparison"]["rows"] if r["metric"] == "replicas")

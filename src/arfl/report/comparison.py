@@ -7,7 +7,7 @@ runs of the same spec under different replication modes line up fault by fault.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from arfl.errors import ReportError
@@ -78,11 +78,18 @@ class Comparison:
 
     reports: list[Report]
     rows: list[ComparisonRow]
+    labels: list[str] = field(default_factory=list)
+    """Short names for tables and legends (an experiment's modes); the run ids if empty."""
 
     @property
     def runs(self) -> list[str]:
         """The runs' ids, first (the reference) first."""
         return [r.run for r in self.reports]
+
+    @property
+    def names(self) -> list[str]:
+        """What tables and plots call the runs: the labels, else the run ids."""
+        return list(self.labels) if self.labels else self.runs
 
     def table(self, metric: str) -> list[ComparisonRow]:
         """The rows of one metric."""
@@ -90,7 +97,11 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``comparison`` object of the JSON output."""
-        return {"runs": self.runs, "rows": [r.to_dict() for r in self.rows]}
+        return {
+            "runs": self.runs,
+            "labels": self.names,
+            "rows": [r.to_dict() for r in self.rows],
+        }
 
 
 def _ratio(v: float | bool | None, ref: float | bool | None) -> float | None:
@@ -109,14 +120,16 @@ def _phase_names(reports: Sequence[Report]) -> list[str]:
     return names
 
 
-def compare(reports: Sequence[Report]) -> Comparison:
-    """Compare runs, the first one being the reference.
+def compare(reports: Sequence[Report], labels: Sequence[str] | None = None) -> Comparison:
+    """Compare runs, the first one being the reference (``labels``: one short name per run).
 
     Raises:
-        ReportError: fewer than two reports.
+        ReportError: fewer than two reports, or labels that do not match them.
     """
     if len(reports) < 2:
         raise ReportError("comparing needs at least two runs")
+    if labels is not None and len(labels) != len(reports):
+        raise ReportError(f"{len(labels)} label(s) for {len(reports)} runs")
     rows: list[ComparisonRow] = []
     names = _phase_names(reports)
     for metric in COMPARED_METRICS:
@@ -147,4 +160,4 @@ def compare(reports: Sequence[Report]) -> Comparison:
         if all(v is None for v in rvalues):
             continue
         rows.append(ComparisonRow(metric, "run", rvalues, [_ratio(v, rvalues[0]) for v in rvalues]))
-    return Comparison(list(reports), rows)
+    return Comparison(list(reports), rows, list(labels or []))

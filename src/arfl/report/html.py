@@ -407,19 +407,17 @@ def render_html(report: Report, path: Path) -> Path:
 def compare_latency_figure(comparison: Comparison) -> go.Figure:
     """Per-second p99 (solid) and p50 (dotted) of every run, overlaid."""
     fig = go.Figure()
-    for i, rep in enumerate(comparison.reports):
+    for i, (rep, name) in enumerate(zip(comparison.reports, comparison.names, strict=True)):
         color = _COLORS[i % len(_COLORS)]
         s = rep.series
         fig.add_trace(
-            go.Scatter(
-                x=s.t_s, y=s.p99_ms, name=f"{rep.run} p99", mode="lines", line={"color": color}
-            )
+            go.Scatter(x=s.t_s, y=s.p99_ms, name=f"{name} p99", mode="lines", line={"color": color})
         )
         fig.add_trace(
             go.Scatter(
                 x=s.t_s,
                 y=s.p50_ms,
-                name=f"{rep.run} p50",
+                name=f"{name} p50",
                 mode="lines",
                 line={"color": color, "dash": "dot"},
             )
@@ -440,9 +438,9 @@ def compare_latency_figure(comparison: Comparison) -> go.Figure:
 def compare_distribution_figure(comparison: Comparison) -> go.Figure:
     """The overall latency distribution of every run, overlaid."""
     fig = go.Figure()
-    for i, rep in enumerate(comparison.reports):
+    for i, (rep, name) in enumerate(zip(comparison.reports, comparison.names, strict=True)):
         points = rep.series.distribution.get("overall", [])
-        fig.add_trace(_dist_trace(rep.run, points, _COLORS[i % len(_COLORS)]))
+        fig.add_trace(_dist_trace(name, points, _COLORS[i % len(_COLORS)]))
     values = [
         v for rep in comparison.reports for _, v in rep.series.distribution.get("overall", [])
     ]
@@ -458,7 +456,7 @@ def comparison_tables(comparison: Comparison) -> list[tuple[str, list[str], list
         if row.metric not in metrics:
             metrics.append(row.metric)
     headers = ["phase"]
-    for i, run in enumerate(comparison.runs):
+    for i, run in enumerate(comparison.names):
         headers.append(run)
         if i:
             headers.append("x first")
@@ -485,13 +483,22 @@ def render_compare_html(comparison: Comparison, path: Path) -> Path:
         ReportError: the file cannot be written.
     """
     parts = [
-        f"<h1>arfl comparison: {html.escape(', '.join(comparison.runs))}</h1>",
-        "<p class='note'>Ratios are to the first run.</p>",
+        f"<h1>arfl comparison: {html.escape(', '.join(comparison.names))}</h1>",
+        "<p class='note'>Ratios are to the first run. Runs: "
+        + ", ".join(
+            html.escape(f"{n} = {r}" if n != r else r)
+            for n, r in zip(comparison.names, comparison.runs, strict=True)
+        )
+        + ".</p>",
         _fig_html(compare_latency_figure(comparison), "compare-latency-over-time", True),
         _fig_html(compare_distribution_figure(comparison), "compare-latency-distribution",
                   False),
     ]  # fmt: skip
-    units = {"results_per_s": "results/s", "detect_s": "s", "recovery_s": "s", "masked": ""}
+    units = {
+        "results_per_s": "results/s", "detect_s": "s", "recovery_s": "s", "masked": "",
+        "cpu_s": "CPU s", "peak_rss_mb": "MiB (peak RSS)", "replicas": "", "missing": "",
+        "duplicates": "", "divergent": "",
+    }  # fmt: skip
     tables = []
     for metric, headers, rows in comparison_tables(comparison):
         unit = units.get(metric, "ms")
