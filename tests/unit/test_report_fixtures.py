@@ -219,3 +219,20 @@ def test_real_active_run_shows_divergence_and_who_delivered() -> None:
     # The wait for the first result (it is not a gap to the merger) counts in the steady state.
     steady = rep.phase("steady")
     assert steady.max_gap_ms is not None and steady.max_gap_ms > (rep.longest_gap_ms or 0)
+
+
+def test_catch_up_of_a_killed_replica_comes_from_the_journal(tmp_path: Path) -> None:
+    import shutil
+
+    from arfl.report import build_report
+
+    run = tmp_path / "sim-passive-kill"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "runs" / run.name, run)
+    before = build_report(run).faults[0]
+    assert before.caught_up_s is None
+    with (run / "journal.jsonl").open("a") as f:
+        f.write(json.dumps({"t": 1795643448.87 + 9.5, "event": "replica-caught-up",
+                            "replica": 0, "catchup_s": 5.5}) + "\n")  # fmt: skip
+    after = build_report(run).faults[0]
+    assert after.caught_up_s == 9.5
+    assert after.to_dict()["caught_up_s"] == 9.5

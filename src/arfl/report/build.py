@@ -337,6 +337,7 @@ def _fault_phases(
                 detect_s=jf.detect_s,
                 restored_s=jf.restored_s,
                 first_batch_s=jf.first_batch_s,
+                caught_up_s=jf.caught_up_s,
                 recovery_s=recovery_s,
                 masked=masked,
                 p99_ms=fphase.percentiles_ms.get("p99"),

@@ -35,6 +35,8 @@ class JournaledFault:
         restored_s: injection until the replica / executor ran again or the fault was lifted.
         first_batch_s: for kills of a replica, injection until the restarted replica finished
             its first micro-batch (``progress/replica-N.jsonl``); None when unknown.
+        caught_up_s: for kills of a replica, injection until the restarted replica had
+            processed everything that had arrived when it came back (``replica-caught-up``).
         description: the chaos runner's description.
         error: ``fault-failed``'s error.
     """
@@ -49,6 +51,7 @@ class JournaledFault:
     description: str
     error: str | None = None
     first_batch_s: float | None = None
+    caught_up_s: float | None = None
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -124,6 +127,7 @@ def _react(
     detect: float | None = None
     restored: float | None = None
     first_batch: float | None = None
+    caught_up: float | None = None
     if kind in KILLS_REPLICA and replica is not None:
         died = next(
             (
@@ -153,6 +157,18 @@ def _react(
             after = [b for b in batches.get(replica, ()) if b.start > float(died["t"])]
             if after:
                 first_batch = after[0].end - started
+            rejoined = next(
+                (
+                    e
+                    for e in journal
+                    if e.get("event") == "replica-caught-up"
+                    and _int_or_none(e.get("replica")) == replica
+                    and float(e["t"]) > float(died["t"])
+                ),
+                None,
+            )
+            if rejoined is not None:
+                caught_up = float(rejoined["t"]) - started
     elif kind == "kill-executor":
         details = (rev or {}).get("details") or inj.get("details") or {}
         replaced = _float_or_none(details.get("replacement_s"))
@@ -180,4 +196,5 @@ def _react(
         restored_s=restored,
         description=str(inj.get("description") or kind),
         first_batch_s=first_batch,
+        caught_up_s=caught_up,
     )

@@ -103,6 +103,8 @@ class FaultStats:
         restored_s: injection until the replica / executor was back (None when unknown).
         first_batch_s: kills of a replica: injection until the restarted replica finished its
             first micro-batch (None when unknown).
+        caught_up_s: kills of a replica: injection until the restarted replica had processed
+            everything that had arrived when it came back (R restored; None when unknown).
         recovery_s: injection until per-second p99 was back within tolerance of the steady
             state (0: never left it; None: not recovered before the next phase).
         masked: p99 of the fault window within tolerance of the steady state and no gap beyond
@@ -128,6 +130,7 @@ class FaultStats:
     description: str = ""
     error: str | None = None
     first_batch_s: float | None = None
+    caught_up_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``faults[]`` entry of the JSON output."""
@@ -141,6 +144,7 @@ class FaultStats:
             "detect_s": _r(self.detect_s),
             "restored_s": _r(self.restored_s),
             "first_batch_s": _r(self.first_batch_s),
+            "caught_up_s": _r(self.caught_up_s),
             "recovery_s": _r(self.recovery_s),
             "masked": self.masked,
             "p99_ms": self.p99_ms,
