@@ -1,6 +1,7 @@
 """Is a fault masked? The same spec and the same fault at the same time, in every mode.
 
     .venv/bin/python bench/masking.py [--duration 90s] [--fault-at 30s] [--fault kill-executor]
+                                      [--rate 1000] [--warmup 10s]
                                       [--modes none,passive,active-leader,active-leaderless]
 
 Per mode it prints: fault-free p50/p99 (after the warm-up, before the fault), p99 in the 60 s
@@ -25,7 +26,7 @@ from arfl.pipelines.deploy import DeployOptions, deploy
 from arfl.pipelines.rundir import read_jsonl
 
 
-def spec_for(mode: str, fault: str, at: str, duration: str, rate: int) -> Spec:
+def spec_for(mode: str, fault: str, at: str, duration: str, rate: int, warmup: str = "10s") -> Spec:
     """A per-record pipeline (filter + select): latency is the batch floor, so a fault shows."""
     active = mode.startswith("active")
     replication: dict[str, Any] = {"mode": mode, "replicas": 2 if active else 1}
@@ -41,7 +42,7 @@ def spec_for(mode: str, fault: str, at: str, duration: str, rate: int) -> Spec:
             "sink": {"topic": "mask-out"},
             "replication": replication,
             "spark": {"master": "local-cluster[1,1,1024]"},
-            "workload": {"rate": rate, "duration": duration, "keys": 100, "warmup": "10s"},
+            "workload": {"rate": rate, "duration": duration, "keys": 100, "warmup": warmup},
             "chaos": [{"at": at, "fault": fault, "replica": 0}],
         },
         "masking",
@@ -83,12 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-at", default="30s")
     ap.add_argument("--duration", default="90s")
     ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument(
+        "--warmup", default="10s", help="excluded from the fault-free figures (cold JVMs)"
+    )
     ap.add_argument("--runs", type=Path, default=Path("runs/bench"))
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for mode in args.modes.split(","):
-        spec = spec_for(mode, args.fault, args.fault_at, args.duration, args.rate)
+        spec = spec_for(mode, args.fault, args.fault_at, args.duration, args.rate, args.warmup)
         try:
             res = deploy(spec, None, DeployOptions(runs_root=args.runs))
         except ArflError as e:

@@ -33,7 +33,9 @@ def test_status_table_without_a_stack(tmp_path: Path) -> None:
 
 
 def test_down_without_a_stack(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["stack", "down", "--state", str(tmp_path)])
+    result = runner.invoke(
+        app, ["stack", "down", "--state", str(tmp_path), "--runs", str(tmp_path / "runs")]
+    )
     assert result.exit_code == 0, result.output
     assert "nothing was running" in result.stdout
 

@@ -3,6 +3,7 @@ listens on the bridge address; recovery after the injector is SIGKILLed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -314,6 +315,36 @@ def test_bare_recover_finds_isolation_of_a_dead_deployment(tmp_path: Path) -> No
         assert r.returncode == 0, r.stderr
         assert iso.bridge in r.stdout
         assert _left_behind(iso) == []
+    finally:
+        netns.teardown_isolation(iso)
+
+
+def test_stack_down_undoes_a_dead_deployments_partition_and_network(tmp_path: Path) -> None:
+    run = f"orphand{os.getpid()}"
+    iso = netns.create_isolation(run, [0])
+    try:
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        run_dir = write_state(tmp_path / run, run, {0: {}}, pid=dead.pid, isolation=iso)
+        runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+        fault, record = runner.plan(FaultParams("partition", replica=0, duration_s=1))
+        entry = runner.pending.add("partition", 0, record)
+        fault.inject(LocalTarget.from_run_dir(run_dir))
+        # The injector is gone too (as after kill -9 of the whole arfl).
+        data = json.loads(runner.pending.path.read_text())
+        (owed,) = [e for e in data["faults"] if e["id"] == entry]
+        owed["owner_pid"] = dead.pid
+        runner.pending.path.write_text(json.dumps(data))
+        arfl = Path(sys.executable).with_name("arfl")
+        r = subprocess.run(
+            [str(arfl), "stack", "down", "--state", str(tmp_path / "nostack"),
+             "--runs", str(tmp_path)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "reverted partition" in r.stdout and iso.bridge in r.stdout
+        assert _left_behind(iso) == []
+        assert runs_with_pending(tmp_path) == []
     finally:
         netns.teardown_isolation(iso)
 

@@ -195,8 +195,22 @@ def _recover(run: str | None, runs: Path, force: bool) -> None:
     if not dirs:
         out.print(f"nothing to recover: no run under {runs} has pending faults")
         return
+    recover_runs(dirs, force)
+
+
+def recover_runs(dirs: list[Path], force: bool = False) -> None:
+    """Recover each run directory and say what was undone.
+
+    Raises:
+        FaultError: a revert failed (after every directory was tried).
+    """
+    failures: list[str] = []
     for d in dirs:
-        rep = recover(d, force=force)
+        try:
+            rep = recover(d, force=force)
+        except FaultError as e:
+            failures.append(str(e))
+            continue
         for line in rep.reverted:
             out.print(f"[green]reverted[/] {line}  ({d})", highlight=False)
         for line in rep.skipped:
@@ -205,3 +219,5 @@ def _recover(run: str | None, runs: Path, force: bool) -> None:
             out.print(f"removed {', '.join(rep.removed_network)}", highlight=False)
         if not (rep.reverted or rep.skipped or rep.removed_network):
             out.print(f"nothing pending in {d}", highlight=False)
+    if failures:
+        raise FaultError("\n".join(failures))

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from arfl.cli.console import err, out
 from arfl.cli.main import app
+from arfl.errors import FaultError
 from arfl.stack import down as stack_down
 from arfl.stack import install as stack_install
 from arfl.stack import status as stack_status
@@ -106,8 +107,22 @@ def up_cmd(
 def down_cmd(
     purge: Annotated[bool, typer.Option("--purge", help="Also delete data and logs.")] = False,
     state: StateOpt = None,
+    runs: Annotated[
+        Path, typer.Option("--runs", help="Run directories whose leftovers to undo first.")
+    ] = Path("runs"),
 ) -> None:
-    """Stop the processes 'arfl stack up' started."""
+    """Undo what dead deployments under --runs left behind (pending faults, namespaces), then
+    stop the processes 'arfl stack up' started."""
+    from arfl.cli.commands.chaos import recover_runs
+    from arfl.faults.runner import runs_with_pending
+
+    recover_error: FaultError | None = None
+    leftovers = runs_with_pending(runs)
+    if leftovers:
+        try:
+            recover_runs(leftovers)
+        except FaultError as e:
+            recover_error = e
     with err.status("stopping Kafka and ZooKeeper..."):
         stopped = stack_down(state, purge=purge)
     if stopped:
@@ -116,6 +131,8 @@ def down_cmd(
         out.print("nothing was running", highlight=False)
     if purge:
         out.print("data and logs deleted", style="dim")
+    if recover_error is not None:
+        raise recover_error
 
 
 @stack_app.command("status")
