@@ -40,11 +40,13 @@ def test_caught_up_when_it_processed_what_had_arrived_at_the_restart(tmp_path: P
     w.progress[1] = _progress(110.0, 2000, {"0": 100, "1": 40})  # partition 1 not there yet
     t.observe(112.5, {0: 0, 1: 1})
     assert not _events(j, "replica-caught-up")
+    assert t.rejoining == [1]
     w.progress[1] = _progress(113.0, 1500, {"0": 160, "1": 60})
     t.observe(115.0, {0: 0, 1: 1})
     (ev,) = _events(j, "replica-caught-up")
     assert ev["replica"] == 1 and ev["catchup_s"] == 14.5
     assert ev["offsets"] == {"0": 100, "1": 50}
+    assert t.rejoining == []
     t.finish()
     assert not _events(j, "replica-not-caught-up")
 

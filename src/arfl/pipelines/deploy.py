@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from arfl.testing import EmbeddedStack
 
 TICK_S = 0.5
+REJOIN_GRACE_S = 180.0
+"""Extra drain time while a restarted replica has not caught up yet."""
 
 
 @dataclass(frozen=True)
@@ -466,10 +468,13 @@ class Deployment:
             if input_done_at is not None:
                 waited = time.monotonic() - input_done_at
                 quiet = time.monotonic() - last_change
-                if waited >= drain:
+                # A replica restarted late (a driver kill near the end) gets longer to rejoin:
+                # a new driver and its first, cold catch-up batch take minutes on small hosts.
+                cap = drain + (REJOIN_GRACE_S if rejoins.rejoining else 0.0)
+                if waited >= cap:
                     self.journal.write(
                         "warning",
-                        message=f"replicas had not caught up {drain:.0f}s after the input "
+                        message=f"replicas had not caught up {cap:.0f}s after the input "
                         "ended; stopping anyway (results may be missing)",
                     )
                     return

@@ -45,6 +45,11 @@ class RejoinTracker:
         self._restarts: dict[int, int] = {}
         self._pending: dict[int, _Pending] = {}
 
+    @property
+    def rejoining(self) -> list[int]:
+        """Replicas restarted and not caught up yet."""
+        return sorted(self._pending)
+
     def observe(self, now: float, restarts: Mapping[int, int]) -> None:
         """Note new restarts; journal replicas that caught up since the last call."""
         for r, n in restarts.items():
