@@ -99,16 +99,16 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
     mode: str, stack: StackInfo, tmp_path: Path
 ) -> None:
     driver_kill: dict[str, Any] = (
-        {"at": "14s", "fault": "kill-leader"}
+        {"at": "10s", "fault": "kill-leader"}
         if mode == "active-leader"
-        else {"at": "14s", "fault": "kill-replica", "replica": 1}
+        else {"at": "10s", "fault": "kill-replica", "replica": 1}
     )
     spec = windowed_spec(
         f"actk-{mode[7:]}",
         mode=mode,
         replicas=2,
         duration="30s",
-        chaos=[{"at": "6s", "fault": "kill-executor", "replica": 0}, driver_kill],
+        chaos=[{"at": "5s", "fault": "kill-executor", "replica": 0}, driver_kill],
     )
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
     s = result.summary
