@@ -8,8 +8,10 @@ offline from the input topic: nothing lost, nothing twice, identical content.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from deploy_checks import (
     check_against_offline,
@@ -55,29 +57,67 @@ def test_deploy_passive_driver_killed_restarts_from_checkpoint(
     spec = windowed_spec(
         "dep-passive",
         mode="passive",
-        duration="40s",
-        chaos=[{"at": "12s", "fault": "kill-replica", "replica": 0}],
+        duration="30s",
+        source={"partitions": 4},
+        chaos=[{"at": "10s", "fault": "kill-replica", "replica": 0}],
     )
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
     journal = read_jsonl(result.run_dir / "journal.jsonl")
     kinds = [e["event"] for e in journal]
     assert "fault-injected" in kinds
-    assert "replica-died" in kinds
-    assert "replica-restarted" in kinds
-    assert result.summary["replica_restarts"] >= 1
+    assert kinds.count("replica-died") == 1 and kinds.count("replica-restarted") == 1
+    died = next(e for e in journal if e["event"] == "replica-died")
+    assert died["exit_code"] == -9
+    assert result.summary["replica_restarts"] == 1
+    # Complete and exact although the restarted driver re-emitted some results.
     check_against_offline(stack, spec, result)
-    # The restarted driver resumed from the checkpoint: its first batch after the restart
-    # does not start from offset 0 again.
+    # The restarted query continued the same checkpoint: one query id, two runs, and its
+    # first batch after the restart did not start from offset 0 again.
+    ckpt = result.run_dir / "checkpoints" / "replica-0"
+    assert (ckpt / "offsets").is_dir() and (ckpt / "commits").is_dir()
     progress = read_jsonl(result.run_dir / "progress" / "replica-0.jsonl")
+    assert len({p["id"] for p in progress}) == 1
+    assert len({p["runId"] for p in progress}) == 2
     starts = [p["sources"][0].get("startOffset") for p in progress if p.get("sources")]
     assert starts.count(None) <= 1
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["latency_ms"]["max"] >= summary["latency_ms"]["p50"]
 
 
-def test_deploy_on_standalone_cluster(stack: StackInfo, tmp_path: Path) -> None:
-    spec = windowed_spec("dep-standalone", duration="20s")
+def _executors(cluster: StandaloneCluster, app_id: str) -> list[psutil.Process]:
+    """Executor JVMs of ``app_id`` under the standalone worker."""
+    worker = psutil.Process(cluster.pids()["worker"])
+    out = []
+    for p in worker.children(recursive=True):
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:
+            continue
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmd and app_id in cmd:
+            out.append(p)
+    return out
+
+
+def test_deploy_on_standalone_cluster_survives_a_driver_kill(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    spec = windowed_spec(
+        "dep-standalone",
+        mode="passive",
+        duration="20s",
+        chaos=[{"at": "6s", "fault": "kill-replica", "replica": 0}],
+    )
     with StandaloneCluster(tmp_path / "spark") as cluster:
         result = deploy(spec, None, DeployOptions(runs_root=tmp_path, master=cluster.master_url))
+        journal = read_jsonl(result.run_dir / "journal.jsonl")
+        apps = [e["app_id"] for e in journal if e["event"] == "replica-ready"]
+        assert len(apps) == 2 and apps[0] != apps[1], apps
+        # The executors are the worker's children, not the driver's: the master removes the
+        # dead application's executor once its driver is gone.
+        deadline = time.monotonic() + 60
+        while _executors(cluster, apps[0]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _executors(cluster, apps[0])
     assert result.summary["master"].startswith("spark://127.0.0.1:")
+    assert result.summary["replica_restarts"] == 1
     check_against_offline(stack, spec, result)

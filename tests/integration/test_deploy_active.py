@@ -157,6 +157,8 @@ def test_nondeterministic_transform_is_caught_as_divergence(
         mode="active-leaderless",
         replicas=2,
         duration="10s",
+        # No executor JVMs needed to show divergence: in-process executors start faster.
+        spark={"master": "local[1]"},
         steps=[
             {"transform": "arfl.testing.transforms:noisy_amount"},
             {

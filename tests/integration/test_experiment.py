@@ -42,8 +42,9 @@ warmup = "2s"
 
 [[chaos]]
 at = "6s"
-fault = "kill-executor"
+fault = "pause"
 replica = 1
+duration = "2s"
 """
 
 
@@ -52,9 +53,8 @@ def test_two_modes_run_in_turn_and_are_compared(
 ) -> None:
     spec = tmp_path / "exp.toml"
     spec.write_text(SPEC)
-    code = main(
-        ["experiment", str(spec), "--modes", "none,passive", "--no-live", "--runs", str(tmp_path)]
-    )
+    argv = ["experiment", str(spec), "--modes", "none,passive", "--no-live"]
+    code = main([*argv, "--runs", str(tmp_path), "--master", "local[1]"])
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:]
     (root,) = [p for p in tmp_path.iterdir() if p.name.startswith("exp-experiment-")]
@@ -64,14 +64,14 @@ def test_two_modes_run_in_turn_and_are_compared(
     assert exp["modes"] == ["none", "passive"]
     # Replica 1 does not exist with one replica: the fault was aimed at replica 0, and said so.
     assert exp["chaos_mapping"] == [
-        "none: chaos[0] (kill-executor at 6s) replica 1 -> 0 (1 replica(s))",
-        "passive: chaos[0] (kill-executor at 6s) replica 1 -> 0 (1 replica(s))",
+        "none: chaos[0] (pause at 6s) replica 1 -> 0 (1 replica(s))",
+        "passive: chaos[0] (pause at 6s) replica 1 -> 0 (1 replica(s))",
     ]
     runs = doc["runs"]
     assert [r["mode"] for r in runs] == ["none", "passive"]
     assert all(r["correctness"]["produced"] == 1200 for r in runs)
     for r in runs:
-        assert [f["kind"] for f in r["faults"]] == ["kill-executor"]
+        assert [f["kind"] for f in r["faults"]] == ["pause"]
         assert r["faults"][0]["at_s"] == pytest.approx(6.0, abs=1.0)
         assert r["resources"]["cpu_s"] > 0 and r["resources"]["peak_rss_mb"] > 100
     rows = {(row["metric"], row["phase"]): row for row in doc["comparison"]["rows"]}

@@ -159,6 +159,8 @@ def local_session(
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        # Short jobs: C1-only JIT (see arfl.pipelines.driver.spark_conf).
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
     )
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
