@@ -64,7 +64,8 @@ def mode_spec(spec: Spec, mode: str, origin: str = "<spec>") -> tuple[Spec, list
     Raises:
         SpecError: the derived spec does not validate (e.g. a network fault needs root).
     """
-    raw: dict[str, Any] = spec.model_dump(mode="json", by_alias=True)
+    # exclude_none: a step dumps all four kinds with None for the three it is not.
+    raw: dict[str, Any] = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     n = replicas_for(spec, mode)
     raw["name"] = f"{spec.name}-{mode}"
     repl = raw["replication"]
@@ -87,7 +88,7 @@ def mode_spec(spec: Spec, mode: str, origin: str = "<spec>") -> tuple[Spec, list
         elif isinstance(target, int) and target >= n:
             c["replica"] = target % n
             notes.append(f"{mode}: {where} replica {target} -> {target % n} ({n} replica(s))")
-    return parse_spec(raw, f"{origin} [{mode}]"), notes
+    return parse_spec(raw, f"{origin} (mode {mode})"), notes
 
 
 @dataclass

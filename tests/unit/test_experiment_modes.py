@@ -24,9 +24,13 @@ RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 def _spec(**replication: Any) -> Spec:
     raw: dict[str, Any] = {
         "name": "exp",
-        "source": {"topic": "ev", "partitions": 2},
+        "source": {"topic": "ev", "partitions": 2, "event_time": "ts"},
         "sink": {"topic": "out"},
         "replication": {"mode": "active-leader", "replicas": 3, **replication},
+        "steps": [
+            {"filter": "amount > 10"},
+            {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}},
+        ],
         "workload": {"rate": 100, "duration": "60s", "seed": 7},
         "chaos": [
             {"at": "10s", "fault": "kill-executor", "replica": 2},
@@ -56,6 +60,7 @@ def test_mode_specs_keep_workload_and_map_chaos_targets() -> None:
 
     none, notes = experiment.mode_spec(spec, "none")
     assert none.name == "exp-none"
+    assert none.steps == spec.steps
     assert none.replication.mode == "none" and none.replication.replicas == 1
     assert none.workload == spec.workload
     assert [(c.fault, c.replica) for c in none.chaos] == [

@@ -6,6 +6,7 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from typer.exceptions import TyperException
 
 from arfl import __version__
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except ArflError as e:
         if debug:
             err.print_exception()
-        err.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+        err.print(
+            f"[bold red]error:[/] {escape(str(e))}", highlight=False, markup=True, soft_wrap=True
+        )
         return int(e.exit_code)
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
