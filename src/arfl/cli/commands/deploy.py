@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter
@@ -42,7 +43,7 @@ def deploy(
     options = DeployOptions(runs_root=runs_root, run_dir=run_dir, master=master, drain_s=drain)
 
     def announce(path: Path) -> None:
-        err.print(f"run directory: [bold]{path}[/]", highlight=False)
+        err.print(f"run directory: [bold]{escape(str(path))}[/]", highlight=False, soft_wrap=True)
 
     if no_live:
         printer = PlainPrinter(console=out)

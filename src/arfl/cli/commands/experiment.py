@@ -46,7 +46,9 @@ def experiment(
     live: list[LiveView] = []
 
     def on_start(mode: str, path: Path) -> None:
-        err.print(f"[bold]{mode}[/]: run directory {escape(str(path))}", highlight=False)
+        err.print(
+            f"[bold]{mode}[/]: run directory {escape(str(path))}", highlight=False, soft_wrap=True
+        )
         if printer is None:
             view = LiveView(console=out)
             view.__enter__()
@@ -91,9 +93,11 @@ def experiment(
         err.print(f"[dim]chaos mapped: {escape(note)}[/]", highlight=False)
     if res.comparison is not None:
         print_comparison(res.comparison)
-    err.print(f"experiment: [bold]{escape(str(res.root))}[/]", highlight=False)
+    err.print(f"experiment: [bold]{escape(str(res.root))}[/]", highlight=False, soft_wrap=True)
     if res.html is not None:
-        err.print(f"HTML comparison: [bold]{escape(str(res.html))}[/]", highlight=False)
+        err.print(
+            f"HTML comparison: [bold]{escape(str(res.html))}[/]", highlight=False, soft_wrap=True
+        )
     if res.failed:
         err.print(
             f"[bold red]{len(res.failed)} of {len(mode_list)} run(s) failed[/]: "

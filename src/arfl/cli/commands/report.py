@@ -141,7 +141,7 @@ def report(
         if comp is not None:
             print_comparison(comp)
     if written is not None:
-        err.print(f"HTML report: [bold]{escape(str(written))}[/]", highlight=False)
+        err.print(f"HTML report: [bold]{escape(str(written))}[/]", highlight=False, soft_wrap=True)
     breached = [r for r in reports if not r.slo.passed]
     if breached:
         for rep in breached:
