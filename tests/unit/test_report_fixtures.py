@@ -236,3 +236,79 @@ def test_catch_up_of_a_killed_replica_comes_from_the_journal(tmp_path: Path) -> 
     after = build_report(run).faults[0]
     assert after.caught_up_s == 9.5
     assert after.to_dict()["caught_up_s"] == 9.5
+
+
+# Two real runs of `arfl experiment configs/experiment.toml` (2026-11-26, 200 ev/s, 70 s,
+# kill-executor of replica 0 at 40 s, warm-up 25 s); copied without logs and checkpoints,
+# monitor lines before input start - 10 s dropped and progress lines cut to the fields the
+# report reads.
+@pytest.fixture(scope="module")
+def real_passive() -> Report:
+    return build_report(RUNS / "real-passive-kill-executor")
+
+
+@pytest.fixture(scope="module")
+def real_leaderless() -> Report:
+    return build_report(RUNS / "real-leaderless-kill-executor")
+
+
+def test_real_kill_executor_phases_start_at_the_injection(
+    real_passive: Report, real_leaderless: Report
+) -> None:
+    for rep, at, replaced in ((real_passive, 39.531, 0.313), (real_leaderless, 38.827, 0.667)):
+        names = [p.name for p in rep.phases]
+        assert names == ["warmup", "steady", "fault-1", "recovery-1", "tail"]
+        assert rep.phase("steady").start_s == 25.0  # the spec's warm-up
+        f = rep.faults[0]
+        assert (f.kind, f.target) == ("kill-executor", 0)
+        assert f.at_s == pytest.approx(at, abs=1e-3)
+        # The fault window of an executor kill ends when Spark's replacement executor runs.
+        assert f.detect_s == f.restored_s == pytest.approx(replaced, abs=1e-3)
+        assert rep.phase("fault-1").start_s == pytest.approx(at, abs=1e-3)
+        assert rep.phase("fault-1").end_s == pytest.approx(at + replaced, abs=1e-3)
+        assert rep.phase("recovery-1").end_s == pytest.approx(at + f.recovery_s, abs=1e-3)
+
+
+def test_real_executor_kill_stalls_passive_and_is_masked_by_two_replicas(
+    real_passive: Report, real_leaderless: Report
+) -> None:
+    p, a = real_passive.faults[0], real_leaderless.faults[0]
+    # One replica: ~14 s without any result, p99 back within tolerance only after ~23 s.
+    assert p.masked is False
+    assert p.max_gap_ms == pytest.approx(13_819.4, abs=0.1)
+    assert p.recovery_s == pytest.approx(23.33, abs=0.01)
+    assert real_passive.phase("recovery-1").percentiles_ms["p99"] > 3 * (
+        real_passive.phase("steady").percentiles_ms["p99"]
+    )
+    # Two replicas: the other one keeps delivering; no gap beyond the steady state's.
+    assert a.masked is True
+    assert a.max_gap_ms == pytest.approx(1_407.2, abs=0.1)
+    assert a.recovery_s == pytest.approx(5.95, abs=0.01)
+    assert a.p99_ms is not None and a.p99_ms <= real_leaderless.phase("steady").percentiles_ms[
+        "p99"
+    ] * real_leaderless.tolerance
+    # What it cost: twice the replicas, ~1.8x the CPU seconds.
+    assert real_leaderless.resources.cpu_s_per_replica == {0: 107.6, 1: 112.9}
+    assert real_leaderless.resources.cpu_s / real_passive.resources.cpu_s == pytest.approx(
+        1.76, abs=0.01
+    )
+
+
+def test_real_runs_json_and_slo_exit_codes(tmp_path: Path) -> None:
+    import shutil
+
+    from arfl.cli.main import main
+
+    for name, code in (("real-passive-kill-executor", 1), ("real-leaderless-kill-executor", 0)):
+        run = tmp_path / name
+        shutil.copytree(RUNS / name, run)
+        spec = json.loads((run / "spec.json").read_text())
+        spec["report"]["slo"] = {"masked": True, "max_gap": "5s"}
+        (run / "spec.json").write_text(json.dumps(spec))
+        assert main(["report", str(run), "--json", "--no-html"]) == code, name
+    doc = build_report(tmp_path / "real-passive-kill-executor").to_dict()
+    _check_shape(doc)
+    assert sorted(doc["slo"]["breaches"]) == sorted(
+        [c["line"] for c in doc["slo"]["checks"] if not c["passed"]]
+    )
+    assert len(doc["slo"]["breaches"]) == 2

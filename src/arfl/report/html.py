@@ -426,7 +426,13 @@ def compare_latency_figure(comparison: Comparison) -> go.Figure:
     _shade(fig, first)
     fig.update_layout(
         title="Latency per second, runs overlaid (windows shaded: first run)",
-        xaxis_title="seconds since input start",
+        xaxis={
+            "title": "seconds since input start",
+            "range": [
+                min(_time_range(r)[0] for r in comparison.reports),
+                max(_time_range(r)[1] for r in comparison.reports),
+            ],
+        },
         yaxis=latency_axis(
             [v for rep in comparison.reports for v in (*rep.series.p50_ms, *rep.series.p99_ms)]
         ),
