@@ -277,16 +277,19 @@ def test_real_executor_kill_stalls_passive_and_is_masked_by_two_replicas(
     assert p.masked is False
     assert p.max_gap_ms == pytest.approx(13_819.4, abs=0.1)
     assert p.recovery_s == pytest.approx(23.33, abs=0.01)
-    assert real_passive.phase("recovery-1").percentiles_ms["p99"] > 3 * (
-        real_passive.phase("steady").percentiles_ms["p99"]
+    assert (
+        real_passive.phase("recovery-1").percentiles_ms["p99"]
+        > 3 * (real_passive.phase("steady").percentiles_ms["p99"])
     )
     # Two replicas: the other one keeps delivering; no gap beyond the steady state's.
     assert a.masked is True
     assert a.max_gap_ms == pytest.approx(1_407.2, abs=0.1)
     assert a.recovery_s == pytest.approx(5.95, abs=0.01)
-    assert a.p99_ms is not None and a.p99_ms <= real_leaderless.phase("steady").percentiles_ms[
-        "p99"
-    ] * real_leaderless.tolerance
+    assert (
+        a.p99_ms is not None
+        and a.p99_ms
+        <= real_leaderless.phase("steady").percentiles_ms["p99"] * real_leaderless.tolerance
+    )
     # What it cost: twice the replicas, ~1.8x the CPU seconds.
     assert real_leaderless.resources.cpu_s_per_replica == {0: 107.6, 1: 112.9}
     assert real_leaderless.resources.cpu_s / real_passive.resources.cpu_s == pytest.approx(
