@@ -82,6 +82,9 @@ def check_against_offline(info: StackInfo, spec: Spec, result: DeployResult) -> 
     expected = offline.recompute(
         scoped(spec, result.run_dir.name), info.kafka, ensure_installed().spark_kafka_jars
     )
+    if spec.replication.mode != "active-leaderless":
+        # Leaderless heartbeats are records of the input topic too (dropped by the pipeline).
+        assert expected.input_records == result.summary["produced"]
     missing = expected.final - set(out)
     if missing:
         sample = {rid: expected.results[rid].data for rid in sorted(missing)[:5]}
@@ -116,6 +119,11 @@ def check_run_dir(result: DeployResult) -> None:
     for i in range(result.summary["replicas"]):
         progress = read_jsonl(run / "progress" / f"replica-{i}.jsonl")
         assert progress and all("durationMs" in p for p in progress)
+
+
+def journal_events(run: Path, name: str) -> list[dict[str, Any]]:
+    """The run's journal entries of one kind, in order."""
+    return [e for e in read_jsonl(run / "journal.jsonl") if e["event"] == name]
 
 
 def received_over_time(run: Path, replica: int) -> list[tuple[float, int]]:

@@ -17,6 +17,7 @@ from deploy_checks import (
     check_against_offline,
     check_run_dir,
     check_silent_then_resumed,
+    journal_events,
     windowed_spec,
 )
 
@@ -44,9 +45,8 @@ def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
     assert any(t.snapshot is not None and t.snapshot.results > 0 for t in ticks)
     assert {s for t in ticks for s in t.replicas.values()} >= {"running"}
     # The pause froze the replica (no output) and SIGCONT let it go on where it was.
-    journal = read_jsonl(result.run_dir / "journal.jsonl")
-    (inj,) = [e for e in journal if e["event"] == "fault-injected"]
-    (rev,) = [e for e in journal if e["event"] == "fault-reverted"]
+    (inj,) = journal_events(result.run_dir, "fault-injected")
+    (rev,) = journal_events(result.run_dir, "fault-reverted")
     check_silent_then_resumed(result.run_dir, 0, float(inj["ended"]), float(rev["ended"]))
     assert result.summary["replica_restarts"] == 0
 

@@ -19,13 +19,13 @@ from deploy_checks import (
     check_against_offline,
     check_run_dir,
     final_output,
+    journal_events,
     replica_outputs,
     windowed_spec,
 )
 
 from arfl.pipelines.deploy import DeployOptions, DeployResult, deploy
 from arfl.pipelines.replication.leader import Decision
-from arfl.pipelines.rundir import read_jsonl
 from arfl.stack import StackInfo
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ ACTIVE = ["active-leader", "active-leaderless"]
 
 
 def _events(result: DeployResult, name: str) -> list[dict[str, Any]]:
-    return [e for e in read_jsonl(result.run_dir / "journal.jsonl") if e["event"] == name]
+    return journal_events(result.run_dir, name)
 
 
 def _both_replicas_agree(info: StackInfo, result: DeployResult) -> None:
@@ -136,7 +136,6 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
 
     if mode == "active-leader":
         decisions = _decisions(stack, result.run_dir.name)
-        killed_at = float(injected[1]["details"]["killed_at"])
         leaders = [d.leader for d in decisions]
         assert killed in leaders[:3], f"the killed replica {killed} led at first: {leaders[:10]}"
         other = 1 - killed
@@ -146,7 +145,6 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
         for d in decisions:
             firsts.setdefault(d.k, d)
         assert sorted(firsts) == list(range(len(firsts)))
-        assert killed_at > 0
 
 
 def test_nondeterministic_transform_is_caught_as_divergence(

@@ -274,13 +274,19 @@ def test_sigterm_reverts(net: Net) -> None:
     assert not PendingFaults(net.run_dir).path.exists()
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has exited (a deployment or injector that is gone)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
 def test_recover_removes_isolation_of_a_dead_deployment(tmp_path: Path) -> None:
     run = f"orphan{os.getpid()}"
     iso = netns.create_isolation(run, [0])
     try:
-        dead = subprocess.Popen([sys.executable, "-c", "pass"])
-        dead.wait()
-        run_dir = write_state(tmp_path / run, run, {0: {}}, pid=dead.pid, isolation=iso)
+        dead = _dead_pid()
+        run_dir = write_state(tmp_path / run, run, {0: {}}, pid=dead, isolation=iso)
         target = LocalTarget.from_run_dir(run_dir)
         runner = ChaosRunner(target)
         # leave a partition behind as if the process had died mid-fault
@@ -301,9 +307,8 @@ def test_bare_recover_finds_isolation_of_a_dead_deployment(tmp_path: Path) -> No
     run = f"orphanb{os.getpid()}"
     iso = netns.create_isolation(run, [0, 1])
     try:
-        dead = subprocess.Popen([sys.executable, "-c", "pass"])
-        dead.wait()
-        write_state(tmp_path / run, run, {0: {}, 1: {}}, pid=dead.pid, isolation=iso)
+        dead = _dead_pid()
+        write_state(tmp_path / run, run, {0: {}, 1: {}}, pid=dead, isolation=iso)
         assert runs_with_pending(tmp_path) == [tmp_path / run]  # no pending file, but orphans
         arfl = Path(sys.executable).with_name("arfl")
         r = subprocess.run(
@@ -323,9 +328,8 @@ def test_stack_down_undoes_a_dead_deployments_partition_and_network(tmp_path: Pa
     run = f"orphand{os.getpid()}"
     iso = netns.create_isolation(run, [0])
     try:
-        dead = subprocess.Popen([sys.executable, "-c", "pass"])
-        dead.wait()
-        run_dir = write_state(tmp_path / run, run, {0: {}}, pid=dead.pid, isolation=iso)
+        dead = _dead_pid()
+        run_dir = write_state(tmp_path / run, run, {0: {}}, pid=dead, isolation=iso)
         runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
         fault, record = runner.plan(FaultParams("partition", replica=0, duration_s=1))
         entry = runner.pending.add("partition", 0, record)
@@ -333,7 +337,7 @@ def test_stack_down_undoes_a_dead_deployments_partition_and_network(tmp_path: Pa
         # The injector is gone too (as after kill -9 of the whole arfl).
         data = json.loads(runner.pending.path.read_text())
         (owed,) = [e for e in data["faults"] if e["id"] == entry]
-        owed["owner_pid"] = dead.pid
+        owed["owner_pid"] = dead
         runner.pending.path.write_text(json.dumps(data))
         arfl = Path(sys.executable).with_name("arfl")
         r = subprocess.run(

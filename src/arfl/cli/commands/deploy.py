@@ -20,19 +20,25 @@ def _fmt_ms(v: Any) -> str:
     return "-" if v is None else f"{float(v):.1f}"
 
 
+SpecArg = Annotated[Path, typer.Argument(help="The experiment spec (TOML).", metavar="SPEC")]
+NoLiveOpt = Annotated[
+    bool, typer.Option("--no-live", help="Plain lines instead of the live table.")
+]
+MasterOpt = Annotated[str | None, typer.Option("--master", help="Override spark.master.")]
+"""Options shared by ``deploy`` and ``experiment``."""
+
+
 @app.command()
 def deploy(
-    spec_path: Annotated[Path, typer.Argument(help="The experiment spec (TOML).", metavar="SPEC")],
+    spec_path: SpecArg,
     run_dir: Annotated[
         Path | None, typer.Option("--run-dir", help="Write the run here instead of runs/.")
     ] = None,
     runs_root: Annotated[
         Path, typer.Option("--runs", help="Parent folder of run directories.")
     ] = Path("runs"),
-    no_live: Annotated[
-        bool, typer.Option("--no-live", help="Plain lines instead of the live table.")
-    ] = False,
-    master: Annotated[str | None, typer.Option("--master", help="Override spark.master.")] = None,
+    no_live: NoLiveOpt = False,
+    master: MasterOpt = None,
     drain: Annotated[
         float | None,
         typer.Option("--drain-s", help="Longest wait (s) for replicas to catch up."),

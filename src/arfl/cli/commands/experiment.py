@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from arfl.cli.commands.deploy import MasterOpt, NoLiveOpt, SpecArg
 from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter
 from arfl.cli.main import app
@@ -18,7 +19,7 @@ from arfl.pipelines.deploy import DeployOptions, DeployResult, Tick
 
 @app.command()
 def experiment(
-    spec_path: Annotated[Path, typer.Argument(help="The experiment spec (TOML).", metavar="SPEC")],
+    spec_path: SpecArg,
     modes: Annotated[
         str,
         typer.Option(
@@ -30,10 +31,8 @@ def experiment(
     runs_root: Annotated[
         Path, typer.Option("--runs", help="Parent folder of the experiment directory.")
     ] = Path("runs"),
-    no_live: Annotated[
-        bool, typer.Option("--no-live", help="Plain lines instead of the live table.")
-    ] = False,
-    master: Annotated[str | None, typer.Option("--master", help="Override spark.master.")] = None,
+    no_live: NoLiveOpt = False,
+    master: MasterOpt = None,
 ) -> None:
     """Run SPEC once per mode (same workload, seed and chaos), then compare the runs
     (latency per phase, masking, correctness, CPU seconds and memory) in one report."""  # fmt: skip
