@@ -21,8 +21,8 @@ from typing import Any
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import ArflError
-from arfl.pipelines.deploy import DeployOptions, deploy
-from arfl.pipelines.rundir import read_jsonl
+from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.run.rundir import read_jsonl
 
 PHASES = (
     "triggerExecution",
@@ -71,7 +71,7 @@ def phases(run_dir: Path, skip: int = 3) -> dict[str, float]:
 
 def steady_percentiles(run_dir: Path, warmup_s: float) -> dict[str, float]:
     """p50/p99 over the intervals after the warm-up (from the interval log)."""
-    from arfl.metrics.histogram import merge, read_latency_log
+    from arfl.measure.histogram import merge, read_latency_log
 
     intervals = read_latency_log(run_dir / "latency.hlog")
     if not intervals:

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from arfl.configs.spec import Spec, parse_spec
-from arfl.configs.units import parse_duration
 from arfl.errors import ArflError
-from arfl.metrics.histogram import merge, read_latency_log
-from arfl.pipelines.deploy import DeployOptions, deploy
-from arfl.pipelines.rundir import read_jsonl
+from arfl.measure.histogram import merge, read_latency_log
+from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.run.rundir import read_jsonl
+from arfl.units import parse_duration
 
 
 def spec_for(mode: str, fault: str, at: str, duration: str, rate: int, warmup: str = "10s") -> Spec:

@@ -20,8 +20,8 @@ from typing import Any
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import ArflError
-from arfl.pipelines.deploy import DeployOptions, deploy
-from arfl.pipelines.rundir import read_jsonl
+from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.run.rundir import read_jsonl
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 VARIANTS: dict[str, dict[str, str]] = {

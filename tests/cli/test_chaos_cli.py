@@ -16,7 +16,7 @@ import pytest
 from arfl.cli.main import main
 from arfl.faults.pending import PendingFaults
 from arfl.faults.procs import identify
-from arfl.faults.testing import write_state
+from arfl.testing.faults import write_state
 
 
 @pytest.fixture

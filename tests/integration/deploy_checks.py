@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from arfl.configs.spec import Spec, parse_spec
-from arfl.metrics.histogram import read_latency_log
-from arfl.metrics.monitor import MonitorSnapshot
-from arfl.pipelines import offline
-from arfl.pipelines.deploy import DeployResult, scoped
-from arfl.pipelines.records import Result, replica_topic
-from arfl.pipelines.rundir import read_jsonl
+from arfl.measure.histogram import read_latency_log
+from arfl.orchestrate.deploy import DeployResult, scoped
+from arfl.replica import offline
+from arfl.run.records import Result, replica_topic
+from arfl.run.rundir import read_jsonl
+from arfl.run.streams import MonitorSnapshot
 from arfl.stack import StackInfo, ensure_installed
 from arfl.testing.spark import ResultReader
 

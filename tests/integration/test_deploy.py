@@ -21,8 +21,8 @@ from deploy_checks import (
     windowed_spec,
 )
 
-from arfl.pipelines.deploy import DeployOptions, Tick, deploy
-from arfl.pipelines.rundir import read_jsonl
+from arfl.orchestrate.deploy import DeployOptions, Tick, deploy
+from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
 from arfl.testing.spark import StandaloneCluster
 

@@ -24,8 +24,8 @@ from deploy_checks import (
     windowed_spec,
 )
 
-from arfl.pipelines.deploy import DeployOptions, DeployResult, deploy
-from arfl.pipelines.replication.leader import Decision
+from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
+from arfl.replica.modes.leader import Decision
 from arfl.stack import StackInfo
 
 pytestmark = pytest.mark.integration

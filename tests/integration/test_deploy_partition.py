@@ -12,8 +12,8 @@ import pytest
 from deploy_checks import check_silent_then_resumed, windowed_spec
 
 from arfl.faults import netns
-from arfl.pipelines.deploy import DeployOptions, deploy
-from arfl.pipelines.rundir import read_jsonl
+from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")

@@ -12,8 +12,8 @@ import pytest
 from arfl.faults.base import FaultParams
 from arfl.faults.local import LocalTarget, read_leader
 from arfl.faults.runner import ChaosRunner
-from arfl.faults.testing import stop_tree, write_state
 from arfl.stack import StackInfo
+from arfl.testing.faults import stop_tree, write_state
 
 CONTENDER = """\
 import sys, threading

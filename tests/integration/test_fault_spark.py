@@ -19,8 +19,8 @@ from arfl.faults.cgroups import detect
 from arfl.faults.local import LocalTarget, process_tree, restart_suppressed
 from arfl.faults.pending import PendingFaults
 from arfl.faults.runner import ChaosRunner
-from arfl.faults.testing import SparkApp, start_busy_loop, start_spark_app, stop_tree, write_state
-from arfl.pipelines.rundir import read_jsonl
+from arfl.run.rundir import read_jsonl
+from arfl.testing.faults import SparkApp, start_busy_loop, start_spark_app, stop_tree, write_state
 
 RUN = "chaos-spark"
 

@@ -18,10 +18,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from hdrh.log import HistogramLogReader
 
-from arfl.metrics.histogram import new_histogram
-from arfl.metrics.monitor import InjectorStatsTail, MonitorTail
-from arfl.pipelines.records import replica_topic
-from arfl.pipelines.rundir import read_jsonl
+from arfl.measure.histogram import new_histogram
+from arfl.run.records import replica_topic
+from arfl.run.rundir import read_jsonl
+from arfl.run.streams import InjectorStatsTail, MonitorTail
 from arfl.stack import StackInfo
 from arfl.stack.topics import ensure_topic
 
@@ -84,7 +84,7 @@ def test_injector_sends_exactly_rate_times_duration_on_schedule(
     topic = f"{topic_name}.src"
     ensure_topic(stack.kafka, topic, 4)
     stats, journal = tmp_path / "inj.jsonl", tmp_path / "journal.jsonl"
-    p = _spawn("arfl.pipelines.injector", [
+    p = _spawn("arfl.workload.injector", [
         "--bootstrap", stack.kafka, "--topic", topic, "--rate", "1000", "--duration", "5",
         "--keys", "20", "--seed", "42", "--stats", str(stats), "--journal", str(journal),
     ], tmp_path / "injector.log")  # fmt: skip
@@ -123,7 +123,7 @@ def test_injector_stops_cleanly_on_sigterm(
     topic = f"{topic_name}.src"
     ensure_topic(stack.kafka, topic, 2)
     stats = tmp_path / "inj.jsonl"
-    p = _spawn("arfl.pipelines.injector", [
+    p = _spawn("arfl.workload.injector", [
         "--bootstrap", stack.kafka, "--topic", topic, "--rate", "500", "--duration", "120",
         "--stats", str(stats),
     ], tmp_path / "injector.log")  # fmt: skip
@@ -157,7 +157,7 @@ def test_merger_keeps_first_copies_of_two_replicas(
     for t in (sink, replica_topic(sink, 0), replica_topic(sink, 1)):
         ensure_topic(stack.kafka, t, 2)
     run_dir = tmp_path / "run"
-    merger = _spawn("arfl.pipelines.merger", [
+    merger = _spawn("arfl.measure.merger", [
         "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "2",
         "--run-dir", str(run_dir), "--input-start", repr(time.time()),
     ], tmp_path / "merger.log")  # fmt: skip
@@ -248,7 +248,7 @@ def test_merger_refuses_a_missing_sink_topic(
     stack: StackInfo, topic_name: str, tmp_path: Path
 ) -> None:
     from arfl.errors import DeployError
-    from arfl.pipelines.merger import Merger, MergerConfig
+    from arfl.measure.merger import Merger, MergerConfig
 
     cfg = MergerConfig(
         bootstrap=stack.kafka, sink=f"{topic_name}.missing", replicas=2, run_dir=tmp_path

@@ -11,10 +11,10 @@ from confluent_kafka import Producer
 from kazoo.client import KazooClient
 from kazoo.recipe.election import Election
 
-from arfl.pipelines.replication.leader import Decision, DecisionLog, LeaderPolicy, leader_path
-from arfl.pipelines.source import BatchOffset, SourceOptions
-from arfl.pipelines.source.kafka import TopicLog
-from arfl.pipelines.source.offsets import NO_BATCH
+from arfl.replica.modes.leader import Decision, DecisionLog, LeaderPolicy, leader_path
+from arfl.replica.source import BatchOffset, SourceOptions
+from arfl.replica.source.kafka import TopicLog
+from arfl.replica.source.offsets import NO_BATCH
 from arfl.stack import StackInfo
 from arfl.stack.topics import ensure_topic
 

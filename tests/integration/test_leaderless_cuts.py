@@ -10,11 +10,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from arfl.errors import DeployError
-from arfl.pipelines.replication.leaderless import EpochCuts, HeartbeatTicker, LeaderlessPolicy
-from arfl.pipelines.source import BatchOffset, SourceOptions
-from arfl.pipelines.source.kafka import TopicLog
-from arfl.pipelines.source.markers import is_marker, marker_epoch
-from arfl.pipelines.source.offsets import NO_BATCH
+from arfl.replica.modes.leaderless import EpochCuts, HeartbeatTicker, LeaderlessPolicy
+from arfl.replica.source import BatchOffset, SourceOptions
+from arfl.replica.source.kafka import TopicLog
+from arfl.replica.source.markers import is_marker, marker_epoch
+from arfl.replica.source.offsets import NO_BATCH
 from arfl.stack import StackInfo
 from arfl.stack.topics import ensure_topic
 

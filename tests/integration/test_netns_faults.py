@@ -24,9 +24,9 @@ from arfl.faults.local import LocalTarget
 from arfl.faults.pending import PendingFaults
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending
 from arfl.faults.state import IsolationState
-from arfl.faults.testing import write_state
-from arfl.pipelines.rundir import read_jsonl
+from arfl.run.rundir import read_jsonl
 from arfl.testing import EmbeddedStack
+from arfl.testing.faults import write_state
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 

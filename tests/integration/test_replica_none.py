@@ -21,10 +21,10 @@ import psutil
 import pytest
 
 from arfl.configs.spec import Spec, parse_spec
-from arfl.pipelines import offline
-from arfl.pipelines.records import replica_topic
-from arfl.pipelines.rundir import new_run_dir, read_jsonl
-from arfl.pipelines.runner import ReplicaRunner
+from arfl.orchestrate.supervisor import ReplicaRunner
+from arfl.replica import offline
+from arfl.run.records import replica_topic
+from arfl.run.rundir import new_run_dir, read_jsonl
 from arfl.stack import StackInfo, ensure_installed
 from arfl.stack.topics import ensure_topic
 from arfl.testing.spark import ResultReader, produce_events, wait_caught_up
@@ -89,7 +89,7 @@ def _rss_mb(runner: ReplicaRunner) -> dict[str, float]:
             out["executor_jvm"] = rss
         elif p.name() == "java":
             out["driver_jvm"] = rss
-        elif "arfl.pipelines.driver" in cmd:
+        elif "arfl.replica.driver" in cmd:
             out["driver_python"] = rss
     return out
 

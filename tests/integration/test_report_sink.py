@@ -1,6 +1,6 @@
 """``--recompute``'s read-back of a sink topic against a real Kafka broker.
 
-The offline recomputation itself (a Spark batch job) is :mod:`arfl.pipelines.offline`'s and is
+The offline recomputation itself (a Spark batch job) is :mod:`arfl.replica.offline`'s and is
 tested there; here: every record of the sink topic is read back, across partitions, and counted
 against expected results (missing, duplicates, content that differs).
 """
@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Producer
 
 from arfl.errors import ReportError
-from arfl.pipelines.records import Result
 from arfl.report.correctness import compare_results, read_topic
+from arfl.run.records import Result
 from arfl.stack import StackInfo
 from arfl.stack.topics import delete_topics, ensure_topic
 

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from arfl.pipelines.replication.leader import leader_path
-from arfl.pipelines.replication.leaderless import EpochCuts
-from arfl.pipelines.source import BatchOffset, SourceOptions, read_stream
-from arfl.pipelines.source.datasource import SCHEMA
-from arfl.pipelines.source.kafka import TopicLog
-from arfl.pipelines.source.offsets import NO_BATCH
-from arfl.pipelines.sparkenv import local_session
+from arfl.replica.modes.leader import leader_path
+from arfl.replica.modes.leaderless import EpochCuts
+from arfl.replica.source import BatchOffset, SourceOptions, read_stream
+from arfl.replica.source.datasource import SCHEMA
+from arfl.replica.source.kafka import TopicLog
+from arfl.replica.source.offsets import NO_BATCH
+from arfl.replica.sparkenv import local_session
 from arfl.stack import StackInfo
 from arfl.stack.topics import ensure_topic
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from arfl.errors import DeployError
-from arfl.pipelines.replication.leader import Decision, DecisionBook, LeaderPolicy, decision_topic
-from arfl.pipelines.source import BatchOffset, SourceOptions
-from arfl.pipelines.source.offsets import NO_BATCH
+from arfl.replica.modes.leader import Decision, DecisionBook, LeaderPolicy, decision_topic
+from arfl.replica.source import BatchOffset, SourceOptions
+from arfl.replica.source.offsets import NO_BATCH
 
 
 class FakeInput:

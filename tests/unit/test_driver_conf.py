@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from arfl.configs.spec import parse_spec
-from arfl.pipelines.driver import C1_ONLY_JIT, DriverConfig, spark_conf
+from arfl.replica.driver import C1_ONLY_JIT, DriverConfig, spark_conf
 
 
 def _conf(spark: dict[str, Any]) -> dict[str, str]:

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from arfl import experiment
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import DeployError, SpecError
-from arfl.pipelines.deploy import DeployOptions, DeployResult
+from arfl.orchestrate import experiment
+from arfl.orchestrate.deploy import DeployOptions, DeployResult
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 

@@ -17,12 +17,12 @@ import pytest
 
 from arfl.configs.spec import Chaos
 from arfl.errors import FaultError
-from arfl.faults import registry
 from arfl.faults.base import FaultBase, FaultParams, Target, make_fault
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending, schedule_order
 from arfl.faults.state import IsolationState, NamespaceState, load_state, parse_state
-from arfl.pipelines.rundir import read_jsonl
+from arfl.registry import FAULTS, Entry, FaultInfo
+from arfl.run.rundir import read_jsonl
 
 CALLS: list[str] = []
 
@@ -85,17 +85,19 @@ class Recording(FaultBase):
 
 @pytest.fixture
 def fake_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    FAULTS.names()  # discover the real kinds first
     monkeypatch.setitem(
-        registry.KINDS, "test-fault", registry.FaultKind("test-fault", "t", takes_duration=True)
+        FAULTS._entries,
+        "test-fault",
+        Entry("test-fault", FaultInfo("t", takes_duration=True), Recording),
     )
-    monkeypatch.setitem(registry.IMPLEMENTATIONS, "test-fault", Recording)
     monkeypatch.setattr(Recording, "fail_inject", False)
     CALLS.clear()
     yield
 
 
 def test_every_declared_kind_has_an_implementation() -> None:
-    for kind in registry.known():
+    for kind in FAULTS.names():
         fault = make_fault(FaultParams(kind, replica=0, duration_s=1.0, delay_s=0.05))
         assert type(fault).kind == kind
         assert fault.describe().startswith(kind)
@@ -106,9 +108,9 @@ def test_unknown_kind_lists_the_known_ones() -> None:
         make_fault(FaultParams("kil-executor"))
 
 
-def test_register_requires_a_declared_kind() -> None:
-    with pytest.raises(KeyError, match="not declared"):
-        registry.register("no-such-kind")(Recording)
+def test_a_kind_registered_twice_by_another_class_is_an_error() -> None:
+    with pytest.raises(ValueError, match="fault 'pause' registered twice"):
+        FAULTS.register("pause", FaultInfo("t", takes_duration=True))(Recording)
 
 
 def test_params_from_a_spec_entry() -> None:

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from arfl.errors import DeployError
-from arfl.metrics.monitor import InjectorStatsTail
-from arfl.pipelines.injector import (
+from arfl.run.rundir import read_jsonl
+from arfl.run.streams import InjectorStatsTail
+from arfl.workload.injector import (
     Injector,
     InjectorConfig,
     encode_event,
@@ -20,7 +21,6 @@ from arfl.pipelines.injector import (
     intended_ms,
     main,
 )
-from arfl.pipelines.rundir import read_jsonl
 
 
 class FakeClock:
@@ -277,7 +277,7 @@ def test_bad_config_is_a_deploy_error(field: str, value: float) -> None:
 
 
 def test_argv_round_trips_through_the_parser(tmp_path: Path) -> None:
-    from arfl.pipelines.injector import build_parser
+    from arfl.workload.injector import build_parser
 
     cfg = _config(tmp_path, rate=1234, duration=2.5, keys=7, seed=9, start_at=1.5)
     a = build_parser().parse_args(cfg.argv())

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from arfl.errors import DeployError
-from arfl.metrics.histogram import read_latency_log
-from arfl.metrics.monitor import MonitorSnapshot, MonitorTail
-from arfl.pipelines import merger
-from arfl.pipelines.merger import (
+from arfl.measure import merger
+from arfl.measure.histogram import read_latency_log
+from arfl.measure.merger import (
     DedupState,
     GapTracker,
     InputWindow,
@@ -24,8 +23,9 @@ from arfl.pipelines.merger import (
     Outcome,
     build_parser,
 )
-from arfl.pipelines.records import replica_topic
-from arfl.pipelines.rundir import read_jsonl
+from arfl.run.records import replica_topic
+from arfl.run.rundir import read_jsonl
+from arfl.run.streams import MonitorSnapshot, MonitorTail
 
 T0 = 1_700_000_000.0
 
@@ -359,7 +359,7 @@ def test_merger_stops_on_until(tmp_path: Path) -> None:
 
 
 def test_merger_journals_only_the_first_divergences(tmp_path: Path) -> None:
-    from arfl.pipelines import merger as m
+    from arfl.measure import merger as m
 
     t0, t1 = replica_topic("s", 0), replica_topic("s", 1)
     n = m.MAX_JOURNALED_DIVERGENCES + 20
@@ -463,7 +463,7 @@ def test_merger_reads_the_input_window_from_injector_stats(tmp_path: Path) -> No
 def test_main_reports_an_unreachable_broker(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from arfl.pipelines.merger import main
+    from arfl.measure.merger import main
 
     rc = main(
         [
@@ -487,5 +487,5 @@ def test_main_reports_an_unreachable_broker(
 def test_command_runs_the_module(tmp_path: Path) -> None:
     cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=2, run_dir=tmp_path)
     cmd = cfg.command("/py")
-    assert cmd[:3] == ["/py", "-m", "arfl.pipelines.merger"]
+    assert cmd[:3] == ["/py", "-m", "arfl.measure.merger"]
     assert build_parser().parse_args(cmd[3:]).replicas == 2

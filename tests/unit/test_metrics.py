@@ -9,8 +9,8 @@ import pytest
 from hdrh.log import HistogramLogReader
 
 from arfl.errors import ReportError
-from arfl.metrics import histogram as H
-from arfl.metrics.monitor import InjectorStatsTail, JsonlTail, MonitorTail
+from arfl.measure import histogram as H
+from arfl.run.streams import InjectorStatsTail, JsonlTail, MonitorTail
 
 T0 = 1_764_106_200.0
 

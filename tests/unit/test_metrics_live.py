@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from arfl.cli.live import LiveView, PlainPrinter, format_line, render
-from arfl.metrics.monitor import InjectorSecond, MonitorSnapshot, ReplicaSnapshot
+from arfl.run.streams import InjectorSecond, MonitorSnapshot, ReplicaSnapshot
 
 T0 = 1_764_106_200.0
 

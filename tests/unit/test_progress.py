@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from arfl.pipelines.progress import end_offsets, reached
+from arfl.run.progress import end_offsets, reached
 
 
 def test_spark_kafka_source_offsets_per_partition() -> None:

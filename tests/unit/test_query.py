@@ -13,8 +13,8 @@ import pytest
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import DeployError
-from arfl.pipelines import query
-from arfl.pipelines.records import parse_result
+from arfl.replica import query
+from arfl.run.records import parse_result
 from arfl.testing.spark import local_session
 
 pyspark = pytest.importorskip("pyspark")

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from arfl.pipelines.rejoin import RejoinTracker
-from arfl.pipelines.rundir import Journal, read_jsonl
+from arfl.orchestrate.rejoin import RejoinTracker
+from arfl.run.rundir import Journal, read_jsonl
 
 
 def _progress(start: float, dur_ms: int, offsets: dict[str, int]) -> dict[str, Any]:

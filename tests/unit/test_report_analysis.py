@@ -15,11 +15,11 @@ import pytest
 
 from arfl.configs.spec import Spec
 from arfl.errors import ReportError
-from arfl.metrics.histogram import IntervalHistogram, new_histogram, record_ms
-from arfl.metrics.monitor import MonitorSnapshot
+from arfl.measure.histogram import IntervalHistogram, new_histogram, record_ms
 from arfl.report import analyse
 from arfl.report.build import HOLD_S, distribution_percentiles
 from arfl.report.rundata import RunData
+from arfl.run.streams import MonitorSnapshot
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 T0 = 1_800_000_000.0

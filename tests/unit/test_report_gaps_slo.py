@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from arfl.configs.slo import validate_slo
 from arfl.errors import ReportError
-from arfl.metrics.monitor import MonitorSnapshot
-from arfl.pipelines.records import Result
 from arfl.report.correctness import compare_results
 from arfl.report.gaps import Gap, find_gaps, longest_in, overlapping
 from arfl.report.model import Correctness, FaultStats, PhaseStats
-from arfl.report.slo import check_slos, validate_slo
+from arfl.report.slo import check_slos
+from arfl.run.records import Result
+from arfl.run.streams import MonitorSnapshot
 
 T = 1_800_000_000.0
 

@@ -14,9 +14,9 @@ import pytest
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import DeployError
-from arfl.pipelines.driver import EXIT_BAD_CONFIG
-from arfl.pipelines.rundir import new_run_dir, read_jsonl
-from arfl.pipelines.runner import ReplicaRunner
+from arfl.orchestrate.supervisor import ReplicaRunner
+from arfl.replica.driver import EXIT_BAD_CONFIG
+from arfl.run.rundir import new_run_dir, read_jsonl
 
 # A fake driver: reads its DriverConfig, reports an app id, starts a child (stands in for the
 # driver JVM), records the child's pid, then sleeps. SIGTERM -> exit 0 unless told to ignore it.

@@ -9,12 +9,12 @@ import pytest
 
 from arfl.configs.spec import parse_spec
 from arfl.errors import DeployError
-from arfl.pipelines.replication.base import (
+from arfl.registry import MODES, ModeInfo
+from arfl.replica.modes.base import (
     ReplicaContext,
     ReplicationMode,
     get_mode,
     known_modes,
-    register_mode,
 )
 
 
@@ -41,7 +41,8 @@ def test_builtin_modes_are_registered() -> None:
 
 
 def test_unknown_mode_lists_the_known_ones() -> None:
-    with pytest.raises(DeployError, match=r"'activ' is not implemented \(known: .*none, passive"):
+    known = r"\(known: .*none, passive"
+    with pytest.raises(DeployError, match=r"unknown replication mode 'activ' " + known):
         get_mode("activ")
 
 
@@ -62,8 +63,25 @@ def test_registering_a_second_class_under_a_taken_name_fails() -> None:
             return {}
 
     with pytest.raises(ValueError, match="registered twice"):
-        register_mode("none")(Other)
+        MODES.register("none", ModeInfo("other"))(Other)
     assert type(get_mode("none")).__name__ == "NoReplication"
+
+
+def test_every_mode_supplies_its_own_boundary_policy() -> None:
+    from arfl.replica.modes.leader import LeaderPolicy
+    from arfl.replica.modes.leaderless import LeaderlessPolicy
+    from arfl.replica.source.policy import PlainPolicy
+
+    expected = {
+        "none": PlainPolicy,
+        "passive": PlainPolicy,
+        "active-leader": LeaderPolicy,
+        "active-leaderless": LeaderlessPolicy,
+    }
+    assert set(known_modes()) == set(expected)
+    for name, cls in expected.items():
+        annotation = type(get_mode(name)).boundary_policy.__annotations__["return"]
+        assert annotation in (cls.__name__, "BoundaryPolicy"), name
 
 
 def test_none_uses_a_temporary_checkpoint_and_passive_the_runner_one(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from arfl.pipelines.replication.leaderless import EpochCuts
-from arfl.pipelines.source.offsets import NO_BATCH, BatchOffset
+from arfl.replica.modes.leaderless import EpochCuts
+from arfl.replica.source.offsets import NO_BATCH, BatchOffset
 
 IV = 100  # epoch length, ms
 

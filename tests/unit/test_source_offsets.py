@@ -7,10 +7,10 @@ import json
 import pytest
 
 from arfl.errors import DeployError
-from arfl.pipelines.source import BatchOffset, SourceOptions
-from arfl.pipelines.source.markers import MARKER_HEADER, heartbeat, is_marker, marker_epoch
-from arfl.pipelines.source.offsets import NO_BATCH, parse_partition_offsets
-from arfl.pipelines.source.policy import cap_ends
+from arfl.replica.source import BatchOffset, SourceOptions
+from arfl.replica.source.markers import MARKER_HEADER, heartbeat, is_marker, marker_epoch
+from arfl.replica.source.offsets import NO_BATCH, parse_partition_offsets
+from arfl.replica.source.policy import cap_ends
 
 
 def test_offset_json_round_trip_is_canonical() -> None:

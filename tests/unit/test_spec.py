@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from arfl.configs.spec import load_spec, parse_spec
-from arfl.configs.units import format_duration, parse_duration
 from arfl.errors import SpecError
+from arfl.units import format_duration, parse_duration
 
 MINIMAL = {
     "name": "t",
@@ -112,7 +112,11 @@ def test_every_problem_is_reported_at_once() -> None:
         ({"stack": {"kind": "external"}}, "stack", "needs kafka"),
         ({"stack": {"kind": "external", "kafka": "nohost"}}, "stack.kafka", "host:port"),
         ({"stack": {"kind": "cloud"}}, "stack.kind", "'embedded' or 'external'"),
-        ({"replication": {"mode": "hot"}}, "replication.mode", "'none'"),
+        (
+            {"replication": {"mode": "hot"}},
+            "replication.mode",
+            "unknown 'hot' (known: active-leader, active-leaderless, none, passive)",
+        ),
         ({"replication": {"mode": "passive", "replicas": 2}}, "replication.replicas", "exactly 1"),
         (
             {"replication": {"mode": "none", "trigger": "realtime"}},

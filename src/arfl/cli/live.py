@@ -1,7 +1,7 @@
 """Live view of a running deployment: latency percentiles, rates, gaps and replica states.
 
 ``render(...)`` builds one rich renderable from the merger's latest
-:class:`~arfl.metrics.monitor.MonitorSnapshot`; :class:`LiveView` redraws it about twice a
+:class:`~arfl.run.streams.MonitorSnapshot`; :class:`LiveView` redraws it about twice a
 second; :class:`PlainPrinter` prints one line per second for ``--no-live`` (logs, CI)::
 
     with LiveView() as view:
@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from arfl.cli.console import out
-from arfl.metrics.monitor import InjectorSecond, MonitorSnapshot, Percentiles
+from arfl.run.streams import InjectorSecond, MonitorSnapshot, Percentiles
 
 _STATE_STYLE = {
     "running": "green",

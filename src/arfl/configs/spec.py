@@ -23,9 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from arfl.configs.units import format_duration, parse_duration
+from arfl.configs.slo import validate_slo
 from arfl.errors import SpecError
-from arfl.faults import registry as fault_registry
+from arfl.registry import FAULTS, MODES, UnknownKind
+from arfl.units import format_duration, parse_duration
 
 Duration = Annotated[
     float,
@@ -34,7 +35,8 @@ Duration = Annotated[
 ]
 """Seconds, written in the spec with a unit ("20ms", "10s")."""
 
-MODES = ("none", "passive", "active-leader", "active-leaderless")
+_MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout"})
+"""``[replication]`` keys that only some modes take (each mode lists its own in ``ModeInfo``)."""
 AGG_FUNCTIONS = ("count", "sum", "avg", "min", "max")
 
 # Spark SQL functions whose result depends on when or where a row is processed: replicas
@@ -184,9 +186,12 @@ class Sink(_Model):
 
 
 class Replication(_Model):
-    """How many replicas run and how they agree."""
+    """How many replicas run and how they agree.
 
-    mode: Literal["none", "passive", "active-leader", "active-leaderless"] = "none"
+    ``mode`` is a name registered in :data:`arfl.registry.MODES`.
+    """
+
+    mode: str = "none"
     replicas: int = Field(1, ge=1, le=16)
     heartbeat_interval: Duration | None = None
     session_timeout: Duration | None = None
@@ -195,6 +200,15 @@ class Replication(_Model):
     trigger_interval: Duration = 0.0
     restart: bool = True
     """Restart a replica whose driver died (from its checkpoint where it has one)."""
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, v: str) -> str:
+        try:
+            MODES.entry(v)
+        except UnknownKind:
+            raise ValueError(f"unknown {v!r} (known: {', '.join(MODES.names())})") from None
+        return v
 
 
 class Spark(_Model):
@@ -272,13 +286,13 @@ class Chaos(_Model):
     @field_validator("fault")
     @classmethod
     def _fault(cls, v: str) -> str:
-        if v not in fault_registry.KINDS:
-            raise ValueError(f"unknown {v!r} (known: {', '.join(fault_registry.known())})")
+        if v not in FAULTS:
+            raise ValueError(f"unknown {v!r} (known: {', '.join(FAULTS.names())})")
         return v
 
     @model_validator(mode="after")
     def _shape(self) -> Chaos:
-        kind = fault_registry.KINDS[self.fault]
+        kind = FAULTS.info(self.fault)
         if kind.takes_duration and self.duration is None:
             raise ValueError(f'{self.fault} needs duration = "..."')
         if not kind.takes_duration and self.duration is not None:
@@ -333,7 +347,7 @@ class Spec(_Model):
     @property
     def needs_network_isolation(self) -> bool:
         """True when a scheduled fault acts on the network (namespaces needed)."""
-        return any(fault_registry.KINDS[c.fault].network for c in self.chaos)
+        return any(FAULTS.info(c.fault).network for c in self.chaos)
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -391,24 +405,41 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
     repl = raw.get("replication") if isinstance(raw.get("replication"), dict) else {}
     assert isinstance(repl, dict)
     mode = repl.get("mode", "none")
-    replicas = repl.get("replicas", 1 if mode in ("none", "passive") else 2)
-    if isinstance(replicas, int) and mode in MODES:
-        if mode in ("none", "passive") and replicas != 1:
+    info = MODES.info(mode) if isinstance(mode, str) and mode in MODES else None
+    replicas = repl.get("replicas", info.min_replicas if info else 1)
+    if isinstance(replicas, int) and info is not None:
+        if info.max_replicas == info.min_replicas and replicas != info.min_replicas:
             out.append(
-                ("replication.replicas", f"mode {mode!r} runs exactly 1 replica, got {replicas}")
+                (
+                    "replication.replicas",
+                    f"mode {mode!r} runs exactly {info.min_replicas} replica, got {replicas}",
+                )
             )
-        if mode.startswith("active") and replicas < 2:
+        elif replicas < info.min_replicas:
             out.append(
-                ("replication.replicas", f"mode {mode!r} needs at least 2 replicas, got {replicas}")
+                (
+                    "replication.replicas",
+                    f"mode {mode!r} needs at least {info.min_replicas} replicas, got {replicas}",
+                )
             )
-    if mode != "active-leaderless" and "heartbeat_interval" in repl:
-        out.append(("replication.heartbeat_interval", "only for mode 'active-leaderless'"))
-    if mode != "active-leader" and "session_timeout" in repl:
-        out.append(("replication.session_timeout", "only for mode 'active-leader'"))
-    if repl.get("trigger") == "realtime" and mode != "passive":
-        out.append(
-            ("replication.trigger", "'realtime' needs mode 'passive' (Spark's Kafka source)")
-        )
+    if info is not None:
+        for key in sorted(_MODE_OPTIONS):
+            if key in repl and key not in info.options:
+                owners = [m for m in MODES.names() if key in MODES.info(m).options]
+                out.append(
+                    (f"replication.{key}", "only for mode " + ", ".join(f"'{m}'" for m in owners))
+                )
+        trigger = repl.get("trigger", "micro-batch")
+        if isinstance(trigger, str) and trigger not in info.triggers:
+            owners = [m for m in MODES.names() if trigger in MODES.info(m).triggers]
+            out.append(
+                (
+                    "replication.trigger",
+                    f"'{trigger}' needs mode "
+                    + ", ".join(f"'{m}'" for m in owners)
+                    + " (Spark's Kafka source)",
+                )
+            )
 
     steps = raw.get("steps") if isinstance(raw.get("steps"), list) else []
     assert isinstance(steps, list)
@@ -446,7 +477,8 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 )
             )
         target = c.get("replica")
-        kind = fault_registry.KINDS.get(str(c.get("fault")))
+        fault = str(c.get("fault"))
+        kind = FAULTS.info(fault) if fault in FAULTS else None
         if (
             isinstance(target, int)
             and not isinstance(target, bool)
@@ -459,12 +491,16 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
                     "replica(s))",
                 )
             )
-        if (target == "leader" or (kind and kind.targets_leader)) and mode != "active-leader":
-            out.append((f"chaos[{i}]", "a leader exists only in mode 'active-leader'"))
-        if kind and kind.name != "kill-leader" and target is None:
+        if (target == "leader" or (kind and kind.targets_leader)) and not (info and info.leader):
+            leaders = [m for m in MODES.names() if MODES.info(m).leader]
+            out.append(
+                (
+                    f"chaos[{i}]",
+                    "a leader exists only in mode " + ", ".join(f"'{m}'" for m in leaders),
+                )
+            )
+        if kind and not kind.targets_leader and target is None:
             out.append((f"chaos[{i}].replica", 'which replica? set replica = N or "leader"'))
-        if kind and kind.name == "kill-replica" and mode == "none" and c.get("restart", True):
-            pass  # allowed: the supervisor restarts without a checkpoint (results are lost)
     return out
 
 
@@ -475,12 +511,13 @@ def _network_privilege_problem(raw: dict[str, Any]) -> list[tuple[str, str]]:
 
     out = []
     for i, c in enumerate(chaos):
-        kind = fault_registry.KINDS.get(str(c.get("fault"))) if isinstance(c, dict) else None
+        fault = str(c.get("fault")) if isinstance(c, dict) else ""
+        kind = FAULTS.info(fault) if fault in FAULTS else None
         if kind and kind.network and os.geteuid() != 0:
             out.append(
                 (
                     f"chaos[{i}].fault",
-                    f"{kind.name} needs network namespaces (root or CAP_NET_ADMIN); "
+                    f"{fault} needs network namespaces (root or CAP_NET_ADMIN); "
                     "run as root or remove the fault",
                 )
             )
@@ -502,8 +539,6 @@ def parse_spec(raw: dict[str, Any], origin: str = "<spec>") -> Spec:
     problems.extend(_cross_checks(raw))
     slo = _get(raw, "report", "slo")
     if isinstance(slo, dict):
-        from arfl.report.slo import validate_slo
-
         for line in validate_slo(slo):
             loc, _, msg = line.partition(": ")
             problems.append((loc, msg))

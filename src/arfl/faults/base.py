@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from arfl.configs.units import format_duration
 from arfl.errors import FaultError
-from arfl.faults import registry
 from arfl.faults.state import IsolationState
+from arfl.registry import FAULTS, UnknownKind
+from arfl.units import format_duration
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _seconds(value: Any) -> float | None:
         return None
     if isinstance(value, (int, float)):
         return float(value)
-    from arfl.configs.units import parse_duration
+    from arfl.units import parse_duration
 
     return parse_duration(str(value))
 
@@ -201,42 +201,24 @@ def make_fault(params: FaultParams) -> Fault:
     """Instantiate the implementation registered for ``params.kind``.
 
     Raises:
-        FaultError: the kind is unknown or has no implementation.
+        FaultError: the kind is unknown (the message lists the known ones).
     """
-    load_implementations()
-    cls = registry.IMPLEMENTATIONS.get(params.kind)
-    if cls is None:
-        raise FaultError(
-            f"unknown fault {params.kind!r} (known: {', '.join(sorted(registry.IMPLEMENTATIONS))})"
-        )
+    try:
+        cls = FAULTS.get(params.kind)
+    except UnknownKind as e:
+        raise FaultError(str(e)) from None
     fault: Fault = cls(params)
     return fault
 
 
 def implementation(kind: str) -> type[Fault]:
-    """The class registered for ``kind`` (for recover).
+    """The class registered for ``kind`` (also used by recover).
 
     Raises:
         FaultError: unknown kind.
     """
-    load_implementations()
-    cls = registry.IMPLEMENTATIONS.get(kind)
-    if cls is None:
-        raise FaultError(
-            f"unknown fault {kind!r} (known: {', '.join(sorted(registry.IMPLEMENTATIONS))})"
-        )
-    impl: type[Fault] = cls
+    try:
+        impl: type[Fault] = FAULTS.get(kind)
+    except UnknownKind as e:
+        raise FaultError(str(e)) from None
     return impl
-
-
-def load_implementations() -> None:
-    """Import every fault module so their ``@register`` decorators run."""
-    from arfl.faults import (  # noqa: F401
-        delay,
-        kill_executor,
-        kill_leader,
-        kill_replica,
-        partition,
-        pause,
-        slow,
-    )

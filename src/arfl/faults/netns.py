@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from arfl.errors import FaultError
 from arfl.faults.state import IsolationState, NamespaceState
+from arfl.registry import FAULTS
 
 NETNS_DIR = Path("/run/netns")
 SUBNET_BASE = "10.213"  # 10.213.<k>.0/24, k = bridge number; checked against this host's addresses
@@ -34,9 +35,7 @@ _CAP_NET_ADMIN = 12
 
 def needs_isolation(kinds: Iterable[str]) -> bool:
     """True when any of these fault kinds needs the replicas in network namespaces."""
-    from arfl.faults import registry
-
-    return any(registry.KINDS[k].network for k in kinds if k in registry.KINDS)
+    return any(FAULTS.info(k).network for k in kinds if k in FAULTS)
 
 
 def require_net_admin(what: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from arfl.pipelines.rundir import write_json_atomic
+from arfl.run.rundir import write_json_atomic
 
 PENDING_FILE = "pending-faults.json"
 

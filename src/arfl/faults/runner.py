@@ -29,7 +29,7 @@ from arfl.faults import netns
 from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fault
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.state import load_state
-from arfl.pipelines.rundir import Journal, RunPaths
+from arfl.run.rundir import Journal, RunPaths
 
 
 @dataclass

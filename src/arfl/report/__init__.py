@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         SloResult,
     )
     from arfl.report.rundata import RunData, load_run
-    from arfl.report.slo import check_slos, validate_slo
+    from arfl.report.slo import check_slos
 
 _WHERE = {
     "analyse": "build",
@@ -50,7 +50,6 @@ _WHERE = {
     "RunData": "rundata",
     "load_run": "rundata",
     "check_slos": "slo",
-    "validate_slo": "slo",
 }
 
 __all__ = [
@@ -70,7 +69,6 @@ __all__ = [
     "load_run",
     "render_compare_html",
     "render_html",
-    "validate_slo",
 ]
 
 

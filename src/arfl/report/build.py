@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arfl.configs.slo import slo_percentiles
 from arfl.errors import ReportError
-from arfl.metrics.histogram import (
+from arfl.measure.histogram import (
     IntervalHistogram,
     new_histogram,
-    percentile_key,
     values_at_percentiles,
 )
 from arfl.report import correctness as corr
@@ -46,7 +46,8 @@ from arfl.report.faults import JournaledFault, journaled_faults
 from arfl.report.gaps import RESOLUTION, Gap, find_gaps, longest_in, overlapping
 from arfl.report.model import Correctness, FaultStats, PhaseStats, Report, Resources, Series
 from arfl.report.rundata import Batch, RunData, load_run
-from arfl.report.slo import check_slos, slo_percentiles
+from arfl.report.slo import check_slos
+from arfl.units import percentile_key
 
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 """Always computed: the ``--json`` contract has a field for each."""

@@ -9,7 +9,7 @@ Two bases:
   each result id once), unknown otherwise; ``divergent`` counts copies whose content hash
   differed between replicas.
 * ``recomputed`` (``arfl report --recompute``; needs the run's Kafka and starts a Spark batch
-  job): :func:`arfl.pipelines.offline.recompute` recomputes the expected results from the input
+  job): :func:`arfl.replica.offline.recompute` recomputes the expected results from the input
   topic and the sink topic is read back; ``missing`` = expected final results not in the sink,
   ``duplicates`` = sink records beyond the first per result id, ``divergent`` = the merger's
   count plus sink results whose content differs from the recomputation.
@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from arfl.errors import ArflError, ReportError
-from arfl.pipelines.records import BadRecord, Result, parse_result
 from arfl.report.model import Correctness
 from arfl.report.rundata import RunData
+from arfl.run.records import BadRecord, Result, parse_result
 
 
 def _int(v: Any) -> int | None:
@@ -202,7 +202,7 @@ def recomputed(data: RunData) -> Correctness:
         ReportError: the run's Kafka, topics or Spark connector are not available.
     """
     from arfl import stack
-    from arfl.pipelines.offline import recompute
+    from arfl.replica.offline import recompute
 
     started = data.first_event("run-started") or {}
     bootstrap = started.get("kafka")

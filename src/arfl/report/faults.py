@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from arfl.faults import registry
+from arfl.registry import FAULTS
 from arfl.report.rundata import Batch
 
 KILLS_REPLICA = ("kill-replica", "kill-leader")
@@ -175,9 +175,7 @@ def _react(
         detect = restored = replaced
     elif rev_end is not None:
         restored = rev_end - started
-    takes_duration = (
-        registry.KINDS[kind].takes_duration if kind in registry.KINDS else bool(duration)
-    )
+    takes_duration = FAULTS.info(kind).takes_duration if kind in FAULTS else bool(duration)
     if takes_duration:
         window_end = rev_end if rev_end is not None else started + (duration or 0.0)
     elif first_batch is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from arfl.metrics.monitor import MonitorSnapshot
+from arfl.run.streams import MonitorSnapshot
 
 RESOLUTION = (
     "gaps from the merger's 1-s ticks: every gap >= 1 s is seen with its exact start; its "

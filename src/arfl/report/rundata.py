@@ -1,6 +1,6 @@
 """Everything ``arfl report`` reads from one run directory, parsed once.
 
-The run directory layout is :mod:`arfl.pipelines.rundir`'s contract. Only ``spec.json`` and
+The run directory layout is :mod:`arfl.run.rundir`'s contract. Only ``spec.json`` and
 ``journal.jsonl`` are required; a run that failed early may lack the latency log, the monitor
 stream or the summary, and the report then shows what is known (empty phases, ``None`` values).
 """
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from arfl.errors import ReportError
-from arfl.metrics.histogram import IntervalHistogram, read_latency_log
-from arfl.metrics.monitor import InjectorSummary, MonitorSnapshot
-from arfl.pipelines.progress import batch_timing
-from arfl.pipelines.rundir import RunPaths, read_jsonl
+from arfl.measure.histogram import IntervalHistogram, read_latency_log
+from arfl.run.progress import batch_timing
+from arfl.run.rundir import RunPaths, read_jsonl
+from arfl.run.streams import InjectorSummary, MonitorSnapshot
 
 if TYPE_CHECKING:
     from arfl.configs.spec import Spec

@@ -18,97 +18,15 @@ does not meet its SLO: an SLO is met only when it is shown to be met.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from arfl.configs.units import parse_duration
+from arfl.configs.slo import (
+    parse_key,
+    parse_value,
+    validate_slo,
+)
 from arfl.errors import ReportError
-from arfl.metrics.histogram import percentile_key
 from arfl.report.model import Correctness, FaultStats, PhaseStats, SloCheck, SloResult
-
-SCOPES = ("overall", "steady", "tail", "fault", "recovery")
-PHASE_METRICS = ("max", "max_gap", "results_per_s")
-"""Besides ``p<percentile>``."""
-RUN_METRICS = ("masked", "recovery", "detect", "missing", "duplicates", "divergent")
-_PCT_RE = re.compile(r"^p(\d+(?:\.\d+)?)$")
-
-
-@dataclass(frozen=True)
-class _Key:
-    scope: str
-    metric: str
-
-
-def known_keys() -> list[str]:
-    """A readable list of the SLO keys (for error messages)."""
-    return [
-        "p<percentile> (p50, p99, p99.9, ...)",
-        *PHASE_METRICS,
-        *RUN_METRICS,
-        f"any of the first three prefixed by a scope ({', '.join(SCOPES)}), e.g. fault.p99",
-    ]
-
-
-def _parse_key(key: str) -> _Key:
-    head, dot, rest = key.partition(".")
-    scope, metric = (head, rest) if dot and not re.match(r"^p\d+$", head) else ("", key)
-    if scope and scope not in SCOPES:
-        raise ValueError(f"unknown scope {scope!r} (known: {', '.join(SCOPES)})")
-    if metric in RUN_METRICS:
-        if scope:
-            raise ValueError(f"{metric} is run-wide and takes no scope")
-        return _Key("run", metric)
-    m = _PCT_RE.match(metric)
-    if m:
-        p = float(m.group(1))
-        if not 0 < p <= 100:
-            raise ValueError(f"percentile {p:g} is not in (0, 100]")
-        return _Key(scope or "overall", percentile_key(p))
-    if metric in PHASE_METRICS:
-        return _Key(scope or "overall", metric)
-    raise ValueError(f"unknown metric {metric!r} (known: {', '.join(known_keys())})")
-
-
-def _parse_value(key: _Key, value: object) -> float | bool:
-    if key.metric == "masked":
-        if not isinstance(value, bool):
-            raise ValueError(f"masked takes true or false, got {value!r}")
-        return value
-    if key.metric in ("missing", "duplicates", "divergent", "results_per_s"):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ValueError(f"{key.metric} takes a number >= 0, got {value!r}")
-        return float(value)
-    # Everything else is a duration.
-    return parse_duration(value)
-
-
-def slo_percentiles(slo: Mapping[str, object]) -> list[float]:
-    """The percentiles the SLO keys name (``{"fault.p95": ...}`` -> ``[95.0]``); invalid keys
-    are ignored here (:func:`validate_slo` reports them)."""
-    out: list[float] = []
-    for key in slo:
-        try:
-            metric = _parse_key(key).metric
-        except ValueError:
-            continue
-        if _PCT_RE.match(metric):
-            out.append(float(metric[1:]))
-    return out
-
-
-def validate_slo(slo: Mapping[str, object]) -> list[str]:
-    """Problems with the SLO keys and values of a spec, one string per problem.
-
-    Meant for the spec validator: ``report.slo.<key>: <problem>``. Empty when all is well.
-    """
-    problems: list[str] = []
-    for key, value in slo.items():
-        try:
-            _parse_value(_parse_key(key), value)
-        except ValueError as e:
-            problems.append(f"report.slo.{key}: {e}")
-    return problems
 
 
 def _ms(v: float | None) -> str:
@@ -145,8 +63,8 @@ def check_slos(
         )
     checks: list[SloCheck] = []
     for raw_key, raw_value in slo.items():
-        key = _parse_key(raw_key)
-        target = _parse_value(key, raw_value)
+        key = parse_key(raw_key)
+        target = parse_value(key, raw_value)
         tstr = _target_str(raw_value)
         if key.scope == "run":
             checks.append(_check_run(raw_key, key.metric, target, tstr, faults, correctness))

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from arfl.testing.stack import EmbeddedStack, free_ports
+from arfl.stack.embedded import EmbeddedStack, free_ports
 
 __all__ = ["EmbeddedStack", "free_ports"]

@@ -4,7 +4,7 @@
   (``spark-class org.apache.spark.deploy.master.Master`` / ``...worker.Worker``: pip's pyspark
   has no ``start-master.sh``) on free loopback ports, and stops both, with every executor the
   worker launched, by pid.
-* :func:`local_session` (from :mod:`arfl.pipelines.sparkenv`) yields a ``local[N]``
+* :func:`local_session` (from :mod:`arfl.replica.sparkenv`) yields a ``local[N]``
   SparkSession and kills its gateway JVM at exit.
 """
 
@@ -24,8 +24,8 @@ from typing import IO, Any
 import psutil
 
 from arfl.errors import StackError
-from arfl.pipelines.records import BadRecord, Result, parse_result
-from arfl.pipelines.sparkenv import driver_env, ensure_spark_home, local_session
+from arfl.replica.sparkenv import driver_env, ensure_spark_home, local_session
+from arfl.run.records import BadRecord, Result, parse_result
 
 
 def free_port() -> int:
@@ -353,7 +353,7 @@ class ResultReader:
 
 def consumed_offsets(progress: dict[str, Any]) -> int:
     """Sum of a progress event's source end offsets (records consumed so far, all partitions)."""
-    from arfl.pipelines.progress import end_offsets
+    from arfl.run.progress import end_offsets
 
     return sum(end_offsets(progress).values())
 
@@ -368,7 +368,7 @@ def wait_caught_up(
     at all ran for ``settle_s`` (per-record pipelines have no such batch; Spark reports idle
     time through ``onQueryIdle``, not as progress).
     """
-    from arfl.pipelines.rundir import read_jsonl
+    from arfl.run.rundir import read_jsonl
 
     deadline = time.monotonic() + timeout_s
     reached_at: float | None = None

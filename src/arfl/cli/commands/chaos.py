@@ -19,13 +19,13 @@ from rich.table import Table
 
 from arfl.cli.console import out
 from arfl.cli.main import app
-from arfl.configs.units import format_duration, parse_duration
 from arfl.errors import ExitCode, FaultError
-from arfl.faults import registry
 from arfl.faults.base import FaultParams
 from arfl.faults.listing import resolve_run_dir, summarize
 from arfl.faults.local import LocalTarget
 from arfl.faults.runner import ChaosRunner, FaultOutcome, recover, runs_with_pending
+from arfl.registry import FAULTS, UnknownKind
+from arfl.units import format_duration, parse_duration
 
 DEFAULT_DURATION = "10s"
 
@@ -67,7 +67,7 @@ def _peers(value: str | None) -> tuple[int, ...]:
         "duration blocks until reverted; Ctrl-C reverts early); 'arfl chaos RUN --list' shows "
         "replicas, pids, executors and the leader; 'arfl chaos recover [RUN]' undoes faults "
         "left behind by a killed arfl (without RUN: every run under --runs with pending faults)."
-        f" Fault kinds: {', '.join(registry.known())}. A fault that cannot be injected or "
+        f" Fault kinds: {', '.join(FAULTS.names())}. A fault that cannot be injected or "
         "reverted exits 5."
     )
 )
@@ -78,7 +78,7 @@ def chaos(
     fault: Annotated[
         str | None,
         typer.Argument(
-            help=f"Fault kind ({', '.join(registry.known())}); after 'recover': the RUN.",
+            help=f"Fault kind ({', '.join(FAULTS.names())}); after 'recover': the RUN.",
             show_default=False,
         ),
     ] = None,
@@ -119,11 +119,12 @@ def chaos(
         return
     if fault is None:
         raise typer.BadParameter(
-            f"which fault? one of {', '.join(registry.known())} (or --list)", param_hint="FAULT"
+            f"which fault? one of {', '.join(FAULTS.names())} (or --list)", param_hint="FAULT"
         )
-    kind = registry.KINDS.get(fault)
-    if kind is None:
-        raise FaultError(f"unknown fault {fault!r} (known: {', '.join(registry.known())})")
+    try:
+        kind = FAULTS.info(fault)
+    except UnknownKind as e:
+        raise FaultError(str(e)) from None
     dur = _duration(duration, "--duration")
     if kind.takes_duration and dur is None:
         dur = parse_duration(DEFAULT_DURATION)

@@ -12,8 +12,8 @@ from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter
 from arfl.cli.main import app
 from arfl.configs.spec import load_spec
-from arfl.pipelines.deploy import DeployOptions, Tick
-from arfl.pipelines.deploy import deploy as run_deploy
+from arfl.orchestrate.deploy import DeployOptions, Tick
+from arfl.orchestrate.deploy import deploy as run_deploy
 
 
 def _fmt_ms(v: Any) -> str:

@@ -12,9 +12,10 @@ from arfl.cli.commands.deploy import MasterOpt, NoLiveOpt, SpecArg
 from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter
 from arfl.cli.main import app
-from arfl.configs.spec import MODES, load_spec
+from arfl.configs.spec import load_spec
 from arfl.errors import ExitCode
-from arfl.pipelines.deploy import DeployOptions, DeployResult, Tick
+from arfl.orchestrate.deploy import DeployOptions, DeployResult, Tick
+from arfl.registry import mode_names
 
 
 @app.command()
@@ -27,7 +28,7 @@ def experiment(
             help="Comma-separated replication modes, run in this order; the first is the "
             "reference of the comparison.",
         ),
-    ] = ",".join(MODES),
+    ] = ",".join(mode_names()),
     runs_root: Annotated[
         Path, typer.Option("--runs", help="Parent folder of the experiment directory.")
     ] = Path("runs"),
@@ -37,7 +38,7 @@ def experiment(
     """Run SPEC once per mode (same workload, seed and chaos), then compare the runs
     (latency per phase, masking, correctness, CPU seconds and memory) in one report."""  # fmt: skip
     from arfl.cli.commands.report import print_comparison
-    from arfl.experiment import parse_modes, run_experiment
+    from arfl.orchestrate.experiment import parse_modes, run_experiment
 
     spec = load_spec(spec_path)
     mode_list = parse_modes(modes)

@@ -1,0 +1,56 @@
+"""``delay``: add latency to a replica's traffic with a netem qdisc for a duration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arfl.errors import FaultError
+from arfl.faults import netns
+from arfl.faults.base import FaultBase, Target
+from arfl.faults.kinds.partition import namespace_of
+from arfl.registry import FAULTS, FaultInfo
+
+
+@FAULTS.register(
+    "delay",
+    FaultInfo(
+        "add network latency to a replica's traffic (tc netem) for a duration",
+        takes_duration=True,
+        network=True,
+    ),
+)
+class Delay(FaultBase):
+    """``netem delay`` on the host end of the replica's veth: every packet towards the replica
+    waits ``delay``, so each round trip grows by it. Revert deletes the qdisc."""
+
+    kind = "delay"
+
+    def prepare(self, target: Target) -> dict[str, Any]:
+        """Resolve the replica's host-side veth."""
+        netns.require_net_admin("delay")
+        if self.params.delay_s is None:
+            raise FaultError('delay: which latency? pass --delay 50ms (or delay = "50ms")')
+        replica = self.replica_index(target)
+        _, ns = namespace_of(target, replica, self.kind)
+        if not ns.veth_host:
+            raise FaultError(f"delay: no veth recorded for replica {replica}")
+        self.record = {"link": ns.veth_host}
+        self.details = {"replica": replica, "link": ns.veth_host, "delay_s": self.params.delay_s}
+        return self.record
+
+    def inject(self, target: Target) -> None:
+        """Add the qdisc."""
+        assert self.params.delay_s is not None
+        netns.add_netem(str(self.record["link"]), self.params.delay_s)
+        self.details["added"] = True
+
+    def revert(self, target: Target) -> None:
+        """Delete the qdisc if this fault added it (never someone else's)."""
+        if self.details.get("added"):
+            type(self).undo(self.record)
+
+    @classmethod
+    def undo(cls, record: dict[str, Any]) -> None:
+        """Delete the netem root qdisc."""
+        if netns.root_qdisc(str(record["link"])) == "netem":
+            netns.del_root_qdisc(str(record["link"]))

@@ -1,0 +1,84 @@
+"""``kill-executor``: SIGKILL one executor JVM of a replica; Spark replaces it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from arfl.errors import FaultError
+from arfl.faults.base import FaultBase, Target
+from arfl.registry import FAULTS, FaultInfo
+
+REPLACEMENT_TIMEOUT_S = 30.0
+
+
+@FAULTS.register(
+    "kill-executor",
+    FaultInfo("SIGKILL one executor JVM of a replica", takes_duration=False),
+)
+class KillExecutor(FaultBase):
+    """Kill executor ``params.executor`` (default: the lowest id) of the replica.
+
+    ``revert`` has nothing to undo; it waits (up to 30 s) until Spark runs a replacement
+    executor JVM for the same application, so callers can observe recovery. ``details`` then
+    holds ``replacement_s`` (None when no replacement appeared).
+    """
+
+    kind = "kill-executor"
+
+    def prepare(self, target: Target) -> dict[str, Any]:
+        """Pick the executor; no undo needed (killing is final)."""
+        replica = self.replica_index(target)
+        executors = target.executor_pids(replica)
+        if not executors:
+            raise FaultError(
+                f"kill-executor: replica {replica} of run {target.run} has no executor JVM "
+                "(no CoarseGrainedExecutorBackend for its app id); is it running on a cluster "
+                "master (local-cluster, standalone)? local[*] has no separate executors"
+            )
+        exe = self.params.executor
+        if exe is None:
+            exe = min(executors, key=lambda e: (not e.isdigit(), int(e) if e.isdigit() else 0, e))
+        if exe not in executors:
+            raise FaultError(
+                f"kill-executor: replica {replica} has no executor {exe!r} "
+                f"(running: {', '.join(sorted(executors))})"
+            )
+        self.details = {"replica": replica, "executor": exe, "pid": executors[exe]}
+        return {}
+
+    def inject(self, target: Target) -> None:
+        """SIGKILL the executor JVM."""
+        self.details["killed_at"] = time.time()
+        try:
+            os.kill(int(self.details["pid"]), signal.SIGKILL)
+        except ProcessLookupError as e:
+            raise FaultError(
+                f"kill-executor: executor pid {self.details['pid']} vanished before the kill"
+            ) from e
+
+    def revert(self, target: Target) -> None:
+        """Wait for a replacement executor (a new pid for the same application)."""
+        if "killed_at" not in self.details:
+            return
+        killed = int(self.details["pid"])
+        replica = int(self.details["replica"])
+        deadline = time.monotonic() + REPLACEMENT_TIMEOUT_S
+        self.details["replacement_s"] = None
+        while time.monotonic() < deadline:
+            try:
+                now = target.executor_pids(replica)
+            except FaultError:
+                break  # the driver itself is gone: nothing will replace the executor
+            fresh = {e: p for e, p in now.items() if p != killed}
+            if fresh:
+                exe, pid = min(fresh.items())
+                self.details.update(
+                    replacement_s=round(time.time() - float(self.details["killed_at"]), 3),
+                    replacement_executor=exe,
+                    replacement_pid=pid,
+                )
+                return
+            time.sleep(0.05)

@@ -1,0 +1,50 @@
+"""``kill-replica``: SIGKILL a replica's driver (its executors die with the application)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from arfl.errors import FaultError
+from arfl.faults.base import FaultBase, Target
+from arfl.faults.local import no_restart_marker
+from arfl.registry import FAULTS, FaultInfo
+
+
+@FAULTS.register(
+    "kill-replica",
+    FaultInfo("SIGKILL a replica's driver; the supervisor restarts it", takes_duration=False),
+)
+class KillReplica(FaultBase):
+    """SIGKILL the driver of ``params.replica``.
+
+    The supervisor (the replica runner) restarts killed drivers on its own. With
+    ``restart = false`` a ``no-restart-<replica>`` marker is written into the run directory
+    *before* the kill; the supervisor must check it before every restart.
+    """
+
+    kind = "kill-replica"
+
+    def prepare(self, target: Target) -> dict[str, Any]:
+        """Resolve the replica (the leader for kill-leader) and its driver pid."""
+        replica = self.replica_index(target)
+        self.details = {"replica": replica, "pid": target.driver_pid(replica)}
+        return {}
+
+    def inject(self, target: Target) -> None:
+        """Write the no-restart marker if asked, then SIGKILL the driver."""
+        replica = int(self.details["replica"])
+        if not self.params.restart:
+            marker = no_restart_marker(target.run_dir, replica)
+            marker.write_text(f"{time.time():.6f} {self.describe()}\n", encoding="utf-8")
+            self.details["no_restart_marker"] = str(marker)
+        self.details["killed_at"] = time.time()
+        try:
+            os.kill(int(self.details["pid"]), signal.SIGKILL)
+        except ProcessLookupError as e:
+            raise FaultError(
+                f"{self.kind}: driver pid {self.details['pid']} of replica {replica} vanished "
+                "before the kill"
+            ) from e

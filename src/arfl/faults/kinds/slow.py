@@ -1,0 +1,70 @@
+"""``slow``: throttle a replica's CPU with a cgroup quota for a duration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from arfl.errors import FaultError
+from arfl.faults import cgroups
+from arfl.faults.base import FaultBase, Target
+from arfl.registry import FAULTS, FaultInfo
+
+CPU_PERCENT = 10.0
+
+
+@FAULTS.register(
+    "slow",
+    FaultInfo("throttle a replica's CPU (cgroup cpu quota) for a duration", takes_duration=True),
+)
+class Slow(FaultBase):
+    """Move every process of the replica into ``arfl/<run>-r<N>`` limited to 10 % of one CPU.
+
+    Revert moves each process back to the group it came from and removes the group.
+    """
+
+    kind = "slow"
+
+    def prepare(self, target: Target) -> dict[str, Any]:
+        """Detect the cpu controller and record every process's current group."""
+        replica = self.replica_index(target)
+        h = cgroups.detect()
+        pids = target.replica_pids(replica)
+        if not pids:
+            raise FaultError(f"slow: replica {replica} of run {target.run} has no processes")
+        originals = {str(pid): h.cgroup_of(pid) for pid in pids}
+        group = h.group(f"{target.run}-r{replica}")
+        self.details = {
+            "replica": replica,
+            "cgroup": str(group),
+            "cgroup_version": h.version,
+            "cpu_percent": CPU_PERCENT,
+            "pids": pids,
+        }
+        self.record = {
+            "version": h.version,
+            "mount": str(h.mount),
+            "group": str(group),
+            "pids": pids,
+            "originals": originals,
+            "fallback": originals[str(pids[0])],
+        }
+        return self.record
+
+    def inject(self, target: Target) -> None:
+        """Create the limited group and move the processes in."""
+        h = cgroups.CpuHierarchy(int(self.record["version"]), Path(self.record["mount"]))
+        group = cgroups.create(h, Path(self.record["group"]).name, CPU_PERCENT)
+        for pid in self.record["pids"]:
+            cgroups.move(group, int(pid))
+
+    @classmethod
+    def undo(cls, record: dict[str, Any]) -> None:
+        """Move members back to their original groups and remove the group."""
+        mount = Path(record["mount"])
+        originals = {
+            int(pid): mount / str(path).lstrip("/") for pid, path in record["originals"].items()
+        }
+        cgroups.remove(
+            Path(record["group"]), mount / str(record["fallback"]).lstrip("/"), originals
+        )

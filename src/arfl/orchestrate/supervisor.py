@@ -1,0 +1,508 @@
+"""Launch and supervise the driver processes of R replicas.
+
+Each replica's driver (``python -m arfl.replica.driver``) runs in its own session (process
+group), logs to ``logs/replica-N.log`` of the run directory and writes
+``replicas/replica-N.app.json`` (its Spark app id) and ``progress/replica-N.jsonl``.
+A poll thread restarts a driver that died unexpectedly when ``spec.replication.restart`` is
+true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.Journal``):
+
+* ``replica-started``  {replica, pid, attempt}  — process spawned
+* ``replica-ready``    {replica, pid, app_id, attempt, startup_s} — SparkSession up
+* ``replica-died``     {replica, pid, exit_code, app_id, uptime_s}
+* ``replica-restarted`` {replica, pid, attempt, downtime_s} — respawned (downtime since death)
+* ``replica-gave-up``  {replica, reason} — crash loop or restart disabled
+* ``replica-stopped``  {replica, pid, exit_code, graceful}
+
+``stop()`` SIGTERMs each driver, waits, then SIGKILLs what is left of its whole process tree
+(the driver JVM and, in ``local-cluster``, the executor JVMs are its descendants).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Literal
+
+import psutil
+
+from arfl.configs.spec import Spec
+from arfl.errors import DeployError
+from arfl.faults.local import restart_suppressed
+from arfl.replica.driver import EXIT_BAD_CONFIG, DriverConfig
+from arfl.replica.sparkenv import driver_env, ensure_spark_home
+from arfl.run.records import replica_topic
+from arfl.run.rundir import Journal, RunPaths
+
+Status = Literal["starting", "running", "restarting", "dead", "stopped"]
+CommandFactory = Callable[[int, Path], Sequence[str]]
+"""(replica, config file) -> argv of the driver process (tests substitute a fake)."""
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """A snapshot of one replica's supervision state.
+
+    Attributes:
+        replica: index.
+        status: ``starting`` (spawned, no app id yet), ``running``, ``restarting``,
+            ``dead`` (gave up), ``stopped`` (by ``stop()``).
+        pid: driver process id (of the current or last attempt).
+        app_id: Spark application id of the current attempt, once known.
+        restarts: how many times the supervisor restarted it.
+        exit_code: exit code of the last attempt that ended.
+        started_at: epoch seconds when the current attempt was spawned.
+    """
+
+    replica: int
+    status: Status
+    pid: int | None = None
+    app_id: str | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    started_at: float | None = None
+
+
+class _Replica:
+    def __init__(self, index: int, config_path: Path, app_id_path: Path, log_path: Path) -> None:
+        self.index = index
+        self.config_path = config_path
+        self.app_id_path = app_id_path
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None
+        self.state = ReplicaState(replica=index, status="starting")
+        self.attempt = 0
+        self.failures_without_app = 0
+        self.died_at: float | None = None
+
+
+def default_command(replica: int, config: Path) -> list[str]:
+    """The real driver: this interpreter running :mod:`arfl.replica.driver`."""
+    del replica
+    return [sys.executable, "-m", "arfl.replica.driver", "--config", str(config)]
+
+
+class ReplicaRunner:
+    """Starts R replica drivers and keeps them running.
+
+    Example::
+
+        with ReplicaRunner(spec, run_dir, "127.0.0.1:9092", jars=installed.spark_kafka_jars) as r:
+            r.wait_ready(timeout=120)
+            ...
+            r.kill(0)            # SIGKILL replica 0's driver tree; the supervisor restarts it
+    """
+
+    def __init__(
+        self,
+        spec: Spec,
+        run_dir: Path,
+        bootstrap: str,
+        *,
+        jars: Sequence[Path] = (),
+        master: str | None = None,
+        extra_conf: dict[str, str] | None = None,
+        mode_options: dict[str, str] | None = None,
+        journal: Journal | None = None,
+        spark_home: Path | None = None,
+        command: CommandFactory | None = None,
+        poll_interval_s: float = 0.2,
+        stop_timeout_s: float = 30.0,
+        restart_delay_s: float = 0.5,
+        crash_loop_limit: int = 5,
+        tree_grace_s: float = 5.0,
+    ) -> None:
+        """Prepare (but do not start) the replicas.
+
+        Args:
+            spec: the validated spec (``replication.replicas`` drivers are run).
+            run_dir: the run directory (see :mod:`arfl.run.rundir`).
+            bootstrap: Kafka bootstrap servers.
+            jars: Spark's Kafka connector jars (``spark.jars``).
+            master: override ``spec.spark.master`` (e.g. a standalone ``spark://`` URL).
+            extra_conf: Spark conf applied last.
+            mode_options: passed to the replication mode (``ReplicaContext.options``).
+            journal: where to journal events; default ``run_dir/journal.jsonl``.
+            spark_home: writable SPARK_HOME; default :func:`ensure_spark_home`.
+            command: argv factory for a driver (tests); default :func:`default_command`.
+            poll_interval_s: supervision period.
+            stop_timeout_s: grace period between SIGTERM and SIGKILL in :meth:`stop`.
+            restart_delay_s: pause before restarting a dead driver.
+            crash_loop_limit: give up after this many consecutive deaths before the driver
+                reported an app id (a config or environment problem, not a crash to mask).
+            tree_grace_s: after a driver stopped gracefully, how long its JVMs may take to
+                exit before they are killed.
+        """
+        self.spec = spec
+        self.paths = RunPaths(run_dir)
+        self.bootstrap = bootstrap
+        self.jars = [str(j) for j in jars]
+        self.master = master or spec.spark.master
+        self.extra_conf = dict(extra_conf or {})
+        self.mode_options = dict(mode_options or {})
+        self.journal = journal or Journal(self.paths.journal)
+        self._spark_home = spark_home
+        self._command = command or default_command
+        self.poll_interval_s = poll_interval_s
+        self.stop_timeout_s = stop_timeout_s
+        self.restart_delay_s = restart_delay_s
+        self.crash_loop_limit = crash_loop_limit
+        self.tree_grace_s = tree_grace_s
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._env: dict[str, str] | None = None
+        rdir = run_dir / "replicas"
+        self._replicas = [
+            _Replica(
+                i,
+                rdir / f"replica-{i}.json",
+                rdir / f"replica-{i}.app.json",
+                self.paths.log(f"replica-{i}"),
+            )
+            for i in range(spec.replication.replicas)
+        ]
+
+    # --- public API -----------------------------------------------------------------
+
+    def checkpoint_dir(self, replica: int) -> Path:
+        """The durable checkpoint directory of a replica (used by ``passive``)."""
+        return self.paths.root / "checkpoints" / f"replica-{replica}"
+
+    def output_topic(self, replica: int) -> str:
+        """The output topic of a replica."""
+        return replica_topic(self.spec.sink.topic, replica)
+
+    def start(self) -> None:
+        """Spawn every driver and the supervision thread.
+
+        Raises:
+            DeployError: already started, or a driver could not be spawned.
+        """
+        if self._thread is not None:
+            raise DeployError("replica runner already started")
+        home = self._spark_home or ensure_spark_home()
+        self._env = driver_env(home)
+        # Let the driver import arfl even when it is not installed (a source checkout).
+        src = str(Path(__file__).resolve().parents[2])
+        self._env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (src, self._env.get("PYTHONPATH", "")) if p
+        )
+        self._env.setdefault("PYTHONUNBUFFERED", "1")
+        for rep in self._replicas:
+            rep.config_path.parent.mkdir(parents=True, exist_ok=True)
+            self._spawn(rep)
+        self._thread = threading.Thread(target=self._supervise, name="arfl-replicas", daemon=True)
+        self._thread.start()
+
+    def states(self) -> dict[int, ReplicaState]:
+        """Current state of every replica (refreshing app ids)."""
+        with self._lock:
+            for rep in self._replicas:
+                self._refresh_app_id(rep)
+            return {rep.index: rep.state for rep in self._replicas}
+
+    def app_ids(self) -> dict[int, str | None]:
+        """Spark application id of each replica's current attempt (None until known)."""
+        return {i: s.app_id for i, s in self.states().items()}
+
+    def wait_ready(self, timeout_s: float = 180.0) -> dict[int, ReplicaState]:
+        """Block until every replica is ``running`` (SparkSession up, app id known).
+
+        Raises:
+            DeployError: a replica is dead or the timeout passed; names the log file.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self.states()
+            dead = [s for s in st.values() if s.status in ("dead", "stopped")]
+            if dead:
+                r = dead[0].replica
+                raise DeployError(
+                    f"replica {r} is {dead[0].status} (exit code {dead[0].exit_code}); "
+                    f"see {self._replicas[r].log_path}"
+                )
+            if all(s.status == "running" for s in st.values()):
+                return st
+            if time.monotonic() > deadline:
+                waiting = [s.replica for s in st.values() if s.status != "running"]
+                raise DeployError(
+                    f"replica(s) {waiting} not up after {timeout_s:.0f}s; see "
+                    + ", ".join(str(self._replicas[r].log_path) for r in waiting)
+                )
+            time.sleep(self.poll_interval_s)
+
+    def kill(self, replica: int, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to a driver's whole process tree (driver first); returns its pid.
+
+        The supervisor sees the death and, if ``replication.restart``, restarts it.
+
+        Raises:
+            DeployError: no such replica or it has no live process.
+        """
+        with self._lock:
+            if not 0 <= replica < len(self._replicas):
+                raise DeployError(f"no replica {replica} (have 0..{len(self._replicas) - 1})")
+            proc = self._replicas[replica].proc
+            if proc is None or proc.poll() is not None:
+                raise DeployError(f"replica {replica} has no running driver to kill")
+            tree = _tree(proc.pid)
+            for p in tree:
+                with contextlib.suppress(psutil.Error):
+                    p.send_signal(sig)
+            return proc.pid
+
+    def process_tree(self, replica: int) -> list[psutil.Process]:
+        """The live driver process of a replica and its descendants (driver JVM, and in
+        ``local-cluster`` the executor JVMs); empty when it is not running."""
+        with self._lock:
+            proc = self._replicas[replica].proc
+            if proc is None or proc.poll() is not None:
+                return []
+            return [p for p in _tree(proc.pid) if _alive(p)]
+
+    def stop(self) -> None:
+        """Stop supervision, then every driver: SIGTERM, wait, SIGKILL its process tree."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self._lock:
+            live = [r for r in self._replicas if r.proc is not None]
+            trees = {r.index: _tree(r.proc.pid) for r in live if r.proc is not None}
+            for rep in live:
+                assert rep.proc is not None
+                if rep.proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        rep.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + self.stop_timeout_s
+            for rep in live:
+                assert rep.proc is not None
+                graceful = True
+                try:
+                    rep.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    graceful = False
+                # Descendants of a driver that exited (or that we now kill) go as well.
+                if not graceful:
+                    rep.proc.kill()
+                # psutil must not wait on the driver itself: it would reap it behind Popen's
+                # back and lose the exit code.
+                leftovers = [
+                    p
+                    for p in trees[rep.index] + _tree(rep.proc.pid)
+                    if p.pid != rep.proc.pid and _alive(p)
+                ]
+                if graceful:
+                    # A stopped driver's JVM exits on its own once its Python parent is gone.
+                    _, leftovers = psutil.wait_procs(leftovers, timeout=self.tree_grace_s)
+                for p in leftovers:
+                    with contextlib.suppress(psutil.Error):
+                        p.kill()
+                _, still = psutil.wait_procs(leftovers, timeout=10)
+                rep.proc.wait()
+                code = rep.proc.returncode
+                if rep.state.status not in ("dead", "stopped"):
+                    self.journal.write(
+                        "replica-stopped",
+                        replica=rep.index,
+                        pid=rep.proc.pid,
+                        exit_code=code,
+                        graceful=graceful and code == 0,
+                        leftover_pids=[p.pid for p in still],
+                    )
+                rep.state = replace(rep.state, status="stopped", exit_code=code)
+                self._close_log(rep)
+
+    def __enter__(self) -> ReplicaRunner:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- internals ------------------------------------------------------------------
+
+    def _config(self, rep: _Replica) -> DriverConfig:
+        return DriverConfig(
+            spec=self.spec.model_dump(mode="json", by_alias=True),
+            replica=rep.index,
+            bootstrap=self.bootstrap,
+            output_topic=self.output_topic(rep.index),
+            checkpoint_dir=str(self.checkpoint_dir(rep.index)),
+            progress_file=str(self.paths.progress(rep.index)),
+            app_id_file=str(rep.app_id_path),
+            master=self.master,
+            conf=self.extra_conf,
+            jars=self.jars,
+            attempt=rep.attempt,
+            mode_options=self.mode_options,
+        )
+
+    def _spawn(self, rep: _Replica) -> None:
+        self._config(rep).dump(rep.config_path)
+        with contextlib.suppress(FileNotFoundError):
+            rep.app_id_path.unlink()
+        self._close_log(rep)
+        rep.log_path.parent.mkdir(parents=True, exist_ok=True)
+        rep.log = open(rep.log_path, "ab")  # noqa: SIM115 - kept open for the process's life
+        rep.log.write(
+            f"=== arfl: replica {rep.index} attempt {rep.attempt} at {time.ctime()} ===\n".encode()
+        )
+        rep.log.flush()
+        argv = list(self._command(rep.index, rep.config_path))
+        try:
+            rep.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=rep.log,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                cwd=self.paths.root,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise DeployError(f"cannot start replica {rep.index} ({argv[0]}): {e}") from None
+        now = time.time()
+        rep.state = replace(
+            rep.state, status="starting", pid=rep.proc.pid, app_id=None, started_at=now
+        )
+        self.journal.write(
+            "replica-started", replica=rep.index, pid=rep.proc.pid, attempt=rep.attempt
+        )
+
+    def _refresh_app_id(self, rep: _Replica) -> None:
+        if rep.state.status != "starting" or not rep.app_id_path.exists():
+            return
+        try:
+            info = json.loads(rep.app_id_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return
+        rep.state = replace(rep.state, status="running", app_id=str(info.get("app_id")))
+        rep.failures_without_app = 0
+        self.journal.write(
+            "replica-ready",
+            replica=rep.index,
+            pid=rep.state.pid,
+            app_id=rep.state.app_id,
+            attempt=rep.attempt,
+            startup_s=round(time.time() - (rep.state.started_at or time.time()), 3),
+        )
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(self.poll_interval_s):
+            with self._lock:
+                for rep in self._replicas:
+                    if self._stopping.is_set():
+                        return
+                    self._check(rep)
+
+    def _check(self, rep: _Replica) -> None:
+        self._refresh_app_id(rep)
+        if rep.state.status == "restarting":
+            assert rep.died_at is not None
+            if time.time() - rep.died_at >= self.restart_delay_s:
+                rep.attempt += 1
+                self._spawn(rep)
+                rep.state = replace(rep.state, restarts=rep.state.restarts + 1)
+                self.journal.write(
+                    "replica-restarted",
+                    replica=rep.index,
+                    pid=rep.state.pid,
+                    attempt=rep.attempt,
+                    restarts=rep.state.restarts,
+                    downtime_s=round(time.time() - rep.died_at, 3),
+                )
+            return
+        if rep.proc is None or rep.state.status not in ("starting", "running"):
+            return
+        code = rep.proc.poll()
+        if code is None:
+            return
+        # Reap what is left of its tree (driver JVM, executors) so a restart starts clean.
+        for p in _orphans_of(rep):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        now = time.time()
+        if rep.state.status == "starting":
+            rep.failures_without_app += 1
+        self.journal.write(
+            "replica-died",
+            replica=rep.index,
+            pid=rep.proc.pid,
+            exit_code=code,
+            app_id=rep.state.app_id,
+            uptime_s=round(now - (rep.state.started_at or now), 3),
+        )
+        rep.died_at = now
+        if not self.spec.replication.restart:
+            rep.state = replace(rep.state, status="dead", exit_code=code)
+            self.journal.write(
+                "replica-gave-up", replica=rep.index, reason="replication.restart is false"
+            )
+        elif restart_suppressed(self.paths.root, rep.index):
+            # A 'kill-replica' fault with restart = false asked the supervisor to stand down.
+            rep.state = replace(rep.state, status="dead", exit_code=code)
+            self.journal.write(
+                "replica-gave-up", replica=rep.index, reason="no-restart marker (fault)"
+            )
+        elif code == EXIT_BAD_CONFIG:
+            rep.state = replace(rep.state, status="dead", exit_code=code)
+            self.journal.write(
+                "replica-gave-up",
+                replica=rep.index,
+                reason=f"the pipeline cannot be built (exit code {code}); see {rep.log_path}",
+            )
+        elif rep.failures_without_app >= self.crash_loop_limit:
+            rep.state = replace(rep.state, status="dead", exit_code=code)
+            self.journal.write(
+                "replica-gave-up",
+                replica=rep.index,
+                reason=f"died {rep.failures_without_app} times in a row before Spark was up; "
+                f"see {rep.log_path}",
+            )
+        else:
+            rep.state = replace(rep.state, status="restarting", exit_code=code)
+
+    def _close_log(self, rep: _Replica) -> None:
+        if rep.log is not None:
+            rep.log.close()
+            rep.log = None
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """The process and all its descendants (empty if it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _orphans_of(rep: _Replica) -> list[psutil.Process]:
+    """Live processes still in the dead driver's session (its JVM and executors)."""
+    assert rep.proc is not None
+    sid = rep.proc.pid  # start_new_session: the driver led its own session
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.pid != os.getpid() and os.getsid(p.pid) == sid and _alive(p):
+                out.append(p)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return out

@@ -1,1 +1,0 @@
-"""Pipelines: the Spark driver program, replica runner, injector and merger."""

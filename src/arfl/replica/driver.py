@@ -1,0 +1,275 @@
+"""The Spark application of one replica.
+
+Run as ``python -m arfl.replica.driver --config <file.json>``; the file is a
+:class:`DriverConfig` (written by :class:`~arfl.orchestrate.supervisor.ReplicaRunner`). The driver
+
+1. creates the SparkSession (app name ``arfl-<spec name>-r<N>``, the configured master),
+2. writes ``{"app_id", "pid", ...}`` to ``app_id_file`` as soon as the session exists (fault
+   injection matches executor JVMs by ``--app-id``),
+3. appends every ``StreamingQueryProgress`` JSON as a line to ``progress_file``,
+4. runs the replication mode's source -> :mod:`arfl.replica.query` -> Kafka sink,
+5. on SIGTERM (or SIGINT) stops the query, the session, deletes a non-durable checkpoint and
+   exits 0; if the query fails it exits 1 (the supervisor decides whether to restart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from arfl.configs.spec import Spec
+from arfl.errors import ArflError
+from arfl.replica import query
+from arfl.replica.modes.base import ReplicaContext, get_mode
+from arfl.run.rundir import write_json_atomic
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+EXIT_QUERY_FAILED = 1
+"""The streaming query failed while running (a restart may help)."""
+EXIT_BAD_CONFIG = 2
+"""The config or the pipeline is invalid (a restart cannot help; the runner gives up)."""
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """Everything one replica's driver needs (JSON-serialisable).
+
+    Attributes:
+        spec: the resolved spec, ``Spec.model_dump(mode="json", by_alias=True)``.
+        replica: replica index.
+        bootstrap: Kafka bootstrap servers.
+        output_topic: ``records.replica_topic(spec.sink.topic, replica)``.
+        checkpoint_dir: durable checkpoint location (used by modes that keep one).
+        progress_file: JSONL file receiving one progress event per batch.
+        app_id_file: JSON file receiving the Spark application id.
+        master: Spark master URL.
+        conf: extra Spark configuration (applied after arfl's defaults).
+        jars: jar files for ``spark.jars`` (Kafka connector).
+        attempt: 0 on first start, n on the n-th restart.
+        mode_options: mode-specific settings (see ``ReplicaContext.options``).
+    """
+
+    spec: dict[str, Any]
+    replica: int
+    bootstrap: str
+    output_topic: str
+    checkpoint_dir: str
+    progress_file: str
+    app_id_file: str
+    master: str
+    conf: dict[str, str] = field(default_factory=dict)
+    jars: list[str] = field(default_factory=list)
+    attempt: int = 0
+    mode_options: dict[str, str] = field(default_factory=dict)
+
+    def dump(self, path: Path) -> None:
+        """Write this config as JSON (atomically)."""
+        write_json_atomic(path, asdict(self))
+
+    @classmethod
+    def load(cls, path: Path) -> DriverConfig:
+        """Read a config written by :meth:`dump`."""
+        return cls(**json.loads(path.read_text(encoding="utf-8")))
+
+    def resolved_spec(self) -> Spec:
+        """The spec, re-validated."""
+        return Spec.model_validate(self.spec)
+
+
+C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
+"""JVM option of arfl's default replica JVMs (see :func:`spark_conf`)."""
+
+
+def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
+    """The Spark configuration of a replica: arfl's defaults, the spec's, then ``cfg.conf``."""
+    conf: dict[str, str] = {
+        "spark.app.name": f"arfl-{spec.name}-r{cfg.replica}",
+        "spark.master": cfg.master,
+        "spark.driver.memory": spec.spark.driver_memory,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        # The default 200 shuffle partitions make every stateful batch slow on 2 cores.
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stopTimeout": "10s",
+        # Spark gives a Python worker a fixed 10 s to connect back over TCP; on a loaded
+        # machine that fails ("Python worker failed to connect back"). Unix sockets do not.
+        "spark.python.unix.domain.socket.enabled": "true",
+        "spark.ui.enabled": "false",
+        # C1-only JIT: on a small host C2's compile threads starve everything for the first
+        # minutes (bench/startup: session up and first batches ~2x faster, p50 4x lower, CPU
+        # -40 % on 2 cores). A spec that sets these keys in [spark.conf] gets its own value.
+        "spark.driver.extraJavaOptions": C1_ONLY_JIT,
+        "spark.executor.extraJavaOptions": C1_ONLY_JIT,
+    }
+    if cfg.master.startswith(("local-cluster", "spark://")):
+        conf["spark.executor.memory"] = "512m"
+    if cfg.jars:
+        conf["spark.jars"] = ",".join(cfg.jars)
+    conf.update(
+        {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spec.spark.conf.items()}
+    )
+    conf.update(cfg.conf)
+    return conf
+
+
+class _ProgressWriter:
+    """Appends progress JSON lines; the listener calls it from py4j's callback thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, progress_json: str) -> None:
+        line = json.dumps(json.loads(progress_json), separators=(",", ":"))
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+def _make_listener(writer: _ProgressWriter) -> Any:
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    class ProgressListener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            writer.append(event.progress.json)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return ProgressListener()
+
+
+def _log(msg: str) -> None:
+    print(f"[arfl-driver {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cfg: DriverConfig) -> int:
+    """Run the replica until SIGTERM/SIGINT or query failure; returns the exit code."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        del frame
+        _log(f"signal {signum}: stopping")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    spec = cfg.resolved_spec()
+    mode = get_mode(spec.replication.mode)
+    ctx = ReplicaContext(
+        replica=cfg.replica,
+        bootstrap=cfg.bootstrap,
+        output_topic=cfg.output_topic,
+        checkpoint_dir=Path(cfg.checkpoint_dir),
+        attempt=cfg.attempt,
+        options=dict(cfg.mode_options),
+    )
+    t0 = time.time()
+    builder = SparkSession.builder
+    for k, v in spark_conf(cfg, spec).items():
+        builder = builder.config(k, v)
+    spark: SparkSession = builder.getOrCreate()
+    sc = spark.sparkContext
+    sc.setLogLevel("WARN")
+    write_json_atomic(
+        Path(cfg.app_id_file),
+        {
+            "app_id": sc.applicationId,
+            "pid": os.getpid(),
+            "replica": cfg.replica,
+            "attempt": cfg.attempt,
+            "master": cfg.master,
+            "ui": sc.uiWebUrl,
+            "session_s": round(time.time() - t0, 3),
+            "t": time.time(),
+        },
+    )
+    _log(f"session {sc.applicationId} up in {time.time() - t0:.1f}s (master {cfg.master})")
+    spark.streams.addListener(_make_listener(_ProgressWriter(Path(cfg.progress_file))))
+
+    ckpt = mode.checkpoint(ctx)
+    rc = 0
+    q = None
+    try:
+        try:
+            raw = mode.source(spark, spec, ctx)
+            out = query.build_output(query.parse_events(raw, spec), spec, cfg.replica)
+            trigger = mode.trigger(spec)
+            writer = (
+                out.writeStream.format("kafka")
+                .queryName(f"arfl-{spec.name}-r{cfg.replica}")
+                .option("checkpointLocation", str(ckpt.location))
+                .outputMode("update" if "realTime" in trigger else query.output_mode(spec))
+                .trigger(**trigger)
+            )
+            for k, v in mode.sink_options(ctx).items():
+                writer = writer.option(k, v)
+        except (ArflError, PySparkException) as e:
+            # The pipeline cannot be built (bad expression, transform, column): restarting
+            # would fail the same way, so say so with a distinct exit code.
+            _log(f"pipeline cannot be built: {type(e).__name__}: {e}")
+            rc = EXIT_BAD_CONFIG
+            return rc
+        q = writer.start()
+        _log(f"query started (mode {mode.name}, checkpoint {ckpt.location}, trigger {trigger})")
+        while not stop.is_set():
+            if q.awaitTermination(1):
+                exc = q.exception()
+                _log(f"query terminated: {exc}")
+                rc = EXIT_QUERY_FAILED
+                break
+    except Exception as e:  # the query failed: report and let the supervisor decide
+        _log(f"query failed: {type(e).__name__}: {e}")
+        rc = EXIT_QUERY_FAILED
+    finally:
+        if q is not None and q.isActive:
+            try:
+                q.stop()
+            except Exception as e:
+                _log(f"stopping the query: {e}")
+        spark.stop()
+        if not ckpt.durable:
+            shutil.rmtree(ckpt.location, ignore_errors=True)
+    _log(f"exit {rc}")
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m arfl.replica.driver``."""
+    parser = argparse.ArgumentParser(prog="arfl.replica.driver")
+    parser.add_argument("--config", required=True, type=Path, help="DriverConfig JSON file")
+    args = parser.parse_args(argv)
+    try:
+        cfg = DriverConfig.load(args.config)
+        cfg.resolved_spec()
+    except (OSError, ValueError, TypeError) as e:
+        _log(f"{args.config}: bad driver config: {e}")
+        return EXIT_BAD_CONFIG
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

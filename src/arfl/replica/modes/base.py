@@ -1,0 +1,211 @@
+"""The replication-mode interface and its registry.
+
+A mode decides three things for one replica's Spark application:
+
+* ``source(spark, spec, ctx)``: a streaming DataFrame of Kafka-shaped rows (``value``,
+  ``partition``, ``offset``); it is where active modes put their coordinated batch boundaries
+  (a Python ``DataSourceStreamReader`` whose ``latestOffset()`` all replicas agree on);
+* ``checkpoint(ctx)``: where Spark keeps offsets and state, and whether that survives a stop;
+* ``sink_options(ctx)`` and ``trigger(spec)``: options of the Kafka sink and the trigger.
+
+Modes register themselves with ``@MODES.register("name", ModeInfo(...))`` (:mod:`arfl.registry`),
+each with its own batch-boundary policy (``boundary_policy``); every module of this package is
+imported on first lookup, so a new mode is one new file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from arfl.configs.spec import Spec
+from arfl.errors import DeployError
+from arfl.registry import MODES, UnknownKind
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from arfl.replica.source.kafka import PartitionLog
+    from arfl.replica.source.options import SourceOptions
+    from arfl.replica.source.policy import BoundaryPolicy
+
+
+@dataclass(frozen=True)
+class ReplicaContext:
+    """What a mode knows about the replica it serves.
+
+    Attributes:
+        replica: replica index (0-based).
+        bootstrap: Kafka bootstrap servers ``host:port[,...]``.
+        output_topic: this replica's output topic.
+        checkpoint_dir: the durable checkpoint location the runner assigned (modes without a
+            durable checkpoint ignore it).
+        attempt: 0 for the first start, n for the n-th restart by the supervisor.
+        options: extra, mode-specific settings (e.g. ZooKeeper address for active modes).
+    """
+
+    replica: int
+    bootstrap: str
+    output_topic: str
+    checkpoint_dir: Path
+    attempt: int = 0
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where the query keeps its checkpoint and whether it outlives the driver.
+
+    Attributes:
+        location: directory passed as ``checkpointLocation``.
+        durable: kept across stops and restarts (a restart resumes from it); when False the
+            driver deletes it at stop.
+    """
+
+    location: Path
+    durable: bool
+
+
+@runtime_checkable
+class ReplicationMode(Protocol):
+    """One way of running replicas (see DESIGN.md §2)."""
+
+    name: str
+
+    def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
+        """Streaming DataFrame with columns ``value``, ``partition``, ``offset``."""
+        ...
+
+    def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
+        """The checkpoint location and its policy."""
+        ...
+
+    def sink_options(self, ctx: ReplicaContext) -> dict[str, str]:
+        """Options of the Kafka sink writing ``ctx.output_topic``."""
+        ...
+
+    def trigger(self, spec: Spec) -> dict[str, str]:
+        """Keyword arguments of ``DataStreamWriter.trigger``."""
+        ...
+
+    def boundary_policy(self, opts: SourceOptions, log: PartitionLog) -> BoundaryPolicy:
+        """Where the batches of arfl's Kafka source end for this mode (``latestOffset``).
+
+        Modes on Spark's built-in Kafka source take what is available (the plain policy);
+        the active modes decide boundaries every replica agrees on.
+        """
+        ...
+
+
+_INSTANCES: dict[str, ReplicationMode] = {}
+
+
+def known_modes() -> list[str]:
+    """Names of every registered mode, sorted."""
+    return MODES.names()
+
+
+def get_mode(name: str) -> ReplicationMode:
+    """The registered mode called ``name`` (one instance per mode).
+
+    Raises:
+        DeployError: no such mode; the message lists the known ones.
+    """
+    inst = _INSTANCES.get(name)
+    if inst is None:
+        try:
+            cls = MODES.get(name)
+        except UnknownKind as e:
+            raise DeployError(str(e)) from None
+        inst = cls()
+        if not isinstance(inst, ReplicationMode):
+            raise TypeError(f"{cls.__name__} does not implement ReplicationMode")
+        _INSTANCES[name] = inst
+    return inst
+
+
+# --- shared pieces of the Kafka-based modes ---------------------------------------------
+
+
+class ModeBase:
+    """What most modes share: a durable checkpoint, the Kafka sink, micro-batches as fast as
+    possible, and the plain boundary policy (take what is available). Modes override what
+    they decide differently."""
+
+    name = ""
+
+    def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
+        """Durable: a restarted replica resumes from its own checkpoint."""
+        return Checkpoint(location=ctx.checkpoint_dir, durable=True)
+
+    def sink_options(self, ctx: ReplicaContext) -> dict[str, str]:
+        """Kafka sink on the replica's own topic."""
+        return kafka_sink_options(ctx)
+
+    def trigger(self, spec: Spec) -> dict[str, str]:
+        """Micro-batches (``replication.trigger_interval``, default as fast as possible)."""
+        return trigger_of(spec)
+
+    def boundary_policy(self, opts: SourceOptions, log: PartitionLog) -> BoundaryPolicy:
+        """Take what is available (Spark's own behaviour)."""
+        from arfl.replica.source.policy import PlainPolicy
+
+        return PlainPolicy(opts, log)
+
+
+def kafka_source(
+    spark: SparkSession,
+    spec: Spec,
+    ctx: ReplicaContext,
+    starting_offsets: str,
+    *,
+    limit_batches: bool = True,
+) -> DataFrame:
+    """Spark's built-in Kafka source on the spec's input topic.
+
+    Args:
+        spark: the session.
+        spec: the pipeline spec (input topic, ``replication.max_records_per_batch``).
+        ctx: the replica context (bootstrap; ``kafka.*`` options are passed through).
+        starting_offsets: ``earliest`` or ``latest`` (ignored when resuming a checkpoint).
+        limit_batches: cap micro-batches at ``max_records_per_batch`` (``maxOffsetsPerTrigger``;
+            not for real-time mode, whose batches are time-bounded).
+    """
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", ctx.bootstrap)
+        .option("subscribe", spec.source.topic)
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", "false")
+    )
+    if limit_batches:
+        reader = reader.option("maxOffsetsPerTrigger", str(spec.replication.max_records_per_batch))
+    for k, v in ctx.options.items():
+        if k.startswith("kafka."):
+            reader = reader.option(k, v)
+    return reader.load().select("value", "partition", "offset")
+
+
+def kafka_sink_options(ctx: ReplicaContext) -> dict[str, str]:
+    """Options of the Kafka sink: idempotent-friendly producer writing ``ctx.output_topic``."""
+    return {
+        "kafka.bootstrap.servers": ctx.bootstrap,
+        "topic": ctx.output_topic,
+        # Low-latency producer: do not wait to fill batches.
+        "kafka.linger.ms": "0",
+        "kafka.acks": "all",
+    }
+
+
+def trigger_of(spec: Spec) -> dict[str, str]:
+    """Micro-batch trigger: as fast as possible, or every ``replication.trigger_interval``."""
+    ms = round(spec.replication.trigger_interval * 1000)
+    return {"processingTime": f"{ms} milliseconds"}
+
+
+def temp_checkpoint(ctx: ReplicaContext) -> Checkpoint:
+    """A fresh temporary checkpoint directory, deleted by the driver at stop."""
+    path = Path(tempfile.mkdtemp(prefix=f"arfl-ckpt-r{ctx.replica}-"))
+    return Checkpoint(location=path, durable=False)

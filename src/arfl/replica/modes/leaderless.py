@@ -1,0 +1,383 @@
+"""active-leaderless (LiveRobin on Spark): batch boundaries from epoch cuts in Kafka's log.
+
+Time is cut into epochs of ``interval``; epoch boundary ``T_j = j * interval`` (epoch ms).
+The **cut** of ``T_j`` in partition ``p`` is the first offset whose record timestamp is
+``>= T_j`` — Kafka's time index answers it in one ListOffsets request for all partitions. Input
+topics use ``message.timestamp.type=LogAppendTime``, so timestamps are the broker's and never
+decrease within a partition: the cut is a function of the log alone, and it is **final** once
+some record with timestamp ``>= T_j`` exists in every partition. Each replica's
+:class:`HeartbeatTicker` writes a marker into partitions that got no record since the boundary,
+so idle partitions finalise every boundary within about one grace period.
+
+Batches: the batch after a cut at ``T_e`` starts with the *smallest* ``j > e`` whose cut differs
+from the start and is final (empty epochs are skipped by a binary search over the time index,
+not one probe per epoch). With ``max_epochs_per_batch = 1`` (strict) the batch ends there:
+every replica runs exactly the same sequence of batches, whatever its trigger timing, so
+watermarks, late-data drops and window emission agree too — but a replica whose batches take
+longer than an epoch falls further and further behind. With ``0`` (the default) the batch ends
+at the newest final boundary (at most ``max_epochs_per_batch`` epochs when > 1): every batch
+boundary is still an epoch cut that all replicas agree on, and a replica that fell behind
+(restart, GC pause, slow batch) catches up by merging epochs; replicas that keep up still run
+one epoch per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from arfl.configs.spec import Spec
+from arfl.errors import DeployError
+from arfl.registry import MODES, ModeInfo
+from arfl.replica.modes.base import (
+    ModeBase,
+    ReplicaContext,
+)
+from arfl.replica.source import read_stream
+from arfl.replica.source.kafka import PartitionLog, TopicLog
+from arfl.replica.source.markers import heartbeat
+from arfl.replica.source.offsets import BatchOffset
+from arfl.replica.source.options import (
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    SourceOptions,
+    passthrough,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+"""Returns the current time in epoch ms."""
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def epoch_of(ts_ms: int, interval_ms: int) -> int:
+    """The epoch a timestamp falls in: ``floor(ts / interval)``."""
+    return ts_ms // interval_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The cut of one epoch boundary as the log shows it now.
+
+    Attributes:
+        epoch: ``j`` (boundary ``T_j = j * interval``).
+        cut: partition -> first offset with timestamp ``>= T_j`` (meaningful only if final).
+        final: every partition has a record at or after ``T_j`` (the cut can no longer move).
+    """
+
+    epoch: int
+    cut: dict[int, int]
+    final: bool
+
+
+class EpochCuts:
+    """Finds the next batch end from the time index (no I/O beyond :class:`PartitionLog`).
+
+    Args:
+        log: the input topic.
+        interval_ms: epoch length.
+        clock: epoch-ms clock (bounds the search; boundaries in the future are never final).
+        max_epochs: epochs per batch at most; 1 = strict (identical batches everywhere),
+            0 = up to the newest final boundary (catch up).
+    """
+
+    def __init__(
+        self, log: PartitionLog, interval_ms: int, clock: Clock = now_ms, max_epochs: int = 0
+    ) -> None:
+        if interval_ms <= 0:
+            raise ValueError(f"epoch interval must be positive, got {interval_ms} ms")
+        if max_epochs < 0:
+            raise ValueError(f"max_epochs_per_batch must be >= 0, got {max_epochs}")
+        self._log = log
+        self.interval_ms = interval_ms
+        self.max_epochs = max_epochs
+        self._clock = clock
+        self.probes = 0
+        # (start, j): every boundary < j is final and its cut equals start (nothing to read).
+        self._known_empty: tuple[BatchOffset, int] | None = None
+
+    def probe(self, j: int, start: BatchOffset) -> Probe:
+        """Ask the time index for boundary ``T_j`` (one request for all partitions).
+
+        Where the cut is not final its value does not matter (no batch ends there yet); the
+        start offset stands in for it.
+        """
+        self.probes += 1
+        found = self._log.offsets_for_time(j * self.interval_ms)
+        cut: dict[int, int] = {}
+        final = True
+        for p, s in start.offsets.items():
+            off = found.get(p)
+            if off is None:
+                final = False
+                off = s
+            # A user-given start may lie past an early boundary's cut: never end before start.
+            cut[p] = max(off, s)
+        return Probe(j, cut, final)
+
+    def next_end(self, start: BatchOffset) -> BatchOffset:
+        """The end of the batch starting at ``start``: the first final, non-empty cut after it.
+
+        Returns ``start`` itself (no batch) while that cut is not final yet.
+        """
+        lo = max(start.batch + 1, 0)
+        if self._known_empty is not None and self._known_empty[0] == start:
+            lo = max(lo, self._known_empty[1])
+        hi = epoch_of(self._clock(), self.interval_ms)
+        if lo > hi:
+            return start
+        first = self.probe(lo, start)
+        if not first.final:
+            return start
+        if first.cut != dict(start.offsets):
+            return self._extend(first, start, hi)
+        # Boundary lo is final and empty: find the smallest j in (lo, hi] that is non-empty or
+        # not final. Both properties only ever switch on as j grows, so bisect.
+        best: Probe | None = None
+        left, right = lo + 1, hi
+        while left <= right:
+            mid = (left + right) // 2
+            pr = self.probe(mid, start)
+            if pr.cut != dict(start.offsets) or not pr.final:
+                best = pr
+                right = mid - 1
+            else:
+                left = mid + 1
+        if best is None:
+            self._known_empty = (start, hi + 1)
+            return start
+        self._known_empty = (start, best.epoch)
+        if best.final:
+            return self._extend(best, start, hi)
+        return start
+
+    def _extend(self, first: Probe, start: BatchOffset, hi: int) -> BatchOffset:
+        """End at ``first``, or (catch-up) at the newest final boundary within the cap."""
+        upper = hi if self.max_epochs == 0 else min(hi, first.epoch + self.max_epochs - 1)
+        best = first
+        left, right = first.epoch + 1, upper
+        while left <= right:
+            # Finality only switches off as j grows: bisect for the last final boundary,
+            # trying the top first (the common case when catching up is "all of it").
+            mid = right if best is first and right == upper else (left + right) // 2
+            pr = self.probe(mid, start)
+            if pr.final:
+                best = pr
+                left = mid + 1
+            else:
+                right = mid - 1
+        return BatchOffset(best.epoch, best.cut)
+
+
+class HeartbeatTicker:
+    """A daemon thread writing epoch markers into the input partitions.
+
+    Shortly after each boundary ``T_k`` (``grace * (replica + 1)``, so replicas stagger), it
+    writes marker ``{"__arfl_epoch": k}`` into every partition — or, with ``skip_active``, only
+    into those where the time index shows no record at or after ``T_k`` yet (a partition that
+    received data needs no heartbeat to finalise the boundary).
+
+    Args:
+        bootstrap: Kafka ``host:port``.
+        topic: input topic.
+        interval_s: epoch length.
+        replica: this replica's index (staggering; written into markers).
+        grace_s: base delay after a boundary before checking.
+        skip_active: only write into partitions that need it.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        interval_s: float,
+        replica: int = 0,
+        grace_s: float = 0.01,
+        skip_active: bool = True,
+    ) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.interval_ms = max(1, round(interval_s * 1000))
+        self.replica = replica
+        self.delay_s = grace_s * (replica + 1)
+        self.skip_active = skip_active
+        self._log = TopicLog(bootstrap, topic, client_id=f"arfl-ticker-r{replica}")
+        self._partitions = self._log.partitions()
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"arfl-ticker-r{replica}",
+                "linger.ms": 0,
+                "acks": "all",
+                "enable.idempotence": True,
+            }
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"arfl-heartbeat-r{replica}", daemon=True
+        )
+        self.ticks = 0
+        self.markers_sent = 0
+        self.markers_skipped = 0
+        self.errors = 0
+        self.last_error = ""
+
+    def start(self) -> HeartbeatTicker:
+        """Start ticking; returns self."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            k = epoch_of(now_ms(), self.interval_ms) + 1
+            wake = k * self.interval_ms / 1000 + self.delay_s
+            if self._stop.wait(max(0.0, wake - time.time())):
+                break
+            try:
+                self.tick(k)
+            except Exception as e:  # keep ticking: a broker hiccup must not stop the replica
+                self.errors += 1
+                self.last_error = str(e)
+                log.warning("heartbeat for epoch %d failed: %s", k, e)
+
+    def tick(self, k: int) -> int:
+        """Write the markers of boundary ``T_k``; returns how many were written."""
+        self.ticks += 1
+        targets = list(self._partitions)
+        if self.skip_active:
+            found = self._log.offsets_for_time(k * self.interval_ms)
+            targets = [p for p in targets if found.get(p) is None]
+        value, headers = heartbeat(k, self.replica)
+        for p in targets:
+            self._producer.produce(self.topic, value=value, partition=p, headers=headers)
+        self._producer.poll(0)
+        if targets:
+            self._producer.flush(self.interval_ms / 1000)
+        self.markers_sent += len(targets)
+        self.markers_skipped += len(self._partitions) - len(targets)
+        return len(targets)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: ticks, markers sent and skipped (heartbeat traffic), errors."""
+        return {
+            "ticks": self.ticks,
+            "markers_sent": self.markers_sent,
+            "markers_skipped": self.markers_skipped,
+            "errors": self.errors,
+        }
+
+    def stop(self) -> None:
+        """Stop the thread and flush/close the clients (idempotent)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        with contextlib.suppress(RuntimeError):
+            self._producer.flush(2)
+            self._producer.close()
+        self._log.close()
+
+
+class LeaderlessPolicy:
+    """``active-leaderless``: epoch cuts, plus this replica's heartbeat ticker.
+
+    Args:
+        opts: source options (interval, heartbeat settings, replica).
+        log: the input topic.
+        clock: epoch-ms clock.
+
+    Raises:
+        DeployError: the topic does not use broker timestamps (LogAppendTime).
+    """
+
+    def __init__(self, opts: SourceOptions, log: PartitionLog, clock: Clock = now_ms) -> None:
+        if isinstance(log, TopicLog):
+            kind = log.timestamp_type()
+            if kind != "LogAppendTime":
+                raise DeployError(
+                    f"kafka at {opts.bootstrap}: topic {opts.topic!r} has "
+                    f"message.timestamp.type={kind}; active-leaderless needs LogAppendTime "
+                    "(broker time, monotonic per partition) — recreate the topic with it"
+                )
+        self.cuts = EpochCuts(
+            log,
+            max(1, round(opts.heartbeat_interval_s * 1000)),
+            clock,
+            max_epochs=opts.max_epochs_per_batch,
+        )
+        self.ticker: HeartbeatTicker | None = None
+        if opts.heartbeat:
+            self.ticker = HeartbeatTicker(
+                opts.bootstrap,
+                opts.topic,
+                opts.heartbeat_interval_s,
+                replica=opts.replica,
+                grace_s=opts.heartbeat_grace_s,
+                skip_active=opts.heartbeat_skip_active,
+            ).start()
+
+    def next_end(self, start: BatchOffset, max_records: int | None) -> BatchOffset:
+        """The next final epoch cut (Spark's read limit is ignored: it would differ per replica)."""
+        del max_records
+        return self.cuts.next_end(start)
+
+    def close(self) -> None:
+        """Stop the ticker."""
+        if self.ticker is not None:
+            self.ticker.stop()
+
+
+def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
+    """The reader options of one active-leaderless replica.
+
+    ``replication.heartbeat_interval`` (default 0.5 s) is the epoch length; mode options
+    ``source.<option>`` (e.g. ``source.heartbeat_skip_active = "false"``) override the rest.
+    """
+    interval = spec.replication.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
+    base = SourceOptions(
+        bootstrap=ctx.bootstrap,
+        topic=spec.source.topic,
+        mode="active-leaderless",
+        replica=ctx.replica,
+        pipeline=spec.name,
+        max_records_per_batch=spec.replication.max_records_per_batch,
+        heartbeat_interval_s=interval,
+    )
+    return SourceOptions.parse(base.to_options() | passthrough(ctx.options))
+
+
+@MODES.register(
+    "active-leaderless",
+    ModeInfo(
+        "R replicas, batches cut at heartbeat epochs found in the input log; no coordination",
+        min_replicas=2,
+        max_replicas=None,
+        options=frozenset({"heartbeat_interval"}),
+        active=True,
+        order=3,
+    ),
+)
+class ActiveLeaderlessReplication(ModeBase):
+    """R replicas, batch boundaries at epoch cuts of the input log; no coordination."""
+
+    name = "active-leaderless"
+
+    def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
+        """The arfl-kafka source with epoch cuts (and this replica's heartbeat ticker)."""
+        return read_stream(spark, source_options(spec, ctx))
+
+    def boundary_policy(self, opts: SourceOptions, log: PartitionLog) -> LeaderlessPolicy:
+        """See :class:`LeaderlessPolicy`."""
+        return LeaderlessPolicy(opts, log)

@@ -1,0 +1,41 @@
+"""Mode ``none``: one replica, Spark's Kafka source and sink, no durable checkpoint.
+
+The reference for overhead. A restarted driver starts over with a fresh temporary checkpoint
+at the input's *latest* offsets: what arrived while it was down is lost (the first start reads
+from the earliest offset, so events produced before the driver was up are processed).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arfl.configs.spec import Spec
+from arfl.registry import MODES, ModeInfo
+from arfl.replica.modes.base import (
+    Checkpoint,
+    ModeBase,
+    ReplicaContext,
+    kafka_source,
+    temp_checkpoint,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@MODES.register(
+    "none",
+    ModeInfo("one replica, no checkpoint: the reference for overhead", order=0),
+)
+class NoReplication(ModeBase):
+    """One replica, nothing survives a driver crash."""
+
+    name = "none"
+
+    def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
+        """Kafka source from earliest (first start) or latest (after a restart)."""
+        return kafka_source(spark, spec, ctx, "earliest" if ctx.attempt == 0 else "latest")
+
+    def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
+        """A temporary directory, deleted at stop."""
+        return temp_checkpoint(ctx)

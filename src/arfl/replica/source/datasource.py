@@ -1,0 +1,146 @@
+"""The ``arfl-kafka`` PySpark streaming data source.
+
+Driver side (Spark runs the stream reader in a long-lived Python process next to the driver
+JVM, one per query): ``initialOffset``/``latestOffset`` ask a :class:`BoundaryPolicy`, which is
+where the replicas agree on batch boundaries. Executor side: ``read`` fetches exactly
+``[start, end)`` of one Kafka partition with a cached consumer and drops marker records.
+
+Rows: ``key string, value string, topic string, partition int, offset long, timestamp long``
+(the record's timestamp in epoch ms; the broker's append time on topics arfl creates).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from arfl.replica.source.fetch import Range, read_batches
+from arfl.replica.source.kafka import TopicLog
+from arfl.replica.source.offsets import NO_BATCH, BatchOffset, parse_partition_offsets
+from arfl.replica.source.options import SourceOptions
+from arfl.replica.source.policy import BoundaryPolicy, build_policy
+
+SOURCE_NAME = "arfl-kafka"
+SCHEMA = "key string, value string, topic string, partition int, offset long, timestamp long"
+
+log = logging.getLogger(__name__)
+
+
+class RangePartition(InputPartition):
+    """One Spark input partition: a :class:`Range` of one Kafka partition."""
+
+    def __init__(self, r: Range) -> None:
+        super().__init__(r)
+        self.range = r
+
+
+class ArflKafkaStreamReader(DataSourceStreamReader):
+    """Stream reader; one instance lives for a whole query in the driver's planner process.
+
+    Args:
+        opts: parsed options.
+    """
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.latest_offset_ms: list[float] = []
+        # Clients, threads (heartbeats, election) start on the first planning call: Spark also
+        # creates readers in short-lived planning workers only to pickle ``read``, and those
+        # must not join the election or tick.
+        self._planner: tuple[TopicLog, BoundaryPolicy] | None = None
+
+    def _plan(self) -> tuple[TopicLog, BoundaryPolicy]:
+        if self._planner is None:
+            log = TopicLog(self.opts.bootstrap, self.opts.topic, f"arfl-r{self.opts.replica}")
+            try:
+                self._planner = (log, build_policy(self.opts, log))
+            except BaseException:
+                log.close()
+                raise
+        return self._planner
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader to run ``read`` on executors; clients and threads stay here.
+        return {"opts": self.opts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.opts = state["opts"]
+        self.latest_offset_ms = []
+        self._planner = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The topic's beginning, or ``starting_offsets`` (partitions not named: beginning)."""
+        begin = self._plan()[0].low_watermarks()
+        if self.opts.starting_offsets.strip().lower() != "earliest":
+            given = parse_partition_offsets(self.opts.starting_offsets)
+            begin = {p: given.get(p, lo) for p, lo in begin.items()}
+        return BatchOffset(NO_BATCH, begin).to_dict()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Ask the policy where the batch starting at ``start`` ends."""
+        t0 = time.perf_counter()
+        max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = self._plan()[1].next_end(BatchOffset.from_dict(start), max_records)
+        ms = (time.perf_counter() - t0) * 1000
+        self.latest_offset_ms.append(ms)
+        if len(self.latest_offset_ms) > 10_000:
+            del self.latest_offset_ms[:5_000]
+        return end.to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """No Spark-side limit: caps are the policy's (they must agree across replicas)."""
+        return ReadAllAvailable()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One input partition per Kafka partition with records in ``[start, end)``."""
+        s = BatchOffset.from_dict(start)
+        e = BatchOffset.from_dict(end)
+        out = []
+        for p in sorted(e.offsets):
+            lo = s.offsets.get(p, e.offsets[p])
+            hi = e.offsets[p]
+            if hi > lo:
+                out.append(RangePartition(Range(self.opts.bootstrap, self.opts.topic, p, lo, hi)))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Executor side: the records of one range as Arrow batches, markers dropped."""
+        assert isinstance(partition, RangePartition)
+        return read_batches(partition.range)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the position lives in Spark's checkpoint, not in Kafka."""
+
+    def stop(self) -> None:
+        """Stop the policy's threads and clients (if this reader ever planned)."""
+        if self._planner is None:
+            return
+        log, policy = self._planner
+        self._planner = None
+        try:
+            policy.close()
+        finally:
+            log.close()
+
+
+class ArflKafkaSource(DataSource):
+    """``spark.readStream.format("arfl-kafka")``: Kafka with replica-agreed batch boundaries."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Format name for ``readStream.format``."""
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        """Kafka-shaped rows."""
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        """Create the reader (in Spark's planner process) from the options."""
+        del schema
+        return ArflKafkaStreamReader(SourceOptions.parse(dict(self.options)))

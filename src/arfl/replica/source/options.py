@@ -1,0 +1,125 @@
+"""The source's options: what ``spark.readStream.format("arfl-kafka").option(...)`` takes.
+
+Spark hands options to the data source as strings; :meth:`SourceOptions.parse` turns them into
+types once, with errors that name the option. :meth:`SourceOptions.to_options` is the inverse,
+used by the replication modes to configure a replica's reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+
+from arfl.errors import DeployError
+from arfl.registry import MODES
+
+DEFAULT_HEARTBEAT_INTERVAL_S = 0.5
+DEFAULT_SESSION_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Typed options of one reader.
+
+    Attributes:
+        bootstrap: Kafka ``host:port``.
+        topic: input topic.
+        mode: a replication mode (:data:`arfl.registry.MODES`); it supplies the boundary
+            policy. ``none`` (the default) takes what is available: no agreement.
+        replica: this replica's index (leader identifier; written into heartbeats).
+        pipeline: pipeline name (ZooKeeper path ``/arfl/<pipeline>/leader``).
+        starting_offsets: ``earliest`` or JSON ``{"partition": offset}``.
+        max_records_per_batch: cap on log positions per batch (leader decisions, mode none).
+        heartbeat_interval_s: epoch length (active-leaderless).
+        max_epochs_per_batch: active-leaderless: 1 = strict, one epoch per batch (identical
+            batches on every replica); 0 = up to the newest final epoch (catches up after a
+            stall; boundaries still agreed epoch cuts); n = at most n epochs.
+        heartbeat: run this replica's heartbeat ticker (active-leaderless).
+        heartbeat_skip_active: write heartbeats only into partitions that got no record since
+            the epoch boundary (the time-index optimisation).
+        heartbeat_grace_s: how long after a boundary the ticker checks (times ``replica + 1``,
+            so replicas stagger and usually only one writes a heartbeat).
+        zookeeper: ZooKeeper ``host:port`` (active-leader).
+        session_timeout_s: ZooKeeper session timeout (bounds leader failover).
+        decision_topic: the one-partition decision log (active-leader); must be unique per run.
+        follower_wait_s: how long a follower waits for the next decision per trigger.
+    """
+
+    bootstrap: str
+    topic: str
+    mode: str = "none"
+    replica: int = 0
+    pipeline: str = "arfl"
+    starting_offsets: str = "earliest"
+    max_records_per_batch: int = 100_000
+    heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
+    max_epochs_per_batch: int = 0
+    heartbeat: bool = True
+    heartbeat_skip_active: bool = True
+    heartbeat_grace_s: float = 0.01
+    zookeeper: str = ""
+    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
+    decision_topic: str = ""
+    follower_wait_s: float = 0.05
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
+        """Parse Spark's string options (keys are case-insensitive in Spark; lower-cased here).
+
+        Raises:
+            DeployError: a required option is missing, unknown, or has the wrong type.
+        """
+        given = {k.lower(): v for k, v in raw.items()}
+        given.pop("path", None)
+        known = {f.name: f for f in fields(cls)}
+        problems: list[str] = []
+        values: dict[str, object] = {}
+        for key, text in given.items():
+            f = known.get(key)
+            if f is None:
+                problems.append(f"unknown option {key!r} (known: {', '.join(sorted(known))})")
+                continue
+            try:
+                values[key] = _convert(str(f.type), str(text))
+            except ValueError:
+                problems.append(f"option {key}={text!r}: expected {f.type}")
+        for req in ("bootstrap", "topic"):
+            if req not in values:
+                problems.append(f"option {req!r} is required")
+        mode = values.get("mode", "none")
+        if mode not in MODES:
+            problems.append(f"option mode={mode!r}: unknown (known: {', '.join(MODES.names())})")
+        if mode == "active-leader":
+            for req in ("zookeeper", "decision_topic"):
+                if not values.get(req):
+                    problems.append(f"mode 'active-leader' needs option {req!r}")
+        if problems:
+            raise DeployError("arfl-kafka source: " + "; ".join(problems))
+        return cls(**values)  # type: ignore[arg-type]
+
+    def to_options(self) -> dict[str, str]:
+        """Spark string options that :meth:`parse` turns back into this object."""
+        out: dict[str, str] = {}
+        for k, v in asdict(self).items():
+            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+
+def _convert(type_name: str, text: str) -> object:
+    if type_name == "int":
+        return int(text)
+    if type_name == "float":
+        return float(text)
+    if type_name == "bool":
+        low = text.strip().lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise ValueError(text)
+    return text
+
+
+def passthrough(options: Mapping[str, str]) -> dict[str, str]:
+    """Source options given as ``source.<name>`` in a replica's mode options, prefix removed."""
+    return {k.removeprefix("source."): v for k, v in options.items() if k.startswith("source.")}

@@ -1,0 +1,187 @@
+"""A writable SPARK_HOME and the environment of every Spark process arfl starts.
+
+pip's pyspark lives in site-packages. Pointed at it directly, executors of ``local-cluster``
+and standalone workers write their work directories (``$SPARK_HOME/work``) into the virtual
+environment. :func:`ensure_spark_home` builds a directory of symlinks to pyspark's ``bin``,
+``jars``, ``python``, ... next to real, writable ``work`` and ``logs`` directories, and
+:func:`driver_env` is the environment a driver process (or a standalone master/worker) needs:
+``SPARK_HOME`` there, ``PYSPARK_PYTHON`` = the interpreter that has pyarrow and pandas (Python
+data sources fail with "Python worker failed to connect back" otherwise), loopback binding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+from arfl.errors import DeployError
+from arfl.paths import state_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# Entries of the pyspark package that a SPARK_HOME needs (spark-class, jars, python libs, ...).
+_LINKED = ("bin", "sbin", "jars", "python", "data", "examples", "licenses", "conf")
+_WRITABLE = ("work", "logs", "tmp")
+
+
+def pyspark_dir() -> Path:
+    """The installed pyspark package directory (the one pip unpacked)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def ensure_spark_home(base: Path | None = None) -> Path:
+    """Create (idempotently) a writable SPARK_HOME of symlinks to the installed pyspark.
+
+    Args:
+        base: directory to create it in; default ``state_dir()/spark-home``.
+
+    Returns:
+        The SPARK_HOME path.
+
+    Raises:
+        DeployError: pyspark has no ``jars`` directory, or the directory cannot be written.
+    """
+    home = base if base is not None else state_dir() / "spark-home"
+    src = pyspark_dir()
+    if not (src / "jars").is_dir():
+        raise DeployError(
+            f"{src}: pyspark has no jars/ directory; reinstall it with "
+            "'pip install \"pyspark[sql]>=4.3,<4.4\"'"
+        )
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        for name in _LINKED:
+            target = src / name
+            link = home / name
+            if not target.exists():
+                continue
+            if link.is_symlink():
+                if Path(os.readlink(link)) == target:
+                    continue
+                link.unlink()
+            elif link.exists():
+                # A real directory left behind: replace it so jars always match the venv.
+                shutil.rmtree(link)
+            link.symlink_to(target, target_is_directory=True)
+        for name in _WRITABLE:
+            (home / name).mkdir(exist_ok=True)
+        (home / "RELEASE").write_text(f"Spark (pyspark {_pyspark_version()}) linked by arfl\n")
+    except OSError as e:
+        raise DeployError(
+            f"cannot create SPARK_HOME at {home}: {e}; set ARFL_STATE_DIR to a writable directory"
+        ) from None
+    return home
+
+
+def _pyspark_version() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
+def java_home() -> str | None:
+    """JAVA_HOME from the environment, else derived from ``java`` on PATH (None if no java)."""
+    env = os.environ.get("JAVA_HOME")
+    if env and (Path(env) / "bin" / "java").exists():
+        return env
+    java = shutil.which("java")
+    if java is None:
+        return None
+    return str(Path(java).resolve().parent.parent)
+
+
+def driver_env(spark_home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a Spark driver process, master or worker.
+
+    Args:
+        spark_home: from :func:`ensure_spark_home`.
+        base: environment to start from; default ``os.environ``.
+
+    Returns:
+        A new dict; ``base`` is not modified.
+
+    Raises:
+        DeployError: no Java runtime was found.
+    """
+    env = dict(os.environ if base is None else base)
+    jh = java_home()
+    if jh is None:
+        raise DeployError("no Java runtime: install Java 17 (java on PATH) or set JAVA_HOME")
+    env["JAVA_HOME"] = jh
+    env["SPARK_HOME"] = str(spark_home)
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Executors and workers bind to loopback only (no traffic leaves the machine).
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["SPARK_LOCAL_DIRS"] = str(spark_home / "tmp")
+    env["SPARK_WORKER_DIR"] = str(spark_home / "work")
+    env["SPARK_LOG_DIR"] = str(spark_home / "logs")
+    # A user's PYSPARK_SUBMIT_ARGS would override the driver's --master and jars.
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    return env
+
+
+@contextlib.contextmanager
+def local_session(
+    master: str = "local[1]",
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "arfl",
+) -> Iterator[SparkSession]:
+    """An in-process SparkSession whose gateway JVM is killed (by pid) when the block exits.
+
+    ``SparkSession.stop()`` alone leaves pyspark's py4j gateway JVM running until the Python
+    process exits; tests and short-lived commands must not leave it behind.
+
+    Args:
+        master: Spark master (``local[N]``).
+        conf: extra Spark configuration (e.g. ``spark.jars``).
+        app_name: application name.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        # Short jobs: C1-only JIT (see arfl.replica.driver.spark_conf).
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+    )
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    try:
+        yield session
+    finally:
+        session.stop()
+        if gateway is not None:
+            with contextlib.suppress(Exception):
+                gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        if isinstance(proc, subprocess.Popen):
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(proc.pid)
+                tree = [root, *root.children(recursive=True)]
+                for p in tree[1:]:
+                    p.kill()
+                psutil.wait_procs(tree[1:], timeout=10)
+            proc.kill()
+            proc.wait()

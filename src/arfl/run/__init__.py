@@ -1,0 +1,4 @@
+"""The run directory every process shares: its layout and JSON/JSONL helpers (``rundir``), the
+record formats on Kafka (``records``), Spark progress parsing (``progress``) and the streams
+components append to (``streams``: ``monitor.jsonl``, ``injector.jsonl``). Imports nothing of
+arfl above it."""

@@ -1,0 +1,214 @@
+"""Test harness for fault tests (shared by arfl's tests and by users checking their setup):
+a tiny real Spark application with executor JVMs, a ``state.json`` writer, and stopping a
+process tree by pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from arfl.faults.local import executors_of_app, process_tree
+from arfl.faults.state import IsolationState
+from arfl.run.rundir import write_json_atomic
+
+SPARK_APP = """\
+import sys
+from pyspark.sql import SparkSession
+
+spark = (
+    SparkSession.builder.master(sys.argv[1]).appName("arfl-chaos-test")
+    .config("spark.ui.enabled", "false")
+    .config("spark.executor.memory", "512m")
+    .config("spark.driver.memory", "512m")
+    .getOrCreate()
+)
+print("APPID", spark.sparkContext.applicationId, flush=True)
+query = (
+    spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+    .writeStream.format("noop").trigger(processingTime="500 milliseconds").start()
+)
+query.awaitTermination()
+"""
+
+BUSY_LOOP = """\
+import os, sys, time
+path = sys.argv[1]
+n = 0
+last = time.monotonic()
+while True:
+    n += 1
+    if n % 100000 == 0 and time.monotonic() - last > 0.05:
+        with open(path + ".tmp", "w") as f:
+            f.write(str(n))
+        os.replace(path + ".tmp", path)
+        last = time.monotonic()
+"""
+
+
+def spark_home(directory: Path) -> Path:
+    """A writable ``SPARK_HOME`` of links into pip's pyspark (executors write work dirs there)."""
+    import pyspark
+
+    src = Path(pyspark.__file__).parent
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("jars", "bin", "sbin", "python"):
+        link = directory / name
+        if (src / name).exists() and not link.exists():
+            link.symlink_to(src / name)
+    return directory
+
+
+@dataclass
+class SparkApp:
+    """A running test Spark application."""
+
+    proc: subprocess.Popen[bytes]
+    app_id: str
+    log: Path
+
+    @property
+    def driver_pid(self) -> int:
+        """The driver (Python) process."""
+        return self.proc.pid
+
+    def executors(self) -> dict[str, int]:
+        """Executor id -> pid."""
+        return executors_of_app(self.app_id)
+
+    def stop(self) -> None:
+        """Stop the driver and every descendant, by pid."""
+        stop_tree(self.proc.pid)
+        self.proc.wait(timeout=30)
+
+
+def start_spark_app(
+    work: Path,
+    master: str = "local-cluster[1,1,512]",
+    prefix: list[str] | None = None,
+    timeout_s: float = 300.0,
+) -> SparkApp:
+    """Start the tiny streaming app and wait until it has an executor JVM.
+
+    Args:
+        work: a directory for the script, SPARK_HOME links and the log.
+        master: Spark master URL (needs a cluster master for separate executor JVMs).
+        prefix: argv prefix (e.g. ``nsenter --net=...``) to start the driver with.
+        timeout_s: how long to wait for the app id and an executor.
+
+    Raises:
+        RuntimeError: the app did not come up (the log tail is in the message).
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "chaos_spark_app.py"
+    script.write_text(SPARK_APP, encoding="utf-8")
+    log = work / "spark-app.log"
+    env = dict(os.environ)
+    env.update(
+        SPARK_HOME=str(spark_home(work / "spark-home")),
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),  # loopback only
+    )
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*(prefix or []), sys.executable, str(script), master],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=work,
+        )
+    deadline = time.monotonic() + timeout_s
+    app_id: str | None = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        if app_id is None:
+            for line in log.read_text(errors="replace").splitlines():
+                if line.startswith("APPID "):
+                    app_id = line.split()[1]
+        if app_id and executors_of_app(app_id):
+            return SparkApp(proc, app_id, log)
+        time.sleep(0.2)
+    stop_tree(proc.pid)
+    proc.wait(timeout=30)
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+    raise RuntimeError(f"test spark app did not start within {timeout_s:g}s:\n{tail}")
+
+
+def start_busy_loop(work: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """A CPU-bound process that writes its iteration count to a file every ~50 ms."""
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "busy.py"
+    script.write_text(BUSY_LOOP, encoding="utf-8")
+    counter = work / "busy.count"
+    proc = subprocess.Popen([sys.executable, str(script), str(counter)])
+    return proc, counter
+
+
+def stop_tree(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGCONT (in case it is paused), SIGTERM, then SIGKILL ``pid`` and its descendants."""
+    procs: list[psutil.Process] = []
+    for child in process_tree(pid):
+        try:
+            procs.append(psutil.Process(child))
+        except psutil.NoSuchProcess:
+            continue
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGCONT)
+            p.terminate()
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            continue
+    psutil.wait_procs(alive, timeout=timeout_s)
+
+
+def write_state(
+    run_dir: Path,
+    run: str,
+    replicas: dict[int, dict[str, Any]],
+    *,
+    pid: int | None = None,
+    stack: dict[str, str] | None = None,
+    leader_path: str | None = None,
+    isolation: IsolationState | None = None,
+    mode: str = "active-leaderless",
+) -> Path:
+    """Write a ``state.json`` as deploy would (replica dicts: driver_pid, app_id, ...).
+
+    ``driver_create_time`` is filled in from the live process when missing.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    reps: dict[str, dict[str, Any]] = {}
+    for idx, rep in replicas.items():
+        rep = {"state": "running", "netns": None, "address": None, **rep}
+        if rep.get("driver_pid") and "driver_create_time" not in rep:
+            rep["driver_create_time"] = psutil.Process(int(rep["driver_pid"])).create_time()
+        reps[str(idx)] = rep
+    write_json_atomic(
+        run_dir / "state.json",
+        {
+            "run": run,
+            "pid": os.getpid() if pid is None else pid,
+            "mode": mode,
+            "spec_name": run,
+            "stack": stack or {},
+            "replicas": reps,
+            "leader_path": leader_path,
+            "isolation": isolation.to_json() if isolation else None,
+        },
+    )
+    return run_dir

@@ -1,0 +1,549 @@
+"""The injector: input events at a fixed rate, timestamped with their *intended* send time.
+
+Coordinated-omission safe (as wrk2): event ``i`` is due at ``t0 + i / rate`` whatever happened
+before it. When the injector falls behind (GC pause, a full producer queue, a slow broker) it
+sends the backlog as fast as it can, each event still carrying its original intended time in
+``ts``, so the stall shows up as latency downstream instead of silently thinning the load.
+The actual send time is kept in ``sent_ms``.
+
+Event content is a pure function of ``(seed, seq)``: the same seed gives the same events.
+
+Run as a process::
+
+    python -m arfl.workload.injector --bootstrap 127.0.0.1:9092 --topic clicks \\
+        --rate 1000 --duration 60 --keys 100 --seed 1 --stats stats.jsonl --journal journal.jsonl
+
+or in-process with :class:`Injector` (``Injector(config).run()``; ``stop()`` from another
+thread ends it early, flushing what was produced).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any, Protocol
+
+from arfl.configs.spec import Workload
+from arfl.errors import ArflError, DeployError
+from arfl.run.rundir import Journal
+from arfl.run.streams import InjectorSummary
+
+SUSTAIN_FRACTION = 0.95
+"""Below this fraction of the target rate the run journal gets a warning."""
+_CHUNK = 500
+"""Events sent between two looks at the clock/stop flag/stats while catching up."""
+_MAX_SLEEP_S = 0.05
+_MASK64 = (1 << 64) - 1
+
+
+# --------------------------------------------------------------------------- content
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: a fast, well-spread 64-bit hash."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def event_fields(seed: int, seq: int, keys: int) -> tuple[str, float]:
+    """The deterministic content of event ``seq``: its user key and amount.
+
+    Args:
+        seed: the workload seed.
+        seq: the event's sequence number (0-based).
+        keys: how many distinct users (``u0`` .. ``u{keys-1}``).
+
+    Returns:
+        ``(user, amount)`` with ``amount`` in ``[0, 100)`` and two decimals.
+    """
+    h = _mix64(_mix64(seed & _MASK64) ^ seq)
+    return f"u{h % keys}", ((h >> 32) % 10_000) / 100
+
+
+def intended_ms(t0_ms: int, seq: int, rate: int) -> int:
+    """Event ``seq``'s intended send time in epoch ms on the fixed-rate schedule."""
+    return t0_ms + (seq * 1000) // rate
+
+
+def event_count(rate: int, duration_s: float) -> int:
+    """How many events a run of ``duration_s`` at ``rate`` events/s sends."""
+    return round(rate * duration_s)
+
+
+def encode_event(seq: int, user: str, amount: float, ts: int, sent_ms: int) -> bytes:
+    """The JSON value of an input event (the format of :mod:`arfl.run.records`)."""
+    # An f-string is ~3x faster than json.dumps here and the fields need no escaping.
+    return (
+        f'{{"seq":{seq},"user":"{user}","amount":{amount},"ts":{ts},"sent_ms":{sent_ms}}}'
+    ).encode()
+
+
+# --------------------------------------------------------------------------- seams
+
+
+class Clock(Protocol):
+    """Time source (a fake in unit tests)."""
+
+    def time(self) -> float:
+        """Wall clock, epoch seconds."""
+        ...
+
+    def monotonic(self) -> float:
+        """Monotonic seconds, for pacing."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block for ``seconds``."""
+        ...
+
+
+class SystemClock:
+    """The real clocks."""
+
+    def time(self) -> float:
+        """``time.time()``."""
+        return time.time()
+
+    def monotonic(self) -> float:
+        """``time.monotonic()``."""
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """``time.sleep()``."""
+        time.sleep(seconds)
+
+
+class Producer(Protocol):
+    """The part of ``confluent_kafka.Producer`` the injector uses."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> None:
+        """Queue one record (raises ``BufferError`` when the local queue is full)."""
+        ...
+
+    def poll(self, timeout: float = ...) -> int:
+        """Serve delivery callbacks."""
+        ...
+
+    def flush(self, timeout: float = ...) -> int:
+        """Wait for outstanding deliveries; returns how many are still queued."""
+        ...
+
+
+def producer_config(bootstrap: str, linger_ms: float = 2.0) -> dict[str, Any]:
+    """confluent-kafka settings: idempotent, short linger, Java-compatible key partitioning."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "client.id": "arfl-injector",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": linger_ms,
+        "batch.num.messages": 10_000,
+        "queue.buffering.max.messages": 1_000_000,
+        # A missing topic is a deploy error, not something to create with broker defaults.
+        "allow.auto.create.topics": False,
+        # Same partition for a key as Kafka's Java clients (and Spark) would pick.
+        "partitioner": "murmur2_random",
+    }
+
+
+def connect_producer(
+    bootstrap: str, topic: str, linger_ms: float = 2.0, timeout_s: float = 15.0
+) -> Any:
+    """A confluent-kafka producer, after checking the broker answers and the topic exists.
+
+    Raises:
+        DeployError: the broker is unreachable or the topic does not exist.
+    """
+    from confluent_kafka import Producer
+
+    from arfl.stack.topics import require_topic
+
+    producer = Producer(producer_config(bootstrap, linger_ms))
+    require_topic(
+        producer,
+        bootstrap,
+        topic,
+        timeout_s,
+        error=DeployError,
+        who="injector: ",
+        missing_hint="create it first (arfl.stack.topics.ensure_topic) or check source.topic",
+    )
+    return producer
+
+
+# --------------------------------------------------------------------------- injector
+
+
+@dataclass(frozen=True)
+class InjectorConfig:
+    """What to inject, where, and where to report.
+
+    Attributes:
+        bootstrap: Kafka ``host:port[,...]``.
+        topic: the source topic.
+        rate: events per second (fixed-rate schedule).
+        duration_s: how long; ``round(rate * duration_s)`` events in all.
+        keys: number of distinct user keys.
+        seed: content seed.
+        stats_path: per-second stats JSONL (see :mod:`arfl.run.streams`), or ``None``.
+        journal_path: the run journal for warnings and start/finish events, or ``None``.
+        linger_ms: producer linger (small: latency matters more than batching).
+        start_at: epoch seconds to start the schedule at (``None``: now); lets several
+            processes share one schedule.
+        connect_timeout_s: how long to wait for the broker at start.
+    """
+
+    bootstrap: str
+    topic: str
+    rate: int
+    duration_s: float
+    keys: int = 100
+    seed: int = 1
+    stats_path: Path | None = None
+    journal_path: Path | None = None
+    linger_ms: float = 2.0
+    start_at: float | None = None
+    connect_timeout_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if self.rate < 1:
+            raise DeployError(f"injector: rate must be >= 1 event/s, got {self.rate}")
+        if not self.duration_s > 0:
+            raise DeployError(f"injector: duration must be positive, got {self.duration_s}s")
+        if self.keys < 1:
+            raise DeployError(f"injector: keys must be >= 1, got {self.keys}")
+
+    @classmethod
+    def from_workload(
+        cls,
+        workload: Workload,
+        *,
+        bootstrap: str,
+        topic: str,
+        stats_path: Path | None = None,
+        journal_path: Path | None = None,
+    ) -> InjectorConfig:
+        """Build from a spec's ``[workload]`` section."""
+        return cls(
+            bootstrap=bootstrap,
+            topic=topic,
+            rate=workload.rate,
+            duration_s=workload.duration,
+            keys=workload.keys,
+            seed=workload.seed,
+            stats_path=stats_path,
+            journal_path=journal_path,
+        )
+
+    def command(self, python: str | None = None) -> list[str]:
+        """The command line to run this as a process (``python -m arfl.workload.injector``).
+
+        Args:
+            python: the interpreter (default: the current one).
+        """
+        return [python or sys.executable, "-m", "arfl.workload.injector", *self.argv()]
+
+    def argv(self) -> list[str]:
+        """Command-line arguments for ``python -m arfl.workload.injector``."""
+        args = [
+            "--bootstrap", self.bootstrap, "--topic", self.topic, "--rate", str(self.rate),
+            "--duration", repr(self.duration_s), "--keys", str(self.keys),
+            "--seed", str(self.seed), "--linger-ms", repr(self.linger_ms),
+            "--connect-timeout", repr(self.connect_timeout_s),
+        ]  # fmt: skip
+        if self.stats_path is not None:
+            args += ["--stats", str(self.stats_path)]
+        if self.journal_path is not None:
+            args += ["--journal", str(self.journal_path)]
+        if self.start_at is not None:
+            args += ["--start-at", repr(self.start_at)]
+        return args
+
+
+class Injector:
+    """Produces the workload on a fixed-rate schedule (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: InjectorConfig,
+        producer: Producer | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """Args:
+        config: what to send.
+        producer: a confluent-kafka ``Producer`` (default: one connected to
+            ``config.bootstrap`` after checking the topic exists).
+        clock: time source (default: the system clocks).
+        """
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self._producer: Producer = producer or connect_producer(
+            config.bootstrap, config.topic, config.linger_ms, config.connect_timeout_s
+        )
+        self._stop = threading.Event()
+        self.total = event_count(config.rate, config.duration_s)
+        self.produced = 0
+        self.delivered = 0
+        self.failed = 0
+        self.first_error: str | None = None
+        self.max_behind_ms = 0.0
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to stop after the current chunk (it still flushes); thread-safe."""
+        self._stop.set()
+
+    def _on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = str(err)
+
+    def _send(self, seq: int, t0_ms: int, sent_ms: int) -> None:
+        cfg = self.config
+        user, amount = event_fields(cfg.seed, seq, cfg.keys)
+        value = encode_event(seq, user, amount, intended_ms(t0_ms, seq, cfg.rate), sent_ms)
+        key = user.encode()
+        while True:
+            try:
+                self._producer.produce(
+                    cfg.topic, value=value, key=key, on_delivery=self._on_delivery
+                )
+                return
+            except BufferError:
+                # Local queue full: the broker is slower than the schedule. Wait for room;
+                # the event keeps its intended time, so the wait shows up as latency.
+                self._producer.poll(0.005)
+
+    def run(self) -> InjectorSummary:
+        """Send every event (or until :meth:`stop`), flush, write stats and the summary.
+
+        Returns:
+            What was produced and how well the schedule was kept.
+        """
+        cfg, clock = self.config, self.clock
+        journal = Journal(cfg.journal_path) if cfg.journal_path else None
+        if cfg.stats_path:
+            cfg.stats_path.parent.mkdir(parents=True, exist_ok=True)
+        stats: IO[str] | None = (
+            open(cfg.stats_path, "a", encoding="utf-8") if cfg.stats_path else None  # noqa: SIM115
+        )
+        now_wall, now_mono = clock.time(), clock.monotonic()
+        t0_wall = cfg.start_at if cfg.start_at is not None else now_wall
+        t0_mono = now_mono + (t0_wall - now_wall)
+        # Intended times are whole milliseconds from here on, so align t0 to a millisecond.
+        t0_ms = round(t0_wall * 1000)
+        t0_wall = t0_ms / 1000
+        rate, total = cfg.rate, self.total
+        if journal:
+            journal.write(
+                "injector_started",
+                topic=cfg.topic,
+                rate=rate,
+                duration_s=cfg.duration_s,
+                events=total,
+                t0=t0_wall,
+                seed=cfg.seed,
+            )
+
+        seq = 0
+        second = 1  # index of the next stats boundary (t0 + second)
+        sent_in_second = 0
+        behind_in_second = 0.0
+        last_send_mono = t0_mono
+
+        def write_second(t_rel: float, final: bool = False) -> None:
+            nonlocal sent_in_second, behind_in_second
+            # A full second's target is what was due in [k-1, k); the last, partial one
+            # also owns the event due exactly at its end.
+            due_by_end = _due(t_rel) if final else _before(t_rel)
+            if stats is not None:
+                line = {
+                    "type": "second", "t": round(t0_wall + t_rel, 3), "t0": t0_wall,
+                    "sent": sent_in_second, "target": due_by_end - _before(second - 1),
+                    "behind_ms": round(behind_in_second, 3), "total": seq,
+                }  # fmt: skip
+                stats.write(json.dumps(line) + "\n")
+                stats.flush()
+            sent_in_second = 0
+            behind_in_second = 0.0
+
+        def _before(t_rel: float) -> int:
+            """Events due in [0, t_rel): the target of a stats interval."""
+            return min(total, max(0, math.ceil(t_rel * rate - 1e-9)))
+
+        def _due(t_rel: float) -> int:
+            """Events due in [0, t_rel]: intended time <= t_rel."""
+            if t_rel < 0:
+                return 0
+            return min(total, math.floor(t_rel * rate + 1e-9) + 1)
+
+        try:
+            while seq < total and not self._stop.is_set():
+                now = clock.monotonic()
+                t_rel = now - t0_mono
+                while t_rel >= second:  # one line per completed second
+                    write_second(second)
+                    second += 1
+                due = _due(t_rel)
+                if seq < due:
+                    behind = (t_rel - seq / rate) * 1000.0
+                    behind_in_second = max(behind_in_second, behind)
+                    self.max_behind_ms = max(self.max_behind_ms, behind)
+                    end = min(due, seq + _CHUNK)
+                    sent_ms = int(clock.time() * 1000)
+                    for i in range(seq, end):
+                        self._send(i, t0_ms, sent_ms)
+                    sent_in_second += end - seq
+                    seq = end
+                    self.produced = seq
+                    last_send_mono = clock.monotonic()
+                    self._producer.poll(0)
+                else:
+                    wait = min(seq / rate, second) - t_rel
+                    clock.sleep(min(max(wait, 0.0), _MAX_SLEEP_S))
+        finally:
+            end_mono = clock.monotonic()
+            if sent_in_second or behind_in_second:
+                write_second(min(end_mono - t0_mono, float(second)), final=True)
+            remaining = self._producer.flush(30.0)
+            if remaining:
+                self.failed += remaining
+                self.first_error = self.first_error or (
+                    f"{remaining} events still undelivered after 30s flush"
+                )
+            elapsed = max(last_send_mono - t0_mono + 1.0 / rate, 1e-9)
+            summary = InjectorSummary(
+                t0=t0_wall,
+                end=round(t0_wall + (end_mono - t0_mono), 3),
+                produced=self.produced,
+                delivered=self.delivered,
+                failed=self.failed,
+                target_rate=rate,
+                achieved_rate=round(self.produced / elapsed, 2) if self.produced else 0.0,
+                max_behind_ms=round(self.max_behind_ms, 3),
+                duration_s=cfg.duration_s,
+                stopped_early=seq < total,
+            )
+            if stats is not None:
+                line = {"type": "summary", "t": round(clock.time(), 3), **summary.to_dict()}
+                stats.write(json.dumps(line) + "\n")
+                stats.close()
+            if journal:
+                self._journal_end(journal, summary)
+        return summary
+
+    def _journal_end(self, journal: Journal, summary: InjectorSummary) -> None:
+        if summary.produced and summary.achieved_rate < SUSTAIN_FRACTION * summary.target_rate:
+            journal.write(
+                "warning",
+                component="injector",
+                message=(
+                    f"injector sustained only {summary.achieved_rate:.0f} of "
+                    f"{summary.target_rate} events/s (max {summary.max_behind_ms:.0f} ms behind "
+                    "schedule); latencies are measured from intended send times, so they "
+                    "include the injector's own backlog — lower workload.rate"
+                ),
+                achieved_rate=summary.achieved_rate,
+                target_rate=summary.target_rate,
+                max_behind_ms=summary.max_behind_ms,
+            )
+        if summary.failed:
+            journal.write(
+                "warning",
+                component="injector",
+                message=f"{summary.failed} events were not delivered: {self.first_error}",
+                failed=summary.failed,
+            )
+        journal.write("injector_finished", **summary.to_dict())
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m arfl.workload.injector`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m arfl.workload.injector",
+        description="Produce JSON input events at a fixed rate (coordinated-omission safe).",
+    )
+    p.add_argument("--bootstrap", required=True, help="Kafka host:port[,host:port]")
+    p.add_argument("--topic", required=True, help="source topic (must exist)")
+    p.add_argument("--rate", type=int, required=True, help="events per second")
+    p.add_argument("--duration", type=float, required=True, help="seconds")
+    p.add_argument("--keys", type=int, default=100, help="distinct user keys")
+    p.add_argument("--seed", type=int, default=1, help="content seed")
+    p.add_argument("--stats", type=Path, default=None, help="per-second stats JSONL file")
+    p.add_argument("--journal", type=Path, default=None, help="run journal JSONL file")
+    p.add_argument("--linger-ms", type=float, default=2.0, help="producer linger.ms")
+    p.add_argument(
+        "--start-at",
+        type=float,
+        default=None,
+        help="epoch seconds to start the schedule (default: now)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=15.0,
+        help="seconds to wait for the broker at start",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Process entry: run the injector; SIGTERM/SIGINT stop it cleanly (flushing).
+
+    Returns:
+        0 when every event was delivered, 4 (deploy error) otherwise.
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = InjectorConfig(
+            bootstrap=args.bootstrap, topic=args.topic, rate=args.rate,
+            duration_s=args.duration, keys=args.keys, seed=args.seed,
+            stats_path=args.stats, journal_path=args.journal, linger_ms=args.linger_ms,
+            start_at=args.start_at, connect_timeout_s=args.connect_timeout,
+        )  # fmt: skip
+        injector = Injector(cfg)
+    except ArflError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return int(e.exit_code)
+
+    def _stop(_signum: int, _frame: FrameType | None) -> None:
+        injector.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    summary = injector.run()
+    print(json.dumps(summary.to_dict()), flush=True)
+    if summary.failed:
+        print(
+            f"error: injector: {summary.failed} events not delivered to {cfg.topic} at "
+            f"{cfg.bootstrap}: {injector.first_error}",
+            file=sys.stderr,
+        )
+        return int(DeployError.exit_code)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
