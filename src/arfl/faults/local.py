@@ -8,6 +8,8 @@ import psutil
 
 from arfl.errors import FaultError
 from arfl.faults.state import IsolationState, RunState, load_state
+from arfl.processes import is_running, same_process
+from arfl.processes import process_tree as _tree
 
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 
@@ -48,20 +50,8 @@ def _arg(cmd: list[str], flag: str) -> str | None:
 
 
 def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its live descendants (zombies left out; empty when ``pid`` is gone)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-    out: list[int] = []
-    for proc in procs:
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(proc.pid)
-        except psutil.NoSuchProcess:
-            continue
-    return out
+    """``pid`` and all its live descendants (exited ones left out; empty when ``pid`` is gone)."""
+    return [p.pid for p in _tree(pid) if is_running(p)]
 
 
 class LocalTarget:
@@ -121,16 +111,7 @@ class LocalTarget:
                 f"replica {replica} of run {self.run} has no driver pid in state.json "
                 f"(state {rep.state!r}); wait until it is running"
             )
-        try:
-            proc = psutil.Process(rep.driver_pid)
-            alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-            same = (
-                rep.driver_create_time is None
-                or abs(proc.create_time() - rep.driver_create_time) < 1.0
-            )
-        except psutil.NoSuchProcess:
-            alive, same = False, False
-        if not (alive and same):
+        if same_process(rep.driver_pid, rep.driver_create_time, slack_s=1.0) is None:
             raise FaultError(
                 f"replica {replica} of run {self.run}: driver pid {rep.driver_pid} is not running "
                 f"(state {rep.state!r}); is the deployment still up?"

@@ -9,6 +9,9 @@ import time
 
 import psutil
 
+from arfl.processes import same_process as _same_process
+from arfl.processes import wait_until
+
 PidRecord = list[float]  # [pid, create_time] — JSON-friendly
 
 
@@ -25,10 +28,7 @@ def identify(pids: list[int]) -> list[PidRecord]:
 
 def same_process(rec: PidRecord) -> bool:
     """True when ``rec``'s pid is alive and is still the process that was recorded."""
-    try:
-        return abs(psutil.Process(int(rec[0])).create_time() - rec[1]) < 0.5
-    except psutil.NoSuchProcess:
-        return False
+    return _same_process(int(rec[0]), rec[1], slack_s=0.5) is not None
 
 
 def send(records: list[PidRecord], sig: signal.Signals) -> list[int]:
@@ -51,17 +51,20 @@ def wait_status(pids: list[int], want_stopped: bool, timeout_s: float = 5.0) -> 
     Returns:
         Seconds waited, or None on timeout.
     """
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        pending = 0
+
+    def settled() -> bool:
         for pid in pids:
             try:
                 stopped = psutil.Process(pid).status() == psutil.STATUS_STOPPED
             except psutil.NoSuchProcess:
                 continue
             if stopped != want_stopped:
-                pending += 1
-        if pending == 0:
-            return time.monotonic() - t0
-        time.sleep(0.002)
-    return None
+                return False
+        return True
+
+    t0 = time.monotonic()
+    try:
+        wait_until(settled, timeout_s=timeout_s, interval_s=0.002)
+    except TimeoutError:
+        return None
+    return time.monotonic() - t0

@@ -23,20 +23,20 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
 import psutil
 
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.faults.local import restart_suppressed
+from arfl.processes import ManagedProcess, is_running, process_tree, signal_all, wait_until
 from arfl.replica.driver import EXIT_BAD_CONFIG, DriverConfig
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.run.records import replica_topic
@@ -77,8 +77,7 @@ class _Replica:
         self.config_path = config_path
         self.app_id_path = app_id_path
         self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log: IO[bytes] | None = None
+        self.proc: ManagedProcess | None = None
         self.state = ReplicaState(replica=index, status="starting")
         self.attempt = 0
         self.failures_without_app = 0
@@ -221,25 +220,28 @@ class ReplicaRunner:
         Raises:
             DeployError: a replica is dead or the timeout passed; names the log file.
         """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            st = self.states()
-            dead = [s for s in st.values() if s.status in ("dead", "stopped")]
+        last: dict[int, ReplicaState] = {}
+
+        def all_running() -> dict[int, ReplicaState] | None:
+            nonlocal last
+            last = self.states()
+            dead = [s for s in last.values() if s.status in ("dead", "stopped")]
             if dead:
                 r = dead[0].replica
                 raise DeployError(
                     f"replica {r} is {dead[0].status} (exit code {dead[0].exit_code}); "
                     f"see {self._replicas[r].log_path}"
                 )
-            if all(s.status == "running" for s in st.values()):
-                return st
-            if time.monotonic() > deadline:
-                waiting = [s.replica for s in st.values() if s.status != "running"]
-                raise DeployError(
-                    f"replica(s) {waiting} not up after {timeout_s:.0f}s; see "
-                    + ", ".join(str(self._replicas[r].log_path) for r in waiting)
-                )
-            time.sleep(self.poll_interval_s)
+            return last if all(s.status == "running" for s in last.values()) else None
+
+        try:
+            return wait_until(all_running, timeout_s=timeout_s, interval_s=self.poll_interval_s)
+        except TimeoutError:
+            waiting = [s.replica for s in last.values() if s.status != "running"]
+            raise DeployError(
+                f"replica(s) {waiting} not up after {timeout_s:.0f}s; see "
+                + ", ".join(str(self._replicas[r].log_path) for r in waiting)
+            ) from None
 
     def kill(self, replica: int, sig: int = signal.SIGKILL) -> int:
         """Send ``sig`` to a driver's whole process tree (driver first); returns its pid.
@@ -253,12 +255,9 @@ class ReplicaRunner:
             if not 0 <= replica < len(self._replicas):
                 raise DeployError(f"no replica {replica} (have 0..{len(self._replicas) - 1})")
             proc = self._replicas[replica].proc
-            if proc is None or proc.poll() is not None:
+            if proc is None or not proc.alive():
                 raise DeployError(f"replica {replica} has no running driver to kill")
-            tree = _tree(proc.pid)
-            for p in tree:
-                with contextlib.suppress(psutil.Error):
-                    p.send_signal(sig)
+            signal_all(process_tree(proc.pid), sig)
             return proc.pid
 
     def process_tree(self, replica: int) -> list[psutil.Process]:
@@ -266,9 +265,9 @@ class ReplicaRunner:
         ``local-cluster`` the executor JVMs); empty when it is not running."""
         with self._lock:
             proc = self._replicas[replica].proc
-            if proc is None or proc.poll() is not None:
+            if proc is None or not proc.alive():
                 return []
-            return [p for p in _tree(proc.pid) if _alive(p)]
+            return [p for p in process_tree(proc.pid) if is_running(p)]
 
     def stop(self) -> None:
         """Stop supervision, then every driver: SIGTERM, wait, SIGKILL its process tree."""
@@ -277,50 +276,28 @@ class ReplicaRunner:
             self._thread.join(timeout=10)
         with self._lock:
             live = [r for r in self._replicas if r.proc is not None]
-            trees = {r.index: _tree(r.proc.pid) for r in live if r.proc is not None}
+            # SIGTERM every driver first, so that they shut down in parallel.
             for rep in live:
                 assert rep.proc is not None
-                if rep.proc.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        rep.proc.send_signal(signal.SIGTERM)
+                rep.proc.terminate()
             deadline = time.monotonic() + self.stop_timeout_s
             for rep in live:
                 assert rep.proc is not None
-                graceful = True
-                try:
-                    rep.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    graceful = False
-                # Descendants of a driver that exited (or that we now kill) go as well.
-                if not graceful:
-                    rep.proc.kill()
-                # psutil must not wait on the driver itself: it would reap it behind Popen's
-                # back and lose the exit code.
-                leftovers = [
-                    p
-                    for p in trees[rep.index] + _tree(rep.proc.pid)
-                    if p.pid != rep.proc.pid and _alive(p)
-                ]
-                if graceful:
-                    # A stopped driver's JVM exits on its own once its Python parent is gone.
-                    _, leftovers = psutil.wait_procs(leftovers, timeout=self.tree_grace_s)
-                for p in leftovers:
-                    with contextlib.suppress(psutil.Error):
-                        p.kill()
-                _, still = psutil.wait_procs(leftovers, timeout=10)
-                rep.proc.wait()
-                code = rep.proc.returncode
+                # Then its JVMs: a stopped driver's JVM exits on its own once its Python parent
+                # is gone (tree_grace_s); what is left of the tree is killed.
+                code = rep.proc.stop(
+                    grace_s=max(0.1, deadline - time.monotonic()), tree_grace_s=self.tree_grace_s
+                )
                 if rep.state.status not in ("dead", "stopped"):
                     self.journal.write(
                         "replica-stopped",
                         replica=rep.index,
                         pid=rep.proc.pid,
                         exit_code=code,
-                        graceful=graceful and code == 0,
-                        leftover_pids=[p.pid for p in still],
+                        graceful=bool(rep.proc.graceful) and code == 0,
+                        leftover_pids=rep.proc.survivors,
                     )
                 rep.state = replace(rep.state, status="stopped", exit_code=code)
-                self._close_log(rep)
 
     def __enter__(self) -> ReplicaRunner:
         self.start()
@@ -351,23 +328,14 @@ class ReplicaRunner:
         self._config(rep).dump(rep.config_path)
         with contextlib.suppress(FileNotFoundError):
             rep.app_id_path.unlink()
-        self._close_log(rep)
         rep.log_path.parent.mkdir(parents=True, exist_ok=True)
-        rep.log = open(rep.log_path, "ab")  # noqa: SIM115 - kept open for the process's life
-        rep.log.write(
-            f"=== arfl: replica {rep.index} attempt {rep.attempt} at {time.ctime()} ===\n".encode()
-        )
-        rep.log.flush()
+        banner = f"=== arfl: replica {rep.index} attempt {rep.attempt} at {time.ctime()} ===\n"
+        with rep.log_path.open("ab") as log:
+            log.write(banner.encode())
         argv = list(self._command(rep.index, rep.config_path))
         try:
-            rep.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=rep.log,
-                stderr=subprocess.STDOUT,
-                env=self._env,
-                cwd=self.paths.root,
-                start_new_session=True,
+            rep.proc = ManagedProcess.start(
+                f"replica-{rep.index}", argv, rep.log_path, env=self._env, cwd=self.paths.root
             )
         except OSError as e:
             raise DeployError(f"cannot start replica {rep.index} ({argv[0]}): {e}") from None
@@ -424,13 +392,12 @@ class ReplicaRunner:
             return
         if rep.proc is None or rep.state.status not in ("starting", "running"):
             return
-        code = rep.proc.poll()
+        code = rep.proc.returncode
         if code is None:
             return
-        # Reap what is left of its tree (driver JVM, executors) so a restart starts clean.
-        for p in _orphans_of(rep):
-            with contextlib.suppress(psutil.Error):
-                p.kill()
+        # Kill what is left of its tree (driver JVM, executors: still in the dead driver's
+        # session) so a restart starts clean.
+        signal_all(rep.proc.descendants(), signal.SIGKILL)
         now = time.time()
         if rep.state.status == "starting":
             rep.failures_without_app += 1
@@ -471,38 +438,3 @@ class ReplicaRunner:
             )
         else:
             rep.state = replace(rep.state, status="restarting", exit_code=code)
-
-    def _close_log(self, rep: _Replica) -> None:
-        if rep.log is not None:
-            rep.log.close()
-            rep.log = None
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    """The process and all its descendants (empty if it is gone)."""
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _orphans_of(rep: _Replica) -> list[psutil.Process]:
-    """Live processes still in the dead driver's session (its JVM and executors)."""
-    assert rep.proc is not None
-    sid = rep.proc.pid  # start_new_session: the driver led its own session
-    out = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.pid != os.getpid() and os.getsid(p.pid) == sid and _alive(p):
-                out.append(p)
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            continue
-    return out

@@ -20,10 +20,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psutil
-
 from arfl.errors import DeployError
 from arfl.paths import state_dir
+from arfl.processes import kill_all, process_tree
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -177,11 +176,9 @@ def local_session(
         SparkContext._gateway = None
         SparkContext._jvm = None
         if isinstance(proc, subprocess.Popen):
-            with contextlib.suppress(psutil.Error):
-                root = psutil.Process(proc.pid)
-                tree = [root, *root.children(recursive=True)]
-                for p in tree[1:]:
-                    p.kill()
-                psutil.wait_procs(tree[1:], timeout=10)
+            # The JVM's descendants through psutil, the JVM itself through its Popen (which
+            # must reap it: psutil would reap it behind its back).
+            if proc.poll() is None:
+                kill_all(process_tree(proc.pid)[1:])
             proc.kill()
             proc.wait()

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from arfl.errors import StackError
+from arfl.processes import wait_until
 
 # The clients log every refused connection while a server is still starting; those lines are
 # expected during a wait, so they go to a logger that swallows them.
@@ -98,15 +99,17 @@ def _wait(
     hint: str,
 ) -> None:
     deadline = time.monotonic() + timeout
-    while True:
+
+    def attempt() -> bool:
         if alive is not None:
             alive()
-        left = deadline - time.monotonic()
-        if check(max(0.5, min(2.0, left))):
-            return
-        if time.monotonic() >= deadline:
-            raise StackError(f"{what} not reachable after {timeout:.0f}s; {hint}")
-        time.sleep(0.2)
+        # One attempt may take up to 2 s, never much beyond the deadline.
+        return check(max(0.5, min(2.0, deadline - time.monotonic())))
+
+    try:
+        wait_until(attempt, timeout_s=timeout, interval_s=0.2, what=what)
+    except TimeoutError:
+        raise StackError(f"{what} not reachable after {timeout:.0f}s; {hint}") from None
 
 
 _HINT = "run 'arfl stack up' or set stack.kafka"

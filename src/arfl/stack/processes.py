@@ -1,18 +1,15 @@
-"""Processes arfl starts: identity by (pid, create time), start, stop, port ownership.
+"""The stack's processes: records of (pid, create time) in ``stack.json``, port ownership.
 
 A pid alone is not an identity: after a crash and a reboot (or simply a long time), the pid in a
 pid file can belong to an unrelated process. Every record therefore keeps the process's create
-time as psutil reports it, and a process is "ours" only while both match.
+time as psutil reports it, and a process is "ours" only while both match. Starting and stopping
+is done by :mod:`arfl.processes`; this module keeps the records and the stack's messages.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
 import socket
-import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +18,7 @@ from typing import Any
 import psutil
 
 from arfl.errors import StackError
-
-# psutil's create_time() is a float derived from /proc ticks; two reads of the same process agree
-# exactly, but a little slack protects against rounding when the value went through JSON.
-_CREATE_TIME_SLACK_S = 0.05
+from arfl.processes import ManagedProcess, same_process, stop_pid
 
 
 @dataclass(frozen=True)
@@ -76,17 +70,7 @@ def find(record: ProcessRecord) -> psutil.Process | None:
     None when the pid is gone, has exited (a zombie not yet reaped), or now belongs to another
     process (its create time differs), so a recycled pid is never mistaken for ours.
     """
-    try:
-        p = psutil.Process(record.pid)
-        if abs(p.create_time() - record.create_time) > _CREATE_TIME_SLACK_S:
-            return None
-        # A zombie whose thread group is empty has exited. A JVM's main thread, though, can be a
-        # zombie while its other threads still run the shutdown hooks: that is still running.
-        if p.status() == psutil.STATUS_ZOMBIE and p.num_threads() <= 1:
-            return None
-        return p
-    except psutil.Error:
-        return None
+    return same_process(record.pid, record.create_time)
 
 
 def is_alive(record: ProcessRecord) -> bool:
@@ -94,18 +78,10 @@ def is_alive(record: ProcessRecord) -> bool:
     return find(record) is not None
 
 
-def _reap(pid: int) -> None:
-    # Our own children must be waited for, or they linger as zombies until we exit.
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
 def stop(record: ProcessRecord, timeout: float = 20.0) -> bool:
     """Stop the process of ``record``: SIGTERM, then SIGKILL after ``timeout`` seconds.
 
-    Exit is detected by polling (pid gone, reused, or a zombie), not by ``wait``: the process
-    may be our child, an orphan adopted by init, or a zombie nobody reaps yet, and waiting on a
-    zombie that is not our child would block until the timeout.
+    See :func:`arfl.processes.stop_pid` (exit is detected by polling, zombies are reaped).
 
     Args:
         record: the process to stop; nothing is signalled unless pid and create time match.
@@ -117,17 +93,10 @@ def stop(record: ProcessRecord, timeout: float = 20.0) -> bool:
     Raises:
         StackError: if the process survives SIGKILL.
     """
-    p = find(record)
-    if p is None:
-        _reap(record.pid)
+    if not stop_pid(record.pid, record.create_time, grace_s=timeout, tree=False):
         return False
-    with contextlib.suppress(psutil.NoSuchProcess):
-        p.terminate()
-    if not wait_gone(record, timeout):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-        if not wait_gone(record, 10.0):
-            raise StackError(f"process {record.pid} survived SIGKILL for 10s; kill it by hand")
+    if find(record) is not None:
+        raise StackError(f"process {record.pid} survived SIGKILL for 10s; kill it by hand")
     return True
 
 
@@ -145,20 +114,10 @@ def spawn(
     Raises:
         StackError: if the executable cannot be started.
     """
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        try:
-            proc = subprocess.Popen(
-                list(cmd),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as e:
-            raise StackError(f"cannot start {cmd[0]}: {e}") from e
+    try:
+        proc = ManagedProcess.start(Path(cmd[0]).name, cmd, log, env=env, cwd=cwd)
+    except OSError as e:
+        raise StackError(f"cannot start {cmd[0]}: {e}") from e
     return record_of(proc.pid)
 
 
@@ -226,16 +185,3 @@ def check_port(host: str, port: int, flag: str) -> None:
         f"port {port} on {host} is taken by another process ({describe(owner)}); "
         f"stop it or pass {flag}"
     )
-
-
-def wait_gone(record: ProcessRecord, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds for the process of ``record`` to exit (reaping it)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        _reap(record.pid)
-        if not is_alive(record):
-            _reap(record.pid)  # it may have turned into a zombie child just now
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)

@@ -5,18 +5,17 @@ process tree by pid."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from arfl.faults.local import executors_of_app, process_tree
+from arfl.faults.local import executors_of_app
 from arfl.faults.state import IsolationState
+from arfl.processes import ManagedProcess, stop_pid, wait_until
 from arfl.run.rundir import write_json_atomic
 
 SPARK_APP = """\
@@ -70,14 +69,23 @@ def spark_home(directory: Path) -> Path:
 class SparkApp:
     """A running test Spark application."""
 
-    proc: subprocess.Popen[bytes]
+    process: ManagedProcess
     app_id: str
-    log: Path
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        """The driver's Popen (its exit code)."""
+        return self.process.popen
+
+    @property
+    def log(self) -> Path:
+        """The driver's log (stdout and stderr)."""
+        return self.process.log_path
 
     @property
     def driver_pid(self) -> int:
         """The driver (Python) process."""
-        return self.proc.pid
+        return self.process.pid
 
     def executors(self) -> dict[str, int]:
         """Executor id -> pid."""
@@ -85,8 +93,7 @@ class SparkApp:
 
     def stop(self) -> None:
         """Stop the driver and every descendant, by pid."""
-        stop_tree(self.proc.pid)
-        self.proc.wait(timeout=30)
+        self.process.stop(grace_s=10)
 
 
 def start_spark_app(
@@ -117,30 +124,36 @@ def start_spark_app(
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOCAL_IP=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),  # loopback only
     )
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [*(prefix or []), sys.executable, str(script), master],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=work,
-        )
-    deadline = time.monotonic() + timeout_s
+    log.unlink(missing_ok=True)
+    proc = ManagedProcess.start(
+        "spark-app",
+        [*(prefix or []), sys.executable, str(script), master],
+        log,
+        env=env,
+        cwd=work,
+        new_session=False,
+    )
     app_id: str | None = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
+
+    def up_or_exited() -> bool:
+        nonlocal app_id
+        if not proc.alive():
+            return True
         if app_id is None:
             for line in log.read_text(errors="replace").splitlines():
                 if line.startswith("APPID "):
                     app_id = line.split()[1]
-        if app_id and executors_of_app(app_id):
-            return SparkApp(proc, app_id, log)
-        time.sleep(0.2)
-    stop_tree(proc.pid)
-    proc.wait(timeout=30)
-    tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-    raise RuntimeError(f"test spark app did not start within {timeout_s:g}s:\n{tail}")
+        return bool(app_id and executors_of_app(app_id))
+
+    try:
+        wait_until(up_or_exited, timeout_s=timeout_s, what="test spark app")
+    except TimeoutError:
+        pass
+    else:
+        if proc.alive() and app_id:
+            return SparkApp(proc, app_id)
+    proc.stop(grace_s=10)
+    raise RuntimeError(f"test spark app did not start within {timeout_s:g}s:\n{proc.tail(30)}")
 
 
 def start_busy_loop(work: Path) -> tuple[subprocess.Popen[bytes], Path]:
@@ -155,25 +168,7 @@ def start_busy_loop(work: Path) -> tuple[subprocess.Popen[bytes], Path]:
 
 def stop_tree(pid: int, timeout_s: float = 10.0) -> None:
     """SIGCONT (in case it is paused), SIGTERM, then SIGKILL ``pid`` and its descendants."""
-    procs: list[psutil.Process] = []
-    for child in process_tree(pid):
-        try:
-            procs.append(psutil.Process(child))
-        except psutil.NoSuchProcess:
-            continue
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGCONT)
-            p.terminate()
-        except psutil.NoSuchProcess:
-            continue
-    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            continue
-    psutil.wait_procs(alive, timeout=timeout_s)
+    stop_pid(pid, grace_s=timeout_s, tree=True)
 
 
 def write_state(

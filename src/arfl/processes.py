@@ -1,0 +1,412 @@
+"""Processes arfl starts and stops, and waiting for a condition.
+
+One lifecycle for every child arfl runs (stack JVMs, replica drivers, merger, injector, Spark
+daemons in tests): :class:`ManagedProcess` starts it with its output in a log file and stops it
+with SIGTERM, a grace period, then SIGKILL of whatever is left of its process tree. A process
+known only from a state file (a pid and a create time) is stopped with :func:`stop_pid`.
+
+A pid alone is not an identity: after a crash and a reboot (or simply a long time) the pid in a
+state file can belong to an unrelated process. :func:`same_process` therefore also compares the
+create time psutil reports, so a recycled pid is never signalled.
+
+This is a base-layer module: it imports only the standard library, psutil and
+:mod:`arfl.errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TypeVar, cast
+
+import psutil
+
+T = TypeVar("T")
+
+CREATE_TIME_SLACK_S = 0.05
+"""How far two create times may differ and still name the same process. psutil derives the
+value from /proc ticks and two reads agree exactly; the slack absorbs rounding through JSON."""
+
+_KILL_WAIT_S = 10.0  # how long a SIGKILLed process may take to disappear
+_POLL_S = 0.05
+
+
+def is_running(p: psutil.Process) -> bool:
+    """Whether ``p`` (the very process, not a later one with its pid) still runs.
+
+    A zombie whose thread group is empty has exited. A JVM's main thread, though, can be a
+    zombie while its other threads still run the shutdown hooks: that is still running.
+    """
+    try:
+        if not p.is_running():  # also False when the pid now belongs to another process
+            return False
+        return p.status() != psutil.STATUS_ZOMBIE or p.num_threads() > 1
+    except psutil.Error:
+        return False
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """The process ``pid`` and all its descendants, root first (empty if it is gone).
+
+    Exited (zombie) members are included; filter with :func:`is_running` where that matters.
+    """
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def same_process(
+    pid: int, create_time: float | None, *, slack_s: float = CREATE_TIME_SLACK_S
+) -> psutil.Process | None:
+    """The live process ``pid`` if it is still the one that was recorded, else None.
+
+    Args:
+        pid: the recorded pid.
+        create_time: the recorded psutil create time; None accepts any live process with ``pid``.
+        slack_s: how far the create times may differ.
+
+    Returns:
+        None when the pid is gone, has exited (see :func:`is_running`), or now belongs to a
+        process created at another time (a reused pid).
+    """
+    try:
+        p = psutil.Process(pid)
+        if create_time is not None and abs(p.create_time() - create_time) > slack_s:
+            return None
+    except psutil.Error:
+        return None
+    return p if is_running(p) else None
+
+
+def signal_all(procs: Iterable[psutil.Process], sig: int) -> list[int]:
+    """Send ``sig`` to each process that still exists; returns the pids signalled."""
+    done: list[int] = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(sig)  # psutil refuses a pid that was reused meanwhile
+            done.append(p.pid)
+    return done
+
+
+def _reap(pid: int) -> None:
+    # Our own children must be waited for, or they linger as zombies until we exit.
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _in_table(p: psutil.Process) -> bool:
+    # Still in the process table, if only as a zombie (same identity, not a reused pid).
+    try:
+        return p.is_running()
+    except psutil.Error:
+        return False
+
+
+def wait_gone(
+    procs: Iterable[psutil.Process], timeout_s: float, *, reaped: bool = False
+) -> list[psutil.Process]:
+    """Wait up to ``timeout_s`` for every process to exit; returns those still running.
+
+    Exit is detected by polling (gone, reused pid, or a zombie), not by ``wait``: a process may
+    be our child, an orphan adopted by init, or a zombie nobody reaps yet, and waiting on a
+    zombie that is not our child would block until the timeout. Zombies that are our children
+    are reaped on the way.
+
+    Args:
+        procs: the processes.
+        timeout_s: how long to wait.
+        reaped: also wait (within ``timeout_s``) until exited processes are gone from the
+            process table, i.e. their parent (often init) reaped them. A zombie left at the
+            deadline has exited all the same and is not returned.
+    """
+    pending = list(procs)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        running, zombies = [], []
+        for p in pending:
+            if is_running(p):
+                running.append(p)
+            else:
+                _reap(p.pid)
+                if reaped and _in_table(p):
+                    zombies.append(p)
+        if not running and not zombies:
+            return []
+        if time.monotonic() >= deadline:
+            return running
+        pending = running + zombies
+        time.sleep(_POLL_S)
+
+
+def kill_all(procs: Iterable[psutil.Process], wait_s: float = _KILL_WAIT_S) -> list[psutil.Process]:
+    """SIGKILL every process that still runs and wait up to ``wait_s`` for all of them to be
+    gone from the process table (reaped).
+
+    Returns:
+        The processes that survived SIGKILL (normally none).
+    """
+    present = [p for p in procs if _in_table(p)]
+    signal_all([p for p in present if is_running(p)], signal.SIGKILL)
+    return wait_gone(present, wait_s, reaped=True)
+
+
+def stop_pid(
+    pid: int, create_time: float | None = None, *, grace_s: float = 10.0, tree: bool = True
+) -> bool:
+    """Stop a process known only by pid (and create time), e.g. from a state file.
+
+    SIGCONT (a paused process cannot act on SIGTERM) and SIGTERM to the process (with
+    ``tree``: to it and every descendant at once), up to ``grace_s`` to exit, then SIGKILL to
+    whatever is left. Nothing is signalled unless pid and create time match.
+
+    Args:
+        pid: the process.
+        create_time: its recorded create time; None trusts the pid.
+        grace_s: seconds between SIGTERM and SIGKILL.
+        tree: also stop its descendants.
+
+    Returns:
+        True if the process was running, False if it was not (any more). Whether it is gone
+        now can be checked with :func:`same_process`: a process may survive SIGKILL (stuck in
+        the kernel).
+
+    A process that is our own child is reaped here: a ``Popen`` still held for it then reports
+    exit code 0. Stop a process started as :class:`ManagedProcess` with its :meth:`stop`.
+    """
+    root = same_process(pid, create_time)
+    if root is None:
+        _reap(pid)  # it may be our own zombie child
+        return False
+    procs = process_tree(pid) if tree else [root]
+    procs = [p for p in procs if is_running(p)] or [root]
+    signal_all(procs, signal.SIGCONT)
+    signal_all(procs, signal.SIGTERM)
+    left = wait_gone(procs, grace_s)
+    if left:
+        kill_all(left)
+    return True
+
+
+def wait_until(
+    check: Callable[[], T | bool | None],
+    *,
+    timeout_s: float,
+    interval_s: float = 0.2,
+    what: str = "",
+) -> T:
+    """Call ``check`` until it returns a truthy value, and return that value.
+
+    ``check`` is called at least once, and once more at the deadline. An exception it raises
+    propagates at once (a check can fail fast, e.g. when the process it waits for died).
+
+    Args:
+        check: returns a falsy value (None, False, empty) while not ready.
+        timeout_s: how long to keep trying.
+        interval_s: pause between two calls.
+        what: names the awaited thing in the error message.
+
+    Raises:
+        TimeoutError: ``<what> not ready after <timeout_s>s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return cast(T, value)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{what or 'condition'} not ready after {timeout_s:.0f}s")
+        time.sleep(min(interval_s, left))
+
+
+class ManagedProcess:
+    """A child process whose output goes to a log file, known by pid + create time.
+
+    Example::
+
+        merger = ManagedProcess.start("merger", argv, run_dir / "logs" / "merger.log")
+        ...
+        code = merger.stop(grace_s=15)   # SIGTERM, 15 s, then SIGKILL of what is left
+
+    Attributes:
+        name: for messages.
+        log_path: the file stdout and stderr are appended to.
+        popen: the underlying :class:`subprocess.Popen` (its exit code is kept: nothing else
+            waits on the process).
+        graceful: after :meth:`stop`: whether the process exited within the grace period.
+        survivors: after :meth:`stop`: pids of descendants that survived SIGKILL.
+    """
+
+    def __init__(
+        self, name: str, popen: subprocess.Popen[bytes], log_path: Path, *, new_session: bool
+    ) -> None:
+        """Wrap a started process; use :meth:`start` to start one."""
+        self.name = name
+        self.popen = popen
+        self.log_path = log_path
+        self.graceful: bool | None = None
+        self.survivors: list[int] = []
+        self._new_session = new_session
+        self._exit_code: int | None = None
+        self._terminated = False
+        self._seen: set[psutil.Process] = set()
+        try:
+            self._create_time: float | None = psutil.Process(popen.pid).create_time()
+        except psutil.Error:
+            self._create_time = None
+
+    @classmethod
+    def start(
+        cls,
+        name: str,
+        argv: Sequence[str],
+        log: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        new_session: bool = True,
+    ) -> ManagedProcess:
+        """Start ``argv`` with stdin from /dev/null and stdout + stderr appended to ``log``.
+
+        Args:
+            name: for messages.
+            argv: the command.
+            log: the log file (created with its directory; appended to).
+            env: the environment; default this process's.
+            cwd: the working directory; default this process's.
+            new_session: start it in its own session, so that a Ctrl-C in the terminal does
+                not reach it (it is stopped by :meth:`stop`) and its orphans can be found.
+
+        Raises:
+            OSError: the executable cannot be started (callers turn it into their error).
+        """
+        log.parent.mkdir(parents=True, exist_ok=True)
+        # The child gets its own descriptor; the parent keeps none open.
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=new_session,
+            )
+        return cls(name, popen, log, new_session=new_session)
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.popen.pid
+
+    @property
+    def create_time(self) -> float | None:
+        """psutil's create time, read at start (None if the process was already gone)."""
+        return self._create_time
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code, or None while it runs (polls)."""
+        return self.popen.poll()
+
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        return self.popen.poll() is None
+
+    def descendants(self) -> list[psutil.Process]:
+        """Its live descendants: the current ones, those seen earlier (orphaned when their
+        parent exited) and, when it leads its own session, the session's other members."""
+        if self.popen.poll() is None:
+            # Not reaped yet, so the pid is still ours and its tree is its tree.
+            self._seen.update(process_tree(self.pid)[1:])
+        found = set(self._seen)
+        if self._new_session:
+            found.update(self._session_members())
+        return [p for p in found if p.pid != self.pid and is_running(p)]
+
+    def _session_members(self) -> list[psutil.Process]:
+        leader = same_process(self.pid, None)
+        if leader is not None and self.create_time is not None:
+            with contextlib.suppress(psutil.Error):
+                if abs(leader.create_time() - self.create_time) > CREATE_TIME_SLACK_S:
+                    return []  # the pid, and so the session id, now belong to someone else
+        out: list[psutil.Process] = []
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if p.pid != os.getpid() and os.getsid(p.pid) == self.pid:
+                    out.append(p)
+        return out
+
+    def terminate(self) -> None:
+        """SIGCONT and SIGTERM, without waiting (several processes can then be awaited in
+        turn by :meth:`stop`). Its descendants are noted first: they may be orphaned soon.
+
+        Sent once: a second SIGTERM could hit a process that is already shutting down with
+        its default handlers restored (Python does so) and kill it.
+        """
+        if self._terminated or self.popen.poll() is not None:
+            return
+        self._terminated = True
+        kids = self.descendants()
+        signal_all(kids, signal.SIGCONT)  # a paused tree could not shut down gracefully
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(signal.SIGCONT)
+            self.popen.send_signal(signal.SIGTERM)
+
+    def stop(self, grace_s: float = 15.0, *, tree_grace_s: float = 0.0) -> int:
+        """Stop it: SIGTERM, up to ``grace_s`` to exit, then SIGKILL; then its whole tree.
+
+        Idempotent: a second call returns the same exit code and signals nothing.
+
+        Args:
+            grace_s: seconds between SIGTERM and SIGKILL of the process.
+            tree_grace_s: after the process exited by itself, how long its descendants may
+                take to follow (a driver's JVM exits once its parent is gone) before they are
+                SIGKILLed; 0 kills them at once.
+
+        Returns:
+            The exit code (negative: killed by that signal).
+        """
+        if self._exit_code is not None:
+            return self._exit_code
+        self.terminate()
+        graceful = True
+        try:
+            self.popen.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            graceful = False
+            self.popen.kill()
+            self.popen.wait()
+        # Only the descendants go through psutil: psutil waiting on the process itself would
+        # reap it behind Popen's back and lose the exit code.
+        leftovers = self.descendants()
+        if graceful and tree_grace_s > 0:
+            wait_gone(leftovers, tree_grace_s)
+        self.survivors = [p.pid for p in kill_all(leftovers)]
+        self.graceful = graceful
+        self._exit_code = int(self.popen.returncode)
+        return self._exit_code
+
+    def tail(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of its log ("" if unreadable)."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+    def __enter__(self) -> ManagedProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ManagedProcess({self.name!r}, pid={self.pid}, returncode={self.returncode})"

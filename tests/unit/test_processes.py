@@ -1,0 +1,204 @@
+"""arfl.processes: start with a log, stop with a grace period and the whole tree, pid identity,
+waiting for a condition. Real short-lived child processes (python -c)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from arfl.processes import (
+    ManagedProcess,
+    process_tree,
+    same_process,
+    stop_pid,
+    wait_until,
+)
+
+# A child that says hello, then sleeps; on SIGTERM it logs it and exits with code 3 a moment
+# later, unless it is told to ignore SIGTERM. With "spawn", it first starts a grandchild that
+# ignores SIGTERM and writes that one's pid; with "exit" it then exits by itself.
+CHILD = r"""
+import signal, subprocess, sys, time
+mode, pidfile = sys.argv[1], sys.argv[2]
+terms = []
+if mode == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *a: (print("got SIGTERM", flush=True), terms.append(1)))
+if "spawn" in sys.argv[3:]:
+    g = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
+    open(pidfile, "w").write(str(g.pid))
+print("hello from the child", flush=True)
+if "exit" in sys.argv[3:]:
+    sys.exit(0)
+deadline = time.monotonic() + 60
+while not terms and time.monotonic() < deadline:
+    time.sleep(0.02)
+time.sleep(0.2)
+sys.exit(3)
+"""
+
+
+def _start(tmp_path: Path, mode: str, *extra: str) -> tuple[ManagedProcess, Path]:
+    pidfile = tmp_path / "grandchild.pid"
+    proc = ManagedProcess.start(
+        "child",
+        [sys.executable, "-c", CHILD, mode, str(pidfile), *extra],
+        tmp_path / "logs" / "child.log",
+    )
+    wait_until(lambda: "hello" in proc.tail(), timeout_s=20, interval_s=0.02, what="child")
+    return proc, pidfile
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _grandchild(pidfile: Path) -> int:
+    return wait_until(
+        lambda: pidfile.exists() and pidfile.read_text().strip() and int(pidfile.read_text()),
+        timeout_s=20,
+        interval_s=0.02,
+    )
+
+
+def test_start_logs_and_stop_ends_it_with_sigterm_within_the_grace(tmp_path: Path) -> None:
+    proc, _ = _start(tmp_path, "term")
+    assert proc.alive() and proc.returncode is None
+    assert os.getsid(proc.pid) == proc.pid, "started in its own session"
+    assert proc.create_time == psutil.Process(proc.pid).create_time()
+    assert proc.tail(1) == "hello from the child"
+    t0 = time.monotonic()
+    assert proc.stop(grace_s=20) == 3  # its SIGTERM handler's exit code: not killed
+    assert time.monotonic() - t0 < 10
+    assert proc.graceful is True
+    assert not proc.alive() and proc.returncode == 3
+    assert _gone(proc.pid)
+    assert proc.tail().count("got SIGTERM") == 1
+
+
+def test_terminate_then_stop_sends_sigterm_once(tmp_path: Path) -> None:
+    # As ReplicaRunner.stop does for several drivers: SIGTERM all, then await each in turn.
+    proc, _ = _start(tmp_path, "term")
+    proc.terminate()
+    proc.terminate()
+    assert proc.stop(grace_s=20) == 3
+    assert proc.tail().count("got SIGTERM") == 1
+
+
+def test_a_child_ignoring_sigterm_is_killed_after_the_grace_with_its_own_child(
+    tmp_path: Path,
+) -> None:
+    proc, pidfile = _start(tmp_path, "ignore", "spawn")
+    grandchild = _grandchild(pidfile)
+    assert [p.pid for p in process_tree(proc.pid)] == [proc.pid, grandchild]
+    t0 = time.monotonic()
+    assert proc.stop(grace_s=0.5) == -9
+    assert 0.4 < time.monotonic() - t0 < 10
+    assert proc.graceful is False and proc.survivors == []
+    assert _gone(grandchild), "the grandchild ignores SIGTERM too: only the tree kill ends it"
+
+
+def test_descendants_left_behind_by_a_child_that_exited_are_killed(tmp_path: Path) -> None:
+    # The child exits by itself and leaves its child to init: only its session still ties it.
+    proc, pidfile = _start(tmp_path, "term", "spawn", "exit")
+    grandchild = _grandchild(pidfile)
+    wait_until(lambda: not proc.alive(), timeout_s=20, interval_s=0.02)
+    assert not _gone(grandchild)
+    assert [p.pid for p in proc.descendants()] == [grandchild]
+    assert proc.stop(grace_s=5) == 0
+    assert _gone(grandchild)
+
+
+def test_stop_is_idempotent(tmp_path: Path) -> None:
+    proc, _ = _start(tmp_path, "ignore")
+    assert proc.stop(grace_s=0.2) == -9
+    assert proc.graceful is False
+    t0 = time.monotonic()
+    assert proc.stop(grace_s=10) == -9
+    assert proc.graceful is False, "the second stop reports the first one"
+    assert time.monotonic() - t0 < 1
+    assert proc.returncode == -9
+    done = ManagedProcess.start("quick", [sys.executable, "-c", "exit(5)"], tmp_path / "q.log")
+    done.popen.wait(timeout=20)
+    assert done.stop() == 5 and done.stop() == 5
+    assert done.graceful is True
+
+
+def test_start_of_a_missing_executable_raises_oserror(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        ManagedProcess.start("nope", ["/nonexistent/java"], tmp_path / "nope.log")
+
+
+def test_same_process_refuses_a_reused_pid() -> None:
+    me = psutil.Process()
+    assert same_process(me.pid, me.create_time()) == me
+    assert same_process(me.pid, None) == me
+    # The same pid, but a process created an hour earlier: the pid was reused since.
+    assert same_process(me.pid, me.create_time() - 3600) is None
+    assert same_process(me.pid, me.create_time() + 0.01) == me  # JSON rounding is tolerated
+
+
+def test_same_process_refuses_a_zombie_and_a_gone_pid() -> None:
+    child = psutil.Popen([sys.executable, "-c", "pass"])
+    created = child.create_time()
+    try:
+        wait_until(lambda: child.status() == psutil.STATUS_ZOMBIE, timeout_s=20, interval_s=0.02)
+        assert psutil.pid_exists(child.pid)
+        assert same_process(child.pid, created) is None
+    finally:
+        child.wait()
+    assert same_process(child.pid, created) is None
+
+
+def test_stop_pid_signals_only_the_recorded_process_and_stops_its_tree(tmp_path: Path) -> None:
+    proc, pidfile = _start(tmp_path, "ignore", "spawn")
+    grandchild = _grandchild(pidfile)
+    created = proc.create_time
+    assert created is not None
+    # A record of an older process that had this pid: nothing is signalled.
+    assert stop_pid(proc.pid, created - 100, grace_s=0.1) is False
+    assert proc.alive()
+    t0 = time.monotonic()
+    assert stop_pid(proc.pid, created, grace_s=0.5) is True
+    assert 0.4 < time.monotonic() - t0 < 10
+    assert _gone(proc.pid) and _gone(grandchild)
+    assert stop_pid(proc.pid, created) is False
+
+
+def test_wait_until_returns_the_first_truthy_value() -> None:
+    answers = iter([None, False, "", "ready", "later"])
+    calls = []
+
+    def check() -> str | bool | None:
+        calls.append(1)
+        return next(answers)
+
+    assert wait_until(check, timeout_s=10, interval_s=0.01) == "ready"
+    assert len(calls) == 4
+
+
+def test_wait_until_raises_on_timeout_naming_what() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"^kafka not ready after 1s$"):
+        wait_until(lambda: False, timeout_s=1.0, interval_s=0.1, what="kafka")
+    assert 0.9 < time.monotonic() - t0 < 5
+
+
+def test_wait_until_lets_an_error_of_the_check_through_at_once() -> None:
+    def check() -> bool:
+        raise RuntimeError("server died")
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="server died"):
+        wait_until(check, timeout_s=30)
+    assert time.monotonic() - t0 < 1
