@@ -1,4 +1,5 @@
-"""``arfl chaos``: forms, exit codes and messages, against a real (sleeping) process."""
+"""``arfl chaos``: sub-commands, deprecated forms, exit codes and messages, against a real
+(sleeping) process."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from arfl.cli.commands.chaos import legacy_args
 from arfl.cli.main import main
 from arfl.faults.pending import PendingFaults
 from arfl.faults.procs import identify
+from arfl.registry import FAULTS
 from arfl.testing.faults import write_state
 
 
@@ -35,32 +38,157 @@ def run_dir(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> Path:
     return write_state(tmp_path / "runs" / "r1", "r1", {0: {"driver_pid": sleeper.pid}})
 
 
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- help and usage ---------------------------------------------------------------------------
+
+
 def test_help_documents_the_forms(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["chaos", "--help"]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "arfl chaos RUN FAULT [options]" in out
-    assert "arfl chaos RUN --list" in out and "arfl chaos recover [RUN]" in out
+    out = _flat(capsys.readouterr().out)
+    for sub, summary in [
+        ("inject", "Inject one fault into a running deployment, then revert it."),
+        ("list", "Show what a fault can target"),
+        ("recover", "Undo faults left behind by an arfl that was killed"),
+        ("kinds", "List the fault kinds 'inject' takes"),
+    ]:
+        assert f" {sub} {summary}" in out
+    # the deprecated forms are named, with what replaces them
+    assert "arfl chaos RUN FAULT [options]" in out and "(now 'inject')" in out
+    assert "arfl chaos RUN --list" in out and "(now 'list')" in out
+    assert "arfl chaos recover [RUN]" in out
     assert "kill-executor" in out and "exits 5" in out
+
+
+@pytest.mark.parametrize(
+    ("sub", "usage", "expected"),
+    [
+        (
+            "inject",
+            "RUN FAULT",
+            [
+                "--replica",
+                "--duration",
+                "--executor",
+                "--delay",
+                "--from",
+                "--no-restart",
+                "--dry-run",
+                "--runs",
+                "Ctrl-C",
+                "exits 5",
+                "kill-executor",
+                "arfl chaos kinds",
+            ],
+        ),
+        ("list", "RUN", ["--json", "--runs", "leader"]),
+        ("recover", "[RUN]", ["--force", "--runs", "exits 5"]),
+        ("kinds", "", ["--json", "fault kinds"]),
+    ],
+)
+def test_each_subcommand_has_help(
+    sub: str, usage: str, expected: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["chaos", sub, "--help"]) == 0
+    out = _flat(capsys.readouterr().out)
+    # typer >= 0.2x writes required arguments as {RUN}
+    line = out.split("Usage: ", 1)[1].split(" ", 1)[1].replace("{", "").replace("}", "")
+    assert line.startswith(f"chaos {sub} [OPTIONS] {usage}".rstrip())
+    for text in expected:
+        assert text in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["inject"], "Missing argument 'RUN'"),
+        (["inject", "r1"], "Missing argument 'FAULT'"),
+        (["list"], "Missing argument 'RUN'"),
+        (["kinds", "extra"], "unexpected extra argument"),
+        (["inject", "r1", "pause", "--bogus"], "No such option: --bogus"),
+        (["kind"], "No such command 'kind'. Did you mean 'kinds'?"),
+        (["lst", "r1"], "No such command 'lst'. Did you mean 'list'?"),
+    ],
+)
+def test_subcommand_usage_errors_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["chaos", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "deprecated" not in err
+
+
+# --- kinds ------------------------------------------------------------------------------------
+
+
+def test_kinds_lists_every_registered_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chaos", "kinds"]) == 0
+    out = capsys.readouterr().out
+    names = FAULTS.names()
+    assert len(names) >= 7
+    for name in names:
+        assert f" {name} " in out
+    assert "instant" in out and "--duration" in out
+
+
+def test_kinds_json_matches_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chaos", "kinds", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["kind"] for r in rows] == FAULTS.names()
+    for r in rows:
+        info = FAULTS.info(r["kind"])
+        assert r["summary"] == info.summary and r["summary"]
+        assert r["takes_duration"] is info.takes_duration
+        assert r["network"] is info.network
+
+
+# --- list -------------------------------------------------------------------------------------
 
 
 def test_list_shows_replicas_and_pids(
     run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["chaos", str(run_dir), "--list"]) == 0
-    out = capsys.readouterr().out
+    assert main(["chaos", "list", str(run_dir)]) == 0
+    out, err = capsys.readouterr()
     assert "r1" in out and str(sleeper.pid) in out and "running" in out
+    assert "deprecated" not in err
+
+
+def test_list_json(
+    run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["chaos", "list", str(run_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["run"] == "r1" and data["run_dir"] == str(run_dir.resolve())
+    (rep,) = data["replicas"]
+    assert rep["index"] == 0 and rep["state"] == "running"
+    assert rep["driver_pid"] == sleeper.pid and sleeper.pid in rep["pids"]
 
 
 def test_run_found_by_name_under_runs(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["chaos", "r1", "--list", "--runs", str(run_dir.parent)]) == 0
+    assert main(["chaos", "list", "r1", "--runs", str(run_dir.parent)]) == 0
+    assert "r1" in capsys.readouterr().out
+
+
+def test_unknown_run_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chaos", "list", str(tmp_path / "nope")]) == 5
+    assert "no run directory with a state.json" in capsys.readouterr().err
+    assert main(["chaos", "inject", str(tmp_path / "nope"), "pause", "-r", "0"]) == 5
+    assert "no run directory with a state.json" in capsys.readouterr().err
+
+
+# --- inject -----------------------------------------------------------------------------------
 
 
 def test_dry_run_injects_nothing(
     run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["chaos", str(run_dir), "pause", "--replica", "0", "--dry-run"]) == 0
-    out = capsys.readouterr().out
+    assert main(["chaos", "inject", str(run_dir), "pause", "--replica", "0", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
     assert "dry run" in out and str(sleeper.pid) in out
+    assert "deprecated" not in err
     assert psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED
     assert not (run_dir / "journal.jsonl").exists()
 
@@ -68,7 +196,7 @@ def test_dry_run_injects_nothing(
 def test_pause_by_hand_blocks_then_reverts(
     run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["chaos", str(run_dir), "pause", "-r", "0", "--duration", "300ms"]) == 0
+    assert main(["chaos", "inject", str(run_dir), "pause", "-r", "0", "--duration", "300ms"]) == 0
     out = capsys.readouterr().out
     assert "injected" in out and "reverted" in out
     assert psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED
@@ -81,14 +209,17 @@ def test_pause_by_hand_blocks_then_reverts(
 def test_unknown_fault_exits_5_with_known_kinds(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["chaos", str(run_dir), "kil-executor", "-r", "0"]) == 5
-    assert "unknown fault 'kil-executor' (known: delay, kill-executor" in capsys.readouterr().err
+    assert main(["chaos", "inject", str(run_dir), "kil-executor", "-r", "0"]) == 5
+    err = capsys.readouterr().err
+    assert "unknown fault 'kil-executor' (known: delay, kill-executor" in err
+    assert f"(known: {', '.join(FAULTS.names())})" in _flat(err)
+    assert "arfl chaos kinds" in err and "Traceback" not in err
 
 
 def test_kill_executor_without_executors_exits_5(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["chaos", str(run_dir), "kill-executor", "-r", "0"]) == 5
+    assert main(["chaos", "inject", str(run_dir), "kill-executor", "-r", "0"]) == 5
     err = capsys.readouterr().err
     assert "has no executor JVM" in err and "Traceback" not in err
 
@@ -96,26 +227,34 @@ def test_kill_executor_without_executors_exits_5(
 def test_missing_replica_and_bad_duration(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["chaos", str(run_dir), "pause", "-r", "7"]) == 5
+    inject = ["chaos", "inject", str(run_dir)]
+    assert main([*inject, "pause", "-r", "7"]) == 5
     assert "has no replica 7" in capsys.readouterr().err
-    assert main(["chaos", str(run_dir), "pause", "-r", "0", "--duration", "ten"]) == 2
-    assert main(["chaos", str(run_dir), "kill-replica", "-r", "0", "--duration", "1s"]) == 2
+    assert main([*inject, "pause", "-r", "0", "--duration", "ten"]) == 2
+    assert "--duration" in capsys.readouterr().err
+    assert main([*inject, "kill-replica", "-r", "0", "--duration", "1s"]) == 2
+    assert "kill-replica takes no duration" in capsys.readouterr().err
 
 
-def test_unknown_run_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["chaos", str(tmp_path / "nope"), "--list"]) == 5
-    assert "no run directory with a state.json" in capsys.readouterr().err
+# --- recover ----------------------------------------------------------------------------------
 
 
 def test_recover_without_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["chaos", "recover", "--runs", str(tmp_path)]) == 0
-    assert "nothing to recover" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "nothing to recover" in out and "deprecated" not in err
+
+
+def test_recover_one_run_by_name(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chaos", "recover", "r1", "--runs", str(run_dir.parent)]) == 0
+    out, err = capsys.readouterr()
+    assert f"nothing pending in {run_dir.resolve()}" in _flat(out) and "deprecated" not in err
 
 
 def test_recover_resumes_a_process_left_paused(
     run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # as if an 'arfl chaos ... pause' had been SIGKILLed mid-fault
+    # as if an 'arfl chaos inject ... pause' had been SIGKILLed mid-fault
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     pending = PendingFaults(run_dir)
@@ -128,3 +267,82 @@ def test_recover_resumes_a_process_left_paused(
     assert "reverted pause replica 0" in capsys.readouterr().out
     assert psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED
     assert not pending.path.exists()
+
+
+# --- deprecated forms -------------------------------------------------------------------------
+
+DEPRECATED_INJECT = "deprecated: 'arfl chaos RUN FAULT' is now 'arfl chaos inject RUN FAULT'"
+DEPRECATED_LIST = "deprecated: 'arfl chaos RUN --list' is now 'arfl chaos list RUN'"
+
+
+def test_old_list_form_still_works_with_one_deprecation_line(
+    run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["chaos", str(run_dir), "--list"]) == 0
+    out, err = capsys.readouterr()
+    assert "r1" in out and str(sleeper.pid) in out and "running" in out
+    assert err.strip() == DEPRECATED_LIST
+    # options before RUN were accepted too
+    assert main(["chaos", "--runs", str(run_dir.parent), "r1", "--list"]) == 0
+    out, err = capsys.readouterr()
+    assert str(sleeper.pid) in out and err.strip() == DEPRECATED_LIST
+
+
+def test_old_inject_form_still_works_with_one_deprecation_line(
+    run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["chaos", str(run_dir), "pause", "--replica", "0", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "dry run" in out and str(sleeper.pid) in out
+    assert err.strip() == DEPRECATED_INJECT
+    assert main(["chaos", str(run_dir), "pause", "-r", "0", "--duration", "300ms"]) == 0
+    out, err = capsys.readouterr()
+    assert "injected" in out and "reverted" in out and err.strip() == DEPRECATED_INJECT
+    assert psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED
+
+
+def test_old_inject_form_keeps_its_exit_codes(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["chaos", str(run_dir), "kil-executor", "-r", "0"]) == 5
+    err = capsys.readouterr().err
+    assert DEPRECATED_INJECT in err and "unknown fault 'kil-executor'" in err
+    assert main(["chaos", str(run_dir), "pause", "-r", "0", "--duration", "ten"]) == 2
+    assert main(["chaos", str(run_dir)]) == 2
+    assert "Missing argument 'FAULT'" in capsys.readouterr().err
+
+
+def test_old_recover_forms_are_the_new_ones(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["chaos", "recover", str(run_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert "nothing pending" in out and err == ""
+    # an option before 'recover' (the old single command took it anywhere)
+    assert main(["chaos", "--runs", str(run_dir.parent), "recover", "r1"]) == 0
+    out, err = capsys.readouterr()
+    assert "nothing pending" in out and err == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["r1", "pause", "-r", "0"], ["inject", "r1", "pause", "-r", "0"]),
+        (["-r", "0", "r1", "pause"], ["inject", "r1", "-r", "0", "pause"]),
+        (["r1", "--list", "--runs", "x"], ["list", "r1", "--runs", "x"]),
+        (["--runs", "x", "r1", "--list"], ["list", "r1", "--runs", "x"]),
+        (["--runs", "x", "recover"], ["recover", "--runs", "x"]),
+        (["--", "r1", "pause"], None),
+        (["kind"], None),
+        (["lst", "r1"], None),
+        (["inject", "r1", "pause"], None),
+        (["recover", "r1"], None),
+        (["list", "r1"], None),
+        (["--help"], None),
+        ([], None),
+    ],
+)
+def test_legacy_args_rewrites_only_old_forms(args: list[str], expected: list[str] | None) -> None:
+    commands = {"inject", "list", "recover", "kinds"}
+    values = {"-r", "--replica", "--duration", "--runs"}
+    assert legacy_args(args, commands, values) == expected

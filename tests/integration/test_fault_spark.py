@@ -193,7 +193,7 @@ def test_cli_list_shows_the_executor(
 ) -> None:
     from arfl.cli.main import main
 
-    assert main(["chaos", str(run_dir), "--list"]) == 0
+    assert main(["chaos", "list", str(run_dir)]) == 0
     out = capsys.readouterr().out
     exe_id, pid = min(app.executors().items())
     assert f"{exe_id}:{pid}" in out and str(app.driver_pid) in out

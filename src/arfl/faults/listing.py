@@ -1,4 +1,4 @@
-"""What ``arfl chaos RUN --list`` shows, and how a RUN argument names a run directory."""
+"""What ``arfl chaos list RUN`` shows, and how a RUN argument names a run directory."""
 
 from __future__ import annotations
 

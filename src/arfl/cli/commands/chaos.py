@@ -1,23 +1,32 @@
 """``arfl chaos``: inject a fault into a running deployment by hand, list targets, recover.
 
-Forms (one command; the first argument ``recover`` selects recovery)::
+Sub-commands::
 
-    arfl chaos RUN FAULT [--replica N|leader] [--duration 10s] [--executor ID] [--delay 50ms]
-                         [--from 1,2] [--no-restart] [--dry-run]
-    arfl chaos RUN --list
+    arfl chaos inject RUN FAULT [--replica N|leader] [--duration 10s] [--executor ID]
+                                [--delay 50ms] [--from 1,2] [--no-restart] [--dry-run]
+    arfl chaos list RUN [--json]
     arfl chaos recover [RUN] [--force]
+    arfl chaos kinds [--json]
+
+The forms from before the sub-commands, ``arfl chaos RUN FAULT ...`` and
+``arfl chaos RUN --list``, still work: :class:`ChaosGroup` rewrites them to ``inject`` and
+``list`` and says so in one deprecation line on stderr.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from difflib import get_close_matches
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
-from arfl.cli.console import out
+from arfl.cli.console import err, out
 from arfl.cli.main import app
 from arfl.errors import ExitCode, FaultError
 from arfl.faults.base import FaultParams
@@ -28,6 +37,107 @@ from arfl.registry import FAULTS, UnknownKind
 from arfl.units import format_duration, parse_duration
 
 DEFAULT_DURATION = "10s"
+
+LEGACY_INJECT = "arfl chaos RUN FAULT"
+LEGACY_LIST = "arfl chaos RUN --list"
+
+
+def legacy_args(args: list[str], commands: set[str], value_options: set[str]) -> list[str] | None:
+    """Rewrite a pre-sub-command ``arfl chaos`` argument list into the sub-command form.
+
+    ``RUN FAULT ...`` becomes ``inject RUN FAULT ...`` and ``RUN ... --list`` becomes
+    ``list RUN ...``; a sub-command named after options (``--runs DIR recover``) moves to the
+    front, as the old single command accepted options anywhere. A word close to a sub-command
+    name that names no directory (``kind``, ``lst``) is left alone: it is a typo, and typer's
+    "did you mean" says more than an old form would.
+
+    Args:
+        args: the arguments after ``chaos``.
+        commands: the sub-command names.
+        value_options: the options that take a value (their value is not a positional).
+
+    Returns:
+        The rewritten arguments, or None when ``args`` need no rewriting.
+    """
+    first: int | None = None
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok == "--":  # too rare in the old forms to be worth guessing what follows
+            return None
+        if tok.startswith("-") and len(tok) > 1:
+            i += 2 if tok in value_options else 1
+            continue
+        first = i
+        break
+    if first is None:
+        return None
+    word = args[first]
+    rest = args[:first] + args[first + 1 :]
+    if word in commands:
+        return None if first == 0 else [word, *rest]
+    if get_close_matches(word, commands, n=1, cutoff=0.75) and not (
+        Path(word).exists() or Path("runs", word).exists()
+    ):
+        return None
+    if "--list" in rest:
+        return ["list", word, *(a for a in rest if a != "--list")]
+    return ["inject", word, *rest]
+
+
+class ChaosGroup(TyperGroup):
+    """The ``chaos`` group; also accepts the forms from before its sub-commands (deprecated)."""
+
+    # ctx is Any: typer hands in its own click Context, whose class depends on typer's version
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Rewrite a deprecated form (saying so on stderr), then parse as a group."""
+        value_options = {
+            opt
+            for cmd in self.commands.values()
+            for p in cmd.params
+            if p.param_type_name == "option"
+            and not getattr(p, "is_flag", False)
+            and not getattr(p, "count", False)
+            for opt in p.opts
+        }
+        new = legacy_args(list(args), set(self.commands), value_options)
+        if new is not None:
+            if new[0] in ("inject", "list") and not ctx.resilient_parsing:
+                old, now = (
+                    (LEGACY_LIST, "arfl chaos list RUN")
+                    if new[0] == "list"
+                    else (LEGACY_INJECT, "arfl chaos inject RUN FAULT")
+                )
+                err.print(
+                    f"[yellow]deprecated:[/] '{escape(old)}' is now '{escape(now)}'",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+            args = new
+        return super().parse_args(ctx, args)
+
+
+chaos_app = typer.Typer(
+    cls=ChaosGroup,
+    help="Inject faults into a running deployment by hand, list its targets, recover.",
+    epilog=(
+        "A fault that cannot be injected or reverted exits 5; usage errors exit 2; Ctrl-C "
+        f"exits 130. Fault kinds: {', '.join(FAULTS.names())} ('arfl chaos kinds'). "
+        f"Deprecated forms, still accepted: '{LEGACY_INJECT} \\[options]' (now 'inject'), "
+        f"'{LEGACY_LIST}' (now 'list'); 'arfl chaos recover [RUN]' is unchanged."
+    ),
+    no_args_is_help=True,
+)
+app.add_typer(chaos_app, name="chaos")
+
+RunArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="RUN", help="Run directory (as 'arfl deploy' printed it), or run name under --runs."
+    ),
+]
+RunsOpt = Annotated[Path, typer.Option("--runs", help="Where run directories live.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def _duration(value: str | None, option: str) -> float | None:
@@ -61,27 +171,24 @@ def _peers(value: str | None) -> tuple[int, ...]:
         ) from e
 
 
-@app.command(
+@chaos_app.command(
+    "inject",
     epilog=(
-        "Forms: 'arfl chaos RUN FAULT \\[options]' injects and reverts one fault (a fault with a "
-        "duration blocks until reverted; Ctrl-C reverts early); 'arfl chaos RUN --list' shows "
-        "replicas, pids, executors and the leader; 'arfl chaos recover [RUN]' undoes faults "
-        "left behind by a killed arfl (without RUN: every run under --runs with pending faults)."
-        f" Fault kinds: {', '.join(FAULTS.names())}. A fault that cannot be injected or "
-        "reverted exits 5."
-    )
+        "Injects one fault and always reverts it: a fault with a duration blocks until "
+        "reverted (Ctrl-C reverts early and exits 130). A fault that cannot be injected or "
+        "reverted exits 5. See 'arfl chaos list RUN' for targets, 'arfl chaos kinds' for faults."
+    ),
 )
-def chaos(
-    run: Annotated[
-        str, typer.Argument(help="Run directory (or run name under --runs), or 'recover'.")
-    ],
+def inject_cmd(
+    run: RunArg,
     fault: Annotated[
-        str | None,
+        str,
         typer.Argument(
-            help=f"Fault kind ({', '.join(FAULTS.names())}); after 'recover': the RUN.",
+            metavar="FAULT",
+            help=f"Fault kind: {', '.join(FAULTS.names())} (see 'arfl chaos kinds').",
             show_default=False,
         ),
-    ] = None,
+    ],
     replica: Annotated[
         str | None, typer.Option("--replica", "-r", help="Replica index, or 'leader'.")
     ] = None,
@@ -102,29 +209,15 @@ def chaos(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Resolve and show what would be done; inject nothing.")
     ] = False,
-    list_: Annotated[bool, typer.Option("--list", help="Show what can be targeted.")] = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="recover: also undo faults whose injector still runs.")
-    ] = False,
-    runs: Annotated[Path, typer.Option(help="Where run directories live.")] = Path("runs"),
+    runs: RunsOpt = Path("runs"),
 ) -> None:
-    """Inject a fault into a running deployment (always reverted), list targets, or recover."""
-    if run == "recover":
-        _recover(fault, runs, force)
-        return
+    """Inject one fault into a running deployment, then revert it."""
     run_dir = resolve_run_dir(run, runs)
     target = LocalTarget.from_run_dir(run_dir)
-    if list_:
-        _list(target)
-        return
-    if fault is None:
-        raise typer.BadParameter(
-            f"which fault? one of {', '.join(FAULTS.names())} (or --list)", param_hint="FAULT"
-        )
     try:
         kind = FAULTS.info(fault)
     except UnknownKind as e:
-        raise FaultError(str(e)) from None
+        raise FaultError(f"{e}; 'arfl chaos kinds' describes each") from None
     dur = _duration(duration, "--duration")
     if kind.takes_duration and dur is None:
         dur = parse_duration(DEFAULT_DURATION)
@@ -169,8 +262,13 @@ def chaos(
     )
 
 
-def _list(target: LocalTarget) -> None:
-    s = summarize(target)
+@chaos_app.command("list")
+def list_cmd(run: RunArg, as_json: JsonOpt = False, runs: RunsOpt = Path("runs")) -> None:
+    """Show what a fault can target: replicas, pids, executors, network, the leader."""
+    s = summarize(LocalTarget.from_run_dir(resolve_run_dir(run, runs)))
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(s), indent=2, default=str))
+        return
     table = Table(title=f"{s.run} ({s.mode})  {s.run_dir}")
     for col in ("replica", "state", "driver", "pids", "executors", "netns", "address"):
         table.add_column(col)
@@ -191,12 +289,61 @@ def _list(target: LocalTarget) -> None:
         out.print(f"leader: replica {s.leader}")
 
 
-def _recover(run: str | None, runs: Path, force: bool) -> None:
+@chaos_app.command(
+    "recover",
+    epilog="A revert that fails exits 5 (after every run was tried).",
+)
+def recover_cmd(
+    run: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="RUN",
+            help="Run directory or run name (default: every run under --runs with pending faults).",
+            show_default=False,
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also undo faults whose injector still runs.")
+    ] = False,
+    runs: RunsOpt = Path("runs"),
+) -> None:
+    """Undo faults left behind by an arfl that was killed (partitions, SIGSTOP, cgroups, ...)."""
     dirs = [resolve_run_dir(run, runs)] if run else runs_with_pending(runs)
     if not dirs:
         out.print(f"nothing to recover: no run under {runs} has pending faults")
         return
     recover_runs(dirs, force)
+
+
+@chaos_app.command("kinds")
+def kinds_cmd(as_json: JsonOpt = False) -> None:
+    """List the fault kinds 'inject' takes, with what each does."""
+    if as_json:
+        rows = [{"kind": n, **dataclasses.asdict(FAULTS.info(n))} for n in FAULTS.names()]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="fault kinds")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("lasts", no_wrap=True)
+    table.add_column("needs")
+    table.add_column("what it does")
+    for name in FAULTS.names():
+        info = FAULTS.info(name)
+        needs = [
+            w
+            for w, on in (
+                ("root, netns", info.network),
+                ("active-leader mode", info.targets_leader),
+            )
+            if on
+        ]
+        table.add_row(
+            name,
+            "--duration" if info.takes_duration else "instant",
+            ", ".join(needs) or "-",
+            info.summary,
+        )
+    out.print(table)
 
 
 def recover_runs(dirs: list[Path], force: bool = False) -> None:
