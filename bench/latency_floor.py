@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import Column, print_table, write_rows
+
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, deploy
@@ -121,25 +123,22 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     base = next((r for r in rows if "p50" in r), None)
-    print()
-    hdr = (
-        f"{'variant':<26} {'rate':>6} {'p50 ms':>8} {'p99 ms':>8} {'p50 x':>6} "
-        f"{'batch ms':>9} {'addBatch':>9} {'walCommit':>9} {'commit':>7} {'rows/b':>7}"
+    print_table(
+        rows,
+        Column("variant", 26, "", lambda r: f"{r['mode']}/{r['trigger']}"),
+        [
+            Column("rate", 6, "", lambda r: r["rate"], on_failure=True),
+            Column("p50 ms", 8, ".1f", lambda r: r["p50"]),
+            Column("p99 ms", 8, ".1f", lambda r: r["p99"]),
+            Column("p50 x", 6, ".2f", lambda r: r["p50"] / base["p50"] if base else float("nan")),
+            Column("batch ms", 9, ".0f", lambda r: r["triggerExecution"]),
+            Column("addBatch", 9, ".0f", lambda r: r["addBatch"]),
+            Column("walCommit", 9, ".0f", lambda r: r["walCommit"]),
+            Column("commit", 7, ".0f", lambda r: r["commitOffsets"]),
+            Column("rows/b", 7, ".0f", lambda r: r["rows_per_batch"]),
+        ],
     )
-    print(hdr)
-    for r in rows:
-        name = f"{r['mode']}/{r['trigger']}"
-        if "error" in r:
-            print(f"{name:<26} {r['rate']:>6} failed: {r['error'][:80]}")
-            continue
-        ratio = r["p50"] / base["p50"] if base else float("nan")
-        print(
-            f"{name:<26} {r['rate']:>6} {r['p50']:>8.1f} {r['p99']:>8.1f} {ratio:>6.2f} "
-            f"{r['triggerExecution']:>9.0f} {r['addBatch']:>9.0f} {r['walCommit']:>9.0f} "
-            f"{r['commitOffsets']:>7.0f} {r['rows_per_batch']:>7.0f}"
-        )
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+    write_rows(args.out, rows)
     return 0
 
 

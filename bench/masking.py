@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from _common import Column, print_table, write_rows
+
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import ArflError
 from arfl.measure.histogram import merge, read_latency_log
@@ -107,23 +109,24 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     none = next((r for r in rows if r.get("mode") == "none" and "p50" in r), None)
-    print()
-    print(
-        f"{'mode':<20} {'p50 ms':>8} {'p99 ms':>8} {'p99 after':>10} {'ratio':>6} "
-        f"{'gap ms':>8} {'cpu s':>6} {'p50/none':>9} {'divergent':>9}"
+    print_table(
+        rows,
+        Column("mode", 20, "", lambda r: r["mode"]),
+        [
+            Column("p50 ms", 8, ".1f", lambda r: r["p50"]),
+            Column("p99 ms", 8, ".1f", lambda r: r["p99"]),
+            Column("p99 after", 10, ".1f", lambda r: r["p99_after"]),
+            Column("ratio", 6, ".2f", lambda r: r["ratio"]),
+            Column("gap ms", 8, ".0f", lambda r: r["max_gap_ms"] or 0),
+            Column("cpu s", 6, ".1f", lambda r: r["cpu_s"] or 0),
+            Column(
+                "p50/none", 9, ".2f", lambda r: r["p50"] / none["p50"] if none else float("nan")
+            ),
+            Column("divergent", 9, "", lambda r: r["divergent"]),
+        ],
+        error_chars=90,
     )
-    for r in rows:
-        if "error" in r:
-            print(f"{r['mode']:<20} failed: {r['error'][:90]}")
-            continue
-        over = r["p50"] / none["p50"] if none else float("nan")
-        print(
-            f"{r['mode']:<20} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['p99_after']:>10.1f} "
-            f"{r['ratio']:>6.2f} {r['max_gap_ms'] or 0:>8.0f} {r['cpu_s'] or 0:>6.1f} "
-            f"{over:>9.2f} {r['divergent']:>9}"
-        )
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+    write_rows(args.out, rows)
     return 0
 
 

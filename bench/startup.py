@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from _common import Column, print_table
+
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, deploy
@@ -102,15 +104,17 @@ def main(argv: list[str] | None = None) -> int:
             row = {"variant": name, "round": i, "run": str(res.run_dir), **analyse(res.run_dir)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print()
-    print(f"{'variant':<12} {'session s':>9} {'1st batch s':>11} {'data batch s':>12} "
-          f"{'p50 ms':>8} {'cpu s':>6}")  # fmt: skip
-    for r in rows:
-        print(
-            f"{r['variant']:<12} {r['session_up_s']:>9.1f} {r['first_batch_all_s']:>11.1f} "
-            f"{r['first3_data_batches_s'] or 0:>12.1f} {r['p50_ms'] or 0:>8.0f} "
-            f"{r['cpu_s'] or 0:>6.1f}"
-        )
+    print_table(
+        rows,
+        Column("variant", 12, "", lambda r: r["variant"]),
+        [
+            Column("session s", 9, ".1f", lambda r: r["session_up_s"]),
+            Column("1st batch s", 11, ".1f", lambda r: r["first_batch_all_s"]),
+            Column("data batch s", 12, ".1f", lambda r: r["first3_data_batches_s"] or 0),
+            Column("p50 ms", 8, ".0f", lambda r: r["p50_ms"] or 0),
+            Column("cpu s", 6, ".1f", lambda r: r["cpu_s"] or 0),
+        ],
+    )
     return 0
 
 

@@ -27,6 +27,7 @@ from deploy_checks import (
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.replica.modes.leader import Decision
 from arfl.stack import StackInfo
+from arfl.stack.topics import watermarks
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +82,7 @@ def _decisions(info: StackInfo, run_id: str) -> list[Decision]:
         {"bootstrap.servers": info.kafka, "group.id": f"t-{run_id}", "enable.auto.commit": False}
     )
     try:
-        _, high = c.get_watermark_offsets(TopicPartition(topics[0], 0), timeout=10)
+        _, high = watermarks(c, topics[0], [0])[0]
         c.assign([TopicPartition(topics[0], 0, 0)])
         out: list[Decision] = []
         while len(out) < high:

@@ -11,10 +11,11 @@ from confluent_kafka import Producer
 from kazoo.client import KazooClient
 from kazoo.recipe.election import Election
 
-from arfl.replica.modes.leader import Decision, DecisionLog, LeaderPolicy, leader_path
+from arfl.replica.modes.leader import Decision, DecisionLog, LeaderPolicy
 from arfl.replica.source import BatchOffset, SourceOptions
 from arfl.replica.source.kafka import TopicLog
 from arfl.replica.source.offsets import NO_BATCH
+from arfl.run.names import leader_path
 from arfl.stack import StackInfo
 from arfl.stack.topics import ensure_topic
 

@@ -226,18 +226,28 @@ def test_delay_adds_latency_or_says_netem_is_missing(net: Net) -> None:
     assert netns.root_qdisc(link) == qdisc_before
 
 
-def test_sigkilled_injector_then_recover_heals(net: Net) -> None:
-    ns0 = net.iso.namespaces[0]
+def _start_partition(run_dir: Path) -> subprocess.Popen[bytes]:
+    """``arfl chaos inject RUN partition -r0 --duration 5m`` in the background, returned once
+    it said the fault is injected (killed if it did not)."""
     arfl = Path(sys.executable).with_name("arfl")
     proc = subprocess.Popen(
-        [str(arfl), "chaos", str(net.run_dir), "partition", "--replica", "0", "--duration", "5m"],
+        [str(arfl), "chaos", "inject", str(run_dir), "partition", "-r0", "--duration", "5m"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if "injected" not in line:
+        proc.kill()
+        proc.wait(10)
+    assert "injected" in line, line
+    return proc
+
+
+def test_sigkilled_injector_then_recover_heals(net: Net) -> None:
+    ns0 = net.iso.namespaces[0]
+    proc = _start_partition(net.run_dir)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode()
-        assert "injected" in line, line
         assert netns.link_is_up(ns0.veth_host or "") is False
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
@@ -259,14 +269,7 @@ def test_sigkilled_injector_then_recover_heals(net: Net) -> None:
 
 def test_sigterm_reverts(net: Net) -> None:
     ns0 = net.iso.namespaces[0]
-    arfl = Path(sys.executable).with_name("arfl")
-    proc = subprocess.Popen(
-        [str(arfl), "chaos", str(net.run_dir), "partition", "--replica", "0", "--duration", "5m"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    assert proc.stdout is not None
-    assert "injected" in proc.stdout.readline().decode()
+    proc = _start_partition(net.run_dir)
     assert netns.link_is_up(ns0.veth_host or "") is False
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 130

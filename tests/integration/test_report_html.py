@@ -9,19 +9,24 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from arfl.report import build_report, compare, render_compare_html, render_html
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 
 
+def _traces(page: str) -> dict[str, list[dict[str, Any]]]:
+    """Plot div id -> traces, from the ``Plotly.newPlot("id", [traces...], ...)`` calls."""
+    return {
+        m.group(1): json.loads(m.group(2))
+        for m in re.finditer(r'Plotly\.newPlot\(\s*"([^"]+)",\s*(\[.*?\])\s*,\s*\{', page, re.S)
+    }
+
+
 def _plots(page: str) -> dict[str, list[str]]:
-    """Plot div id -> trace names, from the ``Plotly.newPlot("id", [traces...], ...)`` calls."""
-    out: dict[str, list[str]] = {}
-    for m in re.finditer(r'Plotly\.newPlot\(\s*"([^"]+)",\s*(\[.*?\])\s*,\s*\{', page, re.S):
-        traces = json.loads(m.group(2))
-        out[m.group(1)] = [t.get("name") for t in traces]
-    return out
+    """Plot div id -> trace names."""
+    return {div: [t.get("name") for t in traces] for div, traces in _traces(page).items()}
 
 
 def _self_contained(page: str) -> None:
@@ -32,10 +37,16 @@ def _self_contained(page: str) -> None:
     assert "Plotly.newPlot" in page and len(page) > 1_000_000  # the library itself is there
 
 
-def test_real_run_html_has_its_plots(tmp_path: Path) -> None:
-    path = render_html(build_report(RUNS / "real-none-noresults"), tmp_path / "r.html")
+def _page(run: str, tmp_path: Path) -> str:
+    """The HTML report of the recorded run ``run``, checked to be self-contained."""
+    path = render_html(build_report(RUNS / run), tmp_path / f"{run}.html")
     page = path.read_text(encoding="utf-8")
     _self_contained(page)
+    return page
+
+
+def test_real_run_html_has_its_plots(tmp_path: Path) -> None:
+    page = _page("real-none-noresults", tmp_path)
     plots = _plots(page)
     assert set(plots) == {"latency-over-time", "latency-distribution", "output-rate"}
     assert plots["latency-over-time"] == ["max", "p99", "p50"]
@@ -45,29 +56,20 @@ def test_real_run_html_has_its_plots(tmp_path: Path) -> None:
 
 
 def test_real_run_with_results_html(tmp_path: Path) -> None:
-    rep = build_report(RUNS / "real-none-window")
-    page = render_html(rep, tmp_path / "w.html").read_text(encoding="utf-8")
-    _self_contained(page)
+    page = _page("real-none-window", tmp_path)
     plots = _plots(page)
     assert set(plots) == {
         "latency-over-time", "latency-distribution", "output-rate", "batch-duration",
     }  # fmt: skip
     assert plots["latency-distribution"] == ["steady", "overall"]
     assert plots["batch-duration"] == ["replica 0"]
-    traces = json.loads(
-        re.search(
-            r'Plotly\.newPlot\(\s*"latency-over-time",\s*(\[.*?\])\s*,\s*\{', page, re.S
-        ).group(1)  # type: ignore[union-attr]
-    )
-    p99 = next(t for t in traces if t["name"] == "p99")
+    p99 = next(t for t in _traces(page)["latency-over-time"] if t["name"] == "p99")
     assert max(v for v in p99["y"] if v is not None) > 30_000  # the real latencies are drawn
     assert "input ends" in page
 
 
 def test_faulted_run_html_shades_faults_and_shows_tables(tmp_path: Path) -> None:
-    rep = build_report(RUNS / "sim-active-kill")
-    page = render_html(rep, tmp_path / "a.html").read_text(encoding="utf-8")
-    _self_contained(page)
+    page = _page("sim-active-kill", tmp_path)
     plots = _plots(page)
     assert plots["latency-distribution"] == ["steady", "fault-1", "steady-2", "fault-2", "tail",
                                              "overall"]  # fmt: skip

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from arfl.replica.modes.leader import leader_path
 from arfl.replica.modes.leaderless import EpochCuts
 from arfl.replica.source import BatchOffset, SourceOptions, read_stream
 from arfl.replica.source.datasource import SCHEMA
 from arfl.replica.source.kafka import TopicLog
 from arfl.replica.source.offsets import NO_BATCH
 from arfl.replica.sparkenv import local_session
+from arfl.run.names import leader_path
 from arfl.stack import StackInfo
 from arfl.stack.topics import ensure_topic
 

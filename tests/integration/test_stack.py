@@ -17,7 +17,7 @@ from arfl import stack as arfl_stack
 from arfl.configs.spec import Stack
 from arfl.errors import StackError
 from arfl.stack import StackInfo, config, lifecycle
-from arfl.stack.topics import delete_topics, ensure_topic
+from arfl.stack.topics import delete_topics, end_offsets, ensure_topic, watermarks
 from arfl.testing import EmbeddedStack, free_ports
 
 pytestmark = pytest.mark.integration
@@ -69,6 +69,25 @@ def test_ensure_topic_is_idempotent_and_checks_partitions(
         ensure_topic(stack.kafka, topic_name, 4)
     delete_topics(stack.kafka, [topic_name, topic_name + "-never-created"])
     assert topic_name not in _topics(stack.kafka)
+
+
+def test_end_offsets_and_watermarks_follow_the_log(stack: StackInfo, topic_name: str) -> None:
+    ensure_topic(stack.kafka, topic_name, 2)
+    p = Producer({"bootstrap.servers": stack.kafka, "acks": "all"})
+    for _ in range(5):
+        p.produce(topic_name, value=b"x", partition=0)
+    p.produce(topic_name, value=b"y", partition=1)
+    assert p.flush(30) == 0
+    del p
+    assert end_offsets(stack.kafka, topic_name) == {0: 5, 1: 1}
+    assert end_offsets(stack.kafka, topic_name, 1) == {0: 5}  # partitions 0 .. n-1
+    c = Consumer({"bootstrap.servers": stack.kafka, "group.id": topic_name})
+    try:
+        assert watermarks(c, topic_name, [1, 0]) == {1: (0, 1), 0: (0, 5)}
+    finally:
+        c.close()
+    with pytest.raises(StackError, match="does not exist"):
+        end_offsets(stack.kafka, topic_name + "-missing")
 
 
 def test_auto_create_is_off(stack: StackInfo, topic_name: str) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from arfl.errors import DeployError
-from arfl.replica.modes.leader import Decision, DecisionBook, LeaderPolicy, decision_topic
+from arfl.replica.modes.leader import Decision, DecisionBook, LeaderPolicy
 from arfl.replica.source import BatchOffset, SourceOptions
 from arfl.replica.source.offsets import NO_BATCH
+from arfl.run.names import decision_topic
 
 
 class FakeInput:

@@ -15,7 +15,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "arfl"
 
 LAYERS: list[set[str]] = [
-    {"arfl", "errors", "paths", "units", "registry"},  # base: no arfl import but each other
+    # base: no arfl import but each other
+    {"arfl", "errors", "paths", "units", "registry", "coerce", "processes"},
     {"configs"},  # the spec language
     {"run"},  # run directory, record formats, progress, streams
     {"stack"},  # ZooKeeper + Kafka, embedded or external

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from arfl.coerce import opt_float, opt_int, opt_str
 from arfl.errors import FaultError
 
 STATE_FILE = "state.json"
@@ -90,18 +91,6 @@ class RunState:
     isolation: IsolationState | None
 
 
-def _opt_int(v: Any) -> int | None:
-    return int(v) if v is not None else None
-
-
-def _opt_float(v: Any) -> float | None:
-    return float(v) if v is not None else None
-
-
-def _opt_str(v: Any) -> str | None:
-    return str(v) if v is not None else None
-
-
 def parse_isolation(raw: Any) -> IsolationState | None:
     """Parse the ``isolation`` object (``None`` when absent)."""
     if not raw:
@@ -110,8 +99,8 @@ def parse_isolation(raw: Any) -> IsolationState | None:
         int(k): NamespaceState(
             name=str(v["name"]),
             address=str(v["address"]),
-            veth_host=_opt_str(v.get("veth_host")),
-            veth_ns=_opt_str(v.get("veth_ns")),
+            veth_host=opt_str(v.get("veth_host")),
+            veth_ns=opt_str(v.get("veth_ns")),
         )
         for k, v in dict(raw.get("namespaces") or {}).items()
     }
@@ -130,23 +119,23 @@ def parse_state(raw: dict[str, Any], *, source: str = STATE_FILE) -> RunState:
         replicas = {
             int(k): ReplicaState(
                 index=int(k),
-                driver_pid=_opt_int(v.get("driver_pid")),
-                driver_create_time=_opt_float(v.get("driver_create_time")),
-                app_id=_opt_str(v.get("app_id")),
+                driver_pid=opt_int(v.get("driver_pid")),
+                driver_create_time=opt_float(v.get("driver_create_time")),
+                app_id=opt_str(v.get("app_id")),
                 state=str(v.get("state") or "unknown"),
-                netns=_opt_str(v.get("netns")),
-                address=_opt_str(v.get("address")),
+                netns=opt_str(v.get("netns")),
+                address=opt_str(v.get("address")),
             )
             for k, v in dict(raw.get("replicas") or {}).items()
         }
         return RunState(
             run=str(raw["run"]),
-            pid=_opt_int(raw.get("pid")),
+            pid=opt_int(raw.get("pid")),
             mode=str(raw.get("mode") or "unknown"),
             spec_name=str(raw.get("spec_name") or raw["run"]),
             stack={str(k): str(v) for k, v in dict(raw.get("stack") or {}).items()},
             replicas=replicas,
-            leader_path=_opt_str(raw.get("leader_path")),
+            leader_path=opt_str(raw.get("leader_path")),
             isolation=parse_isolation(raw.get("isolation")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:

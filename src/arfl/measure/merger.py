@@ -32,12 +32,12 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from arfl.errors import ArflError, DeployError
 from arfl.measure.histogram import (
@@ -50,6 +50,9 @@ from arfl.measure.histogram import (
 from arfl.run.records import BadRecord, parse_result, replica_topic
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
+
+if TYPE_CHECKING:
+    from arfl.stack.clients import Producer
 
 MAX_JOURNALED_DIVERGENCES = 100
 """Beyond this many, divergences are only counted (one ``divergence_suppressed`` event)."""
@@ -423,28 +426,6 @@ class Consumer(Protocol):
         ...
 
 
-class SinkProducer(Protocol):
-    """The part of ``confluent_kafka.Producer`` the merger uses."""
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        on_delivery: Callable[[Any, Any], None] | None = None,
-    ) -> None:
-        """Queue one record."""
-        ...
-
-    def poll(self, timeout: float = ...) -> int:
-        """Serve delivery callbacks."""
-        ...
-
-    def flush(self, timeout: float = ...) -> int:
-        """Wait for outstanding deliveries."""
-        ...
-
-
 def consumer_config(bootstrap: str, group_id: str) -> dict[str, Any]:
     """Low-latency consumer settings: tiny fetch wait, read each topic from its start."""
     return {
@@ -597,7 +578,7 @@ class Merger:
         self,
         config: MergerConfig,
         consumer: Consumer | None = None,
-        producer: SinkProducer | None = None,
+        producer: Producer | None = None,
     ) -> None:
         """Args:
         config: what to merge.
@@ -608,7 +589,7 @@ class Merger:
         self._stop = threading.Event()
         group = config.group_id or f"arfl-merger-{uuid.uuid4().hex[:12]}"
         self._consumer: Consumer = consumer or _kafka_consumer(config.bootstrap, group)
-        self._producer: SinkProducer = producer or _kafka_producer(
+        self._producer: Producer = producer or _kafka_producer(
             config.bootstrap, config.sink, config.connect_timeout_s
         )
         self._topic_index = {t: i for i, t in enumerate(config.topics())}

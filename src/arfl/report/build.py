@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arfl.coerce import opt_float
 from arfl.configs.slo import slo_percentiles
 from arfl.errors import ReportError
 from arfl.measure.histogram import (
@@ -282,7 +283,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         faults=fstats,
         correctness=correct,
         slo=slo,
-        longest_gap_ms=None if longest is None else float(longest),
+        longest_gap_ms=opt_float(longest),
         gap_resolution=RESOLUTION,
         series=_series(b, data, phases, overall, replica_batches),
         warnings=warnings,

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from arfl.coerce import opt_float
 from arfl.errors import ReportError
 from arfl.report.model import Report
 
@@ -41,8 +42,7 @@ def _run_metric(rep: Report, metric: str) -> float | None:
         return rep.resources.peak_rss_mb
     if metric == "replicas":
         return float(rep.replicas)
-    value = getattr(rep.correctness, metric)
-    return None if value is None else float(value)
+    return opt_float(getattr(rep.correctness, metric))
 
 
 @dataclass(frozen=True)

@@ -20,19 +20,12 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
 
+from arfl.coerce import try_int
 from arfl.errors import ArflError, ReportError
 from arfl.report.model import Correctness
 from arfl.report.rundata import RunData
 from arfl.run.records import BadRecord, Result, parse_result
-
-
-def _int(v: Any) -> int | None:
-    try:
-        return None if v is None else int(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def from_merger(data: RunData) -> Correctness:
@@ -40,20 +33,20 @@ def from_merger(data: RunData) -> Correctness:
     merged = data.merger or dict(data.summary.get("merger") or {})
     last = data.monitor[-1] if data.monitor else None
     notes: list[str] = []
-    results = _int(merged.get("results"))
+    results = try_int(merged.get("results"))
     if results is None and last is not None:
         results = last.results
         notes.append("results from the last monitor line (no merger.json)")
-    divergent = _int(merged.get("divergent"))
+    divergent = try_int(merged.get("divergent"))
     if divergent is None and last is not None:
         divergent = last.divergent
-    evicted = _int(merged.get("evicted"))
+    evicted = try_int(merged.get("evicted"))
     if evicted is None and last is not None:
         evicted = last.evicted
     produced = (
         data.injector_summary.produced
         if data.injector_summary is not None
-        else _int(data.summary.get("produced"))
+        else try_int(data.summary.get("produced"))
     )
     one_to_one = all(s.kind == "select" for s in data.spec.steps)
     expected: int | None = None
@@ -145,7 +138,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Resu
 
     from confluent_kafka import Consumer, TopicPartition
 
-    from arfl.stack.topics import require_topic
+    from arfl.stack.topics import require_topic, watermarks
 
     consumer = Consumer(
         {
@@ -167,8 +160,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Resu
         )  # fmt: skip
         ends: dict[int, int] = {}
         assign: list[TopicPartition] = []
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        for p, (low, high) in watermarks(consumer, topic, meta.partitions, 10).items():
             if high > low:
                 ends[p] = high
                 assign.append(TopicPartition(topic, p, low))

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from arfl.coerce import try_float, try_int
 from arfl.registry import FAULTS
 from arfl.report.rundata import Batch
 
@@ -54,20 +55,6 @@ class JournaledFault:
     caught_up_s: float | None = None
 
 
-def _int_or_none(v: Any) -> int | None:
-    try:
-        return None if v is None else int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float_or_none(v: Any) -> float | None:
-    try:
-        return None if v is None else float(v)
-    except (TypeError, ValueError):
-        return None
-
-
 def journaled_faults(
     journal: list[dict[str, Any]], batches: Mapping[int, Sequence[Batch]] | None = None
 ) -> list[JournaledFault]:
@@ -85,10 +72,10 @@ def journaled_faults(
     for inj in sorted(injected, key=lambda e: float(e.get("started") or e["t"])):
         started = float(inj.get("started") or inj["t"])
         kind = str(inj.get("kind"))
-        replica = _int_or_none(inj.get("replica"))
+        replica = try_int(inj.get("replica"))
         rev: dict[str, Any] | None = None
         for i, r in enumerate(reverted):
-            if i in used or r.get("kind") != kind or _int_or_none(r.get("replica")) != replica:
+            if i in used or r.get("kind") != kind or try_int(r.get("replica")) != replica:
                 continue
             if float(r.get("started") or r["t"]) >= started - 1e-3:
                 used.add(i)
@@ -100,7 +87,7 @@ def journaled_faults(
             out.append(
                 JournaledFault(
                     kind=str(e.get("kind")),
-                    replica=_int_or_none(e.get("replica")),
+                    replica=try_int(e.get("replica")),
                     started=None,
                     window_end=None,
                     duration_s=None,
@@ -122,8 +109,8 @@ def _react(
     started: float,
     batches: Mapping[int, Sequence[Batch]],
 ) -> JournaledFault:
-    duration = _float_or_none(inj.get("duration_s"))
-    rev_end = None if rev is None else _float_or_none(rev.get("ended") or rev.get("t"))
+    duration = try_float(inj.get("duration_s"))
+    rev_end = None if rev is None else try_float(rev.get("ended") or rev.get("t"))
     detect: float | None = None
     restored: float | None = None
     first_batch: float | None = None
@@ -134,7 +121,7 @@ def _react(
                 e
                 for e in journal
                 if e.get("event") == "replica-died"
-                and _int_or_none(e.get("replica")) == replica
+                and try_int(e.get("replica")) == replica
                 and float(e["t"]) >= started - 0.5
             ),
             None,
@@ -146,7 +133,7 @@ def _react(
                     e
                     for e in journal
                     if e.get("event") in ("replica-ready",)
-                    and _int_or_none(e.get("replica")) == replica
+                    and try_int(e.get("replica")) == replica
                     and float(e["t"]) > float(died["t"])
                 ),
                 None,
@@ -162,7 +149,7 @@ def _react(
                     e
                     for e in journal
                     if e.get("event") == "replica-caught-up"
-                    and _int_or_none(e.get("replica")) == replica
+                    and try_int(e.get("replica")) == replica
                     and float(e["t"]) > float(died["t"])
                 ),
                 None,
@@ -171,7 +158,7 @@ def _react(
                 caught_up = float(rejoined["t"]) - started
     elif kind == "kill-executor":
         details = (rev or {}).get("details") or inj.get("details") or {}
-        replaced = _float_or_none(details.get("replacement_s"))
+        replaced = try_float(details.get("replacement_s"))
         detect = restored = replaced
     elif rev_end is not None:
         restored = rev_end - started

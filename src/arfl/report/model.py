@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from arfl.coerce import opt_float
+
 JSON_VERSION = 1
 """Bumped when a field of the ``--json`` output changes meaning or is removed."""
 
@@ -296,9 +298,9 @@ class Resources:
         rss = summary.get("replicas_peak_rss_mb")
         per = summary.get("cpu_s") or {}
         return cls(
-            cpu_s=None if total is None else float(total),
+            cpu_s=opt_float(total),
             cpu_s_per_replica={int(k): float(v) for k, v in per.items()},
-            peak_rss_mb=None if rss is None else float(rss),
+            peak_rss_mb=opt_float(rss),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -28,22 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from arfl.coerce import opt_float, opt_int
+
 Percentiles = dict[str, float | None]
 """``{"p50": ms, ..., "max": ms, "count": n}``; ``None`` where nothing was recorded."""
-
-
-def _opt_float(v: Any) -> float | None:
-    return None if v is None else float(v)
-
-
-def _opt_int(v: Any) -> int | None:
-    return None if v is None else int(v)
 
 
 def _percentiles(v: Any) -> Percentiles:
     if not isinstance(v, dict):
         return {}
-    return {str(k): _opt_float(x) for k, x in v.items()}
+    return {str(k): opt_float(x) for k, x in v.items()}
 
 
 @dataclass(frozen=True)
@@ -67,9 +61,9 @@ class ReplicaSnapshot:
         return cls(
             received=int(d.get("received", 0)),
             wins=int(d.get("wins", 0)),
-            last_seen_t=_opt_float(d.get("last_seen_t")),
-            last_src_ts=_opt_int(d.get("last_src_ts")),
-            lag_ms=_opt_float(d.get("lag_ms")),
+            last_seen_t=opt_float(d.get("last_seen_t")),
+            last_src_ts=opt_int(d.get("last_src_ts")),
+            lag_ms=opt_float(d.get("lag_ms")),
             bad=int(d.get("bad", 0)),
         )
 

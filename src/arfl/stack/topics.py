@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.cimpl import NewTopic
@@ -181,3 +182,62 @@ def require_topic(
     if meta is None or meta.error is not None or not meta.partitions:
         raise error(f"{who}{what} {topic!r} does not exist on kafka at {bootstrap}; {missing_hint}")
     return meta
+
+
+def watermarks(
+    consumer: Any, topic: str, partitions: Iterable[int], timeout_s: float = _METADATA_TIMEOUT_S
+) -> dict[int, tuple[int, int]]:
+    """The low and high watermark of each partition, asked from the broker through ``consumer``.
+
+    Args:
+        consumer: an open confluent-kafka Consumer (its assignment is not touched).
+        topic: the topic.
+        partitions: the partition numbers to ask about.
+        timeout_s: how long the broker may take to answer, per partition.
+
+    Returns:
+        Partition -> (first offset still in the log, offset after the last record).
+
+    Raises:
+        KafkaException: the broker did not answer or does not know the partition.
+    """
+    out: dict[int, tuple[int, int]] = {}
+    for p in partitions:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=timeout_s, cached=False
+        )
+        out[p] = (int(low), int(high))
+    return out
+
+
+def end_offsets(
+    bootstrap: str,
+    topic: str,
+    partitions: int | None = None,
+    timeout_s: float = _METADATA_TIMEOUT_S,
+) -> dict[int, int]:
+    """The end offset (the offset after the last record, never negative) of each partition.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        topic: the topic.
+        partitions: ask about partitions ``0 .. partitions - 1``; all of the topic's when None.
+        timeout_s: how long Kafka may take to answer each request.
+
+    Raises:
+        StackError: ``partitions`` is None and Kafka is unreachable or the topic missing.
+        KafkaException: the broker did not answer a watermark request.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "arfl-offsets"})
+    try:
+        numbers: Iterable[int] = (
+            sorted(require_topic(consumer, bootstrap, topic, timeout_s).partitions)
+            if partitions is None
+            else range(partitions)
+        )
+        return {
+            p: max(0, high)
+            for p, (_, high) in watermarks(consumer, topic, numbers, timeout_s).items()
+        }
+    finally:
+        consumer.close()

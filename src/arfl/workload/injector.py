@@ -26,16 +26,19 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from arfl.configs.spec import Workload
 from arfl.errors import ArflError, DeployError
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
+
+if TYPE_CHECKING:
+    from arfl.stack.clients import Producer
 
 SUSTAIN_FRACTION = 0.95
 """Below this fraction of the target rate the run journal gets a warning."""
@@ -122,28 +125,6 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         """``time.sleep()``."""
         time.sleep(seconds)
-
-
-class Producer(Protocol):
-    """The part of ``confluent_kafka.Producer`` the injector uses."""
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        on_delivery: Callable[[Any, Any], None] | None = None,
-    ) -> None:
-        """Queue one record (raises ``BufferError`` when the local queue is full)."""
-        ...
-
-    def poll(self, timeout: float = ...) -> int:
-        """Serve delivery callbacks."""
-        ...
-
-    def flush(self, timeout: float = ...) -> int:
-        """Wait for outstanding deliveries; returns how many are still queued."""
-        ...
 
 
 def producer_config(bootstrap: str, linger_ms: float = 2.0) -> dict[str, Any]:

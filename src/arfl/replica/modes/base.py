@@ -18,7 +18,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
@@ -186,6 +186,34 @@ def kafka_source(
         if k.startswith("kafka."):
             reader = reader.option(k, v)
     return reader.load().select("value", "partition", "offset")
+
+
+def arfl_source_options(
+    spec: Spec, ctx: ReplicaContext, mode: str, **mode_options: Any
+) -> SourceOptions:
+    """The options of one replica's arfl-kafka reader (the active modes' source).
+
+    Args:
+        spec: the pipeline spec (input topic, name, ``replication.max_records_per_batch``).
+        ctx: the replica context; its mode options ``source.<option>`` override the rest.
+        mode: the replication mode.
+        mode_options: the mode's own :class:`SourceOptions` fields.
+
+    Raises:
+        DeployError: an option is invalid.
+    """
+    from arfl.replica.source.options import SourceOptions, passthrough
+
+    base = SourceOptions(
+        bootstrap=ctx.bootstrap,
+        topic=spec.source.topic,
+        mode=mode,
+        replica=ctx.replica,
+        pipeline=spec.name,
+        max_records_per_batch=spec.replication.max_records_per_batch,
+        **mode_options,
+    )
+    return SourceOptions.parse(base.to_options() | passthrough(ctx.options))
 
 
 def kafka_sink_options(ctx: ReplicaContext) -> dict[str, str]:

@@ -25,15 +25,13 @@ from typing import TYPE_CHECKING, Any
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.registry import MODES, ModeInfo
-from arfl.replica.modes.base import (
-    ModeBase,
-    ReplicaContext,
-)
+from arfl.replica.modes.base import ModeBase, ReplicaContext, arfl_source_options
 from arfl.replica.source import read_stream
 from arfl.replica.source.kafka import REQUEST_TIMEOUT_S, PartitionLog, retry
 from arfl.replica.source.offsets import BatchOffset
-from arfl.replica.source.options import DEFAULT_SESSION_TIMEOUT_S, SourceOptions, passthrough
+from arfl.replica.source.options import DEFAULT_SESSION_TIMEOUT_S, SourceOptions
 from arfl.replica.source.policy import cap_ends
+from arfl.run.names import decision_topic, leader_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,17 +40,6 @@ log = logging.getLogger(__name__)
 
 DECISION_WAIT_S = 10.0
 """How long a leader waits to read back the decision it appended."""
-
-
-def leader_path(pipeline: str) -> str:
-    """ZooKeeper path of a pipeline's leader election."""
-    return f"/arfl/{pipeline}/leader"
-
-
-def decision_topic(pipeline: str, run_id: str) -> str:
-    """Name of a run's decision log (unique per run: old decisions must never be replayed)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"arfl.{pipeline}.{run_id}.decisions")
-    return safe[:249]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,15 +184,10 @@ class DecisionLog:
 
     def end_offset(self) -> int:
         """The decision topic's current log end (asked from the broker)."""
-        from confluent_kafka import TopicPartition
+        from arfl.stack.topics import watermarks
 
-        tp = TopicPartition(self.topic, 0)
-        _, hi = retry(
-            lambda: self._consumer.get_watermark_offsets(
-                tp, timeout=REQUEST_TIMEOUT_S, cached=False
-            )
-        )
-        return int(hi)
+        _, hi = retry(lambda: watermarks(self._consumer, self.topic, [0], REQUEST_TIMEOUT_S)[0])
+        return hi
 
     def catch_up(self, timeout_s: float = DECISION_WAIT_S) -> None:
         """Read the log to its current end.
@@ -494,18 +476,14 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
             "mode 'active-leader' needs a ZooKeeper address (mode option 'zookeeper'); "
             "run 'arfl stack up' or set stack.zookeeper"
         )
-    base = SourceOptions(
-        bootstrap=ctx.bootstrap,
-        topic=spec.source.topic,
-        mode="active-leader",
-        replica=ctx.replica,
-        pipeline=spec.name,
-        max_records_per_batch=spec.replication.max_records_per_batch,
+    return arfl_source_options(
+        spec,
+        ctx,
+        "active-leader",
         zookeeper=zk,
         session_timeout_s=spec.replication.session_timeout or DEFAULT_SESSION_TIMEOUT_S,
         decision_topic=decision_topic(spec.name, ctx.options.get("run_id", "run")),
     )
-    return SourceOptions.parse(base.to_options() | passthrough(ctx.options))
 
 
 @MODES.register(

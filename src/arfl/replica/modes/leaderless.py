@@ -34,19 +34,12 @@ from typing import TYPE_CHECKING
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.registry import MODES, ModeInfo
-from arfl.replica.modes.base import (
-    ModeBase,
-    ReplicaContext,
-)
+from arfl.replica.modes.base import ModeBase, ReplicaContext, arfl_source_options
 from arfl.replica.source import read_stream
 from arfl.replica.source.kafka import PartitionLog, TopicLog
 from arfl.replica.source.markers import heartbeat
 from arfl.replica.source.offsets import BatchOffset
-from arfl.replica.source.options import (
-    DEFAULT_HEARTBEAT_INTERVAL_S,
-    SourceOptions,
-    passthrough,
-)
+from arfl.replica.source.options import DEFAULT_HEARTBEAT_INTERVAL_S, SourceOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -346,16 +339,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
     ``source.<option>`` (e.g. ``source.heartbeat_skip_active = "false"``) override the rest.
     """
     interval = spec.replication.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
-    base = SourceOptions(
-        bootstrap=ctx.bootstrap,
-        topic=spec.source.topic,
-        mode="active-leaderless",
-        replica=ctx.replica,
-        pipeline=spec.name,
-        max_records_per_batch=spec.replication.max_records_per_batch,
-        heartbeat_interval_s=interval,
-    )
-    return SourceOptions.parse(base.to_options() | passthrough(ctx.options))
+    return arfl_source_options(spec, ctx, "active-leaderless", heartbeat_interval_s=interval)
 
 
 @MODES.register(

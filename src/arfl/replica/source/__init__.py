@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING
 
 from arfl.replica.source.offsets import NO_BATCH, BatchOffset
 from arfl.replica.source.options import SourceOptions
+from arfl.run.names import SOURCE_NAME
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-SOURCE_NAME = "arfl-kafka"
 
 __all__ = [
     "NO_BATCH",

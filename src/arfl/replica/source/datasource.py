@@ -24,8 +24,8 @@ from arfl.replica.source.kafka import TopicLog
 from arfl.replica.source.offsets import NO_BATCH, BatchOffset, parse_partition_offsets
 from arfl.replica.source.options import SourceOptions
 from arfl.replica.source.policy import BoundaryPolicy, build_policy
+from arfl.run.names import SOURCE_NAME
 
-SOURCE_NAME = "arfl-kafka"
 SCHEMA = "key string, value string, topic string, partition int, offset long, timestamp long"
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 
 from arfl.errors import DeployError
 from arfl.registry import MODES
+from arfl.run.names import SOURCE_NAME
 
 DEFAULT_HEARTBEAT_INTERVAL_S = 0.5
 DEFAULT_SESSION_TIMEOUT_S = 2.0
@@ -94,7 +95,7 @@ class SourceOptions:
                 if not values.get(req):
                     problems.append(f"mode 'active-leader' needs option {req!r}")
         if problems:
-            raise DeployError("arfl-kafka source: " + "; ".join(problems))
+            raise DeployError(f"{SOURCE_NAME} source: " + "; ".join(problems))
         return cls(**values)  # type: ignore[arg-type]
 
     def to_options(self) -> dict[str, str]:
