@@ -10,22 +10,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
-
-import psutil
+from typing import Any
 
 from arfl.errors import StackError
+from arfl.processes import ManagedProcess, wait_until
 from arfl.replica.sparkenv import driver_env, ensure_spark_home, local_session
 from arfl.run.records import BadRecord, Result, parse_result
+from arfl.stack.topics import watermarks
 
 
 def free_port() -> int:
@@ -33,15 +31,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@dataclass
-class _Daemon:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    log: IO[bytes]
-    descendants: list[psutil.Process] = field(default_factory=list)
 
 
 class StandaloneCluster:
@@ -72,7 +61,7 @@ class StandaloneCluster:
         self.start_timeout_s = start_timeout_s
         self.master_url = ""
         self.web_url = ""
-        self._daemons: list[_Daemon] = []
+        self._daemons: list[ManagedProcess] = []
 
     def __enter__(self) -> StandaloneCluster:
         self.start()
@@ -142,58 +131,39 @@ class StandaloneCluster:
     def stop(self) -> None:
         """Stop worker (and its executors) then master: SIGTERM, wait, SIGKILL, by pid."""
         for d in reversed(self._daemons):
-            with contextlib.suppress(psutil.Error):
-                d.descendants = psutil.Process(d.proc.pid).children(recursive=True)
-            if d.proc.poll() is None:
-                d.proc.terminate()
-            try:
-                d.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                d.proc.kill()
-                d.proc.wait()
-            for p in d.descendants:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            psutil.wait_procs(d.descendants, timeout=10)
-            d.log.close()
+            d.stop(grace_s=15)
         self._daemons.clear()
 
     def pids(self) -> dict[str, int]:
         """Pids of the running daemons by name (``master``, ``worker``)."""
-        return {d.name: d.proc.pid for d in self._daemons}
+        return {d.name: d.pid for d in self._daemons}
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        log_path = self.base_dir / f"{name}.log"
-        log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+            proc = ManagedProcess.start(name, argv, self.base_dir / f"{name}.log", env=env)
         except OSError as e:
-            log.close()
             raise StackError(f"cannot start spark {name} ({argv[0]}): {e}") from None
-        self._daemons.append(_Daemon(name, proc, log_path, log))
+        self._daemons.append(proc)
 
     def _wait_log(self, name: str, needle: str) -> None:
         d = next(x for x in self._daemons if x.name == name)
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
+
+        def logged() -> bool:
             if needle in d.log_path.read_text(errors="replace"):
-                return
-            if d.proc.poll() is not None:
+                return True
+            if d.returncode is not None:
                 raise StackError(
-                    f"spark {name} exited with code {d.proc.returncode} while starting; "
-                    f"see {d.log_path}"
+                    f"spark {name} exited with code {d.returncode} while starting; see {d.log_path}"
                 )
-            time.sleep(0.2)
-        raise StackError(
-            f"spark {name} not up after {self.start_timeout_s:.0f}s (no {needle!r} in {d.log_path})"
-        )
+            return False
+
+        try:
+            wait_until(logged, timeout_s=self.start_timeout_s, what=f"spark {name}")
+        except TimeoutError:
+            raise StackError(
+                f"spark {name} not up after {self.start_timeout_s:.0f}s "
+                f"(no {needle!r} in {d.log_path})"
+            ) from None
 
 
 # --- Kafka helpers for replica tests ----------------------------------------------------
@@ -321,10 +291,8 @@ class ResultReader:
         from confluent_kafka import TopicPartition
 
         assignment: list[TopicPartition] = self._consumer.assignment()
-        ends = {
-            tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10)[1]
-            for tp in assignment
-        }
+        parts = [tp.partition for tp in assignment]
+        ends = {p: high for p, (_, high) in watermarks(self._consumer, self.topic, parts).items()}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             done = all(
@@ -370,20 +338,25 @@ def wait_caught_up(
     """
     from arfl.run.rundir import read_jsonl
 
-    deadline = time.monotonic() + timeout_s
     reached_at: float | None = None
     reached_len = 0
-    while time.monotonic() < deadline:
+
+    def caught_up() -> bool:
+        nonlocal reached_at, reached_len
         progress = read_jsonl(progress_file)
-        if progress and consumed_offsets(progress[-1]) >= records:
-            if progress[-1].get("numInputRows", 0) == 0:
-                return True
-            if reached_at is None or len(progress) != reached_len:
-                reached_at, reached_len = time.monotonic(), len(progress)
-            elif time.monotonic() - reached_at >= settle_s:
-                return True
-        time.sleep(0.5)
-    return False
+        if not progress or consumed_offsets(progress[-1]) < records:
+            return False
+        if progress[-1].get("numInputRows", 0) == 0:
+            return True
+        if reached_at is None or len(progress) != reached_len:
+            reached_at, reached_len = time.monotonic(), len(progress)
+            return False
+        return time.monotonic() - reached_at >= settle_s
+
+    try:
+        return wait_until(caught_up, timeout_s=timeout_s, interval_s=0.5)
+    except TimeoutError:
+        return False
 
 
 __all__ = [

@@ -1,0 +1,65 @@
+"""``state.json``: what ``arfl chaos`` and ``arfl chaos recover`` act on (pids, app ids,
+namespaces, topics), kept current while a deployment runs."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from arfl.orchestrate.context import RunContext
+from arfl.orchestrate.network import RunNetwork
+from arfl.orchestrate.supervisor import ReplicaRunner
+from arfl.processes import ManagedProcess, same_process
+from arfl.run.names import leader_path
+from arfl.run.records import replica_topic
+from arfl.run.rundir import write_json_atomic
+
+
+def write_state(
+    ctx: RunContext,
+    net: RunNetwork,
+    runner: ReplicaRunner | None,
+    merger: ManagedProcess | None,
+    injector: ManagedProcess | None,
+) -> None:
+    """Write ``state.json`` atomically (nothing before the stack is known)."""
+    if net.info is None:
+        return
+    iso = net.isolation
+    replicas: dict[str, Any] = {}
+    if runner is not None:
+        for i, st in runner.states().items():
+            ns = iso.namespaces.get(i) if iso else None
+            proc = same_process(st.pid, None) if st.pid is not None else None
+            replicas[str(i)] = {
+                "driver_pid": st.pid,
+                "driver_create_time": proc.create_time() if proc is not None else None,
+                "app_id": st.app_id,
+                "state": st.status,
+                "restarts": st.restarts,
+                "netns": ns.name if ns else None,
+                "address": ns.address if ns else None,
+            }
+    n = ctx.spec.replication.replicas
+    write_json_atomic(
+        ctx.paths.state,
+        {
+            "run": ctx.run_id,
+            "pid": os.getpid(),
+            "mode": ctx.spec.replication.mode,
+            "spec_name": ctx.spec.name,
+            "stack": {"kafka": net.info.kafka, "zookeeper": net.info.zookeeper},
+            "topics": {
+                "source": ctx.rspec.source.topic,
+                "sink": ctx.rspec.sink.topic,
+                "replicas": [replica_topic(ctx.rspec.sink.topic, i) for i in range(n)],
+            },
+            "replicas": replicas,
+            "leader_path": leader_path(ctx.spec.name),
+            "isolation": iso.to_json() if iso else None,
+            "merger_pid": merger.pid if merger else None,
+            "merger_create_time": merger.create_time if merger else None,
+            "injector_pid": injector.pid if injector else None,
+            "injector_create_time": injector.create_time if injector else None,
+        },
+    )

@@ -1,0 +1,50 @@
+"""``summary.json``: a finished run in one file, from what its components left behind."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from arfl.orchestrate.context import RunContext
+from arfl.orchestrate.resources import ResourceSampler
+from arfl.run.rundir import read_jsonl, write_json_atomic
+from arfl.run.streams import InjectorStatsTail
+
+
+def summarise(ctx: RunContext, resources: ResourceSampler, master: str) -> dict[str, Any]:
+    """Build and write ``summary.json`` (injector stats, merger counts, restarts, costs)."""
+    inj = InjectorStatsTail(ctx.injector_stats)
+    inj.poll()
+    merged: dict[str, Any] = {}
+    merger_json = ctx.dir / "merger.json"
+    if merger_json.exists():
+        merged = json.loads(merger_json.read_text())
+    events = read_jsonl(ctx.paths.journal)
+    restarts = sum(1 for e in events if e.get("event") == "replica-restarted")
+    cpu = resources.cpu_seconds()
+    spec = ctx.spec
+    summary: dict[str, Any] = {
+        "run": ctx.run_id,
+        "spec": spec.name,
+        "mode": spec.replication.mode,
+        "replicas": spec.replication.replicas,
+        "master": master,
+        "topics": {"source": ctx.rspec.source.topic, "sink": ctx.rspec.sink.topic},
+        "workload": {"target_rate": spec.workload.rate, "duration_s": spec.workload.duration},
+        "produced": inj.summary.produced if inj.summary else None,
+        "achieved_rate": inj.summary.achieved_rate if inj.summary else None,
+        "injector": inj.summary.to_dict() if inj.summary else None,
+        "results": merged.get("results"),
+        "duplicates_dropped": merged.get("duplicates"),
+        "divergent": merged.get("divergent"),
+        "bad_records": merged.get("bad"),
+        "latency_ms": merged.get("latency_ms"),
+        "longest_gap_ms": merged.get("longest_gap_ms"),
+        "replica_restarts": restarts,
+        "cpu_s": {str(k): round(v, 1) for k, v in sorted(cpu.items())},
+        "cpu_s_total": round(sum(cpu.values()), 1),
+        "replicas_peak_rss_mb": round(resources.peak_rss / 2**20, 1),
+        "merger": merged,
+    }
+    write_json_atomic(ctx.paths.summary, summary)
+    return summary

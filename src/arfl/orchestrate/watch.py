@@ -1,0 +1,204 @@
+"""Watching a running deployment until its output has drained.
+
+Twice a second: read the merger's and the injector's streams, sample the replicas'
+resources, keep ``state.json`` current, notice a dead merger or injector or a run whose every
+replica gave up, and hand a :class:`Tick` to the live view. After the input ends, wait until
+every replica has consumed all of it and the output went quiet, at most a drain time (longer
+while a restarted replica is still rejoining).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from arfl.configs.spec import Spec
+from arfl.errors import DeployError
+from arfl.orchestrate.context import RunContext
+from arfl.orchestrate.rejoin import RejoinTracker
+from arfl.orchestrate.resources import ResourceSampler
+from arfl.orchestrate.supervisor import ReplicaRunner
+from arfl.processes import ManagedProcess
+from arfl.run.progress import reached
+from arfl.run.rundir import read_jsonl
+from arfl.run.streams import InjectorSecond, InjectorStatsTail, MonitorSnapshot, MonitorTail
+from arfl.stack.topics import end_offsets
+
+TICK_S = 0.5
+REJOIN_GRACE_S = 180.0
+"""Extra drain time while a restarted replica has not caught up yet."""
+QUIET_S = 3.0
+"""The output must have been quiet this long before a caught-up run stops."""
+
+
+@dataclass
+class Tick:
+    """What the live view shows, about twice a second."""
+
+    elapsed_s: float
+    phase: str
+    snapshot: MonitorSnapshot | None
+    injector: InjectorSecond | None
+    replicas: dict[int, str]
+    faults: list[str] = field(default_factory=list)
+
+
+def drain_seconds(spec: Spec) -> float:
+    """The longest wait for replicas to catch up and emit their last results after the input.
+
+    Deploy stops earlier, as soon as every replica has consumed the whole input and its
+    output went quiet; this cap only matters for a replica that cannot keep up.
+    """
+    extra = 0.0
+    for step in spec.steps:
+        if step.window is not None:
+            extra = step.window.size + step.window.watermark
+    return 120.0 + extra
+
+
+def caught_up(ctx: RunContext, input_end: dict[int, int]) -> bool:
+    """Every replica's last batch reached the input's end and the one after it ran empty.
+
+    The empty (no-data) batch is the one that advances the watermark and emits the windows
+    it closed; per-record pipelines need none, but it costs nothing to wait for.
+    """
+    for i in range(ctx.spec.replication.replicas):
+        progress = read_jsonl(ctx.paths.progress(i))
+        if not progress or not reached(progress[-1], input_end):
+            return False
+        if ctx.spec.has_window and progress[-1].get("numInputRows", 0) != 0:
+            return False
+    return True
+
+
+class Watcher:
+    """Watches one deployment; :meth:`run` returns when its output has drained."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        kafka: str,
+        runner: ReplicaRunner,
+        merger: ManagedProcess,
+        injector: ManagedProcess,
+        *,
+        resources: ResourceSampler,
+        write_state: Callable[[], None],
+        active_faults: Callable[[], list[str]],
+        started_at: float,
+    ) -> None:
+        self.ctx = ctx
+        self.kafka = kafka
+        self.runner = runner
+        self.merger = merger
+        self.injector = injector
+        self.resources = resources
+        self.write_state = write_state
+        self.active_faults = active_faults
+        self.started_at = started_at
+        self.drain_s = (
+            ctx.options.drain_s if ctx.options.drain_s is not None else drain_seconds(ctx.spec)
+        )
+
+    def source_end_offsets(self) -> dict[int, int]:
+        """The input topic's end offset per partition (the whole input, markers included)."""
+        src = self.ctx.rspec.source
+        return end_offsets(self.kafka, src.topic, src.partitions)
+
+    def last_progress(self, replica: int) -> dict[str, Any] | None:
+        """The newest ``StreamingQueryProgress`` of a replica."""
+        progress = read_jsonl(self.ctx.paths.progress(replica))
+        return progress[-1] if progress else None
+
+    def run(self, on_tick: Callable[[Tick], None] | None) -> None:
+        """Until the input has ended and the output has drained (or the drain cap passed).
+
+        Raises:
+            DeployError: the merger or the injector failed, or every replica is dead.
+        """
+        rejoins = RejoinTracker(self.ctx.journal, self.source_end_offsets, self.last_progress)
+        try:
+            self._loop(on_tick, rejoins)
+        finally:
+            rejoins.finish()
+
+    def _loop(self, on_tick: Callable[[Tick], None] | None, rejoins: RejoinTracker) -> None:
+        monitor = MonitorTail(self.ctx.paths.monitor)
+        inj = InjectorStatsTail(self.ctx.injector_stats)
+        phase = "running"
+        input_done_at: float | None = None
+        input_end: dict[int, int] = {}
+        last_results = -1
+        last_change = time.monotonic()
+        last_state_write = 0.0
+        while True:
+            time.sleep(TICK_S)
+            monitor.poll()
+            inj.poll()
+            states = self.runner.states()
+            rejoins.observe(time.time(), {i: st.restarts for i, st in states.items()})
+            self.resources.sample(states)
+            if time.monotonic() - last_state_write > 2.0:
+                self.write_state()
+                last_state_write = time.monotonic()
+            self._check_alive(states)
+            if input_done_at is None and not self.injector.alive():
+                code = self.injector.returncode
+                if code != 0 and inj.summary is None:
+                    raise DeployError(
+                        f"the injector failed (exit {code}); see {self.injector.log_path}:\n"
+                        f"{self.injector.tail()}"
+                    )
+                input_done_at = time.monotonic()
+                input_end = self.source_end_offsets()
+                phase = "draining"
+                self.ctx.journal.write("workload-finished", exit_code=code)
+            snap = monitor.latest
+            results = snap.results if snap is not None else 0
+            if results != last_results:
+                last_results = results
+                last_change = time.monotonic()
+            if on_tick is not None:
+                on_tick(
+                    Tick(
+                        elapsed_s=time.time() - self.started_at,
+                        phase=phase,
+                        snapshot=snap,
+                        injector=inj.latest,
+                        replicas={i: s.status for i, s in states.items()},
+                        faults=self.active_faults(),
+                    )
+                )
+            if input_done_at is not None and self._drained(
+                time.monotonic() - input_done_at, time.monotonic() - last_change, input_end, rejoins
+            ):
+                return
+
+    def _check_alive(self, states: dict[int, Any]) -> None:
+        if not self.merger.alive():
+            raise DeployError(
+                f"the merger died (exit {self.merger.returncode}); "
+                f"see {self.merger.log_path}:\n{self.merger.tail()}"
+            )
+        dead = [s.replica for s in states.values() if s.status == "dead"]
+        if dead and len(dead) == len(states):
+            raise DeployError(
+                f"every replica is dead; see {self.ctx.paths.log('replica-0')} and the journal"
+            )
+
+    def _drained(
+        self, waited: float, quiet: float, input_end: dict[int, int], rejoins: RejoinTracker
+    ) -> bool:
+        # A replica restarted late (a driver kill near the end) gets longer to rejoin: a new
+        # driver and its first, cold catch-up batch take minutes on small hosts.
+        cap = self.drain_s + (REJOIN_GRACE_S if rejoins.rejoining else 0.0)
+        if waited >= cap:
+            self.ctx.journal.write(
+                "warning",
+                message=f"replicas had not caught up {cap:.0f}s after the input "
+                "ended; stopping anyway (results may be missing)",
+            )
+            return True
+        return quiet >= QUIET_S and caught_up(self.ctx, input_end)
