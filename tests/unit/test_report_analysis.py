@@ -17,9 +17,9 @@ from arfl.configs.spec import Spec
 from arfl.errors import ReportError
 from arfl.measure.histogram import IntervalHistogram, new_histogram, record_ms
 from arfl.report import analyse
-from arfl.report.build import HOLD_S, distribution_percentiles
+from arfl.report.build import distribution_percentiles
 from arfl.report.rundata import RunData
-from arfl.run.streams import MonitorSnapshot
+from arfl.run.streams import MonitorSnapshot, ReplicaSnapshot
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 T0 = 1_800_000_000.0
@@ -42,12 +42,23 @@ def _run(
     per_second: int = 100,
 ) -> RunData:
     """A run whose second k (from T0) delivered ``per_second`` results of ``latency_ms[k]``
-    (None: no result that second)."""
+    (None: no result that second).
+
+    Two replicas; each delivers results from the events of the second it is in, except that a
+    faulted replica delivers nothing from its fault's ``started`` until its ``healthy`` time.
+    """
     intervals = []
     monitor = []
     results = 0
     last_output = T0
+    src_ts: dict[int, int | None] = {0: None, 1: None}
     for k, lat in enumerate(latency_ms):
+        for r in src_ts:
+            frozen = any(
+                f["replica"] == r and f["started"] <= T0 + k < f["healthy"] for f in faults or []
+            )
+            if lat is not None and not frozen:
+                src_ts[r] = int((T0 + k) * 1000)
         h = new_histogram()
         if lat is not None:
             for _ in range(per_second):
@@ -63,6 +74,12 @@ def _run(
                 longest_gap_ms=0.0, current_gap_ms=round((end - last_output) * 1000, 3),
                 input_flowing=True, results=results, duplicates_total=0, divergent=0, bad=0,
                 evicted=0,
+                replicas={
+                    r: ReplicaSnapshot(
+                        received=results, wins=0, last_seen_t=end, last_src_ts=ts, lag_ms=None
+                    )
+                    for r, ts in src_ts.items()
+                },
             )
         )  # fmt: skip
     journal: list[dict[str, Any]] = [
@@ -71,7 +88,8 @@ def _run(
         {"t": T0 + len(latency_ms) + 1, "event": "run-finished"},
     ]
     for f in faults or []:
-        journal.append({"t": f["started"], "event": "fault-injected", **f})
+        injected = {k: v for k, v in f.items() if k != "healthy"}
+        journal.append({"t": f["started"], "event": "fault-injected", **injected})
         if "ended" in f:
             journal.append(
                 {"t": f["ended"], "event": "fault-reverted", "kind": f["kind"],
@@ -85,11 +103,16 @@ def _run(
         intervals=intervals,
         monitor=monitor,
         merger={"first_output_t": T0 + 0.99, "results": results, "divergent": 0, "evicted": 0},
+        summary={"produced": results},
     )
 
 
-def _pause(at: float, duration: float, replica: int = 1) -> dict[str, Any]:
+def _pause(
+    at: float, duration: float, replica: int = 1, healthy: float | None = None
+) -> dict[str, Any]:
+    """A pause; the replica delivers again ``healthy`` s after T0 (default: when it ends)."""
     return {
+        "healthy": T0 + (healthy if healthy is not None else at + duration),
         "kind": "pause",
         "replica": replica,
         "started": T0 + at,
@@ -127,15 +150,19 @@ def test_recovery_time_is_end_of_last_bad_second() -> None:
     assert f.masked is False
     names = [p.name for p in rep.phases]
     assert names == ["warmup", "steady", "fault-1", "recovery-1", "tail"]
+    # Impact window: until the paused replica delivered again (its second 12, seen at the
+    # 13 s tick) plus the 5 s settle time.
+    assert (rep.phase("fault-1").start_s, rep.phase("fault-1").end_s) == (10.0, 18.0)
+    assert f.healthy_s == pytest.approx(3.0)
+    assert f.window_ended_by == "healthy+settle"
     rec = rep.phase("recovery-1")
-    assert (rec.start_s, rec.end_s) == (12.0, 15.0)
-    assert rep.phase("tail").start_s == 15.0
+    assert (rec.start_s, rec.end_s) == (18.0, 18.0)  # recovered (15 s) inside the window
+    assert rep.phase("tail").start_s == 18.0
     assert rep.phase("fault-1").percentiles_ms["p99"] == pytest.approx(1000.0, rel=1e-3)
 
 
 def test_a_short_dip_does_not_count_as_recovered() -> None:
-    # Good for 2 s (< HOLD_S) in between: recovered only after the second bad stretch.
-    assert HOLD_S == 3
+    # Good for 2 s (< the 5 s settle time) in between: recovered after the second bad stretch.
     lat = [100.0] * 10 + [1000.0] * 2 + [100.0] * 2 + [1000.0] * 2 + [100.0] * 10
     rep = analyse(_run(lat, [_pause(10.0, 1.0)]))
     assert rep.faults[0].recovery_s == pytest.approx(6.0)
@@ -179,7 +206,7 @@ def test_second_fault_splits_phases_with_a_steady_between() -> None:
         "warmup", "steady", "fault-1", "recovery-1", "steady-2", "fault-2", "recovery-2", "tail",
     ]  # fmt: skip
     assert [f.recovery_s for f in rep.faults] == [pytest.approx(2.0), pytest.approx(1.0)]
-    assert rep.phase("steady-2").start_s == 12.0
+    assert rep.phase("steady-2").start_s == 17.0  # fault-1's window: healthy at 12 + 5 s
     assert rep.phase("steady-2").end_s == 20.0
     assert [f.target for f in rep.faults] == [1, 0]
 
@@ -231,3 +258,27 @@ def test_results_after_the_input_ended_still_count() -> None:
     assert rep.input_end_s == 10.0
     assert rep.phase("steady").end_s == 12.0  # the last results arrived in [11, 12)
     assert rep.overall.max_ms == pytest.approx(900.0, rel=1e-3)
+
+
+def test_batch_cadence_neither_fakes_nor_prevents_recovery() -> None:
+    # ~2-s batches: every other second has no result, in the steady state too. The fault makes
+    # three batches slow; recovery is the end of the last slow second, not "never" (empty
+    # seconds are not bad by themselves: only gaps beyond the steady state's count).
+    steady: list[float | None] = [100.0, None] * 5
+    slow: list[float | None] = [1000.0, None] * 3
+    lat = steady + slow + [100.0, None] * 7
+    rep = analyse(_run(lat, [_pause(10.0, 1.0)]))
+    (f,) = rep.faults
+    assert rep.phase("steady").max_gap_ms is not None
+    assert f.recovery_s == pytest.approx(5.0)  # the slow second at 14 s ended at 15 s
+    assert f.masked is False
+
+
+def test_a_too_short_steady_state_gives_no_verdict() -> None:
+    # 3 s of steady state (warm-up 2 s, fault at 5 s): too little to compare with.
+    lat = [100.0] * 5 + [108.0] * 3 + [100.0] * 10
+    rep = analyse(_run(lat, [_pause(5.0, 3.0)]))
+    (f,) = rep.faults
+    assert f.masked is None and f.recovery_s is None
+    assert f.verdict.startswith("unknown: steady state too small (300 results over 3.0 s")
+    assert any("no usable steady state" in w for w in rep.warnings)

@@ -91,10 +91,13 @@ def _phase(name: str, kind: str, p99: float | None, gap: float | None = 100.0) -
     )  # fmt: skip
 
 
-def _fault(masked: bool | None, recovery: float | None = 0.0) -> FaultStats:
+def _fault(
+    masked: bool | None, recovery: float | None = 0.0, verdict: str = "", error: str | None = None
+) -> FaultStats:
     return FaultStats(
         index=1, kind="pause", target=0, at_s=10.0, duration_s=2.0, window_s=2.0, detect_s=None,
         restored_s=2.0, recovery_s=recovery, masked=masked, p99_ms=100.0, max_gap_ms=10.0,
+        verdict=verdict, error=error,
     )  # fmt: skip
 
 
@@ -225,8 +228,28 @@ def test_public_api_resolves() -> None:
 
 
 def test_masked_slo_without_a_verdict_is_not_met() -> None:
+    unknown = "unknown: steady state too small (12 results over 2.0 s; ...)"
     res = check_slos(
-        {"masked": True}, [], _phase("overall", "overall", 10.0), [_fault(None)], _CORRECT
-    )
+        {"masked": True}, [], _phase("overall", "overall", 10.0), [_fault(None, verdict=unknown)],
+        _CORRECT,
+    )  # fmt: skip
     assert not res.passed
-    assert res.checks[0].line == "masked: not masked: fault-1 pause (no verdict: no steady state)"
+    assert res.checks[0].line == f"masked: not masked: fault-1 pause ({unknown})"
+
+
+@pytest.mark.parametrize("key", ["masked", "recovery", "detect"])
+def test_fault_slos_fail_when_no_fault_took_effect(key: str) -> None:
+    # "Nothing to mask" is not a pass: no fault at all, or one whose injection failed (or came
+    # after the input ended), fails every SLO about faults.
+    target: object = True if key == "masked" else "10s"
+    overall = _phase("overall", "overall", 10.0)
+    res = check_slos({key: target}, [], overall, [], _CORRECT)
+    assert not res.passed
+    assert res.checks[0].line == f"{key}: cannot pass: no fault was injected"
+    failed = _fault(None, recovery=None, error="injected after the input ended")
+    res = check_slos({key: target}, [], overall, [failed], _CORRECT)
+    assert not res.passed
+    assert "fault-1 pause (injected after the input ended)" in res.checks[0].line
+    # One fault took effect and one did not: still not a pass.
+    res = check_slos({key: target}, [], overall, [_fault(True), failed], _CORRECT)
+    assert not res.passed

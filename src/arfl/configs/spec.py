@@ -308,6 +308,8 @@ class Report(_Model):
     percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 99.0, 99.9])
     slo: dict[str, str | bool | float | int] = Field(default_factory=dict)
     tolerance: float = Field(1.10, ge=1.0)
+    settle: Duration = 5.0
+    """How long the output (and a faulted replica) must stay good to count as recovered."""
 
     @field_validator("percentiles")
     @classmethod

@@ -4,12 +4,11 @@ Phases (times relative to the input start ``T0``, the injector's event-0 intende
 
 * ``warmup``: ``[T0, T0 + workload.warmup)``, excluded from every verdict;
 * ``steady``: from the end of the warm-up to the first fault;
-* ``fault-N``: the fault window: injection until the fault was reverted (faults with a
-  duration), or until the killed replica ran its first batch again / the killed executor was
-  replaced (kills; see :mod:`arfl.report.faults`); clipped at the next fault and at the last
-  result;
-* ``recovery-N``: from the end of the fault window until the fault's recovery time (below), or
-  until the next fault / the last result when it never recovered;
+* ``fault-N``: the fault's **impact window** (injection until the faulted replica is healthy
+  again plus ``report.settle``, capped by the next fault and the end of the input; see
+  :mod:`arfl.report.verdicts`, where every verdict is defined);
+* ``recovery-N``: from the end of the impact window until the output recovered, or until the
+  next fault / the last result when it never recovered;
 * ``steady-N``: between a recovery and the next fault, when there is time left;
 * ``tail``: after the last recovery until the last result arrived (results of events sent
   before the input ended still arrive after it: the last batches, closing windows, a replay).
@@ -17,13 +16,6 @@ Phases (times relative to the input start ``T0``, the injector's event-0 intende
 ``overall`` is everything after the warm-up. Latency numbers come from the 1-s intervals of
 ``latency.hlog`` whose midpoint lies in the phase (a phase shorter than that gets the intervals
 it overlaps), so phase edges are exact to the second.
-
-**Recovery time** of a fault: injection until the end of the last 1-s interval whose p99 exceeded
-``tolerance x steady p99`` (or that had no result while input flowed) before ``HOLD_S``
-consecutive good intervals starting at or after the fault window's end; 0 when no interval
-was bad; None when the pipeline never got ``HOLD_S`` good seconds before the next fault / the
-last result. **Masked**: the fault window's p99 is at most ``tolerance x steady p99`` and its
-longest gap at most ``tolerance x max(steady longest gap, 1 s)`` (1 s: the gap resolution).
 """
 
 from __future__ import annotations
@@ -43,6 +35,7 @@ from arfl.measure.histogram import (
     values_at_percentiles,
 )
 from arfl.report import correctness as corr
+from arfl.report import verdicts
 from arfl.report.faults import JournaledFault, journaled_faults
 from arfl.report.gaps import RESOLUTION, Gap, find_gaps, longest_in, overlapping
 from arfl.report.model import Correctness, FaultStats, PhaseStats, Report, Resources, Series
@@ -52,10 +45,6 @@ from arfl.units import percentile_key
 
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 """Always computed: the ``--json`` contract has a field for each."""
-HOLD_S = 3
-"""Consecutive good seconds that count as recovered."""
-GAP_FLOOR_MS = 1000.0
-"""Gaps shorter than this may go unseen (the monitor's tick), so masking tolerates them."""
 
 
 @dataclass(frozen=True)
@@ -160,34 +149,9 @@ class _Builder:
             fault=fault,
         )
 
-    def bad(self, iv: _Iv, threshold_ms: float) -> bool:
-        if iv.count == 0:
-            # No result while input flowed is the worst latency there is.
-            return iv.start >= self.t0 and iv.end <= self.t_end + 1.0
-        return iv.p99 is not None and iv.p99 > threshold_ms
-
-    def recovery_at(
-        self, started: float, window_end: float, limit: float, threshold_ms: float
-    ) -> float | None:
-        """Epoch seconds when the fault counts as recovered (see the module docstring)."""
-        ivs = [iv for iv in self.ivs if iv.end > started and iv.start < limit]
-        last_bad: float | None = None
-        good_run = 0
-        run_start: float | None = None
-        for iv in ivs:
-            if self.bad(iv, threshold_ms):
-                last_bad = iv.end
-                good_run = 0
-                run_start = None
-                continue
-            if good_run == 0:
-                run_start = iv.start
-            good_run += 1
-            if good_run >= HOLD_S and run_start is not None and run_start >= window_end - 1.0:
-                return started if last_bad is None else last_bad
-        if ivs and last_bad is None:
-            return started
-        return None
+    def intervals(self) -> list[verdicts.Interval]:
+        """The latency intervals as the verdicts read them."""
+        return [verdicts.Interval(iv.start, iv.end, iv.count, iv.p99) for iv in self.ivs]
 
 
 def _spec_slo(data: RunData) -> dict[str, object]:
@@ -256,16 +220,23 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
     ref_p99 = steady.percentiles_ms.get("p99") if steady.count else None
     if ref_p99 is None and steady.count:
         ref_p99 = steady.max_ms
-    ref_gap = max(steady.max_gap_ms or 0.0, GAP_FLOOR_MS)
+    ref = verdicts.reference(
+        ref_p99, steady.max_gap_ms, steady.count, steady.end_s - steady.start_s
+    )
     tol = data.spec.report.tolerance
-    fault_phases, fstats = _fault_phases(b, jfaults, warm_stop, ref_p99, ref_gap)
-    phases.extend(fault_phases)
-    for k, jf in enumerate(failed_faults, start=len(fstats) + 1):
-        fstats.append(_failed(k, jf))
-    if jfaults and ref_p99 is None:
-        warnings.append("no results in the steady state: no recovery times or masking verdicts")
-    overall = b.stats("overall", "overall", warm_stop, b.out_end)
     correct = correctness if correctness is not None else corr.from_merger(data)
+    fault_phases, fstats = _fault_phases(b, data, jfaults, warm_stop, ref, correct.missing)
+    phases.extend(fault_phases)
+    for jf in failed_faults:
+        fstats.append(_failed(len(fstats) + 1, jf, jf.error or "failed"))
+    for jf in late:
+        fstats.append(_failed(len(fstats) + 1, jf, "injected after the input ended", t0))
+    if jfaults and not ref.usable:
+        warnings.append(
+            f"no usable steady state ({ref.problem or 'no p99'}): no recovery times, "
+            "masking verdicts unknown"
+        )
+    overall = b.stats("overall", "overall", warm_stop, b.out_end)
     slo = check_slos(_spec_slo(data), phases, overall, fstats, correct)
     longest = data.merger.get("longest_gap_ms")
     return Report(
@@ -293,14 +264,17 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
 
 def _fault_phases(
     b: _Builder,
+    data: RunData,
     jfaults: Sequence[JournaledFault],
     warm_stop: float,
-    ref_p99: float | None,
-    ref_gap: float,
+    ref: verdicts.Reference,
+    missing: int | None,
 ) -> tuple[list[PhaseStats], list[FaultStats]]:
     """The phases from the first fault on (``fault-N``, ``recovery-N``, ``steady-N``, ``tail``)
-    and each fault's numbers (see the module docstring for the definitions)."""
+    and each fault's numbers, by the definitions of :mod:`arfl.report.verdicts`."""
     t0, t_end, tol = b.t0, b.out_end, b.tolerance
+    settle = verdicts.settle_seconds(data.spec.report.settle, ref)
+    ivs = b.intervals()
     phases: list[PhaseStats] = []
     fstats: list[FaultStats] = []
     for i, jf in enumerate(jfaults, start=1):
@@ -308,20 +282,18 @@ def _fault_phases(
         win_start = max(jf.started, warm_stop)
         nxt = jfaults[i].started if i < len(jfaults) else None
         limit = t_end if nxt is None else min(nxt, t_end)
-        win_end = min(max(jf.window_end or win_start, win_start), limit)
+        healthy = verdicts.healthy_at(data.monitor, jf.replica, jf.started)
+        window = verdicts.impact_window(jf.started, healthy, settle, nxt, b.t_end)
+        win_end = min(max(window.end, win_start), limit)
         fphase = b.stats(f"fault-{i}", "fault", win_start, win_end, fault=i)
         phases.append(fphase)
-        recovery_s: float | None = None
-        masked: bool | None = None
         whole = overlapping(b.gaps, win_start, win_end)
         fault_gap = None if whole is None else round(whole.length_ms, 3)
-        if ref_p99 is not None:
-            rec_at = b.recovery_at(jf.started, win_end, limit, tol * ref_p99)
-            recovery_s = None if rec_at is None else max(0.0, rec_at - jf.started)
-            fp99 = fphase.percentiles_ms.get("p99") if fphase.count else None
-            gap_ok = fault_gap is None or fault_gap <= tol * ref_gap
-            masked = fp99 is not None and fp99 <= tol * ref_p99 and gap_ok
-        rec_end = limit if recovery_s is None else min(max(jf.started + recovery_s, win_end), limit)
+        fp99 = fphase.percentiles_ms.get("p99") if fphase.count else None
+        verdict = verdicts.masked(fp99, fault_gap, ref, tol, missing)
+        rec_at = verdicts.recovery_at(ivs, b.gaps, jf.started, limit, ref, tol, settle)
+        recovery_s = None if rec_at is None else max(0.0, rec_at - jf.started)
+        rec_end = limit if rec_at is None else min(max(rec_at, win_end), limit)
         phases.append(b.stats(f"recovery-{i}", "recovery", win_end, rec_end, fault=i))
         if rec_end < limit or nxt is None:
             if nxt is None:
@@ -341,21 +313,25 @@ def _fault_phases(
                 first_batch_s=jf.first_batch_s,
                 caught_up_s=jf.caught_up_s,
                 recovery_s=recovery_s,
-                masked=masked,
+                masked=verdict.value,
                 p99_ms=fphase.percentiles_ms.get("p99"),
                 max_gap_ms=fault_gap,
                 description=jf.description,
+                healthy_s=None if healthy is None else max(0.0, healthy - jf.started),
+                window_ended_by=window.ended_by,
+                verdict=verdict.reason,
             )
         )
     return phases, fstats
 
 
-def _failed(index: int, jf: JournaledFault) -> FaultStats:
+def _failed(index: int, jf: JournaledFault, error: str, t0: float | None = None) -> FaultStats:
+    """A fault that did not take effect (failed, or injected after the input ended)."""
     return FaultStats(
         index=index,
         kind=jf.kind,
         target=jf.replica,
-        at_s=None,
+        at_s=None if jf.started is None or t0 is None else jf.started - t0,
         duration_s=None,
         window_s=None,
         detect_s=None,
@@ -365,7 +341,8 @@ def _failed(index: int, jf: JournaledFault) -> FaultStats:
         p99_ms=None,
         max_gap_ms=None,
         description=jf.description,
-        error=jf.error,
+        error=error,
+        verdict=f"no verdict: the fault did not take effect ({error})",
     )
 
 

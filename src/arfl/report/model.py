@@ -107,12 +107,18 @@ class FaultStats:
             first micro-batch (None when unknown).
         caught_up_s: kills of a replica: injection until the restarted replica had processed
             everything that had arrived when it came back (R restored; None when unknown).
-        recovery_s: injection until per-second p99 was back within tolerance of the steady
-            state (0: never left it; None: not recovered before the next phase).
-        masked: p99 of the fault window within tolerance of the steady state and no gap beyond
-            tolerance (None when there is no steady state to compare with).
-        p99_ms: p99 of the fault window.
-        max_gap_ms: the longest output gap in the fault window.
+        recovery_s: injection until the output was back within tolerance of the steady state
+            and stayed there for the settle time (0: never left it; None: not recovered
+            before the next fault / the end of the output, or no usable steady state).
+        masked: over the impact window, p99 and longest gap within tolerance of the steady
+            state and no result missing (None: unknown, see ``verdict``).
+        p99_ms: p99 of the impact window.
+        max_gap_ms: the longest output gap overlapping the impact window.
+        healthy_s: injection until the faulted replica delivered a result from input sent
+            after the injection (None: not before the window's cap).
+        window_ended_by: what ended the impact window: ``healthy+settle``, ``next fault`` or
+            ``end of input``.
+        verdict: the masked verdict in words, with the figure that decided it.
         description: what the chaos runner said it did.
         error: why the fault failed (then no window and no verdict).
     """
@@ -133,6 +139,9 @@ class FaultStats:
     error: str | None = None
     first_batch_s: float | None = None
     caught_up_s: float | None = None
+    healthy_s: float | None = None
+    window_ended_by: str | None = None
+    verdict: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``faults[]`` entry of the JSON output."""
@@ -149,6 +158,9 @@ class FaultStats:
             "caught_up_s": _r(self.caught_up_s),
             "recovery_s": _r(self.recovery_s),
             "masked": self.masked,
+            "verdict": self.verdict,
+            "healthy_s": _r(self.healthy_s),
+            "window_ended_by": self.window_ended_by,
             "p99_ms": self.p99_ms,
             "max_gap_ms": self.max_gap_ms,
             "description": self.description,

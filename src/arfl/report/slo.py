@@ -120,22 +120,28 @@ def _check_run(
     correctness: Correctness,
 ) -> SloCheck:
     injected = [f for f in faults if f.error is None]
+    if metric == "masked" and not target:
+        return SloCheck(raw, tstr, "n/a", True, "masked = false: nothing to check")
+    if metric in ("masked", "recovery", "detect"):
+        # "Nothing to mask" is not a pass: a fault that did not take effect (its injection
+        # failed, or it came after the input ended) fails every SLO about faults.
+        void = [f"fault-{f.index} {f.kind} ({f.error})" for f in faults if f.error is not None]
+        if not injected or void:
+            what = "; ".join(void) if void else "no fault was injected"
+            return SloCheck(
+                raw, tstr, "no fault took effect" if not injected else "no", False,
+                f"{metric}: cannot pass: {what}",
+            )  # fmt: skip
     if metric == "masked":
-        verdicts = [f.masked for f in injected]
-        if not target:
-            return SloCheck(raw, tstr, "n/a", True, "masked = false: nothing to check")
         bad = [
-            f"fault-{f.index} {f.kind}"
-            + (" (no verdict: no steady state)" if f.masked is None else "")
+            f"fault-{f.index} {f.kind}" + (f" ({f.verdict})" if f.verdict else "")
             for f in injected
             if f.masked is not True
         ]
         ok = not bad
         actual = "yes" if ok else "no"
-        if ok and not verdicts:
-            line = "masked: no fault was injected (nothing to mask)"
-        elif ok:
-            line = f"masked: all {len(verdicts)} fault(s) masked"
+        if ok:
+            line = f"masked: all {len(injected)} fault(s) masked"
         else:
             line = "masked: not masked: " + ", ".join(bad)
         return SloCheck(raw, tstr, actual, ok, line)

@@ -1,0 +1,265 @@
+"""The verdicts, defined once: steady reference, impact window, masked, recovered.
+
+Every figure is measured on the **user-visible output** (the merger's first copies):
+
+* **Steady reference** (:func:`reference`): the steady phase (end of warm-up to the first
+  fault) gives the reference p99 and the reference longest gap. It must hold at least
+  :data:`MIN_STEADY_RESULTS` results over at least :data:`MIN_STEADY_S` seconds; otherwise every
+  verdict that compares with it is *unknown* (None), never "masked".
+* **Healthy again** (:func:`healthy_at`): the faulted replica delivered a result derived from
+  input sent *after* the injection (its ``last_src_ts`` in the merger's monitor passed the
+  injection time) — a result of its own, not a new pid or executor id.
+* **Impact window** (:func:`impact_window`): from the injection until the faulted replica is
+  healthy again plus ``report.settle``, capped by the next fault and by the end of the input.
+* **Masked** (:func:`masked`): over the whole impact window, p99 <= tolerance x reference p99,
+  longest gap <= tolerance x reference gap (floored at the gap resolution, 1 s), and no result
+  missing from the run. Otherwise not masked, with the figure that failed; unknown when the
+  reference or the completeness is unknown.
+* **Recovered** (:func:`recovery_at`): the first time T from the injection on such that over
+  ``[T, T + settle]`` every 1-s interval with results has p99 <= tolerance x reference p99 and
+  no output gap is longer than tolerance x reference gap — empty seconds count only through
+  the gaps, so a batch cadence that leaves empty seconds in the steady state itself does not
+  fake or prevent a recovery. ``settle`` is at least twice the reference gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from arfl.report.gaps import Gap
+from arfl.run.streams import MonitorSnapshot
+
+MIN_STEADY_RESULTS = 100
+"""Fewer results than this give no meaningful p99 (the 99th percentile of 100 is one result)."""
+MIN_STEADY_S = 5.0
+"""A shorter steady phase cannot show the pipeline's own gaps (batch cadence)."""
+GAP_FLOOR_MS = 1000.0
+"""Gaps shorter than this may go unseen (the monitor's tick), so verdicts tolerate them."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The steady state the verdicts compare with.
+
+    Attributes:
+        p99_ms: its p99 (None without results).
+        gap_ms: its longest output gap, floored at :data:`GAP_FLOOR_MS`.
+        results: results in it.
+        seconds: its length.
+        problem: why it cannot serve as a reference (None when it can).
+    """
+
+    p99_ms: float | None
+    gap_ms: float
+    results: int
+    seconds: float
+    problem: str | None
+
+    @property
+    def usable(self) -> bool:
+        """True when verdicts may compare with it."""
+        return self.problem is None and self.p99_ms is not None
+
+
+def reference(
+    p99_ms: float | None, gap_ms: float | None, results: int, seconds: float
+) -> Reference:
+    """The steady reference from the steady phase's figures."""
+    problem = None
+    if results < MIN_STEADY_RESULTS or seconds < MIN_STEADY_S:
+        problem = (
+            f"steady state too small ({results} results over {seconds:.1f} s; a verdict needs "
+            f">= {MIN_STEADY_RESULTS} results over >= {MIN_STEADY_S:.0f} s)"
+        )
+    return Reference(
+        p99_ms=p99_ms,
+        gap_ms=max(gap_ms or 0.0, GAP_FLOOR_MS),
+        results=results,
+        seconds=seconds,
+        problem=problem,
+    )
+
+
+def settle_seconds(configured_s: float, ref: Reference) -> float:
+    """How long the output must stay good: the spec's ``report.settle``, at least two
+    reference gaps (one good stretch between two batches proves nothing)."""
+    return max(configured_s, 2.0 * ref.gap_ms / 1000.0)
+
+
+def healthy_at(
+    monitor: Sequence[MonitorSnapshot], replica: int | None, injected: float
+) -> float | None:
+    """When the faulted replica first delivered a result from input sent after the injection.
+
+    Args:
+        monitor: the merger's 1-s lines.
+        replica: the faulted replica (None: any replica, i.e. the output as a whole).
+        injected: epoch seconds of the injection.
+
+    Returns:
+        Epoch seconds of the first monitor tick that shows it (the result arrived in the
+        second before), or None if it never did.
+    """
+    cut_ms = injected * 1000.0
+    for tick in monitor:
+        if tick.t < injected:
+            continue
+        if replica is None:
+            seen = [r.last_src_ts for r in tick.replicas.values() if r.last_src_ts is not None]
+            if seen and max(seen) >= cut_ms:
+                return tick.t
+            continue
+        snap = tick.replicas.get(replica)
+        if snap is not None and snap.last_src_ts is not None and snap.last_src_ts >= cut_ms:
+            return tick.t
+    return None
+
+
+@dataclass(frozen=True)
+class ImpactWindow:
+    """Where a fault's verdict is judged.
+
+    Attributes:
+        start: the injection (epoch seconds).
+        end: healthy + settle, capped.
+        healthy: when the faulted replica was healthy again (None: not before the cap).
+        ended_by: ``healthy+settle``, ``next fault`` or ``end of input``.
+    """
+
+    start: float
+    end: float
+    healthy: float | None
+    ended_by: str
+
+
+def impact_window(
+    injected: float,
+    healthy: float | None,
+    settle_s: float,
+    next_fault: float | None,
+    input_end: float,
+) -> ImpactWindow:
+    """The impact window of a fault (see the module docstring)."""
+    cap, capped_by = input_end, "end of input"
+    if next_fault is not None and next_fault < cap:
+        cap, capped_by = next_fault, "next fault"
+    if healthy is not None and healthy + settle_s <= cap:
+        return ImpactWindow(injected, max(injected, healthy + settle_s), healthy, "healthy+settle")
+    return ImpactWindow(injected, max(injected, cap), healthy, capped_by)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A verdict with the figure that decided it."""
+
+    value: bool | None
+    reason: str
+
+
+def masked(
+    p99_ms: float | None,
+    gap_ms: float | None,
+    ref: Reference,
+    tolerance: float,
+    missing: int | None,
+) -> Verdict:
+    """Masked over an impact window (see the module docstring).
+
+    Args:
+        p99_ms: the window's p99 (None: no result in it).
+        gap_ms: the longest output gap overlapping the window (None: none).
+        ref: the steady reference.
+        tolerance: ``report.tolerance``.
+        missing: results missing from the run (None: unknown).
+    """
+    if not ref.usable:
+        return Verdict(None, f"unknown: {ref.problem or 'no steady p99'}")
+    assert ref.p99_ms is not None
+    p99_limit, gap_limit = tolerance * ref.p99_ms, tolerance * ref.gap_ms
+    if p99_ms is None:
+        return Verdict(False, "not masked: no result in the impact window")
+    if p99_ms > p99_limit:
+        return Verdict(
+            False, f"not masked: p99 {p99_ms:.1f} ms > {tolerance:g} x steady {ref.p99_ms:.1f} ms"
+        )
+    if gap_ms is not None and gap_ms > gap_limit:
+        return Verdict(
+            False,
+            f"not masked: output gap {gap_ms / 1000:.2f} s > {tolerance:g} x steady "
+            f"{ref.gap_ms / 1000:.2f} s",
+        )
+    if missing is None:
+        return Verdict(None, "unknown: latency and gaps within tolerance, completeness unknown")
+    if missing > 0:
+        return Verdict(False, f"not masked: {missing} result(s) missing from the run")
+    return Verdict(
+        True,
+        f"masked: p99 {p99_ms:.1f} ms <= {p99_limit:.1f} ms, longest gap "
+        f"{(gap_ms or 0) / 1000:.2f} s <= {gap_limit / 1000:.2f} s, nothing missing",
+    )
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One 1-s latency interval: its bounds (epoch seconds), result count and p99 (ms)."""
+
+    start: float
+    end: float
+    count: int
+    p99_ms: float | None
+
+
+def recovery_at(
+    intervals: Sequence[Interval],
+    gaps: Sequence[Gap],
+    injected: float,
+    limit: float,
+    ref: Reference,
+    tolerance: float,
+    settle_s: float,
+) -> float | None:
+    """When the output was back within tolerance and stayed there for ``settle_s``.
+
+    Args:
+        intervals: the latency intervals, in time order.
+        gaps: the output gaps.
+        injected: the injection (epoch seconds).
+        limit: the next fault or the end of the output: recovery must show before it.
+        ref: the steady reference (unusable: None).
+        tolerance: ``report.tolerance``.
+        settle_s: how long the output must stay good.
+
+    Returns:
+        Epoch seconds, ``injected`` when the output never left tolerance, or None when it did
+        not recover (observably) before ``limit``.
+    """
+    if not ref.usable:
+        return None
+    assert ref.p99_ms is not None
+    p99_limit, gap_limit = tolerance * ref.p99_ms, tolerance * ref.gap_ms / 1000.0
+
+    def bad_iv(iv: Interval) -> bool:
+        return iv.count > 0 and iv.p99_ms is not None and iv.p99_ms > p99_limit
+
+    # Candidate starts: the injection, and the end of every bad interval or long gap after it.
+    candidates = [injected]
+    candidates += [iv.end for iv in intervals if iv.end > injected and bad_iv(iv)]
+    candidates += [g.end for g in gaps if g.end > injected and g.length_ms / 1000 > gap_limit]
+    for t in sorted(set(candidates)):
+        stop = t + settle_s
+        if stop > limit:
+            return None
+        if any(bad_iv(iv) for iv in intervals if iv.end > t and iv.start < stop):
+            continue
+        if any(_gap_in(g, t, stop) > gap_limit for g in gaps):
+            continue
+        return t
+    return None
+
+
+def _gap_in(g: Gap, start: float, end: float) -> float:
+    """Seconds of a gap (whole, as the output saw it) if it overlaps ``[start, end]``."""
+    if g.start < end and g.end > start:
+        return g.length_ms / 1000.0
+    return 0.0
