@@ -309,9 +309,11 @@ def test_real_executor_kill_verdicts_under_the_impact_window(
     assert a.max_gap_ms == pytest.approx(1_719.9, abs=0.1)
     assert a.masked is False
     assert a.verdict == "not masked: output gap 1.72 s > 1.1 x steady 1.52 s"
-    assert a.p99_ms is not None and a.p99_ms <= real_leaderless.phase("steady").percentiles_ms[
-        "p99"
-    ] * real_leaderless.tolerance
+    assert (
+        a.p99_ms is not None
+        and a.p99_ms
+        <= real_leaderless.phase("steady").percentiles_ms["p99"] * real_leaderless.tolerance
+    )
     assert a.recovery_s == pytest.approx(3.95, abs=0.01)
     # What it cost: twice the replicas, ~1.8x the CPU seconds.
     assert real_leaderless.resources.cpu_s_per_replica == {0: 107.6, 1: 112.9}
