@@ -71,7 +71,7 @@ def test_real_run_with_results_html(tmp_path: Path) -> None:
 def test_faulted_run_html_shades_faults_and_shows_tables(tmp_path: Path) -> None:
     page = _page("sim-active-kill", tmp_path)
     plots = _plots(page)
-    assert plots["latency-distribution"] == ["steady", "fault-1", "steady-2", "fault-2", "tail",
+    assert plots["latency-distribution"] == ["steady", "fault-1", "fault-2", "tail",
                                              "overall"]  # fmt: skip
     assert plots["output-rate"][1:] == [
         "replica 0 (received)", "replica 0 (first copies)", "replica 1 (received)",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from arfl.configs.slo import validate_slo
@@ -253,3 +256,27 @@ def test_fault_slos_fail_when_no_fault_took_effect(key: str) -> None:
     # One fault took effect and one did not: still not a pass.
     res = check_slos({key: target}, [], overall, [_fault(True), failed], _CORRECT)
     assert not res.passed
+
+
+def test_lost_sink_writes_make_a_run_incomplete(tmp_path: Path) -> None:
+    import shutil
+
+    from arfl.report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures/runs/sim-active-kill", run)
+    assert build_report(run).correctness.complete is True
+    merger = json.loads((run / "merger.json").read_text())
+    merger["delivery_failures"] = 3
+    (run / "merger.json").write_text(json.dumps(merger))
+    c = build_report(run).correctness
+    assert c.delivery_failures == 3
+    assert c.complete is False
+    assert c.to_dict()["complete"] is False
+    assert any("not written to the final topic" in n for n in c.notes)
+    # A merger that died without writing its count: unknown, never complete.
+    del merger["delivery_failures"]
+    (run / "merger.json").write_text(json.dumps(merger))
+    with (run / "journal.jsonl").open("a") as f:
+        f.write(json.dumps({"t": 0, "event": "merger-exited", "exit_code": 4}) + "\n")
+    assert build_report(run).correctness.complete is None

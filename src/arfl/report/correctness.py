@@ -18,6 +18,7 @@ Two bases:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -67,6 +68,12 @@ def from_merger(data: RunData) -> Correctness:
         notes.append(
             f"duplicates unknown: the merger evicted {evicted} ids and may have re-emitted them"
         )
+    failures = delivery_failures(data)
+    if failures:
+        notes.append(
+            f"{failures} results were not written to the final topic (merger delivery "
+            "failures): the output is not complete"
+        )
     return Correctness(
         basis="merger",
         expected=expected,
@@ -76,7 +83,20 @@ def from_merger(data: RunData) -> Correctness:
         divergent=divergent,
         produced=produced,
         notes=notes,
+        delivery_failures=failures,
     )
+
+
+def delivery_failures(data: RunData) -> int | None:
+    """Results the merger failed to write to the final topic: ``merger.json``'s count, or
+    unknown when the merger did not finish (no count, or it exited with an error the journal
+    recorded)."""
+    merged = data.merger or dict(data.summary.get("merger") or {})
+    failures = try_int(merged.get("delivery_failures"))
+    exited = data.first_event("merger-exited")
+    if exited is not None and try_int(exited.get("exit_code")) not in (0, None) and not failures:
+        return None
+    return failures
 
 
 def compare_results(
@@ -218,4 +238,5 @@ def recomputed(data: RunData) -> Correctness:
     except ArflError as e:
         raise ReportError(f"offline recomputation of {data.name} failed: {e}") from e
     base = from_merger(data)
-    return compare_results(rec.results, rec.final, delivered, base.divergent or 0, base.produced)
+    checked = compare_results(rec.results, rec.final, delivered, base.divergent or 0, base.produced)
+    return dataclasses.replace(checked, delivery_failures=base.delivery_failures)

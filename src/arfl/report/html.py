@@ -266,23 +266,23 @@ def _phase_row(p: PhaseStats, keys: Sequence[str]) -> list[str]:
 
 def fault_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the fault table."""
-    headers = ["#", "fault", "rep", "at", "window", "detect", "restored", "1st batch",
-               "caught up", "recovery", "p99 ms", "gap ms", "masked"]  # fmt: skip
+    headers = ["#", "fault", "rep", "at", "window", "detect", "restored", "healthy",
+               "1st batch", "caught up", "recovery", "p99 ms", "gap ms", "masked"]  # fmt: skip
     return headers, [_fault_row(f) for f in report.faults]
 
 
 def _fault_row(f: FaultStats) -> list[str]:
     if f.error is not None:
-        return [str(f.index), f.kind, str(f.target), "-", "-", "-", "-", "-", "-", "-", "-",
-                "-", f"failed: {f.error}"]  # fmt: skip
-    masked = "-" if f.masked is None else ("yes" if f.masked else "NO")
+        return [str(f.index), f.kind, str(f.target), _fmt(f.at_s, nd=1), "-", "-", "-", "-",
+                "-", "-", "-", "-", "-", f"no effect: {f.error}"]  # fmt: skip
+    masked = "unknown" if f.masked is None else ("yes" if f.masked else "NO")
     recovery = (
         "never" if f.recovery_s is None and f.masked is not None else _fmt(f.recovery_s, nd=2)
     )
     return [
         str(f.index), f.kind, "-" if f.target is None else str(f.target), _fmt(f.at_s, nd=1),
         _fmt(f.window_s, nd=1), _fmt(f.detect_s, nd=2), _fmt(f.restored_s, nd=2),
-        _fmt(f.first_batch_s, nd=2), _fmt(f.caught_up_s, nd=2), recovery,
+        _fmt(f.healthy_s, nd=2), _fmt(f.first_batch_s, nd=2), _fmt(f.caught_up_s, nd=2), recovery,
         _ms(f.p99_ms), _ms(f.max_gap_ms), masked,
     ]  # fmt: skip
 
@@ -295,9 +295,11 @@ def correctness_rows(report: Report) -> tuple[list[str], list[list[str]]]:
         return "unknown" if v is None else f"{v:,}"
 
     return (
-        ["basis", "produced", "expected", "results", "missing", "duplicates", "divergent"],
+        ["basis", "produced", "expected", "results", "missing", "duplicates", "divergent",
+         "lost writes", "complete"],
         [[c.basis, n(c.produced), n(c.expected), n(c.results), n(c.missing), n(c.duplicates),
-          n(c.divergent)]],
+          n(c.divergent), n(c.delivery_failures),
+          "unknown" if c.complete is None else ("yes" if c.complete else "NO")]],
     )  # fmt: skip
 
 

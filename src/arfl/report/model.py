@@ -183,6 +183,8 @@ class Correctness:
             the recomputation).
         produced: input events the injector produced.
         notes: how each number was obtained when that is not obvious.
+        delivery_failures: results the merger could not write to the final topic (None:
+            unknown).
     """
 
     basis: str
@@ -193,6 +195,18 @@ class Correctness:
     divergent: int | None
     produced: int | None
     notes: list[str] = field(default_factory=list)
+    delivery_failures: int | None = None
+
+    @property
+    def complete(self) -> bool | None:
+        """Every expected result in the final output exactly once with the same value, and
+        nothing lost on the way to it (DESIGN §6 "complete"); None when a count is unknown."""
+        counts = (self.missing, self.duplicates, self.divergent, self.delivery_failures)
+        if any(c is not None and c > 0 for c in counts):
+            return False
+        if any(c is None for c in counts):
+            return None
+        return True
 
     def to_dict(self) -> dict[str, Any]:
         """The ``correctness`` object of the JSON output."""
@@ -204,6 +218,8 @@ class Correctness:
             "duplicates": self.duplicates,
             "divergent": self.divergent,
             "produced": self.produced,
+            "delivery_failures": self.delivery_failures,
+            "complete": self.complete,
             "notes": list(self.notes),
         }
 

@@ -60,6 +60,8 @@ def _print_report(rep: Report) -> None:
                 "faults (at: s after input start; others: s after injection)", *fault_rows(rep)
             )
         )
+        for f in rep.faults:
+            out.print(f"  fault-{f.index} {escape(f.kind)}: {escape(f.verdict)}", highlight=False)
     out.print(_rich_table("correctness", *correctness_rows(rep)))
     for note in rep.correctness.notes:
         out.print(f"[dim]  {escape(note)}[/]", highlight=False)
