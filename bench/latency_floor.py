@@ -72,13 +72,19 @@ def phases(run_dir: Path, skip: int = 3) -> dict[str, float]:
 
 
 def steady_percentiles(run_dir: Path, warmup_s: float) -> dict[str, float]:
-    """p50/p99 over the intervals after the warm-up (from the interval log)."""
+    """p50/p99 over the intervals after the warm-up (from the interval log).
+
+    The warm-up counts from the input's start (the injector's first intended send time), not
+    from the log's first interval: the merger starts logging before any input exists.
+    """
     from arfl.measure.histogram import merge, read_latency_log
+    from arfl.report.rundata import load_run
 
     intervals = read_latency_log(run_dir / "latency.hlog")
-    if not intervals:
+    input_start = load_run(run_dir).input_start
+    if not intervals or input_start is None:
         return {"p50": float("nan"), "p99": float("nan"), "count": 0.0}
-    start = intervals[0].start_s + warmup_s
+    start = input_start + warmup_s
     h = merge(intervals, start_s=start)
     return {
         "p50": h.get_value_at_percentile(50) / 1000.0,
