@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import psutil
 import pytest
 
 from arfl.configs.spec import Chaos
@@ -243,3 +246,169 @@ def test_needs_isolation() -> None:
 
     assert needs_isolation(["pause", "delay"]) and needs_isolation(["partition"])
     assert not needs_isolation(["pause", "kill-executor", "slow", "kill-leader"])
+
+
+# --- what a dead deployment left running (arfl.faults.leftovers via recover) ----------------
+
+# A stand-in driver: leads its own session (as ReplicaRunner starts it), starts a child (its
+# "JVM"), writes the child's pid, then sleeps. SIGTERM ends the driver but not the child,
+# like a driver whose JVM outlives it for a moment.
+LEFTOVER_DRIVER = r"""
+import signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(sys.argv[1], "w").write(str(child.pid))
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+while True:
+    time.sleep(0.1)
+"""
+
+
+@dataclass
+class _Deployment:
+    """Processes as a killed arfl leaves them: driver (+ child), merger, injector."""
+
+    run_dir: Path
+    driver: subprocess.Popen[bytes]
+    driver_child: psutil.Process
+    merger: subprocess.Popen[bytes]
+    injector: subprocess.Popen[bytes]
+    procs: list[psutil.Process] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        popens = (self.driver, self.merger, self.injector)
+        self.procs = [self.driver_child, *(psutil.Process(p.pid) for p in popens)]
+
+    def all(self) -> list[psutil.Process]:
+        return list(self.procs)
+
+    def write_state(self, owner: int, **extra: Any) -> None:
+        def ct(p: subprocess.Popen[bytes]) -> float:
+            return psutil.Process(p.pid).create_time()
+
+        state = {
+            "run": self.run_dir.name,
+            "pid": owner,
+            "mode": "none",
+            "replicas": {
+                "0": {"driver_pid": self.driver.pid, "driver_create_time": ct(self.driver)}
+            },
+            "merger_pid": self.merger.pid,
+            "merger_create_time": ct(self.merger),
+            "injector_pid": self.injector.pid,
+            "injector_create_time": ct(self.injector),
+            **extra,
+        }
+        (self.run_dir / "state.json").write_text(json.dumps(state))
+
+    def stop(self) -> None:
+        for p in self.all():
+            with contextlib.suppress(psutil.Error):
+                p.kill()  # psutil refuses a pid that was reused meanwhile
+        for popen in (self.driver, self.merger, self.injector):
+            with contextlib.suppress(ChildProcessError):
+                popen.wait()
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Deployment]:
+    from arfl.faults import leftovers
+
+    monkeypatch.setattr(leftovers, "TREE_GRACE_S", 0.5)  # the fake JVM never exits by itself
+    run_dir = tmp_path / "runs" / "dead-run"
+    run_dir.mkdir(parents=True)
+    script = tmp_path / "driver.py"
+    script.write_text(LEFTOVER_DRIVER)
+    child_file = tmp_path / "child.pid"
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    driver = subprocess.Popen(
+        [sys.executable, str(script), str(child_file)], start_new_session=True
+    )
+    merger = subprocess.Popen(sleep, start_new_session=True)
+    injector = subprocess.Popen(sleep, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not child_file.exists() or not child_file.read_text():
+        assert time.monotonic() < deadline, "the fake driver did not start its child"
+        time.sleep(0.02)
+    d = _Deployment(run_dir, driver, psutil.Process(int(child_file.read_text())), merger, injector)
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def _dead_owner() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _running(procs: list[psutil.Process]) -> list[int]:
+    from arfl.processes import is_running
+
+    return [p.pid for p in procs if is_running(p)]
+
+
+def test_recover_stops_what_a_dead_deployment_left_running(deployment: _Deployment) -> None:
+    d = deployment
+    d.write_state(_dead_owner())
+    assert runs_with_pending(d.run_dir.parent) == [d.run_dir]
+    report = recover(d.run_dir)
+    assert _running(d.all()) == []
+    assert len(report.stopped) == 3 and not report.skipped
+    events = [
+        e for e in read_jsonl(d.run_dir / "journal.jsonl") if e["event"] == "leftover-stopped"
+    ]
+    assert [e["process"] for e in events] == ["injector", "replica-0", "merger"]
+    (driver,) = [e for e in events if e["process"] == "replica-0"]
+    assert driver["pids"] == [d.driver.pid, d.driver_child.pid]
+    assert runs_with_pending(d.run_dir.parent) == []
+
+
+def test_recover_finds_what_a_dead_driver_orphaned_through_its_session(
+    deployment: _Deployment,
+) -> None:
+    d = deployment
+    d.write_state(_dead_owner())
+    d.driver.kill()  # the driver is gone; its "JVM" is an orphan in the driver's session
+    d.driver.wait()
+    assert _running([d.driver_child]) == [d.driver_child.pid]
+    report = recover(d.run_dir)
+    assert _running(d.all()) == []
+    assert any(line.startswith("replica-0") for line in report.stopped)
+
+
+def test_recover_leaves_a_live_deployment_alone_unless_forced(deployment: _Deployment) -> None:
+    d = deployment
+    # The owner is this very process, with its create time: a live arfl.
+    d.write_state(os.getpid(), pid_create_time=psutil.Process().create_time())
+    assert runs_with_pending(d.run_dir.parent) == []
+    report = recover(d.run_dir)
+    assert len(_running(d.all())) == 4
+    assert report.stopped == [] and report.skipped == []
+    report = recover(d.run_dir, force=True)
+    assert _running(d.all()) == [] and len(report.stopped) == 3
+
+
+def test_an_owner_pid_reused_after_state_was_written_is_no_owner(deployment: _Deployment) -> None:
+    d = deployment
+    d.write_state(os.getpid())  # no pid_create_time: judged by when state.json was written
+    st = d.run_dir / "state.json"
+    old = psutil.Process().create_time() - 60
+    os.utime(st, (old, old))
+    assert runs_with_pending(d.run_dir.parent) == [d.run_dir]
+    recover(d.run_dir)
+    assert _running(d.all()) == []
+
+
+def test_recover_never_signals_a_reused_or_unidentified_pid(deployment: _Deployment) -> None:
+    d = deployment
+    d.write_state(_dead_owner())
+    raw = json.loads((d.run_dir / "state.json").read_text())
+    raw["merger_create_time"] -= 100  # the merger's pid now "belongs to another process"
+    raw["injector_create_time"] = None  # a pid without create time is no identity
+    raw["replicas"]["0"]["driver_pid"] = os.getpid()  # and never this process
+    raw["replicas"]["0"]["driver_create_time"] = psutil.Process().create_time()
+    (d.run_dir / "state.json").write_text(json.dumps(raw))
+    report = recover(d.run_dir)
+    assert report.stopped == []
+    assert len(_running(d.all())) == 4

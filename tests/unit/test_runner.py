@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +18,7 @@ import pytest
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import DeployError
 from arfl.orchestrate.supervisor import ReplicaRunner
+from arfl.processes import is_running, stop_pid
 from arfl.replica.driver import EXIT_BAD_CONFIG
 from arfl.run.rundir import new_run_dir, read_jsonl
 
@@ -38,13 +42,25 @@ while True:
 """
 
 
-def _spec(restart: bool = True) -> Spec:
+# A driver whose query fails right after start-up: Spark is up (it reports an app id), then
+# it exits with status 1, as the real driver does when its query fails.
+FAILING_QUERY = r"""
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+with open(cfg["app_id_file"], "w") as f:
+    json.dump({"app_id": "app-fake-%d" % cfg["attempt"], "pid": 0}, f)
+sys.exit(1)
+"""
+
+
+def _spec(restart: bool = True, replicas: int = 1) -> Spec:
+    mode = "passive" if replicas == 1 else "active-leaderless"
     return parse_spec(
         {
             "name": "fake",
             "source": {"topic": "in"},
             "sink": {"topic": "out"},
-            "replication": {"mode": "passive", "restart": restart},
+            "replication": {"mode": mode, "restart": restart, "replicas": replicas},
         }
     )
 
@@ -100,7 +116,9 @@ def test_crashing_driver_is_restarted_then_given_up_as_a_crash_loop(tmp_path: Pa
         restarted = _events(run, "replica-restarted")
         assert [e["attempt"] for e in restarted] == [1, 2]
         assert all(e["downtime_s"] >= 0.1 for e in restarted)
-        assert "3 times in a row" in _events(run, "replica-gave-up")[0]["reason"]
+        (gave_up,) = _events(run, "replica-gave-up")
+        assert gave_up["reason"] == "crash-loop"
+        assert "3 times in a row before Spark was up" in gave_up["detail"]
         assert len(_events(run, "replica-started")) == 3
         with pytest.raises(DeployError, match="replica 0 is dead"):
             r.wait_ready(timeout_s=1)
@@ -202,3 +220,77 @@ def test_no_restart_marker_of_a_kill_replica_fault_is_honoured(tmp_path: Path) -
         assert r.states()[0].restarts == 0
         assert _events(r.paths.root, "replica-restarted") == []
         assert "no-restart marker" in _events(r.paths.root, "replica-gave-up")[0]["reason"]
+
+
+def test_query_failing_after_start_up_is_given_up_as_a_crash_loop(tmp_path: Path) -> None:
+    script = tmp_path / "failing_query.py"
+    script.write_text(FAILING_QUERY)
+    r = _runner(
+        _spec(),
+        tmp_path,
+        lambda i, c: [sys.executable, str(script), str(c)],
+        crash_loop_restarts=2,
+        crash_loop_window_s=60.0,
+    )
+    with r:
+        _wait(lambda: r.states()[0].status == "dead", timeout=30)
+        st = r.states()[0]
+        assert st.restarts == 2 and st.exit_code == 1
+        run = r.paths.root
+        # Spark came up every time: not the "before Spark was up" loop.
+        assert [e["attempt"] for e in _events(run, "replica-ready")] == [0, 1, 2]
+        assert [e["exit_code"] for e in _events(run, "replica-died")] == [1, 1, 1]
+        (gave_up,) = _events(run, "replica-gave-up")
+        assert gave_up["reason"] == "crash-loop"
+        assert "after 2 restarts within 60s" in gave_up["detail"]
+        time.sleep(0.5)  # no restart after giving up
+        assert len(_events(run, "replica-started")) == 3
+
+
+def test_deaths_by_a_signal_are_no_crash_loop(tmp_path: Path) -> None:
+    r = _runner(_spec(), tmp_path, _fake(tmp_path), crash_loop_restarts=1)
+    with r:
+        r.wait_ready(timeout_s=20)
+        for attempt in (1, 2, 3):
+            r.kill(0)  # what a kill-replica fault does
+            _wait(lambda a=attempt: r.states()[0].app_id == f"app-fake-{a}")
+        assert r.states()[0].status == "running"
+        assert r.states()[0].restarts == 3
+        assert _events(r.paths.root, "replica-gave-up") == []
+
+
+def test_ctrl_c_while_stopping_does_not_abandon_the_drivers(tmp_path: Path) -> None:
+    # Drivers that ignore SIGTERM make stop() wait its grace period: the second Ctrl-C of a
+    # user who finds that too slow comes in right then.
+    r = _runner(_spec(replicas=2), tmp_path, _fake(tmp_path, "ignore-term"), stop_timeout_s=2.0)
+    r.start()
+    procs: list[psutil.Process] = []
+    interrupted = False
+    try:
+        states = r.wait_ready(timeout_s=20)
+        pids = [s.pid for s in states.values() if s.pid is not None]
+        pids += [
+            int((r.paths.root / "replicas" / f"replica-{i}.app.json.child").read_text())
+            for i in states
+        ]
+        procs = [psutil.Process(pid) for pid in pids]
+        handler = signal.getsignal(signal.SIGINT)
+        ctrl_c = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        ctrl_c.start()
+        try:
+            r.stop()
+        except KeyboardInterrupt:
+            interrupted = True
+        ctrl_c.join()
+    finally:
+        left = [p for p in procs if is_running(p)]
+        for p in left:  # whatever an interrupted stop left behind
+            stop_pid(p.pid, p.create_time(), grace_s=1.0)
+    assert not interrupted, "KeyboardInterrupt escaped ReplicaRunner.stop()"
+    assert len(procs) == 4 and not left
+    assert {st.status for st in r.states().values()} == {"stopped"}
+    assert len(_events(r.paths.root, "replica-stopped")) == 2
+    (ignored,) = _events(r.paths.root, "interrupt-ignored")
+    assert ignored["signals"] == ["SIGINT"]
+    # And the handler is back: Ctrl-C interrupts again after the stop.
+    assert signal.getsignal(signal.SIGINT) is handler

@@ -5,7 +5,10 @@ Guarantees, in order of strength:
 * a revert is persisted to ``pending-faults.json`` *before* its fault is injected;
 * reverts run in ``finally``: after the duration, on errors, on Ctrl-C, on SIGTERM (with
   :meth:`ChaosRunner.handle_signals` in the main thread) and on :meth:`ChaosRunner.stop`;
-* after ``kill -9`` of the injector, :func:`recover` undoes what the file still lists.
+* after ``kill -9`` of the injector, :func:`recover` undoes what the file still lists;
+* after ``kill -9`` of the deployment's arfl, :func:`recover` also stops the processes it left
+  running (replica drivers with their JVMs, merger, injector, the run's own stack; see
+  :mod:`arfl.faults.leftovers`) and journals each as ``leftover-stopped``.
 
 Every injection and revert is journaled (``fault-injected`` / ``fault-reverted``) with the
 wall-clock start and end of the action.
@@ -24,8 +27,9 @@ from typing import Any
 
 import psutil
 
-from arfl.errors import FaultError
-from arfl.faults import netns
+from arfl import stack
+from arfl.errors import FaultError, StackError
+from arfl.faults import leftovers, netns
 from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fault
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.state import load_state
@@ -250,14 +254,21 @@ class RecoveryReport:
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     removed_network: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    """Processes of a dead deployment that were still running, now stopped."""
 
 
 def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
     """Undo every pending revert whose injector is gone (all of them with ``force``); if the
-    deployment itself is gone, also delete the run's namespaces, veths and bridge.
+    deployment itself is gone (its arfl, ``state.json`` ``pid``), also stop the processes it
+    left running, then delete the run's namespaces, veths and bridge.
+
+    With ``force``, the processes are stopped even if the deployment's arfl still runs (one
+    that hangs, or a pid that was reused): a live arfl would restart its drivers.
 
     Raises:
-        FaultError: some revert failed (it stays pending; the message names it).
+        FaultError: some revert failed (it stays pending; the message names it), or a
+            process could not be stopped.
     """
     report = RecoveryReport(run_dir)
     pending = PendingFaults(run_dir)
@@ -286,10 +297,51 @@ def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
             recovered=True,
             details=entry.get("record"),
         )
+    _stop_leftovers(run_dir, journal, report, force)
     report.removed_network = _remove_orphan_network(run_dir)
     if report.failed:
         raise FaultError(f"{run_dir}: recover could not revert: " + "; ".join(report.failed))
     return report
+
+
+def _stop_leftovers(run_dir: Path, journal: Journal, report: RecoveryReport, force: bool) -> None:
+    """Stop what a dead deployment left running; journal each as ``leftover-stopped``."""
+    state = leftovers.read_state(run_dir)
+    if state is None:
+        return
+    raw, mtime = state
+    found = leftovers.find(run_dir)
+    own_stack = leftovers.run_stack_running(run_dir)
+    if not (found or own_stack):
+        return
+    if not force and leftovers.owner_alive(raw, mtime):
+        return  # a live deployment's processes are its own business, not leftovers
+    for st in leftovers.stop(found):
+        journal.write(
+            "leftover-stopped",
+            process=st.name,
+            pid=st.pid,
+            pids=st.pids,
+            killed=st.killed,
+            survivors=st.survivors,
+        )
+        report.stopped.append(st.describe())
+        if st.survivors:
+            report.failed.append(f"{st.name}: pids {st.survivors} survived SIGKILL")
+    if own_stack:
+        # After the drivers: they would only spin on a Kafka that went away.
+        try:
+            services = stack.down(run_dir / leftovers.RUN_STACK)
+        except StackError as e:
+            report.failed.append(f"the run's own stack: {e}")
+            return
+        journal.write("leftover-stopped", process="run-stack", services=services)
+        report.stopped.append(f"the run's own {' and '.join(services) or 'stack'}")
+
+
+def _deployment_gone(run_dir: Path) -> bool:
+    state = leftovers.read_state(run_dir)
+    return state is not None and not leftovers.owner_alive(*state)
 
 
 def _remove_orphan_network(run_dir: Path) -> list[str]:
@@ -298,7 +350,7 @@ def _remove_orphan_network(run_dir: Path) -> list[str]:
         state = load_state(run_dir)
     except FaultError:
         return []
-    if state.pid is not None and psutil.pid_exists(state.pid):
+    if not _deployment_gone(run_dir):
         return []
     removed: list[str] = []
     if state.isolation is not None:
@@ -312,18 +364,26 @@ def _remove_orphan_network(run_dir: Path) -> list[str]:
 
 
 def runs_with_pending(root: Path) -> list[Path]:
-    """Run directories under ``root`` with something to recover: a pending-faults file, or
-    network isolation still present although the deployment that created it is gone."""
+    """Run directories under ``root`` with something to recover: a pending-faults file, or,
+    although the deployment is gone, processes it left running or its network isolation."""
     if not root.is_dir():
         return []
     found = {p.parent for p in root.glob("*/pending-faults.json")}
+    by_session: dict[int, list[psutil.Process]] | None = None
     for state_file in root.glob("*/state.json"):
+        run_dir = state_file.parent
         try:
-            state = load_state(state_file.parent)
+            state = load_state(run_dir)
         except FaultError:
             continue
-        if state.pid is not None and psutil.pid_exists(state.pid):
+        if run_dir in found or not _deployment_gone(run_dir):
             continue
-        if netns.namespaces_of_run(state.run):
-            found.add(state_file.parent)
+        if by_session is None:
+            by_session = leftovers.sessions()
+        if (
+            netns.namespaces_of_run(state.run)
+            or leftovers.find(run_dir, by_session)
+            or leftovers.run_stack_running(run_dir)
+        ):
+            found.add(run_dir)
     return sorted(found)

@@ -36,6 +36,7 @@ from arfl.orchestrate.context import (
     python_env,
     scoped,
 )
+from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.orchestrate.network import RunNetwork
 from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.state import write_state
@@ -196,11 +197,24 @@ class Deployment:
 
     def stop(self) -> None:
         """Stop everything this deployment started, by pid, in reverse order; never raises
-        for a dead child.
+        for a dead child. A Ctrl-C or SIGTERM meanwhile is held off and journaled
+        (``interrupt-ignored``): stopping half-way would leave processes running.
 
         Raises:
             DeployError: something could not be stopped or undone (all of it is tried).
         """
+        with DeferredInterrupts() as held:
+            try:
+                self._stop()
+            finally:
+                if held.received:
+                    self.ctx.journal.write(
+                        "interrupt-ignored",
+                        signals=[signal.Signals(s).name for s in held.received],
+                        during="stopping the deployment",
+                    )
+
+    def _stop(self) -> None:
         errors: list[str] = []
         if self.chaos is not None:
             try:
@@ -215,7 +229,16 @@ class Deployment:
             except Exception as e:  # keep stopping the rest
                 errors.append(f"replicas: {e}")
         if self.merger is not None:
-            self.merger.stop(grace_s=30.0)
+            # Its exit status says whether every result reached the final topic (exit 4:
+            # delivery failures); the report reads it back.
+            code = self.merger.stop(grace_s=30.0)
+            self.ctx.journal.write("merger-exited", exit_code=code)
+            if code != 0:
+                self.ctx.journal.write(
+                    "warning",
+                    message=f"the merger exited with {code} (4: results not written to the "
+                    f"final topic); see {self.merger.log_path}",
+                )
         errors += self.net.close(self.ctx)
         self.ctx.journal.write("run-stopped", errors=errors)
         self.write_state()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import psutil
+
 from arfl.orchestrate.context import RunContext
 from arfl.orchestrate.network import RunNetwork
 from arfl.orchestrate.supervisor import ReplicaRunner
@@ -13,6 +15,9 @@ from arfl.processes import ManagedProcess, same_process
 from arfl.run.names import leader_path
 from arfl.run.records import replica_topic
 from arfl.run.rundir import write_json_atomic
+
+_OWN_CREATE_TIME = psutil.Process().create_time()
+"""This arfl's create time: with ``pid`` it tells a later ``recover`` whether we still run."""
 
 
 def write_state(
@@ -46,6 +51,7 @@ def write_state(
         {
             "run": ctx.run_id,
             "pid": os.getpid(),
+            "pid_create_time": _OWN_CREATE_TIME,
             "mode": ctx.spec.replication.mode,
             "spec_name": ctx.spec.name,
             "stack": {"kafka": net.info.kafka, "zookeeper": net.info.zookeeper},

@@ -10,11 +10,20 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``replica-ready``    {replica, pid, app_id, attempt, startup_s} — SparkSession up
 * ``replica-died``     {replica, pid, exit_code, app_id, uptime_s}
 * ``replica-restarted`` {replica, pid, attempt, downtime_s} — respawned (downtime since death)
-* ``replica-gave-up``  {replica, reason} — crash loop or restart disabled
+* ``replica-gave-up``  {replica, reason, detail?} — restart disabled, or ``crash-loop``
 * ``replica-stopped``  {replica, pid, exit_code, graceful}
+* ``interrupt-ignored`` {signals, during} — Ctrl-C or SIGTERM arrived while stopping
+
+A driver that keeps exiting by itself is not restarted forever: after ``crash_loop_limit``
+deaths in a row before Spark came up, or more than ``crash_loop_restarts`` restarts within
+``crash_loop_window_s`` (a query that fails after start-up), it is given up with reason
+``crash-loop``. Deaths by a signal (a ``kill-replica`` fault, the OOM killer) do not count
+towards the second limit: they are what chaos is made of, not a broken pipeline.
 
 ``stop()`` SIGTERMs each driver, waits, then SIGKILLs what is left of its whole process tree
-(the driver JVM and, in ``local-cluster``, the executor JVMs are its descendants).
+(the driver JVM and, in ``local-cluster``, the executor JVMs are its descendants). A Ctrl-C
+or SIGTERM arriving meanwhile is noted, not raised: an interrupted stop would leave the
+remaining drivers running in their own sessions.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import psutil
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.faults.local import restart_suppressed
+from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.processes import ManagedProcess, is_running, process_tree, signal_all, wait_until
 from arfl.replica.driver import EXIT_BAD_CONFIG, DriverConfig
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
@@ -45,6 +55,13 @@ from arfl.run.rundir import Journal, RunPaths
 Status = Literal["starting", "running", "restarting", "dead", "stopped"]
 CommandFactory = Callable[[int, Path], Sequence[str]]
 """(replica, config file) -> argv of the driver process (tests substitute a fake)."""
+
+CRASH_LOOP_LIMIT = 5
+"""Deaths in a row before Spark came up after which a replica is given up."""
+CRASH_LOOP_RESTARTS = 5
+"""At most this many restarts of one replica within :data:`CRASH_LOOP_WINDOW_S` after exits
+by itself (not by a signal); one more such exit gives it up as a crash loop."""
+CRASH_LOOP_WINDOW_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,8 @@ class _Replica:
         self.attempt = 0
         self.failures_without_app = 0
         self.died_at: float | None = None
+        self.exits: list[float] = []
+        """When the driver exited by itself (exit code >= 0), for the crash-loop window."""
 
 
 def default_command(replica: int, config: Path) -> list[str]:
@@ -117,7 +136,9 @@ class ReplicaRunner:
         poll_interval_s: float = 0.2,
         stop_timeout_s: float = 30.0,
         restart_delay_s: float = 0.5,
-        crash_loop_limit: int = 5,
+        crash_loop_limit: int = CRASH_LOOP_LIMIT,
+        crash_loop_restarts: int = CRASH_LOOP_RESTARTS,
+        crash_loop_window_s: float = CRASH_LOOP_WINDOW_S,
         tree_grace_s: float = 5.0,
     ) -> None:
         """Prepare (but do not start) the replicas.
@@ -138,6 +159,9 @@ class ReplicaRunner:
             restart_delay_s: pause before restarting a dead driver.
             crash_loop_limit: give up after this many consecutive deaths before the driver
                 reported an app id (a config or environment problem, not a crash to mask).
+            crash_loop_restarts: at most this many restarts within ``crash_loop_window_s``
+                after the driver exited by itself; one more exit gives it up.
+            crash_loop_window_s: the window of ``crash_loop_restarts``.
             tree_grace_s: after a driver stopped gracefully, how long its JVMs may take to
                 exit before they are killed.
         """
@@ -155,6 +179,8 @@ class ReplicaRunner:
         self.stop_timeout_s = stop_timeout_s
         self.restart_delay_s = restart_delay_s
         self.crash_loop_limit = crash_loop_limit
+        self.crash_loop_restarts = crash_loop_restarts
+        self.crash_loop_window_s = crash_loop_window_s
         self.tree_grace_s = tree_grace_s
         self._lock = threading.RLock()
         self._stopping = threading.Event()
@@ -270,7 +296,21 @@ class ReplicaRunner:
             return [p for p in process_tree(proc.pid) if is_running(p)]
 
     def stop(self) -> None:
-        """Stop supervision, then every driver: SIGTERM, wait, SIGKILL its process tree."""
+        """Stop supervision, then every driver: SIGTERM, wait, SIGKILL its process tree.
+
+        Ctrl-C and SIGTERM are held off until every driver is stopped (then journaled as
+        ``interrupt-ignored``): stopping is bounded by ``stop_timeout_s`` and ``tree_grace_s``.
+        """
+        with DeferredInterrupts() as held:
+            self._stop()
+        if held.received and not held.nested:  # else the outer stop (deploy's) reports them
+            self.journal.write(
+                "interrupt-ignored",
+                signals=[signal.Signals(s).name for s in held.received],
+                during="stopping the replicas",
+            )
+
+    def _stop(self) -> None:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -401,6 +441,8 @@ class ReplicaRunner:
         now = time.time()
         if rep.state.status == "starting":
             rep.failures_without_app += 1
+        if code >= 0:
+            rep.exits = [t for t in rep.exits if now - t <= self.crash_loop_window_s] + [now]
         self.journal.write(
             "replica-died",
             replica=rep.index,
@@ -433,8 +475,18 @@ class ReplicaRunner:
             self.journal.write(
                 "replica-gave-up",
                 replica=rep.index,
-                reason=f"died {rep.failures_without_app} times in a row before Spark was up; "
+                reason="crash-loop",
+                detail=f"died {rep.failures_without_app} times in a row before Spark was up; "
                 f"see {rep.log_path}",
+            )
+        elif len(rep.exits) > self.crash_loop_restarts:
+            rep.state = replace(rep.state, status="dead", exit_code=code)
+            self.journal.write(
+                "replica-gave-up",
+                replica=rep.index,
+                reason="crash-loop",
+                detail=f"exited again (exit code {code}) after {len(rep.exits) - 1} restarts "
+                f"within {self.crash_loop_window_s:.0f}s; see {rep.log_path}",
             )
         else:
             rep.state = replace(rep.state, status="restarting", exit_code=code)

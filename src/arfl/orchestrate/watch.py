@@ -5,12 +5,17 @@ resources, keep ``state.json`` current, notice a dead merger or injector or a ru
 replica gave up, and hand a :class:`Tick` to the live view. After the input ends, wait until
 every replica has consumed all of it and the output went quiet, at most a drain time (longer
 while a restarted replica is still rejoining).
+
+A replica the supervisor gave up on (status ``dead``: ``replication.restart = false``, a
+``kill-replica`` with ``restart = false``, a crash loop) will never catch up: it is left out
+of the wait, and ``replica-excluded`` is journaled once for it (the run continues without it).
+Only when every replica is dead does the run fail.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,13 +63,20 @@ def drain_seconds(spec: Spec) -> float:
     return 120.0 + extra
 
 
-def caught_up(ctx: RunContext, input_end: dict[int, int]) -> bool:
+def caught_up(ctx: RunContext, input_end: dict[int, int], without: Collection[int] = ()) -> bool:
     """Every replica's last batch reached the input's end and the one after it ran empty.
 
     The empty (no-data) batch is the one that advances the watermark and emits the windows
     it closed; per-record pipelines need none, but it costs nothing to wait for.
+
+    Args:
+        ctx: the run.
+        input_end: the input topic's end offset per partition.
+        without: replicas left out (the supervisor gave up on them: they never catch up).
     """
     for i in range(ctx.spec.replication.replicas):
+        if i in without:
+            continue
         progress = read_jsonl(ctx.paths.progress(i))
         if not progress or not reached(progress[-1], input_end):
             return False
@@ -133,6 +145,7 @@ class Watcher:
         last_results = -1
         last_change = time.monotonic()
         last_state_write = 0.0
+        gone: set[int] = set()
         while True:
             time.sleep(TICK_S)
             monitor.poll()
@@ -144,6 +157,7 @@ class Watcher:
                 self.write_state()
                 last_state_write = time.monotonic()
             self._check_alive(states)
+            self._note_gone(states, gone)
             if input_done_at is None and not self.injector.alive():
                 code = self.injector.returncode
                 if code != 0 and inj.summary is None:
@@ -172,7 +186,11 @@ class Watcher:
                     )
                 )
             if input_done_at is not None and self._drained(
-                time.monotonic() - input_done_at, time.monotonic() - last_change, input_end, rejoins
+                time.monotonic() - input_done_at,
+                time.monotonic() - last_change,
+                input_end,
+                rejoins,
+                gone,
             ):
                 return
 
@@ -188,12 +206,35 @@ class Watcher:
                 f"every replica is dead; see {self.ctx.paths.log('replica-0')} and the journal"
             )
 
+    def _note_gone(self, states: dict[int, Any], gone: set[int]) -> None:
+        """Journal each replica the supervisor gave up on, once; add it to ``gone``."""
+        for i, st in sorted(states.items()):
+            if st.status != "dead" or i in gone:
+                continue
+            gone.add(i)
+            left = sorted(set(states) - gone)
+            if left:  # with none left, _check_alive fails the run
+                self.ctx.journal.write(
+                    "replica-excluded",
+                    replica=i,
+                    remaining=left,
+                    message=f"replica {i} gave up; the run continues without it "
+                    f"({len(left)} of {len(states)} replicas left)",
+                )
+
     def _drained(
-        self, waited: float, quiet: float, input_end: dict[int, int], rejoins: RejoinTracker
+        self,
+        waited: float,
+        quiet: float,
+        input_end: dict[int, int],
+        rejoins: RejoinTracker,
+        gone: Collection[int] = (),
     ) -> bool:
         # A replica restarted late (a driver kill near the end) gets longer to rejoin: a new
-        # driver and its first, cold catch-up batch take minutes on small hosts.
-        cap = self.drain_s + (REJOIN_GRACE_S if rejoins.rejoining else 0.0)
+        # driver and its first, cold catch-up batch take minutes on small hosts. One that then
+        # gave up never rejoins: no extra time for it.
+        rejoining = [r for r in rejoins.rejoining if r not in gone]
+        cap = self.drain_s + (REJOIN_GRACE_S if rejoining else 0.0)
         if waited >= cap:
             self.ctx.journal.write(
                 "warning",
@@ -201,4 +242,4 @@ class Watcher:
                 "ended; stopping anyway (results may be missing)",
             )
             return True
-        return quiet >= QUIET_S and caught_up(self.ctx, input_end)
+        return quiet >= QUIET_S and caught_up(self.ctx, input_end, gone)

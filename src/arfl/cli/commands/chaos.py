@@ -298,19 +298,26 @@ def recover_cmd(
         str | None,
         typer.Argument(
             metavar="RUN",
-            help="Run directory or run name (default: every run under --runs with pending faults).",
+            help="Run directory or run name (default: every run under --runs with something "
+            "to recover).",
             show_default=False,
         ),
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Also undo faults whose injector still runs.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Also undo faults whose injector still runs, and stop the processes of a "
+            "deployment whose arfl still runs.",
+        ),
     ] = False,
     runs: RunsOpt = Path("runs"),
 ) -> None:
-    """Undo faults left behind by an arfl that was killed (partitions, SIGSTOP, cgroups, ...)."""
+    """Undo faults left behind by an arfl that was killed (partitions, SIGSTOP, cgroups, ...);
+    stop its deployment's processes (replica drivers with their JVMs, merger, injector)."""
     dirs = [resolve_run_dir(run, runs)] if run else runs_with_pending(runs)
     if not dirs:
-        out.print(f"nothing to recover: no run under {runs} has pending faults")
+        out.print(f"nothing to recover: no run under {runs} has pending faults or leftovers")
         return
     recover_runs(dirs, force)
 
@@ -363,9 +370,11 @@ def recover_runs(dirs: list[Path], force: bool = False) -> None:
             out.print(f"[green]reverted[/] {line}  ({d})", highlight=False)
         for line in rep.skipped:
             out.print(f"[yellow]skipped[/] {line}  (use --force)", highlight=False)
+        for line in rep.stopped:
+            out.print(f"[green]stopped[/] {line}  ({d})", highlight=False)
         if rep.removed_network:
             out.print(f"removed {', '.join(rep.removed_network)}", highlight=False)
-        if not (rep.reverted or rep.skipped or rep.removed_network):
+        if not (rep.reverted or rep.skipped or rep.stopped or rep.removed_network):
             out.print(f"nothing pending in {d}", highlight=False)
     if failures:
         raise FaultError("\n".join(failures))

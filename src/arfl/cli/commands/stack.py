@@ -111,8 +111,9 @@ def down_cmd(
         Path, typer.Option("--runs", help="Run directories whose leftovers to undo first.")
     ] = Path("runs"),
 ) -> None:
-    """Undo what dead deployments under --runs left behind (pending faults, namespaces), then
-    stop the processes 'arfl stack up' started."""
+    """Undo what dead deployments under --runs left behind (pending faults, replica drivers
+    with their JVMs, mergers, injectors, namespaces), then stop the processes 'arfl stack up'
+    started."""
     from arfl.cli.commands.chaos import recover_runs
     from arfl.faults.runner import runs_with_pending
 

@@ -1,0 +1,218 @@
+"""What a ``kill -9`` of ``arfl deploy`` leaves running, and ``arfl chaos recover`` stopping it.
+
+A real deployment (1 replica of mode ``none`` on ``local-cluster`` with one executor JVM, the
+merger and the injector) runs in an ``arfl deploy`` subprocess. Its replica driver runs in a
+session of its own, so SIGKILL of arfl leaves the driver, its driver and executor JVMs, the
+merger and the injector running. ``arfl chaos recover RUN`` must find them through
+``state.json`` (pid + create time) and stop all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from arfl.faults.local import executors_of_app
+from arfl.faults.runner import recover, runs_with_pending
+from arfl.processes import is_running, process_tree, same_process, stop_pid
+from arfl.run.rundir import read_jsonl
+from arfl.stack import StackInfo
+from arfl.stack.lifecycle import layout_of, load_state
+from arfl.stack.processes import is_alive
+from arfl.testing import EmbeddedStack
+
+pytestmark = pytest.mark.integration
+
+ARFL = Path(sys.executable).with_name("arfl")
+
+SPEC = """\
+name = "leftover"
+
+[source]
+topic = "leftover"
+partitions = 2
+
+[[steps]]
+select = ["user", "amount", "ts"]
+
+[sink]
+topic = "leftover-out"
+
+[replication]
+mode = "none"
+replicas = 1
+
+[spark]
+master = "local-cluster[1,1,1024]"
+conf = { "spark.sql.shuffle.partitions" = "2" }
+
+[workload]
+rate = 50
+duration = "10m"
+keys = 10
+warmup = "1s"
+"""
+
+
+def _state(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((run_dir / "state.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _wait(what: str, check: Any, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc.poll() is not None:
+            raise AssertionError(f"arfl deploy exited ({proc.returncode}) before {what}:\n"
+                                 + log.read_text(errors="replace")[-3000:])  # fmt: skip
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not reached in {timeout_s:.0f}s:\n"
+                         + log.read_text(errors="replace")[-3000:])  # fmt: skip
+
+
+def _session(sid: int) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(p.pid) == sid:
+                found.append(p)
+    return found
+
+
+def _naming(text: str) -> list[psutil.Process]:
+    """Running processes whose command line contains ``text``."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if any(text in a for a in p.info.get("cmdline") or []) and is_running(p):
+            found.append(p)
+    return found
+
+
+def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_path: Path) -> None:
+    spec = tmp_path / "leftover.toml"
+    spec.write_text(SPEC)
+    runs = tmp_path / "runs"
+    log = tmp_path / "deploy.log"
+    with log.open("wb") as out:
+        arfl = subprocess.Popen(
+            [str(ARFL), "deploy", str(spec), "--no-live", "--runs", str(runs)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    seen: dict[int, psutil.Process] = {}
+    try:
+        run_dir = _wait(
+            "the run directory",
+            lambda: next((p.parent for p in runs.glob("*/state.json")), None),
+            120,
+            arfl,
+            log,
+        )
+
+        def replica_processing() -> dict[str, Any] | None:
+            st = _state(run_dir)
+            rep = (st or {}).get("replicas", {}).get("0") or {}
+            ready = rep.get("state") == "running" and st and st.get("injector_pid")
+            progress = read_jsonl(run_dir / "progress" / "replica-0.jsonl")
+            return st if ready and progress and executors_of_app(rep["app_id"]) else None
+
+        st = _wait("replica 0 processing", replica_processing, 300, arfl, log)
+        rep = st["replicas"]["0"]
+        assert st["pid"] == arfl.pid
+        driver = same_process(int(rep["driver_pid"]), rep["driver_create_time"])
+        merger = same_process(int(st["merger_pid"]), st["merger_create_time"])
+        injector = same_process(int(st["injector_pid"]), st["injector_create_time"])
+        assert driver is not None and merger is not None and injector is not None
+        executors = executors_of_app(rep["app_id"])
+        for p in [*process_tree(driver.pid), *_session(driver.pid), merger, injector]:
+            seen[p.pid] = p
+
+        os.kill(arfl.pid, signal.SIGKILL)
+        arfl.wait(timeout=10)
+        time.sleep(2)
+        # The defect this test guards against: all of it outlives arfl.
+        assert is_running(driver), "the driver died with arfl (nothing left to recover)"
+        assert all(psutil.pid_exists(pid) for pid in executors.values())
+
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [str(ARFL), "chaos", "recover", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        took = time.monotonic() - t0
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert took < 60, f"recover took {took:.1f}s"
+
+        still = [p for p in seen.values() if is_running(p)]
+        assert not still, f"left running after recover: {[(p.pid, p.name()) for p in still]}"
+        assert not [p for p in _session(driver.pid) if is_running(p)]
+        named = _naming(run_dir.name)
+        assert not named, f"processes naming the run: {[(p.pid, p.cmdline()) for p in named]}"
+        assert not executors_of_app(rep["app_id"])
+        stopped = [
+            e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == "leftover-stopped"
+        ]
+        assert {e["process"] for e in stopped} == {"replica-0", "merger", "injector"}
+        # Nothing is left to recover, and a second recover says so.
+        again = subprocess.run(
+            [str(ARFL), "chaos", "recover", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0 and "nothing pending" in again.stdout, again.stdout
+    finally:
+        if arfl.poll() is None:
+            arfl.kill()
+            arfl.wait()
+        for p in seen.values():
+            with contextlib.suppress(psutil.Error):
+                stop_pid(p.pid, p.create_time(), grace_s=2.0)
+
+
+def test_recover_stops_the_run_stack_of_a_dead_isolated_deployment(tmp_path: Path) -> None:
+    # A network-isolated run has its own ZooKeeper + Kafka in <run dir>/stack (here on the
+    # loopback: what matters is that a dead deployment's stack is found and stopped).
+    run_dir = tmp_path / "runs" / "isolated-run"
+    run_dir.mkdir(parents=True)
+    harness = EmbeddedStack(run_dir / "stack")
+    harness.start()
+    try:
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        (run_dir / "state.json").write_text(
+            json.dumps({"run": run_dir.name, "pid": dead.pid, "replicas": {}})
+        )
+        st = load_state(layout_of(run_dir / "stack"))
+        assert st is not None and all(is_alive(r) for r in st.services.values())
+        records = list(st.services.values())
+        assert runs_with_pending(tmp_path / "runs") == [run_dir]
+        report = recover(run_dir)
+        assert report.stopped == ["the run's own kafka and zookeeper"]
+        assert not any(is_alive(r) for r in records)
+        (ev,) = [
+            e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == "leftover-stopped"
+        ]
+        assert ev["process"] == "run-stack" and ev["services"] == ["kafka", "zookeeper"]
+        assert runs_with_pending(tmp_path / "runs") == []
+    finally:
+        harness.stop()

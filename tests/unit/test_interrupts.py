@@ -1,0 +1,93 @@
+"""A Ctrl-C (or SIGTERM) while arfl stops its processes is held off, not raised.
+
+The stop of a real :class:`ReplicaRunner` is tested in ``test_runner.py``; here the helper
+itself and the deployment's whole stop path (injector, replicas, merger) with a fake runner.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from arfl.configs.spec import parse_spec
+from arfl.orchestrate.context import DeployOptions, create_run
+from arfl.orchestrate.deploy import Deployment
+from arfl.orchestrate.interrupts import DeferredInterrupts
+from arfl.processes import ManagedProcess
+from arfl.run.rundir import read_jsonl
+
+
+def test_signals_are_noted_then_the_handlers_come_back() -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with DeferredInterrupts() as held:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # let the handlers run
+    assert held.received == [signal.SIGINT, signal.SIGTERM]
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_nested_use_passes_what_it_noted_to_the_outer_one() -> None:
+    with DeferredInterrupts() as outer:
+        with DeferredInterrupts() as inner:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert inner.received == [signal.SIGINT] and inner.nested and not outer.nested
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+    assert outer.received == [signal.SIGINT, signal.SIGINT]
+
+
+def test_outside_the_main_thread_it_does_nothing() -> None:
+    seen: list[object] = []
+
+    def worker() -> None:
+        with DeferredInterrupts() as held:
+            seen.append(signal.getsignal(signal.SIGINT))
+        seen.append(held.received)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == [signal.getsignal(signal.SIGINT), []]
+
+
+class _SlowRunner:
+    """Replicas whose stop takes a while, during which the user presses Ctrl-C again."""
+
+    stopped = False
+
+    def stop(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.3)
+        self.stopped = True
+
+    def states(self) -> dict[int, object]:
+        return {}
+
+
+def test_a_second_ctrl_c_does_not_abandon_the_deployments_processes(tmp_path: Path) -> None:
+    spec = parse_spec({"name": "s", "source": {"topic": "in"}, "sink": {"topic": "out"}})
+    d = Deployment(create_run(spec, None, DeployOptions(runs_root=tmp_path)))
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    d.injector = ManagedProcess.start("injector", sleep, tmp_path / "injector.log")
+    d.merger = ManagedProcess.start("merger", sleep, tmp_path / "merger.log")
+    runner = _SlowRunner()
+    d.runner = runner  # type: ignore[assignment]
+    interrupted = False
+    try:
+        d.stop()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        alive = [p.name for p in (d.injector, d.merger) if p.alive()]
+        d.merger.stop(grace_s=1.0)
+        d.injector.stop(grace_s=1.0)
+    assert not interrupted, "KeyboardInterrupt escaped Deployment.stop()"
+    assert runner.stopped and alive == []
+    events = [e["event"] for e in read_jsonl(d.ctx.paths.journal)]
+    assert "run-stopped" in events

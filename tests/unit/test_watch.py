@@ -1,0 +1,154 @@
+"""The watch loop's drain: replicas the supervisor gave up on are not waited for.
+
+A fake runner, merger and injector (plain objects) and progress files written by the test: no
+Spark, no Kafka.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arfl.configs.spec import parse_spec
+from arfl.errors import DeployError
+from arfl.orchestrate import watch
+from arfl.orchestrate.context import DeployOptions, RunContext, create_run
+from arfl.orchestrate.supervisor import ReplicaState
+from arfl.orchestrate.watch import Watcher, caught_up
+from arfl.run.rundir import read_jsonl
+
+END = {0: 40, 1: 60}
+DRAIN_S = 6.0
+
+
+def _ctx(tmp_path: Path, replicas: int = 2) -> RunContext:
+    spec = parse_spec(
+        {
+            "name": "w",
+            "source": {"topic": "in", "partitions": 2},
+            "sink": {"topic": "out"},
+            "replication": {"mode": "active-leaderless", "replicas": replicas},
+        }
+    )
+    return create_run(spec, None, DeployOptions(runs_root=tmp_path, drain_s=DRAIN_S))
+
+
+def _progress(ctx: RunContext, replica: int, ends: dict[int, int]) -> None:
+    line = {
+        "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        "durationMs": {"triggerExecution": 10},
+        "numInputRows": 0,
+        "sources": [{"endOffset": {"batch": 7, "offsets": {str(p): o for p, o in ends.items()}}}],
+    }
+    path = ctx.paths.progress(replica)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+class _Runner:
+    def __init__(self, states: dict[int, ReplicaState]) -> None:
+        self._states = states
+
+    def states(self) -> dict[int, ReplicaState]:
+        return dict(self._states)
+
+
+class _Process:
+    """A merger that runs, or an injector that finished its schedule."""
+
+    def __init__(self, alive: bool) -> None:
+        self._alive = alive
+        self.returncode = None if alive else 0
+        self.log_path = Path("/nonexistent.log")
+
+    def alive(self) -> bool:
+        return self._alive
+
+    def tail(self) -> str:
+        return ""
+
+
+class _Resources:
+    def sample(self, states: dict[int, Any]) -> None:
+        del states
+
+
+class _Watcher(Watcher):
+    def source_end_offsets(self) -> dict[int, int]:
+        return dict(END)
+
+
+def _watcher(ctx: RunContext, states: dict[int, ReplicaState]) -> Watcher:
+    return _Watcher(
+        ctx,
+        "127.0.0.1:1",
+        _Runner(states),  # type: ignore[arg-type]
+        _Process(alive=True),  # type: ignore[arg-type]
+        _Process(alive=False),  # type: ignore[arg-type]
+        resources=_Resources(),  # type: ignore[arg-type]
+        write_state=lambda: None,
+        active_faults=lambda: [],
+        started_at=time.time(),
+    )
+
+
+def _events(ctx: RunContext, name: str) -> list[dict[str, Any]]:
+    return [e for e in read_jsonl(ctx.paths.journal) if e["event"] == name]
+
+
+@pytest.fixture(autouse=True)
+def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watch, "TICK_S", 0.05)
+    monkeypatch.setattr(watch, "QUIET_S", 0.2)
+
+
+def test_caught_up_leaves_out_the_replicas_given_up_on(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    _progress(ctx, 0, END)
+    _progress(ctx, 1, {0: 10, 1: 10})  # stopped early: it was killed for good
+    assert not caught_up(ctx, END)
+    assert caught_up(ctx, END, without={1})
+    assert not caught_up(ctx, END, without={0})
+
+
+def test_drain_does_not_wait_for_a_replica_that_gave_up(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    _progress(ctx, 0, END)
+    _progress(ctx, 1, {0: 10, 1: 10})
+    # Replica 1 was restarted once, then killed with restart = false: it never comes back.
+    states = {
+        0: ReplicaState(0, "running", pid=1),
+        1: ReplicaState(1, "dead", pid=2, restarts=1, exit_code=-9),
+    }
+    t0 = time.monotonic()
+    _watcher(ctx, states).run(None)
+    assert time.monotonic() - t0 < DRAIN_S / 2
+    assert not [e for e in _events(ctx, "warning") if "had not caught up" in e["message"]]
+    (excluded,) = _events(ctx, "replica-excluded")
+    assert excluded["replica"] == 1 and excluded["remaining"] == [0]
+    assert "continues without it" in excluded["message"]
+
+
+def test_a_live_replica_behind_is_still_waited_for(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    _progress(ctx, 0, END)
+    _progress(ctx, 1, {0: 10, 1: 10})
+    states = {0: ReplicaState(0, "running", pid=1), 1: ReplicaState(1, "running", pid=2)}
+    t0 = time.monotonic()
+    _watcher(ctx, states).run(None)
+    assert time.monotonic() - t0 >= DRAIN_S
+    assert [e for e in _events(ctx, "warning") if "had not caught up" in e["message"]]
+    assert _events(ctx, "replica-excluded") == []
+
+
+def test_every_replica_dead_fails_the_run(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    states = {0: ReplicaState(0, "dead", pid=1), 1: ReplicaState(1, "dead", pid=2)}
+    with pytest.raises(DeployError, match="every replica is dead"):
+        _watcher(ctx, states).run(None)
