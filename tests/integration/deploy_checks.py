@@ -82,9 +82,13 @@ def check_against_offline(info: StackInfo, spec: Spec, result: DeployResult) -> 
     expected = offline.recompute(
         scoped(spec, result.run_dir.name), info.kafka, ensure_installed().spark_kafka_jars
     )
+    # The injector closes the input with one end-of-input marker per partition.
+    assert expected.markers == spec.source.partitions
     if spec.replication.mode != "active-leaderless":
         # Leaderless heartbeats are records of the input topic too (dropped by the pipeline).
-        assert expected.input_records == result.summary["produced"]
+        assert expected.input_records == result.summary["produced"] + expected.markers
+    # The markers moved the watermark past every window: each one is final.
+    assert expected.not_final == frozenset()
     missing = expected.final - set(out)
     if missing:
         sample = {rid: expected.results[rid].data for rid in sorted(missing)[:5]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ class FakeProducer:
         on_produce: Callable[[int], None] | None = None,
         buffer_errors: int = 0,
         fail_every: int = 0,
+        partitions: int = 3,
     ) -> None:
         self.records: list[tuple[str, bytes, bytes]] = []
         self._pending: list[Callable[[Any, Any], None]] = []
@@ -61,6 +63,9 @@ class FakeProducer:
         self.fail_every = fail_every
         self.polls = 0
         self.flushed = False
+        self.partitions = partitions
+        self.markers: list[tuple[str, int, bytes]] = []
+        self.log: list[str] = []
 
     def produce(
         self,
@@ -68,15 +73,30 @@ class FakeProducer:
         value: bytes | None = None,
         key: bytes | None = None,
         on_delivery: Callable[[Any, Any], None] | None = None,
+        partition: int = -1,
     ) -> None:
         if self.buffer_errors:
             self.buffer_errors -= 1
             raise BufferError("queue full")
-        assert value is not None and key is not None and on_delivery is not None
-        self.records.append((topic, key, value))
-        if self._on_produce:
-            self._on_produce(len(self.records))
+        assert value is not None and on_delivery is not None
+        if b'"eoi"' in value:
+            # End-of-input markers go to an explicit partition, after every event.
+            assert 0 <= partition < self.partitions
+            self.markers.append((topic, partition, value))
+            self.log.append(f"marker:{partition}")
+        else:
+            assert key is not None and partition == -1  # events: partitioned by key
+            self.records.append((topic, key, value))
+            self.log.append("event")
+            if self._on_produce:
+                self._on_produce(len(self.records))
         self._pending.append(on_delivery)
+
+    def list_topics(self, topic: str, timeout: float = 0) -> Any:
+        parts = {p: object() for p in range(self.partitions)}
+        return types.SimpleNamespace(
+            topics={topic: types.SimpleNamespace(partitions=parts, error=None)}
+        )
 
     def poll(self, timeout: float = 0) -> int:
         self.polls += 1
@@ -89,6 +109,7 @@ class FakeProducer:
 
     def flush(self, timeout: float = 0) -> int:
         self.flushed = True
+        self.log.append("flush")
         self.poll()
         return 0
 
@@ -312,3 +333,73 @@ def test_main_reports_an_unreachable_broker(capsys: pytest.CaptureFixture[str]) 
     assert rc == 4
     err = capsys.readouterr().err
     assert "127.0.0.1:1" in err and "not reachable" in err
+
+
+# --- end of input ---------------------------------------------------------------------------
+
+
+def test_end_of_input_marker_in_every_partition_after_the_last_event(tmp_path: Path) -> None:
+    clock, prod = FakeClock(), FakeProducer(partitions=3)
+    summary = Injector(_config(tmp_path, rate=100, duration=2.0), producer=prod, clock=clock).run()
+    t0_ms = round(clock.wall0 * 1000)
+    last_ts = intended_ms(t0_ms, 199, 100)
+    assert prod.events()[-1]["ts"] == last_ts
+    # One marker per partition, each far past the last event's time (the watermark passes
+    # every window), the same whatever the wall clock did: a function of the schedule.
+    assert sorted(p for _t, p, _v in prod.markers) == [0, 1, 2]
+    assert {t for t, _p, _v in prod.markers} == {"src"}
+    assert [json.loads(v) for _t, _p, v in prod.markers] == [
+        {"eoi": True, "ts": last_ts + 86_400_000}
+    ] * 3
+    # Every event is flushed before the first marker: a batch boundary that includes one
+    # partition's marker includes every partition's last event too (time-cut boundaries).
+    first_marker = prod.log.index("marker:0")
+    assert "event" not in prod.log[first_marker:]
+    assert prod.log[first_marker - 1] == "flush"
+    assert prod.log[-1] == "flush"
+    # Markers are not events: the summary counts events only; the journal names the markers.
+    assert summary.produced == summary.delivered == 200
+    finished = read_jsonl(tmp_path / "journal.jsonl")[-1]
+    assert finished["event"] == "injector_finished"
+    assert finished["end_of_input_markers"] == 3
+    assert finished["end_of_input_ts"] == last_ts + 86_400_000
+
+
+def test_end_of_input_marker_time_does_not_depend_on_an_early_stop(tmp_path: Path) -> None:
+    holder: list[Injector] = []
+    prod = FakeProducer(on_produce=lambda n: holder[0].stop() if n == 50 else None)
+    clock = FakeClock()
+    inj = Injector(_config(tmp_path, rate=100, duration=2.0), producer=prod, clock=clock)
+    holder.append(inj)
+    assert inj.run().stopped_early
+    ts = {json.loads(v)["ts"] for _t, _p, v in prod.markers}
+    assert ts == {intended_ms(round(clock.wall0 * 1000), 199, 100) + 86_400_000}
+
+
+def test_end_of_input_markers_can_be_turned_off(tmp_path: Path) -> None:
+    prod = FakeProducer()
+    cfg = _config(tmp_path, rate=100, duration=1.0, end_of_input=False)
+    Injector(cfg, producer=prod, clock=FakeClock()).run()
+    assert prod.markers == [] and len(prod.events()) == 100
+    from arfl.workload.injector import build_parser
+
+    assert build_parser().parse_args(cfg.argv()).end_of_input is False
+    assert build_parser().parse_args(_config(tmp_path).argv()).end_of_input is True
+
+
+def test_undelivered_markers_are_a_warning(tmp_path: Path) -> None:
+    prod = FakeProducer(partitions=2)
+    real_produce = prod.produce
+
+    def produce(*a: Any, **kw: Any) -> None:
+        if kw.get("partition", -1) >= 0:
+            kw["on_delivery"] = lambda _e, _m, cb=kw["on_delivery"]: cb("broker down", None)
+        real_produce(*a, **kw)
+
+    prod.produce = produce  # type: ignore[method-assign]
+    summary = Injector(
+        _config(tmp_path, rate=100, duration=1.0), producer=prod, clock=FakeClock()
+    ).run()
+    assert summary.failed == 0  # events were delivered
+    msgs = [e["message"] for e in read_jsonl(tmp_path / "journal.jsonl") if e["event"] == "warning"]
+    assert any("end-of-input" in m and "broker down" in m for m in msgs), msgs

@@ -250,3 +250,192 @@ def test_window_sum_of_doubles_does_not_depend_on_row_order(spark: SparkSession)
         assert res["0-1000:a"].data["mean"] == pytest.approx(8.301 / 5)
     assert len(hashes) == 1
     assert (0.1 + 0.2) + 0.3 != 0.1 + (0.2 + 0.3)  # the premise
+
+
+# --- issue 12: result ids that hold up, sent_ts, end-of-input markers --------------------
+
+
+def _explode_pair(df: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return df.withColumn("copy", F.explode(F.array(F.lit(1), F.lit(2))))
+
+
+def test_a_step_emitting_several_rows_per_record_is_refused(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both rows of input record 0:0 would get rid "0:0": the merger would keep one and count
+    # the other as divergent. The spec refuses generators in selects; a transform is caught here.
+    mod = types.ModuleType("arfl_test_explode")
+    mod.explode_pair = _explode_pair  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    spec = _spec([{"transform": "arfl_test_explode:explode_pair"}])
+    with pytest.raises(DeployError, match=r"steps\[0\]\.transform: .*several rows per input"):
+        _results(_raw(spark, [_event(0, "a", 1.0, 5)]), spec)
+
+
+def test_a_null_window_key_and_the_string_null_get_different_rids(spark: SparkSession) -> None:
+    events = [
+        json.dumps({"seq": 0, "user": None, "amount": 1.0, "ts": 100, "sent_ms": 101}),
+        json.dumps({"seq": 1, "user": "null", "amount": 2.0, "ts": 200, "sent_ms": 201}),
+    ]
+    spec = _spec([{"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}])
+    res = _results(_raw(spark, events), spec)
+    assert len(res) == 2
+    by_user = {r.data.get("user"): rid for rid, r in res.items()}
+    assert by_user[None] != by_user["null"]
+    assert by_user["null"] == "0-1000:null"  # real keys keep the documented form
+
+
+def test_sent_ts_is_the_actual_send_time_per_record_and_the_newest_per_window(
+    spark: SparkSession,
+) -> None:
+    events = [_event(0, "a", 1.0, 100), _event(1, "a", 2.0, 300), _event(2, "b", 3.0, 200)]
+    rec = _results(_raw(spark, events), _spec([{"select": ["user"]}]))
+    assert [rec[f"0:{i}"].sent_ts for i in range(3)] == [101, 301, 201]
+    assert [rec[f"0:{i}"].src_ts for i in range(3)] == [100, 300, 200]  # unchanged
+    win = _results(
+        _raw(spark, events),
+        _spec([{"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}]),
+    )
+    assert (win["0-1000:a"].src_ts, win["0-1000:a"].sent_ts) == (300, 301)
+    assert (win["0-1000:b"].src_ts, win["0-1000:b"].sent_ts) == (200, 201)
+    # A user topic without sent_ms: sent_ts is null, src_ts still there.
+    plain = json.dumps({"user": "a", "amount": 1.0, "ts": 7})
+    res = _results(_raw(spark, [plain]), _spec([]))
+    assert (res["0:0"].src_ts, res["0:0"].sent_ts) == (7, None)
+
+
+def _marker(ts: int) -> str:
+    return json.dumps({"eoi": True, "ts": ts})
+
+
+WINDOW_STEPS: list[dict[str, Any]] = [
+    {"filter": "amount > 1"},
+    {"select": ["user", "amount"]},
+    {
+        "window": {
+            "size": "1s",
+            "key": "user",
+            "watermark": "500ms",
+            "agg": {"n": "count(*)", "total": "sum(amount)"},
+        }
+    },
+    # On the grouping key only: Spark pushes it below the aggregation and the watermark.
+    {"filter": "NOT user <=> 'nobody'"},
+]
+
+
+def _window_events() -> list[str]:
+    return [_event(i, "ab"[i % 2], float(i % 7), 150 * i) for i in range(20)]  # ts 0 .. 2850
+
+
+def test_end_of_input_markers_yield_no_result_and_no_window(spark: SparkSession) -> None:
+    events = _window_events()
+    markers = [_marker(10**9)] * 2
+    for steps in (WINDOW_STEPS, [{"filter": "amount > 1"}, {"select": ["user"]}], []):
+        spec = _spec(steps)
+        with_markers = _results(_raw(spark, events + markers), spec)
+        assert with_markers.keys() == _results(_raw(spark, events), spec).keys()
+
+
+def _stream_rows(values: list[str], first_offset: int) -> str:
+    return "".join(
+        json.dumps({"value": v, "partition": 0, "offset": first_offset + i}) + "\n"
+        for i, v in enumerate(values)
+    )
+
+
+def _run_stream(
+    spark: SparkSession, base: Any, spec: Spec, batches: list[list[str]]
+) -> tuple[dict[str, Any], str]:
+    """Run ``spec`` as a streaming query over a file source, one file per batch.
+
+    Returns:
+        rid -> result emitted (append mode), and the physical plan of the last batch.
+    """
+    src = base / "in"
+    src.mkdir()
+    name = f"q_{abs(hash(str(base)))}"
+    raw = spark.readStream.schema("value string, partition int, offset long").json(str(src))
+    out = query.build_output(query.parse_events(raw, spec), spec, 0)
+    q = (
+        out.writeStream.format("memory")
+        .queryName(name)
+        .outputMode(query.output_mode(spec))
+        .option("checkpointLocation", str(base / "ckpt"))
+        .start()
+    )
+    try:
+        offset = 0
+        for n, values in enumerate(batches):
+            tmp = base / f"batch-{n}.json"
+            tmp.write_text(_stream_rows(values, offset))
+            tmp.rename(src / tmp.name)  # whole files only: the source must not see half of one
+            offset += len(values)
+            q.processAllAvailable()
+        plan = q._jsq.explainInternal(False)
+    finally:
+        q.stop()
+    results = {}
+    for row in spark.sql(f"SELECT key, value FROM {name}").collect():
+        res = parse_result(row.value.encode())
+        assert res.rid not in results, f"duplicate rid {res.rid}"
+        results[res.rid] = res
+    return results, plan
+
+
+def test_end_of_input_markers_flush_every_window_of_a_stream(
+    spark: SparkSession, tmp_path: Any
+) -> None:
+    spec = _spec(WINDOW_STEPS)
+    events = _window_events()
+    expected = _results(_raw(spark, events), spec)  # the batch recomputation: every window
+    assert {rid.split(":")[0] for rid in expected} == {"0-1000", "1000-2000", "2000-3000"}
+
+    (tmp_path / "control").mkdir()
+    control, _ = _run_stream(spark, tmp_path / "control", spec, [events])
+    # Without a marker the watermark stops at 2850 - 500: the last window is never final.
+    assert control.keys() == {r for r in expected if not r.startswith("2000-3000")}
+
+    (tmp_path / "eoi").mkdir()
+    flushed, plan = _run_stream(
+        spark, tmp_path / "eoi", spec, [events, [_marker(2850 + 86_400_000)]]
+    )
+    assert flushed.keys() == expected.keys()
+    for rid, res in flushed.items():
+        assert (res.data, res.hash, res.src_ts, res.sent_ts) == (
+            expected[rid].data,
+            expected[rid].hash,
+            expected[rid].src_ts,
+            expected[rid].sent_ts,
+        )
+    # The marker filter stays above the watermark operator (the optimizer pushes filters that
+    # do not reference the event-time column below it, where it would hide the markers).
+    lines = plan.splitlines()
+    wm = next(i for i, line in enumerate(lines) if "EventTimeWatermark" in line)
+    drop = [i for i, line in enumerate(lines) if "Filter" in line and "__eoi" in line]
+    assert any(i < wm and "__et" in lines[i] for i in drop), plan
+
+
+def test_offline_recomputation_counts_markers_and_windows_that_cannot_be_final(
+    spark: SparkSession,
+) -> None:
+    from arfl.replica import offline
+
+    spec = _spec(WINDOW_STEPS)
+    null_key = json.dumps({"seq": 99, "user": None, "amount": 5.0, "ts": 100, "sent_ms": 1})
+    events = [*_window_events(), null_key]
+    without = offline.recompute_rows(_raw(spark, events), spec)
+    assert without.markers == 0
+    assert (without.max_event_time_ms, without.watermark_ms) == (2850, 2350)
+    assert without.not_final == {"2000-3000:a", "2000-3000:b"}
+    assert "0-1000" in without.final  # the null key's window, whose rid has no ":"
+
+    eoi = 2850 + 86_400_000
+    marked = offline.recompute_rows(_raw(spark, [*events, _marker(eoi), _marker(eoi)]), spec)
+    assert marked.markers == 2
+    assert marked.max_event_time_ms == eoi
+    assert marked.not_final == frozenset()
+    assert marked.final == set(marked.results) == set(without.results)
+    assert marked.data == without.data

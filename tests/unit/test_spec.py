@@ -259,3 +259,39 @@ def test_unknown_slo_metric_is_a_spec_problem() -> None:
     problems = _problems(_with(report={"slo": {"p99": "500ms", "p99_latency": "1s"}}))
     assert any(p.startswith("t.toml: report.slo.p99_latency: ") for p in problems), problems
     assert not any("report.slo.p99:" in p for p in problems)
+
+
+_WINDOW = {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}
+
+
+@pytest.mark.parametrize(
+    "generator",
+    [
+        "explode(array(amount, amount)) AS a",
+        "EXPLODE_OUTER(array(1, 2))",
+        "posexplode(array(1, 2)) AS (p, v)",
+        "inline(array(struct(1, 2)))",
+        "stack(2, amount, amount) AS a",
+    ],
+)
+def test_generator_without_a_later_window_is_refused_with_its_key_path(generator: str) -> None:
+    # Several output rows from one input record would share that record's result id (or, after
+    # a window, the window's): the merger would keep one and call the others divergent.
+    for steps, path in [
+        ([{"select": ["user", generator]}], "steps[0].select[1]"),
+        ([_WINDOW, {"select": [generator]}], "steps[1].select[0]"),
+    ]:
+        problems = _problems(_with(steps=steps))
+        assert any(
+            p.startswith(f"t.toml: {path}: ") and "several rows per input record" in p
+            for p in problems
+        ), problems
+
+
+def test_generator_feeding_a_window_is_accepted() -> None:
+    spec = parse_spec(
+        _with(steps=[{"select": ["user", "explode(array(amount, 1.0)) AS a"]}, _WINDOW])
+    )
+    assert spec.has_window
+    # json_tuple is a generator too, but it emits exactly one row per input row.
+    parse_spec(_with(steps=[{"select": ["json_tuple(user, 'a') AS (a)"]}]))

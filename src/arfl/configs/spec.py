@@ -61,6 +61,21 @@ NON_DETERMINISTIC = (
     "collect_list",
     "collect_set",
 )
+# Generators that may turn one row into several: rows from one input record would share its
+# result id (or, after a window, the window's), so the merger would keep one of them.
+# json_tuple is a generator too, but emits exactly one row.
+ROW_GENERATORS = (
+    "explode",
+    "explode_outer",
+    "posexplode",
+    "posexplode_outer",
+    "inline",
+    "inline_outer",
+    "stack",
+    "variant_explode",
+    "variant_explode_outer",
+)
+_GENERATOR_RE = re.compile(r"\b(" + "|".join(ROW_GENERATORS) + r")\s*\(", re.IGNORECASE)
 _NONDET_RE = re.compile(r"\b(" + "|".join(NON_DETERMINISTIC) + r")\s*\(", re.IGNORECASE)
 _AGG_RE = re.compile(
     r"^\s*(count|sum|avg|min|max)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$", re.IGNORECASE
@@ -451,6 +466,7 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
             if has_window:
                 out.append((f"steps[{i}].window", "only one window step per pipeline"))
             has_window = True
+    out.extend(_generator_problems(steps))
     if has_window and not _get(raw, "source", "event_time"):
         out.append(
             (
@@ -503,6 +519,30 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         if kind and not kind.targets_leader and target is None:
             out.append((f"chaos[{i}].replica", 'which replica? set replica = N or "leader"'))
+    return out
+
+
+def _generator_problems(steps: list[Any]) -> list[tuple[str, str]]:
+    """Generators in select steps that no later window step aggregates."""
+    out: list[tuple[str, str]] = []
+    last_window = max(
+        (i for i, s in enumerate(steps) if isinstance(s, dict) and "window" in s), default=-1
+    )
+    for i, s in enumerate(steps):
+        select = s.get("select") if isinstance(s, dict) and i > last_window else None
+        if not isinstance(select, list):
+            continue
+        for j, expr in enumerate(select):
+            m = _GENERATOR_RE.search(expr) if isinstance(expr, str) else None
+            if m:
+                out.append(
+                    (
+                        f"steps[{i}].select[{j}]",
+                        f"{m.group(1)}() emits several rows per input record, and they would "
+                        "share one result id (the merger keeps one of them); aggregate them in "
+                        "a later window step",
+                    )
+                )
     return out
 
 

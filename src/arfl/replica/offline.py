@@ -10,7 +10,10 @@ watermark passes the window's end; the watermark is ``max(event time seen) - wat
 a replica has consumed the whole topic (and run its no-data batch), it has emitted exactly the
 windows with ``end <= max_event_time - watermark``. :attr:`Recomputed.final` holds the windows
 with ``end < max_event_time - watermark`` (strict, to stay clear of the boundary), computed
-from the input topic at recompute time. A test should therefore
+from the input topic at recompute time. End-of-input markers count here as they do in a
+replica: their event time (a day past the last event) moves the final watermark past every
+window, so with them every window is final (:attr:`Recomputed.not_final` is empty); they
+yield no result. A test should therefore
 
 1. stop producing, then call :func:`recompute`;
 2. wait until the replica output contains every rid in ``final`` (the replica needs one more
@@ -18,9 +21,10 @@ from the input topic at recompute time. A test should therefore
 3. check every emitted rid is in ``results`` with the same hash (``data`` equal), and that
    ``final`` is a subset of what was emitted.
 
-Windows after the cut-off are still open in the replica's state and are never emitted until
-later events arrive; events older than the watermark when they arrive are dropped by a
-streaming replica but counted here (a producer writing in event-time order avoids them).
+Windows after the cut-off (only without markers) are still open in the replica's state and
+are never emitted until later events arrive; events older than the watermark when they arrive
+are dropped by a streaming replica but counted here (a producer writing in event-time order
+avoids them).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ if TYPE_CHECKING:
 OFFLINE_REPLICA = -1
 """The ``replica`` field of recomputed results."""
 
-_WINDOW_RID = re.compile(r"^(-?\d+)-(-?\d+):")
+_WINDOW_RID = re.compile(r"^(-?\d+)-(-?\d+)(?::|$)")
 
 
 @dataclass(frozen=True)
@@ -54,9 +58,12 @@ class Recomputed:
         results: rid -> result (``replica`` = -1).
         final: rids a replica must have emitted once it consumed the whole input (every rid
             for per-record pipelines; windows ending before the final watermark otherwise).
-        max_event_time_ms: newest event time in the input (window pipelines), else None.
+        max_event_time_ms: newest event time in the input, end-of-input markers included
+            (window pipelines), else None.
         watermark_ms: ``max_event_time_ms - watermark`` (window pipelines), else None.
-        input_records: records in the input topic (parseable or not).
+        input_records: records in the input topic (parseable or not, markers included).
+        markers: end-of-input markers in the input topic (one per partition when the
+            injector finished).
     """
 
     results: dict[str, Result]
@@ -64,6 +71,13 @@ class Recomputed:
     max_event_time_ms: int | None
     watermark_ms: int | None
     input_records: int
+    markers: int = 0
+
+    @property
+    def not_final(self) -> frozenset[str]:
+        """Expected windows the final watermark never passed: no replica can have emitted
+        them (none when end-of-input markers closed them all)."""
+        return frozenset(self.results) - self.final
 
     @property
     def data(self) -> dict[str, dict[str, Any]]:
@@ -86,34 +100,50 @@ def read_input(spark: SparkSession, spec: Spec, bootstrap: str) -> DataFrame:
 
 def recompute_with(spark: SparkSession, spec: Spec, bootstrap: str) -> Recomputed:
     """:func:`recompute` on an existing session (with the Kafka connector on its classpath)."""
-    from pyspark.sql import functions as F
-
     raw = read_input(spark, spec, bootstrap).cache()
     try:
-        total = raw.count()
-        events = query.parse_events(raw, spec)
-        results: dict[str, Result] = {}
-        for row in query.build_output(events, spec, OFFLINE_REPLICA).collect():
-            try:
-                res = parse_result(row.value.encode())
-            except BadRecord as e:  # cannot happen unless query.py is broken
-                raise DeployError(f"offline recompute produced a bad record: {e}") from None
-            results[res.rid] = res
-        max_et: int | None = None
-        wm: int | None = None
-        window = next((s.window for s in spec.steps if s.window is not None), None)
-        if window is not None and spec.source.event_time:
-            row0 = events.agg(F.max(spec.source.event_time).alias("m")).collect()[0]
-            if row0["m"] is not None:
-                max_et = int(row0["m"])
-                wm = max_et - round(window.watermark * 1000)
-        if window is None:
-            final = frozenset(results)
-        else:
-            final = frozenset(rid for rid in results if wm is not None and _window_end(rid) < wm)
-        return Recomputed(results, final, max_et, wm, total)
+        return recompute_rows(raw, spec)
     finally:
         raw.unpersist()
+
+
+def recompute_rows(raw: DataFrame, spec: Spec) -> Recomputed:
+    """Expected results of ``spec`` over Kafka-shaped rows (``value, partition, offset``).
+
+    Args:
+        raw: every input record (cache it: it is read more than once).
+        spec: the pipeline spec.
+
+    Returns:
+        Expected results and which of them are final (see the module docstring).
+    """
+    from pyspark.sql import functions as F
+
+    total = raw.count()
+    results: dict[str, Result] = {}
+    for row in query.build_output(query.parse_events(raw, spec), spec, OFFLINE_REPLICA).collect():
+        try:
+            res = parse_result(row.value.encode())
+        except BadRecord as e:  # cannot happen unless query.py is broken
+            raise DeployError(f"offline recompute produced a bad record: {e}") from None
+        results[res.rid] = res
+    window = next((s.window for s in spec.steps if s.window is not None), None)
+    # The replicas' watermark operator sees the markers too: the maximum includes them.
+    rows = query.parse_input(raw, spec)
+    aggs = [F.sum(F.col("__eoi").cast("long")).alias("markers")]
+    if window is not None:
+        aggs.append(F.max(F.unix_millis(F.col("__et"))).alias("max_et"))
+    stats = rows.agg(*aggs).collect()[0]
+    max_et: int | None = None
+    wm: int | None = None
+    if window is not None and stats["max_et"] is not None:
+        max_et = int(stats["max_et"])
+        wm = max_et - round(window.watermark * 1000)
+    if window is None:
+        final = frozenset(results)
+    else:
+        final = frozenset(rid for rid in results if wm is not None and _window_end(rid) < wm)
+    return Recomputed(results, final, max_et, wm, total, int(stats["markers"] or 0))
 
 
 def recompute(

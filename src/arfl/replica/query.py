@@ -6,7 +6,10 @@ recomputation (:mod:`arfl.replica.offline`), so both have the same semantics.
 Pipeline::
 
     raw (value, partition, offset)        from the replication mode's source
-      -> parse_events: JSON -> user columns + hidden __partition, __offset, __ts, __et
+      -> parse_input: JSON -> user columns + hidden __partition, __offset, __ts, __sent, __eoi
+         (and __et); unparseable records dropped and counted
+      -> parse_events: window pipelines: watermark on __et, then end-of-input markers dropped;
+         per-record pipelines: markers dropped
       -> steps (filter / select / window / transform), hidden columns carried along
       -> build_output: (key = rid, value = JSON result record, see arfl.run.records)
 
@@ -14,11 +17,29 @@ Hidden columns start with ``__`` and never appear in a result's ``data``:
 
 * ``__partition``, ``__offset``: the input record's Kafka position (rid of per-record results).
 * ``__ts``: the event's ``ts`` (intended send time, ms); ``max(__ts)`` after a window.
-* ``__et``: the event-time column as a timestamp (only when the pipeline has a window).
+* ``__sent``: the event's ``sent_ms`` (actual send time, ms, null when absent);
+  ``max(__sent)`` after a window. Written as the result's ``sent_ts``.
+* ``__eoi``: true for an end-of-input marker (:mod:`arfl.run.records`). Always false where
+  the user's steps see rows, and a grouping column of the window (see below).
+* ``__et``: the event-time column as a timestamp (only when the pipeline has a window); a
+  marker's is its ``ts``.
 * ``__wstart``, ``__wend`` (ms) and ``__key`` (string): set by the window step (its rid).
+
+End-of-input markers advance the watermark, so that a finite input ends with every window
+emitted (DESIGN §6 "Complete"), and are then dropped by a filter right above the watermark.
+Spark's optimizer pushes every filter conjunct that does not reference the event-time column
+below ``EventTimeWatermark`` (``PushPredicateThroughNonJoin``), and filters on grouping
+columns through the aggregation too; a user's filter pushed down there would drop the markers
+before the watermark saw them. So the marker filter references ``__et`` (it stays above), and
+each user filter step becomes ``__eoi OR (filter)``: wherever it lands, markers pass it.
+``__eoi`` is a window grouping column for the same reason (a filter after the window that
+Spark pushes below it still passes markers); it is false for every aggregated row. A
+``transform`` step must likewise keep rows whose ``__eoi`` is true.
 
 A ``transform = "module:function"`` step receives and must return a DataFrame that still has
 every hidden column present before it (checked; :class:`~arfl.errors.DeployError` otherwise).
+A step that emits several rows per input record (a generator such as ``explode``) without a
+later window step is refused: those rows would share one rid.
 """
 
 from __future__ import annotations
@@ -30,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from arfl.configs.spec import Spec, Step, Window
 from arfl.errors import DeployError
+from arfl.run.records import END_OF_INPUT_FIELD
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -38,9 +60,11 @@ if TYPE_CHECKING:
 HIDDEN_PREFIX = "__"
 TS_FIELD = "ts"
 """Input field holding the intended send time in epoch ms (``src_ts`` derives from it)."""
+SENT_FIELD = "sent_ms"
+"""Input field holding the actual send time in epoch ms (``sent_ts`` derives from it)."""
 INPUT_METRICS = "arfl_input"
-"""Name of the ``observe()`` metric with ``rows`` and ``bad`` (unparseable) input counts; it
-appears in each progress event's ``observedMetrics``."""
+"""Name of the ``observe()`` metric with ``rows``, ``bad`` (unparseable) and ``markers``
+(end-of-input) input counts; it appears in each progress event's ``observedMetrics``."""
 
 # The injector's event format (arfl.run.records): field name -> Spark SQL type.
 EVENT_FIELDS: dict[str, str] = {
@@ -76,59 +100,105 @@ def event_schema(spec: Spec | None = None) -> StructType:
     return schema
 
 
-def parse_events(raw: DataFrame, spec: Spec) -> DataFrame:
-    """Parse Kafka-shaped rows into events with hidden bookkeeping columns.
+def parse_input(raw: DataFrame, spec: Spec) -> DataFrame:
+    """Parse Kafka-shaped rows into events (end-of-input markers included), no watermark.
 
     Rows whose value is not a JSON object with a numeric ``ts`` (and event-time field, for
     window pipelines) are dropped and counted in the ``arfl_input`` observed metric (``bad``).
+    A marker needs only ``ts``, its event time.
 
     Args:
         raw: columns ``value`` (binary or string), ``partition`` (int), ``offset`` (long).
         spec: the pipeline spec.
 
     Returns:
-        The event columns plus ``__partition``, ``__offset``, ``__ts`` (and ``__et``).
+        The event columns plus ``__partition``, ``__offset``, ``__ts``, ``__sent``, ``__eoi``
+        (and ``__et`` for window pipelines).
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, StructField, StructType
 
     schema = event_schema(spec)
+    # The marker flag is parsed with the events (one JSON parse) but is no user column.
+    own_flag = END_OF_INPUT_FIELD not in schema.fieldNames()
+    parse_schema = (
+        StructType([*schema.fields, StructField(END_OF_INPUT_FIELD, BooleanType(), True)])
+        if own_flag
+        else schema
+    )
     parsed = raw.select(
-        F.from_json(F.col("value").cast("string"), schema).alias("__e"),
+        F.from_json(F.col("value").cast("string"), parse_schema).alias("__e"),
         F.col("partition").cast("int").alias("__partition"),
         F.col("offset").cast("long").alias("__offset"),
     )
-    required = [TS_FIELD]
-    if spec.has_window and spec.source.event_time:
-        required.append(spec.source.event_time)
-    ok: Column = F.col("__e").isNotNull()
-    for name in required:
-        ok = ok & F.col(f"__e.{name}").isNotNull()
-    parsed = parsed.withColumn("__ok", F.coalesce(ok, F.lit(False)))
+    marker: Column = (
+        F.coalesce(F.col(f"__e.{END_OF_INPUT_FIELD}"), F.lit(False)) if own_flag else F.lit(False)
+    )
+    event_time = spec.source.event_time if spec.has_window else None
+    ok: Column = F.col("__e").isNotNull() & F.col(f"__e.{TS_FIELD}").isNotNull()
+    if event_time is not None:
+        ok = ok & (marker | F.col(f"__e.{event_time}").isNotNull())
+    parsed = parsed.withColumn("__ok", F.coalesce(ok, F.lit(False))).withColumn(
+        "__eoi", F.col("__ok") & marker
+    )
     parsed = parsed.observe(
         INPUT_METRICS,
         F.count(F.lit(1)).alias("rows"),
         F.sum(F.when(F.col("__ok"), 0).otherwise(1)).alias("bad"),
+        F.sum(F.when(F.col("__eoi"), 1).otherwise(0)).alias("markers"),
     )
-    events = parsed.filter(F.col("__ok")).select(
-        *[F.col(f"__e.{f.name}").alias(f.name) for f in schema.fields],
+    hidden: list[Column | str] = [
         "__partition",
         "__offset",
         F.col(f"__e.{TS_FIELD}").alias("__ts"),
+        F.col(f"__e.{SENT_FIELD}").cast("long").alias("__sent"),
+        "__eoi",
+    ]
+    if event_time is not None:
+        et = F.when(F.col("__eoi"), F.col(f"__e.{TS_FIELD}")).otherwise(F.col(f"__e.{event_time}"))
+        hidden.append(F.timestamp_millis(et).alias("__et"))
+    return parsed.filter(F.col("__ok")).select(
+        *[F.col(f"__e.{f.name}").alias(f.name) for f in schema.fields], *hidden
     )
+
+
+def parse_events(raw: DataFrame, spec: Spec) -> DataFrame:
+    """Parse input rows, set the watermark, and drop end-of-input markers after it.
+
+    Args:
+        raw: columns ``value`` (binary or string), ``partition`` (int), ``offset`` (long).
+        spec: the pipeline spec.
+
+    Returns:
+        :func:`parse_input`'s columns, without markers; watermarked on ``__et`` for window
+        pipelines.
+    """
+    from pyspark.sql import functions as F
+
+    events = parse_input(raw, spec)
     window = _window_of(spec)
-    if window is not None:
-        assert spec.source.event_time is not None  # arfl validate requires it
-        events = events.withColumn(
-            "__et", F.timestamp_millis(F.col(spec.source.event_time))
-        ).withWatermark("__et", _interval(window.watermark))
-    return events
+    if window is None:
+        # Nothing waits for a watermark: a marker only has to yield no result.
+        return events.filter(~F.col("__eoi"))
+    events = events.withWatermark("__et", _interval(window.watermark))
+    # Referencing __et keeps this filter above the watermark operator (see the module
+    # docstring); a marker's __et is never null, so the second term keeps no marker.
+    return events.filter(~F.col("__eoi") | F.col("__et").isNull())
 
 
 def apply_steps(events: DataFrame, spec: Spec) -> DataFrame:
     """Apply the spec's steps in order, keeping hidden columns alongside the user's."""
     df = events
+    last_window = max((i for i, s in enumerate(spec.steps) if s.window is not None), default=-1)
     for i, step in enumerate(spec.steps):
+        before = _row_generators(df) if i > last_window else []
         df = _STEPS[step.kind](df, step, spec, i)
+        if i > last_window and len(_row_generators(df)) > len(before):
+            raise DeployError(
+                f"steps[{i}].{step.kind}: emits several rows per input record "
+                f"({_row_generators(df)[-1]}); they would share one result id, so the merger "
+                "would keep one of them; aggregate them in a later window step"
+            )
     return df
 
 
@@ -154,13 +224,12 @@ def shape_results(df: DataFrame, spec: Spec, replica: int) -> DataFrame:
     visible = [c for c in df.columns if not c.startswith(HIDDEN_PREFIX)]
     data = F.struct(*[F.col(_quote(c)) for c in visible]) if visible else F.struct()
     if spec.has_window:
+        # concat_ws skips nulls: a null key gives "<start>-<end>" with no ":", which no
+        # string key (not even "null") can produce.
         rid = F.concat_ws(
-            "",
-            F.col("__wstart").cast("string"),
-            F.lit("-"),
-            F.col("__wend").cast("string"),
-            F.lit(":"),
-            F.coalesce(F.col("__key"), F.lit("null")),
+            ":",
+            F.concat_ws("-", F.col("__wstart").cast("string"), F.col("__wend").cast("string")),
+            F.col("__key"),
         )
     else:
         rid = F.concat_ws(
@@ -169,13 +238,14 @@ def shape_results(df: DataFrame, spec: Spec, replica: int) -> DataFrame:
     staged = df.select(
         rid.alias("rid"),
         F.col("__ts").cast("long").alias("src_ts"),
+        F.col("__sent").cast("long").alias("sent_ts"),
         F.lit(replica).cast("int").alias("replica"),
         data.alias("data"),
     )
     staged = staged.withColumn("hash", F.sha2(F.to_json(F.col("data")), 256))
     return staged.select(
         F.col("rid").alias("key"),
-        F.to_json(F.struct("rid", "src_ts", "replica", "hash", "data")).alias("value"),
+        F.to_json(F.struct("rid", "src_ts", "sent_ts", "replica", "hash", "data")).alias("value"),
     )
 
 
@@ -197,7 +267,11 @@ def _filter(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
 
     del spec, index
     assert step.filter is not None
-    return df.filter(F.expr(step.filter))
+    if "__eoi" not in df.columns:
+        return df.filter(F.expr(step.filter))
+    # Markers never reach this step, but Spark may push the filter below the watermark,
+    # where they still flow: there it must let them through (see the module docstring).
+    return df.filter(F.col("__eoi") | F.expr(step.filter))
 
 
 def _select(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
@@ -232,8 +306,10 @@ def _window(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
         else F.window(F.col("__et"), size)
     )
     aggs = [_deterministic_agg(df, e).alias(name) for name, e in w.agg.items()]
-    grouped = df.groupBy(win.alias("__w"), F.col(_quote(w.key)).alias(w.key)).agg(
-        *aggs, F.max("__ts").alias("__ts")
+    # __eoi (false for every row that gets here) groups too, so that a later filter step
+    # that Spark pushes below the aggregation can still let markers through.
+    grouped = df.groupBy(win.alias("__w"), F.col(_quote(w.key)).alias(w.key), "__eoi").agg(
+        *aggs, F.max("__ts").alias("__ts"), F.max("__sent").alias("__sent")
     )
     return grouped.select(
         F.unix_millis(F.col("__w.start")).alias("window_start"),
@@ -244,7 +320,23 @@ def _window(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
         F.unix_millis(F.col("__w.end")).alias("__wend"),
         F.col(_quote(w.key)).cast("string").alias("__key"),
         "__ts",
+        "__sent",
+        "__eoi",
     )
+
+
+_GENERATE = re.compile(r"\bGenerate (\w+)\(")
+_ONE_ROW_GENERATORS = frozenset({"json_tuple"})
+
+
+def _row_generators(df: DataFrame) -> list[str]:
+    """Generators in ``df``'s analyzed plan that may emit several rows per input row."""
+    plan = str(df._jdf.queryExecution().analyzed().toString())
+    return [
+        m.group(1) + "()"
+        for m in _GENERATE.finditer(plan)
+        if m.group(1).lower() not in _ONE_ROW_GENERATORS
+    ]
 
 
 _AGG = re.compile(r"^\s*(\w+)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")

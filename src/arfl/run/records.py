@@ -5,17 +5,35 @@ Input event (injector -> source topic). Kafka key: the event's key field (UTF-8)
     {"seq": 17, "user": "u42", "amount": 37.5, "ts": 1764106200123, "sent_ms": 1764106200125}
 
 ``ts`` is the **intended** send time in epoch ms (fixed-rate schedule; also the event time),
-``sent_ms`` the actual send time. Latency is measured from ``ts`` (coordinated-omission safe).
+``sent_ms`` the actual send time. The headline latency is measured from ``ts``
+(coordinated-omission safe); results carry ``sent_ms`` on as ``sent_ts`` for a second reading.
+
+End-of-input marker (injector -> source topic, one per partition after the last event, written
+with an explicit partition and no key). Value: JSON::
+
+    {"eoi": true, "ts": 1764192600123}
+
+``ts`` is the marker's event time, whatever field ``source.event_time`` names: far past every
+event (the last intended send time + 1 day), so the watermark passes every window and a finite
+run emits its last windows. Replicas let it through their steps as far as the watermark and drop
+it right after: it never reaches an aggregation and yields no result. A record is a marker only
+when ``eoi`` is JSON ``true``.
 
 Replica output (replica N -> its own topic ``replica_topic(sink, N)``). Key: the result id.
 Value: JSON::
 
-    {"rid": "2:1234", "src_ts": 1764106200123, "replica": 0, "hash": "9f2c...",
-     "data": {...the result's columns...}}
+    {"rid": "2:1234", "src_ts": 1764106200123, "sent_ts": 1764106200125, "replica": 0,
+     "hash": "9f2c...", "data": {...the result's columns...}}
 
 * ``rid``: deterministic result id: ``"<partition>:<offset>"`` of the input record for
-  per-record pipelines, ``"<window start ms>-<window end ms>:<key>"`` for window aggregates.
-* ``src_ts``: the newest contributing event's intended send time (ms).
+  per-record pipelines, ``"<window start ms>-<window end ms>:<key>"`` for window aggregates,
+  and ``"<window start ms>-<window end ms>"`` (no ``:``) when the window's key is null, so a
+  null key never shares an id with the string ``"null"``. A step that turns one input record
+  into several rows (``explode``, ``stack``, ...) would give them one id: it is refused.
+* ``src_ts``: the newest contributing event's intended send time (``ts``, ms).
+* ``sent_ts``: the newest contributing event's actual send time (``sent_ms``, ms): the event's
+  own for a per-record result, the maximum over the window's events for a window. Absent
+  (read as ``None``) when the contributing events carry no ``sent_ms`` (a user's own topic).
 * ``hash``: SHA-256 (hex) of the canonical JSON of ``data`` as Spark's ``to_json`` renders it;
   copies of one rid from different replicas must carry the same hash (divergence check).
 
@@ -27,6 +45,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from arfl.coerce import opt_int
+
+END_OF_INPUT_FIELD = "eoi"
+"""Input field that marks an end-of-input marker (JSON ``true``)."""
+END_OF_INPUT_LEAD_MS = 86_400_000
+"""How far past the last event's intended time an end-of-input marker's event time lies."""
+
+
+def end_of_input_marker(event_time_ms: int) -> bytes:
+    """The JSON value of an end-of-input marker whose event time is ``event_time_ms``."""
+    return json.dumps(
+        {END_OF_INPUT_FIELD: True, "ts": int(event_time_ms)}, separators=(",", ":")
+    ).encode()
 
 
 def replica_topic(sink_topic: str, replica: int) -> str:
@@ -43,6 +75,8 @@ class Result:
     replica: int
     hash: str
     data: dict[str, Any]
+    sent_ts: int | None = None
+    """Actual send time (ms) of the newest contributing event, when the input carried it."""
 
 
 class BadRecord(ValueError):
@@ -65,6 +99,7 @@ def parse_result(value: bytes | None) -> Result:
             replica=int(obj["replica"]),
             hash=str(obj["hash"]),
             data=dict(obj.get("data") or {}),
+            sent_ts=opt_int(obj.get("sent_ts")),
         )
     except (ValueError, KeyError, TypeError) as e:
         raise BadRecord(f"not a result record: {e}") from None

@@ -18,8 +18,13 @@ class Producer(Protocol):
         value: bytes | None = None,
         key: bytes | None = None,
         on_delivery: Callable[[Any, Any], None] | None = None,
+        partition: int = ...,
     ) -> None:
         """Queue one record (raises ``BufferError`` when the local queue is full)."""
+        ...
+
+    def list_topics(self, topic: str | None = None, timeout: float = ...) -> Any:
+        """Cluster metadata (the injector reads a topic's partitions from it)."""
         ...
 
     def poll(self, timeout: float = ...) -> int:

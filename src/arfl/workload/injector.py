@@ -8,6 +8,14 @@ The actual send time is kept in ``sent_ms``.
 
 Event content is a pure function of ``(seed, seq)``: the same seed gives the same events.
 
+After the last event (or an early stop) it flushes, then writes one **end-of-input marker**
+per partition (:func:`arfl.run.records.end_of_input_marker`, explicit partition, no key), with
+an event time one day past the last scheduled event's intended time. The watermark of every
+replica then passes every window, so a finite run emits its last windows too. Markers are
+written only once every event is acknowledged, so a batch boundary cut by time (the leaderless
+mode's) that includes one partition's marker includes every partition's last event.
+``--no-end-of-input`` leaves them out.
+
 Run as a process::
 
     python -m arfl.workload.injector --bootstrap 127.0.0.1:9092 --topic clicks \\
@@ -34,6 +42,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from arfl.configs.spec import Workload
 from arfl.errors import ArflError, DeployError
+from arfl.run.records import END_OF_INPUT_LEAD_MS, end_of_input_marker
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
 
@@ -45,6 +54,7 @@ SUSTAIN_FRACTION = 0.95
 _CHUNK = 500
 """Events sent between two looks at the clock/stop flag/stats while catching up."""
 _MAX_SLEEP_S = 0.05
+_FLUSH_S = 30.0
 _MASK64 = (1 << 64) - 1
 
 
@@ -77,6 +87,13 @@ def event_fields(seed: int, seq: int, keys: int) -> tuple[str, float]:
 def intended_ms(t0_ms: int, seq: int, rate: int) -> int:
     """Event ``seq``'s intended send time in epoch ms on the fixed-rate schedule."""
     return t0_ms + (seq * 1000) // rate
+
+
+def end_of_input_ms(t0_ms: int, rate: int, duration_s: float) -> int:
+    """The event time of the end-of-input markers: the last scheduled event's intended time
+    plus a day (a function of the schedule, not of when the injector stopped)."""
+    last = max(event_count(rate, duration_s) - 1, 0)
+    return intended_ms(t0_ms, last, rate) + END_OF_INPUT_LEAD_MS
 
 
 def event_count(rate: int, duration_s: float) -> int:
@@ -189,6 +206,7 @@ class InjectorConfig:
         start_at: epoch seconds to start the schedule at (``None``: now); lets several
             processes share one schedule.
         connect_timeout_s: how long to wait for the broker at start.
+        end_of_input: write an end-of-input marker into every partition at the end.
     """
 
     bootstrap: str
@@ -202,6 +220,7 @@ class InjectorConfig:
     linger_ms: float = 2.0
     start_at: float | None = None
     connect_timeout_s: float = 15.0
+    end_of_input: bool = True
 
     def __post_init__(self) -> None:
         if self.rate < 1:
@@ -255,6 +274,8 @@ class InjectorConfig:
             args += ["--journal", str(self.journal_path)]
         if self.start_at is not None:
             args += ["--start-at", repr(self.start_at)]
+        if not self.end_of_input:
+            args.append("--no-end-of-input")
         return args
 
 
@@ -285,6 +306,10 @@ class Injector:
         self.failed = 0
         self.first_error: str | None = None
         self.max_behind_ms = 0.0
+        self.markers = 0
+        """End-of-input markers written (one per partition), 0 until the end."""
+        self.markers_failed = 0
+        self.marker_error: str | None = None
 
     def stop(self) -> None:
         """Ask :meth:`run` to stop after the current chunk (it still flushes); thread-safe."""
@@ -298,21 +323,43 @@ class Injector:
             if self.first_error is None:
                 self.first_error = str(err)
 
-    def _send(self, seq: int, t0_ms: int, sent_ms: int) -> None:
-        cfg = self.config
-        user, amount = event_fields(cfg.seed, seq, cfg.keys)
-        value = encode_event(seq, user, amount, intended_ms(t0_ms, seq, cfg.rate), sent_ms)
-        key = user.encode()
+    def _on_marker_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self.markers_failed += 1
+            self.marker_error = self.marker_error or str(err)
+
+    def _produce(self, **kw: Any) -> None:
         while True:
             try:
-                self._producer.produce(
-                    cfg.topic, value=value, key=key, on_delivery=self._on_delivery
-                )
+                self._producer.produce(self.config.topic, **kw)
                 return
             except BufferError:
                 # Local queue full: the broker is slower than the schedule. Wait for room;
                 # the event keeps its intended time, so the wait shows up as latency.
                 self._producer.poll(0.005)
+
+    def _write_end_of_input(self, event_time_ms: int) -> None:
+        """One marker per partition of the topic, after every event was acknowledged."""
+        cfg = self.config
+        remaining = self._producer.flush(_FLUSH_S)
+        if remaining:
+            # Events still in flight could land behind a marker: better no marker than one
+            # that makes them late. The final flush counts them as failed.
+            self.marker_error = f"{remaining} events still undelivered; no marker written"
+            return
+        # Not in arfl.stack.clients.Producer (yet): confluent-kafka's Producer has it.
+        meta = self._producer.list_topics(cfg.topic, timeout=cfg.connect_timeout_s)
+        partitions = sorted(meta.topics[cfg.topic].partitions)
+        value = end_of_input_marker(event_time_ms)
+        for p in partitions:
+            self._produce(value=value, partition=p, on_delivery=self._on_marker_delivery)
+        self.markers = len(partitions)
+
+    def _send(self, seq: int, t0_ms: int, sent_ms: int) -> None:
+        cfg = self.config
+        user, amount = event_fields(cfg.seed, seq, cfg.keys)
+        value = encode_event(seq, user, amount, intended_ms(t0_ms, seq, cfg.rate), sent_ms)
+        self._produce(value=value, key=user.encode(), on_delivery=self._on_delivery)
 
     def run(self) -> InjectorSummary:
         """Send every event (or until :meth:`stop`), flush, write stats and the summary.
@@ -401,11 +448,13 @@ class Injector:
                 else:
                     wait = min(seq / rate, second) - t_rel
                     clock.sleep(min(max(wait, 0.0), _MAX_SLEEP_S))
+            if cfg.end_of_input:
+                self._write_end_of_input(end_of_input_ms(t0_ms, rate, cfg.duration_s))
         finally:
             end_mono = clock.monotonic()
             if sent_in_second or behind_in_second:
                 write_second(min(end_mono - t0_mono, float(second)), final=True)
-            remaining = self._producer.flush(30.0)
+            remaining = self._producer.flush(_FLUSH_S)
             if remaining:
                 self.failed += remaining
                 self.first_error = self.first_error or (
@@ -429,10 +478,12 @@ class Injector:
                 stats.write(json.dumps(line) + "\n")
                 stats.close()
             if journal:
-                self._journal_end(journal, summary)
+                self._journal_end(journal, summary, end_of_input_ms(t0_ms, rate, cfg.duration_s))
         return summary
 
-    def _journal_end(self, journal: Journal, summary: InjectorSummary) -> None:
+    def _journal_end(
+        self, journal: Journal, summary: InjectorSummary, end_of_input_ts: int
+    ) -> None:
         if summary.produced and summary.achieved_rate < SUSTAIN_FRACTION * summary.target_rate:
             journal.write(
                 "warning",
@@ -454,7 +505,23 @@ class Injector:
                 message=f"{summary.failed} events were not delivered: {self.first_error}",
                 failed=summary.failed,
             )
-        journal.write("injector_finished", **summary.to_dict())
+        if self.config.end_of_input and (self.markers_failed or not self.markers):
+            journal.write(
+                "warning",
+                component="injector",
+                message=(
+                    f"end-of-input markers not written to every partition of "
+                    f"{self.config.topic}: {self.marker_error}; the last windows may never "
+                    "be emitted"
+                ),
+            )
+        end: dict[str, Any] = (
+            {"end_of_input_markers": self.markers - self.markers_failed,
+             "end_of_input_ts": end_of_input_ts}
+            if self.config.end_of_input
+            else {}
+        )  # fmt: skip
+        journal.write("injector_finished", **summary.to_dict(), **end)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -482,6 +549,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="epoch seconds to start the schedule (default: now)",
     )
     p.add_argument(
+        "--no-end-of-input",
+        dest="end_of_input",
+        action="store_false",
+        help="do not write an end-of-input marker into every partition at the end",
+    )
+    p.add_argument(
         "--connect-timeout",
         type=float,
         default=15.0,
@@ -503,6 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             duration_s=args.duration, keys=args.keys, seed=args.seed,
             stats_path=args.stats, journal_path=args.journal, linger_ms=args.linger_ms,
             start_at=args.start_at, connect_timeout_s=args.connect_timeout,
+            end_of_input=args.end_of_input,
         )  # fmt: skip
         injector = Injector(cfg)
     except ArflError as e:
