@@ -14,12 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from hdrh.log import HistogramLogReader
 
 from arfl.measure.histogram import new_histogram
-from arfl.run.records import replica_topic
+from arfl.run.records import END_OF_INPUT_FIELD, replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import InjectorStatsTail, MonitorTail
 from arfl.stack import StackInfo
@@ -100,7 +102,11 @@ def test_injector_sends_exactly_rate_times_duration_on_schedule(
     assert len(seconds) in (5, 6) and sum(s.sent for s in seconds) == 5000
     assert [s.target for s in seconds[:5]] == [1000] * 5
 
-    msgs = read_topic(stack.kafka, topic, 5000)
+    # After the events, one end-of-input marker per partition (its event time a day later).
+    everything = read_topic(stack.kafka, topic, 5000 + 4)
+    markers = [m for m in everything if json.loads(m.value()).get(END_OF_INPUT_FIELD)]
+    assert sorted(m.partition() for m in markers) == [0, 1, 2, 3]
+    msgs = [m for m in everything if m not in markers]
     events = [json.loads(m.value()) for m in msgs]
     assert len(events) == 5000
     assert sorted(e["seq"] for e in events) == list(range(5000))
@@ -139,15 +145,36 @@ def test_injector_stops_cleanly_on_sigterm(
     assert tail.summary is not None and tail.summary.stopped_early
     produced = tail.summary.produced
     assert 0 < produced < 60_000 and tail.summary.delivered == produced
-    assert len(read_topic(stack.kafka, topic, produced)) == produced
+    everything = [json.loads(m.value()) for m in read_topic(stack.kafka, topic, produced + 2)]
+    assert sum(1 for e in everything if e.get(END_OF_INPUT_FIELD)) == 2  # one per partition
+    assert len(everything) == produced + 2
 
 
-def _result(rid: str, src_ts: int, replica: int, data: dict[str, Any]) -> bytes:
+def _result(
+    rid: str, src_ts: int, replica: int, data: dict[str, Any], sent_ts: int | None = None
+) -> bytes:
     canon = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return json.dumps({
-        "rid": rid, "src_ts": src_ts, "replica": replica,
+        "rid": rid, "src_ts": src_ts, "sent_ts": sent_ts, "replica": replica,
         "hash": hashlib.sha256(canon.encode()).hexdigest(), "data": data,
     }).encode()  # fmt: skip
+
+
+def _hlog_count(path: Path) -> tuple[int, int]:
+    """(values, intervals) of an interval log, read with HdrHistogram's own reader."""
+    reader = HistogramLogReader(str(path), new_histogram())
+    total, intervals = 0, 0
+    while (h := reader.get_next_interval_histogram()) is not None:
+        total += h.get_total_count()
+        intervals += 1
+    reader.close()
+    return total, intervals
+
+
+def _groups(bootstrap: str) -> set[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups(request_timeout=10).result()
+    return {g.group_id for g in listed.valid}
 
 
 def test_merger_keeps_first_copies_of_two_replicas(
@@ -157,14 +184,16 @@ def test_merger_keeps_first_copies_of_two_replicas(
     for t in (sink, replica_topic(sink, 0), replica_topic(sink, 1)):
         ensure_topic(stack.kafka, t, 2)
     run_dir = tmp_path / "run"
+    group = f"arfl-merger-{topic_name}"
     merger = _spawn("arfl.measure.merger", [
         "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "2",
-        "--run-dir", str(run_dir), "--input-start", repr(time.time()),
+        "--run-dir", str(run_dir), "--input-start", repr(time.time()), "--group-id", group,
     ], tmp_path / "merger.log")  # fmt: skip
     procs.append(merger)
 
     # Two fake replicas: r0 emits results 0..299, r1 emits 100..399 (200 overlap). r1's copy
-    # of 150 has other content (divergent); each writes one bad record.
+    # of 150 has other content (divergent); each writes one bad record. Every tenth result
+    # has no actual send time (sent_ts null); the others were sent 5 ms after intended.
     prod = Producer({"bootstrap.servers": stack.kafka, "linger.ms": 1})
     rounds = 4
     for k in range(rounds):
@@ -172,10 +201,12 @@ def test_merger_keeps_first_copies_of_two_replicas(
             for i in range(lo + k * 75, lo + (k + 1) * 75):
                 rid = f"{i % 2}:{i}"
                 data = {"user": f"u{i % 7}", "n": i + (1 if (r == 1 and i == 150) else 0)}
+                now_ms = int(time.time() * 1000)
+                sent = None if i % 10 == 0 else now_ms + 5
                 prod.produce(
                     replica_topic(sink, r),
                     key=rid.encode(),
-                    value=_result(rid, int(time.time() * 1000), r, data),
+                    value=_result(rid, now_ms, r, data, sent),
                 )
         if k == 1:
             prod.produce(replica_topic(sink, 0), key=b"x", value=b'{"rid": "no-src-ts"}')
@@ -198,6 +229,9 @@ def test_merger_keeps_first_copies_of_two_replicas(
         ):
             break
         time.sleep(0.3)
+    # Partitions are assigned, not subscribed: the merger never joined a consumer group, so
+    # no rebalance can make it read everything again.
+    assert group not in _groups(stack.kafka)
     merger.send_signal(signal.SIGTERM)
     assert merger.wait(30) == 0, (tmp_path / "merger.log").read_text()
 
@@ -210,7 +244,9 @@ def test_merger_keeps_first_copies_of_two_replicas(
         final["evicted"],
         final["received"],
     ) == (400, 200, 1, 2, 0, 602)
-    assert final["delivery_failures"] == 0
+    assert final["delivery_failures"] == 0 and final["complete_output"] is True
+    assert final["stop_reason"] == "signal"
+    assert final["results_without_sent_ts"] == 40 and final["latency_sent_ms"]["count"] == 360
     reps = final["replicas"]
     assert reps["0"]["received"] == 301 and reps["1"]["received"] == 301
     assert reps["0"]["wins"] + reps["1"]["wins"] == 400
@@ -228,13 +264,10 @@ def test_merger_keeps_first_copies_of_two_replicas(
     assert {div[0]["first_replica"], div[0]["replica"]} == {0, 1}
     assert div[0]["first_hash"] != div[0]["hash"]
 
-    reader = HistogramLogReader(str(run_dir / "latency.hlog"), new_histogram())
-    total, intervals = 0, 0
-    while (h := reader.get_next_interval_histogram()) is not None:
-        total += h.get_total_count()
-        intervals += 1
-    reader.close()
+    total, intervals = _hlog_count(run_dir / "latency.hlog")
     assert total == 400 and intervals >= rounds
+    sent_total, sent_intervals = _hlog_count(run_dir / "latency-sent.hlog")
+    assert sent_total == 360 and sent_intervals == intervals
 
     lines = read_jsonl(run_dir / "monitor.jsonl")
     assert len(lines) >= rounds
@@ -255,3 +288,121 @@ def test_merger_refuses_a_missing_sink_topic(
     )
     with pytest.raises(DeployError, match=r"sink topic .*missing.* does not exist"):
         Merger(cfg)
+
+
+def test_merger_reads_a_replica_topic_created_after_it_started(
+    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    sink = f"{topic_name}.out"
+    for t in (sink, replica_topic(sink, 0)):
+        ensure_topic(stack.kafka, t, 2)
+    run_dir = tmp_path / "run"
+    merger = _spawn("arfl.measure.merger", [
+        "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "2",
+        "--run-dir", str(run_dir), "--input-start", repr(time.time()),
+    ], tmp_path / "merger.log")  # fmt: skip
+    procs.append(merger)
+    prod = Producer({"bootstrap.servers": stack.kafka, "linger.ms": 1})
+    for i in range(50):
+        rid = f"0:{i}"
+        prod.produce(replica_topic(sink, 0), key=rid.encode(),
+                     value=_result(rid, int(time.time() * 1000), 0, {"n": i}))  # fmt: skip
+    prod.flush(10)
+    monitor = MonitorTail(run_dir / "monitor.jsonl")
+    deadline = time.time() + 30
+    while time.time() < deadline:  # r0's results flow before r1 exists
+        monitor.poll()
+        if monitor.latest is not None and monitor.latest.results == 50:
+            break
+        time.sleep(0.3)
+    assert monitor.latest is not None and monitor.latest.results == 50
+    # r1 appears late and repeats r0's results (from its first offset) plus 50 of its own.
+    ensure_topic(stack.kafka, replica_topic(sink, 1), 2)
+    for i in range(100):
+        rid = f"0:{i}"
+        prod.produce(replica_topic(sink, 1), key=rid.encode(),
+                     value=_result(rid, int(time.time() * 1000), 1, {"n": i}))  # fmt: skip
+    prod.flush(10)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        monitor.poll()
+        if monitor.latest is not None and monitor.latest.results == 100:
+            break
+        time.sleep(0.3)
+    merger.send_signal(signal.SIGTERM)
+    assert merger.wait(30) == 0, (tmp_path / "merger.log").read_text()
+    final = json.loads((run_dir / "merger.json").read_text())
+    assert (final["results"], final["duplicates"], final["received"]) == (100, 50, 150)
+    assert len(read_topic(stack.kafka, sink, 100)) == 100
+    warnings = [e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == "warning"]
+    assert any(replica_topic(sink, 1) in e["message"] for e in warnings)
+
+
+def test_merger_ends_by_itself_when_its_owner_is_killed(
+    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    sink = f"{topic_name}.out"
+    for t in (sink, replica_topic(sink, 0)):
+        ensure_topic(stack.kafka, t, 2)
+    # The owner stands in for the deploy process; kill -9 gives it no chance to stop anything.
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    procs.append(owner)
+    created = psutil.Process(owner.pid).create_time()
+    run_dir = tmp_path / "run"
+    merger = _spawn("arfl.measure.merger", [
+        "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "1",
+        "--run-dir", str(run_dir), "--owner-pid", str(owner.pid),
+        "--owner-create-time", repr(created),
+    ], tmp_path / "merger.log")  # fmt: skip
+    procs.append(merger)
+    prod = Producer({"bootstrap.servers": stack.kafka, "linger.ms": 1})
+    for i in range(20):
+        rid = f"0:{i}"
+        prod.produce(replica_topic(sink, 0), key=rid.encode(),
+                     value=_result(rid, int(time.time() * 1000), 0, {"n": i}))  # fmt: skip
+    prod.flush(10)
+    monitor = MonitorTail(run_dir / "monitor.jsonl")
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        monitor.poll()
+        if monitor.latest is not None and monitor.latest.results == 20:
+            break
+        time.sleep(0.3)
+    assert monitor.latest is not None and monitor.latest.results == 20
+    time.sleep(2.0)
+    assert merger.poll() is None, "the merger must keep running while its owner lives"
+
+    owner.kill()
+    owner.wait(10)
+    killed = time.time()
+    assert merger.wait(15) == 0, (tmp_path / "merger.log").read_text()
+    assert time.time() - killed < 5.0
+
+    final = json.loads((run_dir / "merger.json").read_text())
+    assert final["stop_reason"] == "orphaned" and final["results"] == 20
+    assert final["complete_output"] is True and final["delivery_failures"] == 0
+    events = read_jsonl(run_dir / "journal.jsonl")
+    orphaned = [e for e in events if e["event"] == "merger-orphaned"]
+    assert len(orphaned) == 1 and orphaned[0]["owner_pid"] == owner.pid
+    assert events[-1]["event"] == "merger_finished"
+    assert len(read_topic(stack.kafka, sink, 20)) == 20
+
+
+def test_merger_is_not_fooled_by_a_reused_owner_pid(
+    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    sink = f"{topic_name}.out"
+    for t in (sink, replica_topic(sink, 0)):
+        ensure_topic(stack.kafka, t, 1)
+    # A live pid with another create time is not the owner: as if the owner died and its pid
+    # was handed to an unrelated process.
+    alive = psutil.Process(os.getpid())
+    run_dir = tmp_path / "run"
+    merger = _spawn("arfl.measure.merger", [
+        "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "1",
+        "--run-dir", str(run_dir), "--owner-pid", str(alive.pid),
+        "--owner-create-time", repr(alive.create_time() - 100.0),
+    ], tmp_path / "merger.log")  # fmt: skip
+    procs.append(merger)
+    assert merger.wait(30) == 0, (tmp_path / "merger.log").read_text()
+    assert json.loads((run_dir / "merger.json").read_text())["stop_reason"] == "orphaned"

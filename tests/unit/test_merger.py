@@ -30,10 +30,14 @@ from arfl.run.streams import MonitorSnapshot, MonitorTail
 T0 = 1_700_000_000.0
 
 
-def rec(rid: str, src_ts: int, replica: int = 0, h: str = "h1") -> bytes:
-    return json.dumps(
-        {"rid": rid, "src_ts": src_ts, "replica": replica, "hash": h, "data": {"n": 1}}
-    ).encode()
+def rec(
+    rid: str, src_ts: int, replica: int = 0, h: str = "h1", sent_ts: int | None = None
+) -> bytes:
+    obj: dict[str, Any] = {"rid": rid, "src_ts": src_ts, "replica": replica, "hash": h}
+    if sent_ts is not None:
+        obj["sent_ts"] = sent_ts
+    obj["data"] = {"n": 1}
+    return json.dumps(obj).encode()
 
 
 # ------------------------------------------------------------------ DedupState
@@ -172,7 +176,7 @@ def test_core_records_latency_of_first_copies_only() -> None:
     c.on_record(0, rec("a", ts), T0 + 0.250)  # 250 ms
     c.on_record(1, rec("a", ts), T0 + 5.0)  # duplicate: not a latency
     c.on_record(1, rec("b", ts), T0 + 0.500)  # 500 ms
-    interval, line = c.tick(T0 + 1)
+    interval, line, _sent = c.tick(T0 + 1)
     assert interval.count == 2
     assert line["interval"]["max"] == pytest.approx(500, rel=0.001)
     assert line["interval"]["p50"] == pytest.approx(250, rel=0.001)
@@ -183,11 +187,11 @@ def test_tick_rolls_intervals_and_keeps_cumulative() -> None:
     ts = int(T0 * 1000)
     for i in range(100):
         c.on_record(0, rec(f"a{i}", ts), T0 + 0.010)  # 10 ms
-    iv1, line1 = c.tick(T0 + 1)
+    iv1, line1, _ = c.tick(T0 + 1)
     for i in range(100):
         c.on_record(0, rec(f"b{i}", ts), T0 + 1.100)  # 1100 ms
-    iv2, line2 = c.tick(T0 + 2)
-    iv3, line3 = c.tick(T0 + 3)
+    iv2, line2, _ = c.tick(T0 + 2)
+    iv3, line3, _ = c.tick(T0 + 3)
     assert (iv1.start_s, iv1.end_s, iv2.start_s, iv2.end_s) == (T0, T0 + 1, T0 + 1, T0 + 2)
     assert (iv1.count, iv2.count, iv3.count) == (100, 100, 0)
     assert line1["interval"]["max"] == pytest.approx(10, rel=0.001)
@@ -206,7 +210,7 @@ def test_tick_evicts_old_ids() -> None:
     c = MergeCore(1, T0, horizon_s=5.0)
     c.on_record(0, rec("a", 1), T0)
     c.tick(T0 + 1)
-    _, line = c.tick(T0 + 6)
+    line = c.tick(T0 + 6).line
     assert line["evicted"] == 1 and line["dedup_entries"] == 0
 
 
@@ -215,7 +219,7 @@ def test_core_gap_follows_first_copies_not_duplicates() -> None:
     c.on_record(0, rec("a", 1), T0 + 1)
     c.on_record(1, rec("a", 1), T0 + 2)  # duplicate: no new result
     c.on_record(1, rec("b", 1), T0 + 4)
-    _, line = c.tick(T0 + 4.5)
+    line = c.tick(T0 + 4.5).line
     assert line["longest_gap_ms"] == pytest.approx(3000)
     assert line["input_flowing"] is True
     final = c.final(T0 + 5)
@@ -244,14 +248,54 @@ class FakeMessage:
         return self._e
 
 
+class FakeTopicMetadata:
+    def __init__(self, partitions: int) -> None:
+        self.partitions = {i: object() for i in range(partitions)}
+        self.error = None if partitions else "UNKNOWN_TOPIC_OR_PART"
+
+
+class FakeClusterMetadata:
+    def __init__(self, topics: dict[str, FakeTopicMetadata]) -> None:
+        self.topics = topics
+
+
 class FakeConsumer:
-    def __init__(self, batches: list[list[FakeMessage]]) -> None:
+    """Serves batches; topics have ``partitions`` partitions unless listed in ``missing``.
+
+    A topic in ``missing`` has no metadata for its first ``missing[topic]`` look-ups (created
+    after the merger started). ``subscribe`` is not offered: a group subscription rebalances.
+    """
+
+    def __init__(
+        self,
+        batches: list[list[FakeMessage]],
+        partitions: int = 2,
+        missing: dict[str, int] | None = None,
+    ) -> None:
         self.batches = batches
-        self.subscribed: list[str] = []
+        self.partitions = partitions
+        self.missing = dict(missing or {})
+        self.assigned: list[tuple[str, int, int]] = []
+        self.assign_calls: list[str] = []
         self.closed = False
 
-    def subscribe(self, topics: list[str]) -> None:
-        self.subscribed = topics
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> FakeClusterMetadata:
+        assert topic is not None
+        if self.missing.get(topic, 0) > 0:
+            self.missing[topic] -= 1
+            return FakeClusterMetadata({topic: FakeTopicMetadata(0)})
+        return FakeClusterMetadata({topic: FakeTopicMetadata(self.partitions)})
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.assign_calls.append("assign")
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in partitions]
+
+    def incremental_assign(self, partitions: list[Any]) -> None:
+        self.assign_calls.append("incremental_assign")
+        new = [(tp.topic, tp.partition, tp.offset) for tp in partitions]
+        overlap = {(t, p) for t, p, _o in new} & {(t, p) for t, p, _o in self.assigned}
+        assert not overlap, f"re-assigned (would re-read) {overlap}"
+        self.assigned += new
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
         if self.batches:
@@ -274,8 +318,10 @@ class FakeConsumer:
 
 
 class FakeProducer:
-    def __init__(self) -> None:
+    def __init__(self, fail: set[bytes] | None = None, unflushed: int = 0) -> None:
         self.records: list[tuple[str, bytes | None, bytes | None]] = []
+        self.fail = fail or set()
+        self.unflushed = unflushed
 
     def produce(
         self,
@@ -286,13 +332,13 @@ class FakeProducer:
     ) -> None:
         self.records.append((topic, key, value))
         if on_delivery:
-            on_delivery(None, None)
+            on_delivery("_MSG_TIMED_OUT" if key in self.fail else None, None)
 
     def poll(self, timeout: float = 0) -> int:
         return 0
 
     def flush(self, timeout: float = 0) -> int:
-        return 0
+        return self.unflushed
 
 
 class FakeError:
@@ -323,11 +369,12 @@ def test_merger_writes_first_copies_files_and_journal(tmp_path: Path) -> None:
     cfg = MergerConfig(bootstrap="x:1", sink=sink, replicas=2, run_dir=tmp_path, idle_s=1.2)
     final = Merger(cfg, consumer=consumer, producer=producer).run()
 
-    assert consumer.subscribed == [t0, t1] and consumer.closed
+    assert consumer.closed
     assert [(t, k) for t, k, _v in producer.records] == [(sink, b"a"), (sink, b"b"), (sink, b"c")]
     assert producer.records[1][2] == rec("b", now_ms, 1, h="x")  # unchanged first copy
     assert (final["results"], final["duplicates"], final["divergent"], final["bad"]) == (3, 2, 1, 1)
     assert final["consumer_errors"] == 1 and final["delivery_failures"] == 0
+    assert final["complete_output"] is True and final["stop_reason"] == "idle"
     assert json.loads((tmp_path / "merger.json").read_text())["results"] == 3
 
     journal = read_jsonl(tmp_path / "journal.jsonl")
@@ -489,3 +536,193 @@ def test_command_runs_the_module(tmp_path: Path) -> None:
     cmd = cfg.command("/py")
     assert cmd[:3] == ["/py", "-m", "arfl.measure.merger"]
     assert build_parser().parse_args(cmd[3:]).replicas == 2
+
+
+# ------------------------------------------------------------------ issue 12: verdicts that hold up
+
+
+def test_a_copy_after_more_than_300_s_of_merger_time_is_still_a_duplicate() -> None:
+    # A restarted replica catches up for minutes and re-emits what the others delivered long
+    # ago: by default, ids are remembered for the whole run.
+    c = MergeCore(2, T0)
+    ts = int(T0 * 1000)
+    assert c.on_record(0, rec("a", ts), T0 + 0.1)[0] is Outcome.FIRST
+    c.tick(T0 + 1)
+    c.tick(T0 + 301)
+    c.tick(T0 + 900)
+    assert c.on_record(1, rec("a", ts), T0 + 900.5)[0] is Outcome.DUPLICATE
+    assert (c.results, c.duplicates, c.dedup.evicted) == (1, 1, 0)
+    assert c.final(T0 + 901)["evicted"] == 0
+
+
+def test_an_explicit_horizon_still_forgets_and_counts() -> None:
+    c = MergeCore(2, T0, horizon_s=300.0)
+    c.on_record(0, rec("a", 1), T0)
+    c.tick(T0 + 301)
+    assert c.on_record(1, rec("a", 1), T0 + 302)[0] is Outcome.FIRST
+    assert c.dedup.evicted == 1
+
+
+def test_horizon_flag_defaults_to_the_whole_run_and_round_trips(tmp_path: Path) -> None:
+    base = ["--bootstrap", "x", "--sink", "s", "--replicas", "1", "--run-dir", str(tmp_path)]
+    assert build_parser().parse_args(base).horizon_s is None
+    assert build_parser().parse_args([*base, "--horizon-s", "60"]).horizon_s == 60.0
+    assert build_parser().parse_args([*base, "--horizon", "70"]).horizon_s == 70.0  # old name
+    assert MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path).horizon_s is None
+    cfg = MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, horizon_s=42.0)
+    assert build_parser().parse_args(cfg.argv()).horizon_s == 42.0
+    default = MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path)
+    assert build_parser().parse_args(default.argv()).horizon_s is None
+    with pytest.raises(DeployError, match="horizon"):
+        MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, horizon_s=0.0)
+
+
+def test_merger_assigns_every_partition_from_the_beginning_without_a_group(
+    tmp_path: Path,
+) -> None:
+    from confluent_kafka import OFFSET_BEGINNING
+
+    t0, t1 = replica_topic("s", 0), replica_topic("s", 1)
+    consumer = FakeConsumer([[FakeMessage(t0, b"a", rec("a", 1))]], partitions=3)
+    assert not hasattr(consumer, "subscribe")  # a subscribe() call would fail the run
+    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=2, run_dir=tmp_path, idle_s=0.3)
+    final = Merger(cfg, consumer=consumer, producer=FakeProducer()).run()
+    assert final["results"] == 1 and final["stop_reason"] == "idle"
+    assert consumer.assign_calls == ["assign"]
+    assert sorted(consumer.assigned) == sorted(
+        (t, p, OFFSET_BEGINNING) for t in (t0, t1) for p in range(3)
+    )
+
+
+def test_a_replica_topic_created_later_is_added_without_reassigning_the_others(
+    tmp_path: Path,
+) -> None:
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING
+
+    t0, t1 = replica_topic("s", 0), replica_topic("s", 1)
+    consumer = FakeConsumer([], partitions=2, missing={t1: 2})
+    cfg = MergerConfig(
+        bootstrap="x:1", sink="s", replicas=2, run_dir=tmp_path, until=time.time() + 2.5
+    )
+    Merger(cfg, consumer=consumer, producer=FakeProducer()).run()
+    # incremental_assign refuses (in the fake) any partition assigned before: no re-read.
+    assert consumer.assign_calls[0] == "assign"
+    assert "incremental_assign" in consumer.assign_calls
+    assert sorted(consumer.assigned) == sorted(
+        (t, p, OFFSET_BEGINNING) for t in (t0, t1) for p in range(2)
+    )
+    events = read_jsonl(tmp_path / "journal.jsonl")
+    assert any(e["event"] == "warning" and t1 in e["message"] for e in events)
+
+
+def test_latency_from_the_actual_send_time_is_a_second_reading() -> None:
+    c = MergeCore(2, T0)
+    ts = int(T0 * 1000)
+    # Intended at T0, actually sent 200 ms late, received at T0 + 0.250: 250 vs 50 ms.
+    c.on_record(0, rec("a", ts, sent_ts=ts + 200), T0 + 0.250)
+    c.on_record(1, rec("a", ts, sent_ts=ts + 201), T0 + 0.260)  # duplicate: no reading
+    c.on_record(0, rec("b", ts), T0 + 0.300)  # no sent_ts: intended reading only
+    tick = c.tick(T0 + 1)
+    assert tick.interval.count == 2 and tick.sent_interval.count == 1
+    assert tick.sent_interval.start_s == T0 and tick.sent_interval.end_s == T0 + 1
+    assert tick.line["interval_sent"]["max"] == pytest.approx(50, rel=0.001)
+    assert tick.line["interval"]["max"] == pytest.approx(300, rel=0.001)
+    assert tick.line["results_without_sent_ts"] == 1
+    final = c.final(T0 + 1)
+    assert final["latency_sent_ms"]["count"] == 1
+    assert final["latency_sent_ms"]["p50"] == pytest.approx(50, rel=0.001)
+    assert final["latency_ms"]["count"] == 2
+    assert final["results_without_sent_ts"] == 1
+
+
+def test_merger_writes_the_sent_time_interval_log(tmp_path: Path) -> None:
+    import time
+
+    t0 = replica_topic("s", 0)
+    now_ms = int(time.time() * 1000)
+    batch = [
+        FakeMessage(t0, b"a", rec("a", now_ms - 500, sent_ts=now_ms - 20)),
+        FakeMessage(t0, b"b", rec("b", now_ms - 500, sent_ts=now_ms - 20)),
+        FakeMessage(t0, b"c", rec("c", now_ms - 500)),
+    ]
+    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, idle_s=1.2)
+    final = Merger(cfg, consumer=FakeConsumer([batch]), producer=FakeProducer()).run()
+    latency = read_latency_log(tmp_path / "latency.hlog")
+    sent = read_latency_log(tmp_path / merger.SENT_HLOG)
+    assert sum(iv.count for iv in latency) == 3 and sum(iv.count for iv in sent) == 2
+    # One interval per second in both logs, over the same times.
+    assert [(iv.start_s, iv.end_s) for iv in sent] == [(iv.start_s, iv.end_s) for iv in latency]
+    assert final["latency_sent_ms"]["count"] == 2 and final["results_without_sent_ts"] == 1
+    assert final["latency_sent_ms"]["max"] < final["latency_ms"]["max"]
+    on_disk = json.loads((tmp_path / "merger.json").read_text())
+    assert on_disk["latency_sent_ms"] == final["latency_sent_ms"]
+
+
+def test_lost_sink_writes_make_the_output_incomplete(tmp_path: Path) -> None:
+    t0 = replica_topic("s", 0)
+    batch = [FakeMessage(t0, k, rec(k.decode(), 1)) for k in (b"a", b"b", b"c")]
+    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, idle_s=0.3)
+    producer = FakeProducer(fail={b"b"}, unflushed=2)  # one failed, two never acknowledged
+    final = Merger(cfg, consumer=FakeConsumer([batch]), producer=producer).run()
+    assert final["delivery_failures"] == 3 and final["complete_output"] is False
+    on_disk = json.loads((tmp_path / "merger.json").read_text())
+    assert on_disk["delivery_failures"] == 3 and on_disk["complete_output"] is False
+    events = read_jsonl(tmp_path / "journal.jsonl")
+    assert any(e["event"] == "warning" and "_MSG_TIMED_OUT" in e["message"] for e in events)
+
+
+def test_no_lost_writes_means_complete_output_and_zero_failures(tmp_path: Path) -> None:
+    import time
+
+    cfg = MergerConfig(
+        bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, until=time.time() + 0.2
+    )
+    Merger(cfg, consumer=FakeConsumer([]), producer=FakeProducer()).run()
+    on_disk = json.loads((tmp_path / "merger.json").read_text())
+    assert on_disk["delivery_failures"] == 0 and on_disk["complete_output"] is True
+    assert on_disk["stop_reason"] == "until"
+
+
+def test_merger_ends_by_itself_when_its_owner_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    checks: list[tuple[int, float | None]] = []
+
+    def fake_same_process(pid: int, create_time: float | None) -> object | None:
+        checks.append((pid, create_time))
+        return object() if len(checks) < 3 else None  # the owner dies at the third check
+
+    monkeypatch.setattr(merger, "same_process", fake_same_process)
+    cfg = MergerConfig(
+        bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path,
+        owner_pid=4242, owner_create_time=1234.5,
+    )  # fmt: skip
+    start = time.time()
+    final = Merger(cfg, consumer=FakeConsumer([]), producer=FakeProducer()).run()
+    assert time.time() - start < 6
+    assert set(checks) == {(4242, 1234.5)} and len(checks) == 3
+    assert final["stop_reason"] == "orphaned"
+    assert json.loads((tmp_path / "merger.json").read_text())["stop_reason"] == "orphaned"
+    events = read_jsonl(tmp_path / "journal.jsonl")
+    orphaned = [e for e in events if e["event"] == "merger-orphaned"]
+    assert len(orphaned) == 1 and orphaned[0]["owner_pid"] == 4242
+    assert events[-1]["event"] == "merger_finished"
+
+
+def test_owner_flags_round_trip_and_need_each_other(tmp_path: Path) -> None:
+    cfg = MergerConfig(
+        bootstrap="x", sink="s", replicas=1, run_dir=tmp_path,
+        owner_pid=77, owner_create_time=1_764_106_200.123456,
+    )  # fmt: skip
+    a = build_parser().parse_args(cfg.argv())
+    assert (a.owner_pid, a.owner_create_time) == (77, 1_764_106_200.123456)
+    plain = build_parser().parse_args(
+        MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path).argv()
+    )
+    assert plain.owner_pid is None and plain.owner_create_time is None
+    with pytest.raises(DeployError, match="owner"):
+        MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, owner_create_time=1.0)

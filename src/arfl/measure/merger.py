@@ -1,15 +1,26 @@
 """The merger: first copy of each result wins; end-to-end latency is measured here.
 
-It consumes every replica's output topic (``records.replica_topic(sink, i)``), keeps the
-**first** copy of each result id and writes it unchanged to the final sink topic. For every
-first copy it records ``receive wall time - src_ts`` (the newest contributing event's
-*intended* send time) into a per-second HdrHistogram, written to ``latency.hlog``, and once a
-second it appends a line to ``monitor.jsonl`` (format in :mod:`arfl.run.streams`).
+It reads every partition of every replica's output topic (``records.replica_topic(sink, i)``)
+from its beginning, by explicit assignment: no consumer group, so no rebalance can ever make it
+re-read. It keeps the **first** copy of each result id and writes it unchanged to the final
+sink topic. For every first copy it records two latencies into per-second HdrHistograms:
 
-Dedup state is bounded: result ids are forgotten ``horizon_s`` after their first copy
-arrived, or oldest-first beyond ``max_entries``; forgotten ids are counted as ``evicted``. A
-copy arriving after its id was forgotten would be emitted again, so the horizon must exceed
-the longest replica outage plus its replay time (default 5 min).
+* ``receive wall time - src_ts`` (the newest contributing event's *intended* send time), the
+  headline reading, written to ``latency.hlog``;
+* ``receive wall time - sent_ts`` (its *actual* send time), written to ``latency-sent.hlog``;
+  results without ``sent_ts`` are not recorded there, only counted.
+
+Once a second it appends a line to ``monitor.jsonl`` (format in :mod:`arfl.run.streams`).
+
+Dedup state remembers every result id for the whole run by default, bounded only by
+``max_entries`` (oldest-first beyond it, about 0.4 KB per id). A restarted replica catches up
+for minutes and re-emits results the others delivered long ago, so any age limit shorter than
+the run would forward those copies again. ``horizon_s`` sets such a limit anyway; ids forgotten
+either way are counted as ``evicted``.
+
+Given the pid and create time of its owner (the deploy process), the merger ends by itself
+(flushes, writes ``merger.json``, journals ``merger-orphaned``) within about a second of the
+owner's death, so that a ``kill -9`` of arfl never leaves it running.
 
 Copies of one id with different content hashes are **divergent**: counted, and journaled
 (``divergence`` events, the first :data:`MAX_JOURNALED_DIVERGENCES` of them). Records that
@@ -37,7 +48,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from arfl.errors import ArflError, DeployError
 from arfl.measure.histogram import (
@@ -47,6 +58,7 @@ from arfl.measure.histogram import (
     LatencyLogWriter,
     percentiles_ms,
 )
+from arfl.processes import same_process
 from arfl.run.records import BadRecord, parse_result, replica_topic
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
@@ -56,8 +68,14 @@ if TYPE_CHECKING:
 
 MAX_JOURNALED_DIVERGENCES = 100
 """Beyond this many, divergences are only counted (one ``divergence_suppressed`` event)."""
-DEFAULT_HORIZON_S = 300.0
+DEFAULT_HORIZON_S: float | None = None
+"""Remember result ids for the whole run (only ``max_entries`` bounds the memory)."""
 DEFAULT_MAX_ENTRIES = 2_000_000
+"""About 0.8 GB of dedup memory (measured ~370-400 bytes per id with 64-hex-digit hashes)."""
+SENT_HLOG = RunPaths(Path(".")).hlog_sent.name
+"""The interval log of latencies measured from the actual send time (``sent_ts``)."""
+OWNER_CHECK_S = 1.0
+"""How often the merger checks that its owner (the deploy process) still runs."""
 DATA_MEMORY = 10_000
 """The content of this many newest first copies is kept to show both values of a divergence."""
 STATS_STALE_S = 2.5
@@ -102,16 +120,16 @@ class Divergence:
 
 
 class DedupState:
-    """First-copy-wins memory of result ids, bounded by age and by size."""
+    """First-copy-wins memory of result ids, bounded by size and optionally by age."""
 
     def __init__(
-        self, horizon_s: float = DEFAULT_HORIZON_S, max_entries: int = DEFAULT_MAX_ENTRIES
+        self, horizon_s: float | None = DEFAULT_HORIZON_S, max_entries: int = DEFAULT_MAX_ENTRIES
     ) -> None:
         """Args:
-        horizon_s: forget an id this long after its first copy arrived.
+        horizon_s: forget an id this long after its first copy arrived; None: never by age.
         max_entries: forget the oldest ids beyond this many.
         """
-        if horizon_s <= 0 or max_entries < 1:
+        if (horizon_s is not None and horizon_s <= 0) or max_entries < 1:
             raise ValueError("horizon_s must be positive and max_entries at least 1")
         self.horizon_s = horizon_s
         self.max_entries = max_entries
@@ -161,8 +179,10 @@ class DedupState:
         """Forget ids whose first copy arrived more than ``horizon_s`` before ``now_s``.
 
         Returns:
-            How many were forgotten by this call.
+            How many were forgotten by this call (always 0 without a horizon).
         """
+        if self.horizon_s is None:
+            return 0
         cutoff = now_s - self.horizon_s
         n = 0
         seen = self._seen
@@ -264,6 +284,17 @@ class ReplicaCounters:
         }
 
 
+class Tick(NamedTuple):
+    """One closed 1-s interval: both latency readings and the monitor line."""
+
+    interval: IntervalHistogram
+    """Latency from the intended send time (``latency.hlog``)."""
+    line: dict[str, Any]
+    """The ``monitor.jsonl`` line."""
+    sent_interval: IntervalHistogram
+    """Latency from the actual send time (``latency-sent.hlog``), same start and end."""
+
+
 @dataclass
 class _Second:
     received: int = 0
@@ -279,7 +310,7 @@ class MergeCore:
         replicas: int,
         start_s: float,
         *,
-        horizon_s: float = DEFAULT_HORIZON_S,
+        horizon_s: float | None = DEFAULT_HORIZON_S,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         percentiles: Sequence[float] = DEFAULT_PERCENTILES,
         window: InputWindow | None = None,
@@ -287,13 +318,15 @@ class MergeCore:
         """Args:
         replicas: how many replica topics (indices ``0 .. replicas-1``).
         start_s: epoch seconds of the first interval's start.
-        horizon_s: dedup horizon (see :class:`DedupState`).
+        horizon_s: dedup horizon (see :class:`DedupState`); None: the whole run.
         max_entries: dedup size bound.
         percentiles: shown in monitor lines and the final counts.
         window: when input flows (for gaps); updated by the caller as it learns more.
         """
         self.dedup = DedupState(horizon_s, max_entries)
         self.recorder = IntervalRecorder(start_s)
+        self.sent_recorder = IntervalRecorder(start_s)
+        """Latency of first copies from their actual send time (those that carry one)."""
         self.percentiles = tuple(percentiles)
         self.window = window or InputWindow()
         self.gaps = GapTracker()
@@ -304,6 +337,8 @@ class MergeCore:
         self.divergent = 0
         self.bad = 0
         self.received = 0
+        self.without_sent_ts = 0
+        """First copies without ``sent_ts``: in ``latency.hlog`` but not ``latency-sent.hlog``."""
         self._second = _Second()
 
     def on_record(
@@ -335,6 +370,10 @@ class MergeCore:
             self.results += 1
             self._second.first += 1
             self.recorder.record_ms(arrival_s * 1000.0 - rec.src_ts)
+            if rec.sent_ts is None:
+                self.without_sent_ts += 1
+            else:
+                self.sent_recorder.record_ms(arrival_s * 1000.0 - rec.sent_ts)
             self.gaps.on_output(arrival_s, self.window)
             return Outcome.FIRST, None
         self.duplicates += 1
@@ -343,14 +382,16 @@ class MergeCore:
             self.divergent += 1
         return Outcome.DUPLICATE, div
 
-    def tick(self, now_s: float) -> tuple[IntervalHistogram, dict[str, Any]]:
+    def tick(self, now_s: float) -> Tick:
         """Close the current interval at ``now_s``.
 
         Returns:
-            The closed interval histogram (for ``latency.hlog``) and the monitor line.
+            The closed interval histograms (for ``latency.hlog`` and ``latency-sent.hlog``)
+            and the monitor line.
         """
         self.dedup.evict(now_s)
         interval = self.recorder.roll(now_s)
+        sent_interval = self.sent_recorder.roll(now_s)
         sec, self._second = self._second, _Second()
         line: dict[str, Any] = {
             "t": round(now_s, 3),
@@ -360,6 +401,9 @@ class MergeCore:
             "duplicates": sec.duplicates,
             "interval": interval.percentiles_ms(self.percentiles),
             "cumulative": percentiles_ms(self.recorder.cumulative, self.percentiles),
+            # Only the interval: each percentile set costs ~2 ms of the merger's loop.
+            "interval_sent": sent_interval.percentiles_ms(self.percentiles),
+            "results_without_sent_ts": self.without_sent_ts,
             "longest_gap_ms": round(self.gaps.longest_so_far_s(now_s, self.window) * 1000, 3),
             "current_gap_ms": round(self.gaps.current_s(now_s, self.window) * 1000, 3),
             "input_flowing": self.window.flowing(now_s),
@@ -371,7 +415,7 @@ class MergeCore:
             "dedup_entries": len(self.dedup),
             "replicas": {str(i): rc.snapshot(now_s) for i, rc in sorted(self.replicas.items())},
         }
-        return interval, line
+        return Tick(interval, line, sent_interval)
 
     def final(self, now_s: float) -> dict[str, Any]:
         """The counts for ``merger.json``."""
@@ -391,6 +435,8 @@ class MergeCore:
             "bad": self.bad,
             "evicted": self.dedup.evicted,
             "latency_ms": percentiles_ms(self.recorder.cumulative, self.percentiles),
+            "latency_sent_ms": percentiles_ms(self.sent_recorder.cumulative, self.percentiles),
+            "results_without_sent_ts": self.without_sent_ts,
             "longest_gap_ms": round(self.gaps.longest_so_far_s(now_s, self.window) * 1000, 3),
             "first_output_t": None if first is None else round(first, 3),
             "last_output_t": (
@@ -407,10 +453,22 @@ class MergeCore:
 
 
 class Consumer(Protocol):
-    """The part of ``confluent_kafka.Consumer`` the merger uses."""
+    """The part of ``confluent_kafka.Consumer`` the merger uses.
 
-    def subscribe(self, topics: list[str]) -> None:
-        """Subscribe to topics."""
+    There is deliberately no ``subscribe``: a group subscription can rebalance, and a
+    rebalance with no committed offsets starts over from the beginning (every result again).
+    """
+
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> Any:
+        """Cluster metadata (``.topics[name].partitions`` / ``.error``)."""
+        ...
+
+    def assign(self, partitions: list[Any]) -> None:
+        """Set the manual assignment (``TopicPartition`` list with start offsets)."""
+        ...
+
+    def incremental_assign(self, partitions: list[Any]) -> None:
+        """Add partitions to the manual assignment, leaving the others where they are."""
         ...
 
     def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Any]:
@@ -422,12 +480,17 @@ class Consumer(Protocol):
         ...
 
     def close(self) -> None:
-        """Leave the group."""
+        """Close the consumer."""
         ...
 
 
 def consumer_config(bootstrap: str, group_id: str) -> dict[str, Any]:
-    """Low-latency consumer settings: tiny fetch wait, read each topic from its start."""
+    """Low-latency consumer settings: tiny fetch wait, never commit.
+
+    The merger assigns partitions itself (see :class:`Consumer`); ``group.id`` is set only
+    because librdkafka's Python client refuses to build a consumer without one. No group is
+    joined and no offset is committed under it.
+    """
     return {
         "bootstrap.servers": bootstrap,
         "group.id": group_id,
@@ -436,7 +499,6 @@ def consumer_config(bootstrap: str, group_id: str) -> dict[str, Any]:
         "enable.auto.commit": False,
         "fetch.wait.max.ms": 5,
         "fetch.min.bytes": 1,
-        # Replica topics may be created after the merger starts.
         "topic.metadata.refresh.interval.ms": 1000,
         "allow.auto.create.topics": False,
     }
@@ -496,7 +558,8 @@ class MergerConfig:
         replicas: how many replicas.
         run_dir: the run directory (``latency.hlog``, ``monitor.jsonl``, ``merger.json``,
             ``journal.jsonl`` go there).
-        horizon_s: dedup horizon.
+        horizon_s: dedup horizon in seconds; None (the default) remembers ids for the whole
+            run, bounded by ``max_entries``.
         max_entries: dedup size bound.
         input_stats: the injector's stats file (gives the input window for gaps).
         input_start: epoch seconds input starts (instead of / overriding ``input_stats``).
@@ -505,15 +568,20 @@ class MergerConfig:
         idle_s: stop after this long without records, once input has ended (or, with no input
             information, once something was received).
         percentiles: shown in monitor lines and ``merger.json``.
-        group_id: consumer group (default: a fresh one per run).
+        group_id: ``group.id`` of the consumer (default: a fresh one per run). The merger
+            never joins the group nor commits under it.
         connect_timeout_s: how long to wait for the broker at start.
+        owner_pid: the process the merger belongs to (the deploy process): when it is gone,
+            the merger flushes, writes ``merger.json`` and exits.
+        owner_create_time: the owner's psutil create time, so that a recycled pid is not
+            mistaken for the owner.
     """
 
     bootstrap: str
     sink: str
     replicas: int
     run_dir: Path
-    horizon_s: float = DEFAULT_HORIZON_S
+    horizon_s: float | None = DEFAULT_HORIZON_S
     max_entries: int = DEFAULT_MAX_ENTRIES
     input_stats: Path | None = None
     input_start: float | None = None
@@ -523,12 +591,16 @@ class MergerConfig:
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     group_id: str | None = None
     connect_timeout_s: float = 15.0
+    owner_pid: int | None = None
+    owner_create_time: float | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise DeployError(f"merger: replicas must be >= 1, got {self.replicas}")
-        if self.horizon_s <= 0 or self.max_entries < 1:
+        if (self.horizon_s is not None and self.horizon_s <= 0) or self.max_entries < 1:
             raise DeployError("merger: horizon must be positive and max entries at least 1")
+        if self.owner_create_time is not None and self.owner_pid is None:
+            raise DeployError("merger: an owner create time needs the owner's pid")
 
     @property
     def paths(self) -> RunPaths:
@@ -557,7 +629,7 @@ class MergerConfig:
         args = [
             "--bootstrap", self.bootstrap, "--sink", self.sink,
             "--replicas", str(self.replicas), "--run-dir", str(self.run_dir),
-            "--horizon", repr(self.horizon_s), "--max-entries", str(self.max_entries),
+            "--max-entries", str(self.max_entries),
             "--percentiles", ",".join(repr(p) for p in self.percentiles),
             "--connect-timeout", repr(self.connect_timeout_s),
         ]  # fmt: skip
@@ -565,8 +637,11 @@ class MergerConfig:
             ("--input-stats", self.input_stats), ("--input-start", self.input_start),
             ("--input-end", self.input_end), ("--until", self.until),
             ("--idle", self.idle_s), ("--group-id", self.group_id),
+            ("--horizon-s", self.horizon_s), ("--owner-pid", self.owner_pid),
+            ("--owner-create-time", self.owner_create_time),
         ):  # fmt: skip
             if val is not None:
+                # str() of a float round-trips exactly (a create time must survive as is).
                 args += [flag, val if isinstance(val, str) else str(val)]
         return args
 
@@ -593,9 +668,11 @@ class Merger:
             config.bootstrap, config.sink, config.connect_timeout_s
         )
         self._topic_index = {t: i for i, t in enumerate(config.topics())}
+        self._unassigned: list[str] = config.topics()
         self.core: MergeCore | None = None
         self.delivery_failures = 0
         self.consumer_errors = 0
+        self.stop_reason: str | None = None
         self._first_delivery_error: str | None = None
 
     def stop(self) -> None:
@@ -607,6 +684,46 @@ class Merger:
             self.delivery_failures += 1
             if self._first_delivery_error is None:
                 self._first_delivery_error = str(err)
+
+    def _assign(self, journal: Journal | None, timeout_s: float) -> None:
+        """Assign, from their beginning, the partitions of replica topics not assigned yet.
+
+        The first call sets the assignment (possibly empty); later calls only add partitions
+        of topics that appeared meanwhile, so a partition already being read is never reset to
+        its beginning. A topic missing at the first call is journaled (with ``journal``).
+        """
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+        first = len(self._unassigned) == len(self._topic_index)
+        new: list[Any] = []
+        missing: list[str] = []
+        for topic in self._unassigned:
+            try:
+                meta = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            except KafkaException:
+                meta = None
+            if meta is None or meta.error is not None or not meta.partitions:
+                missing.append(topic)
+                continue
+            new += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(meta.partitions)]
+        self._unassigned = missing
+        if first:
+            self._consumer.assign(new)
+            if missing and journal is not None:
+                journal.write(
+                    "warning",
+                    component="merger",
+                    message=f"replica topics {', '.join(missing)} do not exist yet at "
+                    f"{self.config.bootstrap}; reading them from their beginning once they do",
+                )
+        elif new:
+            self._consumer.incremental_assign(new)
+
+    def _owner_gone(self) -> bool:
+        cfg = self.config
+        return cfg.owner_pid is not None and (
+            same_process(cfg.owner_pid, cfg.owner_create_time) is None
+        )
 
     def _update_window(
         self, window: InputWindow, tail: InjectorStatsTail | None, now: float
@@ -629,12 +746,13 @@ class Merger:
 
     def _should_stop(
         self, now: float, last_record: float | None, window: InputWindow, started: float
-    ) -> bool:
+    ) -> str | None:
+        """Why the merger should stop now (``merger.json``'s ``stop_reason``), or None."""
         cfg = self.config
         if self._stop.is_set():
-            return True
+            return "signal"
         if cfg.until is not None and now >= cfg.until:
-            return True
+            return "until"
         if cfg.idle_s is not None:
             input_over = (
                 (window.end is not None and now > window.end)
@@ -647,11 +765,11 @@ class Merger:
             )
             quiet_since = last_record if last_record is not None else started
             if input_over and now - quiet_since >= cfg.idle_s:
-                return True
-        return False
+                return "idle"
+        return None
 
     def run(self) -> dict[str, Any]:
-        """Merge until stopped (:meth:`stop`, ``until`` or ``idle_s``).
+        """Merge until stopped (:meth:`stop`, ``until``, ``idle_s`` or the owner's death).
 
         Returns:
             The final counts (also written to ``merger.json``).
@@ -664,6 +782,7 @@ class Merger:
         # Intervals end on whole wall-clock seconds so runs line up with each other.
         start_s = started
         next_tick = math.floor(started) + 1.0
+        next_owner_check = started
         window = InputWindow()
         tail = InjectorStatsTail(cfg.input_stats) if cfg.input_stats else None
         self._update_window(window, tail, started)
@@ -673,7 +792,13 @@ class Merger:
         )  # fmt: skip
         hlog = LatencyLogWriter(
             paths.hlog, start_s,
-            comment=f"arfl merger: end-to-end latency (us) of first copies, sink {cfg.sink}",
+            comment=f"arfl merger: end-to-end latency (us) of first copies from their intended "
+            f"send time, sink {cfg.sink}",
+        )  # fmt: skip
+        sent_hlog = LatencyLogWriter(
+            cfg.run_dir / SENT_HLOG, start_s,
+            comment=f"arfl merger: end-to-end latency (us) of first copies from their actual "
+            f"send time, sink {cfg.sink}",
         )  # fmt: skip
         monitor: IO[str] = open(paths.monitor, "a", encoding="utf-8")  # noqa: SIM115
         journal.write(
@@ -682,14 +807,18 @@ class Merger:
             replicas=cfg.replicas,
             topics=cfg.topics(),
             horizon_s=cfg.horizon_s,
+            max_entries=cfg.max_entries,
+            owner_pid=cfg.owner_pid,
         )
         journaled = 0
+        size_evictions_journaled = False
         error_codes: set[str] = set()
         last_record: float | None = None
         consumer, producer, sink = self._consumer, self._producer, cfg.sink
         topic_index = self._topic_index
+        self.stop_reason = "error"  # unless the loop ends normally
         try:
-            consumer.subscribe(cfg.topics())
+            self._assign(journal, min(cfg.connect_timeout_s, 5.0))
             while True:
                 # consume() waits for num_messages *or* the timeout, which would add up to
                 # the timeout to every latency at low rates: drain what is queued without
@@ -735,32 +864,65 @@ class Merger:
                 if now >= next_tick:
                     self._update_window(window, tail, now)
                     while now >= next_tick:
-                        interval, line = core.tick(next_tick)
-                        hlog.write(interval)
-                        monitor.write(json.dumps(line) + "\n")
+                        tick = core.tick(next_tick)
+                        hlog.write(tick.interval)
+                        sent_hlog.write(tick.sent_interval)
+                        monitor.write(json.dumps(tick.line) + "\n")
                         next_tick += 1.0
                     monitor.flush()
-                if self._should_stop(now, last_record, window, started):
+                    if self._unassigned:
+                        self._assign(None, 0.5)
+                    if core.dedup.evicted and not size_evictions_journaled:
+                        size_evictions_journaled = True
+                        journal.write(
+                            "warning",
+                            component="merger",
+                            message=f"dedup memory forgot result ids (horizon "
+                            f"{cfg.horizon_s} s, at most {cfg.max_entries} ids): a copy "
+                            "arriving after its id was forgotten is forwarded again",
+                        )
+                if now >= next_owner_check:
+                    next_owner_check = now + OWNER_CHECK_S
+                    if self._owner_gone():
+                        self.stop_reason = "orphaned"
+                        journal.write(
+                            "merger-orphaned",
+                            owner_pid=cfg.owner_pid,
+                            owner_create_time=cfg.owner_create_time,
+                            message=f"the process that started the merger (pid "
+                            f"{cfg.owner_pid}) is gone; flushing and exiting",
+                        )
+                        break
+                reason = self._should_stop(now, last_record, window, started)
+                if reason is not None:
+                    self.stop_reason = reason
                     break
         finally:
             end = time.time()
             self._update_window(window, tail, end)
             if end > core.recorder.interval_start_s:
-                interval, line = core.tick(end)
-                hlog.write(interval)
-                monitor.write(json.dumps(line) + "\n")
+                tick = core.tick(end)
+                hlog.write(tick.interval)
+                sent_hlog.write(tick.sent_interval)
+                monitor.write(json.dumps(tick.line) + "\n")
             hlog.close()
+            sent_hlog.close()
             monitor.close()
+            # Records still queued after the flush were never acknowledged: lost writes too.
             remaining = producer.flush(30.0)
             consumer.close()
             final = core.final(end)
             final["delivery_failures"] = self.delivery_failures + remaining
+            final["complete_output"] = final["delivery_failures"] == 0
             final["consumer_errors"] = self.consumer_errors
+            final["stop_reason"] = self.stop_reason
+            final["horizon_s"] = cfg.horizon_s
+            final["max_entries"] = cfg.max_entries
             final["sink"] = sink
             write_json_atomic(cfg.result_path, final)
             journal.write("merger_finished", **{k: final[k] for k in (
                 "results", "duplicates", "divergent", "bad", "evicted", "longest_gap_ms",
-                "delivery_failures",
+                "delivery_failures", "complete_output", "stop_reason",
             )})  # fmt: skip
             if final["delivery_failures"]:
                 journal.write(
@@ -804,10 +966,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, required=True, help="number of replicas")
     p.add_argument("--run-dir", type=Path, required=True, help="run directory")
     p.add_argument(
+        "--horizon-s",
         "--horizon",
+        dest="horizon_s",
         type=float,
         default=DEFAULT_HORIZON_S,
-        help="dedup horizon in seconds (default 300)",
+        help="forget result ids this many seconds after their first copy (default: never, "
+        "only --max-entries bounds the memory)",
     )
     p.add_argument("--max-entries", type=int, default=DEFAULT_MAX_ENTRIES, help="dedup size bound")
     p.add_argument(
@@ -831,31 +996,49 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_PERCENTILES,
         help="comma-separated, default 50,90,99,99.9",
     )
-    p.add_argument("--group-id", default=None, help="consumer group (default: fresh per run)")
+    p.add_argument(
+        "--group-id",
+        default=None,
+        help="consumer group.id (default: fresh per run; never joined, nothing committed)",
+    )
     p.add_argument(
         "--connect-timeout",
         type=float,
         default=15.0,
         help="seconds to wait for the broker at start",
     )
+    p.add_argument(
+        "--owner-pid",
+        type=int,
+        default=None,
+        help="exit (after writing merger.json) once this process is gone",
+    )
+    p.add_argument(
+        "--owner-create-time",
+        type=float,
+        default=None,
+        help="the owner's create time (psutil), so that a reused pid is not taken for it",
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Process entry: merge until SIGTERM/SIGINT, ``--until`` or ``--idle``.
+    """Process entry: merge until SIGTERM/SIGINT, ``--until``, ``--idle`` or the owner's death.
 
     Returns:
-        0, or 4 (deploy error) when results could not be written to the sink.
+        0, or 4 (deploy error) when results could not be written to the sink
+        (``merger.json``: ``complete_output`` false).
     """
     args = build_parser().parse_args(argv)
     try:
         cfg = MergerConfig(
             bootstrap=args.bootstrap, sink=args.sink, replicas=args.replicas,
-            run_dir=args.run_dir, horizon_s=args.horizon, max_entries=args.max_entries,
+            run_dir=args.run_dir, horizon_s=args.horizon_s, max_entries=args.max_entries,
             input_stats=args.input_stats, input_start=args.input_start,
             input_end=args.input_end, until=args.until, idle_s=args.idle,
             percentiles=args.percentiles, group_id=args.group_id,
-            connect_timeout_s=args.connect_timeout,
+            connect_timeout_s=args.connect_timeout, owner_pid=args.owner_pid,
+            owner_create_time=args.owner_create_time,
         )  # fmt: skip
         merger = Merger(cfg)
     except ArflError as e:

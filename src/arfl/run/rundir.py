@@ -8,6 +8,9 @@ Layout (a stable contract for ``arfl report`` and ``arfl chaos``)::
       state.json           live state: pids, app ids, stack addresses (for ``arfl chaos``)
       journal.jsonl        one JSON object per event: {"t": epoch_s, "event": ..., ...}
       latency.hlog         HdrHistogram interval log (standard format), end-to-end latency in us
+                           from each result's intended send time (the headline)
+      latency-sent.hlog    the same from the actual send time (``sent_ts``; wrk2's uncorrected)
+      check.json           the independent check of the final output (no Spark)
       monitor.jsonl        per-second stats from the merger (rates, percentiles, gap, lag)
       progress/replica-N.jsonl   Spark StreamingQueryProgress JSON, one line per batch
       logs/<component>.log stdout/stderr of every process arfl started
@@ -105,6 +108,16 @@ class RunPaths:
     @property
     def hlog(self) -> Path:
         return self.root / "latency.hlog"
+
+    @property
+    def check(self) -> Path:
+        """The independent check of the final output (``arfl.measure.check``)."""
+        return self.root / "check.json"
+
+    @property
+    def hlog_sent(self) -> Path:
+        """Latency from the actual send time (``sent_ts``), same format as :attr:`hlog`."""
+        return self.root / "latency-sent.hlog"
 
     @property
     def monitor(self) -> Path:
