@@ -1,0 +1,67 @@
+"""An independent completeness check: the final output against results computed without Spark.
+
+It shares no code with the replicas' Spark query (``arfl.replica.query``): a small evaluator
+of the spec's steps (:mod:`.expr`, :mod:`.evaluate`) recomputes every expected result and its
+result id from the input topic, and :mod:`.compare` counts missing, extra, duplicated and wrong
+results. Pipelines outside the modelled subset (docs/correctness.md) get
+``unsupported: <why>`` instead of a guess.
+
+Entry points:
+
+* :func:`check` (pure): a spec, the input topic's records and the final output's records;
+* :func:`check_run`: the same for a run directory, reading both topics from the run's Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from arfl.configs.spec import Spec
+from arfl.measure.check.compare import Delivered, IndependentCheck, compare
+from arfl.measure.check.evaluate import InputRecord, expected_results
+from arfl.measure.check.expr import Unsupported
+
+__all__ = ["Delivered", "IndependentCheck", "InputRecord", "check", "check_run"]
+
+
+def check(
+    spec: Spec, input_records: Iterable[InputRecord], output: Iterable[Delivered]
+) -> IndependentCheck:
+    """Compare the final output with the results ``spec`` implies for the input.
+
+    Args:
+        spec: the pipeline.
+        input_records: every record of the input topic (offset order within a partition).
+        output: every record of the final output topic.
+
+    Returns:
+        The counts and examples; ``unsupported`` set (and counts None) when the spec or a
+        value of its input is outside the modelled subset.
+    """
+    try:
+        expected = expected_results(spec, input_records)
+    except Unsupported as e:
+        return IndependentCheck.not_supported(str(e))
+    return compare(expected, output)
+
+
+def check_run(run_dir: Path, timeout_s: float = 120.0) -> IndependentCheck:
+    """:func:`check` for a finished run, reading its topics from its Kafka.
+
+    An unsupported spec is answered without touching Kafka.
+
+    Raises:
+        ReportError: the run directory lacks the names, or Kafka or a topic is unavailable.
+    """
+    from arfl.measure.check.evaluate import compile_pipeline
+    from arfl.measure.check.kafka import delivered, read_records, run_names
+
+    spec, bootstrap, source, sink = run_names(run_dir)
+    try:
+        compile_pipeline(spec)
+    except Unsupported as e:
+        return IndependentCheck.not_supported(str(e))
+    inputs = read_records(bootstrap, source, timeout_s)
+    output = delivered(read_records(bootstrap, sink, timeout_s))
+    return check(spec, inputs, output)

@@ -1,0 +1,607 @@
+"""Expected results of a pipeline, computed from its input records without Spark.
+
+:func:`expected_results` applies the spec's steps to the input topic's records and returns
+every result the pipeline should deliver, keyed by result id, split by whether the check can
+judge it:
+
+* ``judged``: results the final output must hold, exactly once and with this value;
+* ``late``: windows that Spark may have cut short because some of their rows arrived after the
+  watermark had passed the window (see below); delivered or not, their value is not judged;
+* ``open``: windows the final watermark never passed (Spark emits a window once it is final),
+  not required either.
+
+**Lateness.** Spark drops a row from a window when the window's end is at or before the
+watermark, and the watermark of a micro-batch is the newest event time seen in *earlier*
+batches minus ``window.watermark``. Batch boundaries are not visible from the topics, so the
+check takes every record that was appended to the input topic before a row (by broker
+timestamp; the input topic uses ``LogAppendTime``) as possibly being in an earlier batch. A
+(row, window) pair is *late* when ``window end <= newest event time appended before the row -
+watermark``, and a window with a late pair is "late-affected, not judged". This over-counts
+(records appended before a row may still share its batch), never under-counts, as long as a
+batch only holds records appended before it was planned (true of Spark's Kafka source and of
+arfl's, except when ``max_records_per_batch`` cuts a partition short).
+
+**Finality.** A window is required when it ends before the final watermark: the newest event
+time among the rows that reach the window (Spark pushes a filter that does not read the event
+time below its watermark, so filtered-out rows may never advance it) and end-of-input markers,
+minus the delay. Lateness, on the other side, counts every row's event time: both choices
+over-estimate what the check may not judge.
+
+Records are read in offset order per partition; marker records are skipped: leaderless
+heartbeats (header ``arfl-marker``) and end-of-input markers (a JSON value with ``"eoi": true``,
+see :mod:`arfl.run.records`; their event time still advances the watermark, as it does in the
+replicas).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal, localcontext
+from typing import Any
+
+from arfl.configs.spec import Spec, Step, Window
+from arfl.measure.check.expr import (
+    Column,
+    Expr,
+    Schema,
+    Type,
+    Unsupported,
+    Value,
+    compile_predicate,
+    compile_select_item,
+)
+from arfl.run.records import END_OF_INPUT_FIELD
+
+MARKER_HEADER = "arfl-marker"
+"""Header that marks a replication-layer record (the same name as
+``arfl.replica.source.markers.MARKER_HEADER``, repeated here: the check imports no replica code)."""
+TS_FIELD = "ts"
+"""The injector's intended send time (ms): a record without an integer ``ts`` is not an event."""
+
+INPUT_FIELDS: dict[str, Type] = {
+    "seq": "long",
+    "user": "string",
+    "amount": "double",
+    "ts": "long",
+    "sent_ms": "long",
+}
+"""The fields a replica parses from an input record (arfl.run.records' event format): other
+fields are not visible to the pipeline."""
+
+
+# --- result ids: the one place to align with the replicas' format -------------------------
+
+
+def record_rid(partition: int, offset: int) -> str:
+    """Result id of a per-record result: ``"<partition>:<offset>"``."""
+    return f"{partition}:{offset}"
+
+
+def window_rid(start_ms: int, end_ms: int, key: Value) -> str:
+    """Result id of a window result: ``"<start ms>-<end ms>:<key>"``, the key as Spark casts
+    it to a string; ``"<start ms>-<end ms>"`` when the key is null."""
+    if key is None:
+        return f"{start_ms}-{end_ms}"
+    return f"{start_ms}-{end_ms}:{_key_text(key)}"
+
+
+def _key_text(key: Value) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, int | str):
+        return str(key)
+    raise Unsupported(f"window key value {key!r}: Spark's string form is not modelled")
+
+
+# --- input ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """One record of the input topic, as read from Kafka."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the pipeline should have delivered (see the module docstring).
+
+    Attributes:
+        judged: rid -> the result's data (NULL columns left out, as Spark's ``to_json`` does).
+        late: rid -> data computed from every row, for late-affected windows (None when a
+            step after the window drops it).
+        open: rid -> data (or None, likewise), for windows the final watermark never passed.
+        input_records: records read from the input topic, markers included.
+        markers: heartbeat and end-of-input markers skipped.
+        bad: records that are not events (not a JSON object, no integer ``ts``/event time).
+        final_watermark_ms: the newest event time among rows that reach the window and
+            end-of-input markers, minus the watermark delay (window pipelines).
+    """
+
+    judged: dict[str, dict[str, Value]]
+    late: dict[str, dict[str, Value] | None] = field(default_factory=dict)
+    open: dict[str, dict[str, Value] | None] = field(default_factory=dict)
+    input_records: int = 0
+    markers: int = 0
+    bad: int = 0
+    final_watermark_ms: int | None = None
+
+
+# --- compiled steps ---------------------------------------------------------------------
+
+RowT = dict[str, Value]
+
+
+@dataclass(frozen=True)
+class _RowStep:
+    """A filter or a select: a row goes in, zero or one row comes out."""
+
+    apply: Callable[[RowT], RowT | None]
+
+
+@dataclass(frozen=True)
+class _Agg:
+    name: str
+    fn: str
+    column: str | None  # None for count(*)
+    type: Type
+
+
+@dataclass(frozen=True)
+class _Windowing:
+    size_ms: int
+    slide_ms: int
+    delay_ms: int
+    key_name: str  # as the spec writes it: the output column's name
+    key_column: str  # the input column it resolves to
+    aggs: tuple[_Agg, ...]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A spec compiled for the check: steps before the window, the window, steps after it."""
+
+    fields: dict[str, Type]
+    event_time: str | None
+    before: tuple[_RowStep, ...]
+    window: _Windowing | None
+    after: tuple[_RowStep, ...]
+
+
+def compile_pipeline(spec: Spec) -> Pipeline:
+    """Compile the spec's steps.
+
+    Raises:
+        Unsupported: a step or expression outside the subset (``transform``, a function call,
+            a second window, ...), with the step's key path.
+    """
+    fields = dict(INPUT_FIELDS)
+    et = spec.source.event_time
+    if et and et not in fields:
+        fields[et] = "long"
+    if spec.source.key not in fields:
+        fields[spec.source.key] = "string"
+    schema = Schema([Column(n, t) for n, t in fields.items()])
+    before: list[_RowStep] = []
+    after: list[_RowStep] = []
+    window: _Windowing | None = None
+    for i, step in enumerate(spec.steps):
+        where = f"steps[{i}].{step.kind}"
+        target = after if window is not None else before
+        if step.transform is not None:
+            raise Unsupported(f"{where} = {step.transform!r}: transform steps are opaque code")
+        if step.window is not None:
+            if window is not None:
+                raise Unsupported(f"{where}: a second window step")
+            if not et:
+                raise Unsupported(f"{where}: a window needs source.event_time")
+            window, schema = _compile_window(step.window, schema, where)
+        else:
+            row_step, schema = _compile_row_step(step, schema, where)
+            target.append(row_step)
+    return Pipeline(fields, et, tuple(before), window, tuple(after))
+
+
+def _compile_row_step(step: Step, schema: Schema, where: str) -> tuple[_RowStep, Schema]:
+    if step.filter is not None:
+        pred = compile_predicate(step.filter, schema, where)
+
+        def keep(row: RowT) -> RowT | None:
+            return row if pred.eval(row) is True else None
+
+        return _RowStep(keep), schema
+    assert step.select is not None
+    items: list[tuple[str, Expr]] = []
+    for j, text in enumerate(step.select):
+        if text.strip() == "*":
+            items += [(c.name, compile_select_item(f"`{c.name}`", schema, where)[1])
+                      for c in schema.columns]  # fmt: skip
+        else:
+            items.append(compile_select_item(text, schema, f"{where}[{j}]"))
+    names = [n for n, _ in items]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise Unsupported(f"{where}: duplicate output column(s) {', '.join(dup)}")
+
+    def project(row: RowT) -> RowT | None:
+        return {n: e.eval(row) for n, e in items}
+
+    return _RowStep(project), Schema([Column(n, e.type) for n, e in items])
+
+
+def _millis(seconds: float, what: str) -> int:
+    ms = seconds * 1000
+    if abs(ms - round(ms)) > 1e-6:
+        raise Unsupported(f"{what} = {seconds}s is not a whole number of milliseconds")
+    return round(ms)
+
+
+_AGG_TYPES: dict[str, tuple[Type, ...]] = {
+    "count": ("long", "double", "decimal", "string", "boolean", "null"),
+    "sum": ("long", "double", "decimal"),
+    "avg": ("long", "double"),
+    "min": ("long", "double", "decimal", "string", "boolean"),
+    "max": ("long", "double", "decimal", "string", "boolean"),
+}
+
+
+def _compile_window(w: Window, schema: Schema, where: str) -> tuple[_Windowing, Schema]:
+    key_col = schema.resolve(w.key, f"{where}.key")
+    if key_col.type not in ("long", "string", "boolean"):
+        raise Unsupported(f"{where}.key: a {key_col.type} key's string form is not modelled")
+    aggs: list[_Agg] = []
+    for name, text in w.agg.items():
+        m = re.fullmatch(r"\s*(\w+)\s*\(\s*(\*|[A-Za-z_]\w*)\s*\)\s*", text)
+        if m is None or m.group(1).lower() not in _AGG_TYPES:
+            raise Unsupported(f"{where}.agg.{name} = {text!r}: not one of the aggregates")
+        fn = m.group(1).lower()
+        if m.group(2) == "*":
+            if fn != "count":
+                raise Unsupported(f"{where}.agg.{name} = {text!r}: only count takes *")
+            aggs.append(_Agg(name, fn, None, "long"))
+            continue
+        col = schema.resolve(m.group(2), f"{where}.agg.{name}")
+        if col.type not in _AGG_TYPES[fn]:
+            raise Unsupported(f"{where}.agg.{name} = {text!r}: {fn} of a {col.type} column")
+        out: Type = "long" if fn == "count" else "double" if fn == "avg" else col.type
+        aggs.append(_Agg(name, fn, col.name, out))
+    size = _millis(w.size, f"{where}.size")
+    slide = _millis(w.slide, f"{where}.slide") if w.slide is not None else size
+    windowing = _Windowing(
+        size, slide, _millis(w.watermark, f"{where}.watermark"), w.key, key_col.name, tuple(aggs)
+    )
+    out_schema = Schema(
+        [
+            Column("window_start", "long"),
+            Column("window_end", "long"),
+            Column(w.key, key_col.type),
+            *[Column(a.name, a.type) for a in aggs],
+        ]
+    )
+    return windowing, out_schema
+
+
+# --- parsing input records --------------------------------------------------------------
+
+
+def _is_heartbeat(rec: InputRecord) -> bool:
+    return any(name == MARKER_HEADER for name, _ in rec.headers)
+
+
+def _typed(value: Any, typ: Type, name: str, where: str) -> Value:
+    """A JSON value as a field of ``typ`` reads it (Spark's from_json, PERMISSIVE)."""
+    if value is None:
+        return None
+    if typ == "long":
+        # from_json leaves a long field NULL for anything but a JSON integer.
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if typ == "double":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            raise Unsupported(f"input {where}: field {name!r} is a string; Spark's reading of "
+                              "strings as doubles is not modelled")  # fmt: skip
+        return None
+    if isinstance(value, str):
+        return value
+    raise Unsupported(
+        f"input {where}: field {name!r} is a JSON {type(value).__name__}; Spark renders it "
+        "as a string in a way the check does not model"
+    )
+
+
+def parse_event(rec: InputRecord, pipeline: Pipeline) -> tuple[RowT, int | None] | None:
+    """An input record as the pipeline sees it: ``(row, event time ms)``, or None if Spark's
+    parser drops it (not a JSON object, no integer ``ts``, no event time for a window)."""
+    if rec.value is None:
+        return None
+    try:
+        obj = json.loads(rec.value)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    where = record_rid(rec.partition, rec.offset)
+    row = {n: _typed(obj.get(n), t, n, where) for n, t in pipeline.fields.items()}
+    if row[TS_FIELD] is None:
+        return None
+    et: int | None = None
+    if pipeline.window is not None:
+        assert pipeline.event_time is not None
+        raw_et = row[pipeline.event_time]
+        if raw_et is None:
+            return None
+        assert isinstance(raw_et, int)
+        et = raw_et
+    return row, et
+
+
+def _end_of_input(rec: InputRecord, pipeline: Pipeline) -> tuple[bool, int | None]:
+    """Whether ``rec`` is an end-of-input marker, and the event time it carries (its
+    event-time field, else ``ts``, as arfl.run.records describes; None without either)."""
+    if rec.value is None or b'"' + END_OF_INPUT_FIELD.encode() + b'"' not in rec.value:
+        return False, None
+    try:
+        obj = json.loads(rec.value)
+    except ValueError:
+        return False, None
+    if not isinstance(obj, dict) or obj.get(END_OF_INPUT_FIELD) is not True:
+        return False, None
+    for name in (pipeline.event_time, TS_FIELD):
+        v = obj.get(name) if name else None
+        if isinstance(v, int) and not isinstance(v, bool):
+            return True, v
+    return True, None
+
+
+# --- evaluation -------------------------------------------------------------------------
+
+
+def _run(steps: Sequence[_RowStep], row: RowT | None) -> RowT | None:
+    for s in steps:
+        if row is None:
+            return None
+        row = s.apply(row)
+    return row
+
+
+def _data(row: RowT) -> dict[str, Value]:
+    return {k: v for k, v in row.items() if v is not None}
+
+
+def expected_results(spec: Spec, records: Iterable[InputRecord]) -> Expected:
+    """Every result ``spec`` should produce from ``records`` (the whole input topic).
+
+    Args:
+        spec: the pipeline (topic names do not matter).
+        records: the input topic's records, in offset order within each partition (the
+            partitions may be interleaved in any way).
+
+    Raises:
+        Unsupported: the spec, or a value in the input, is outside what the check models.
+    """
+    pipeline = compile_pipeline(spec)
+    by_partition: dict[int, list[InputRecord]] = {}
+    for r in records:
+        by_partition.setdefault(r.partition, []).append(r)
+    if pipeline.window is None:
+        return _per_record(pipeline, by_partition)
+    return _windowed(pipeline, pipeline.window, by_partition)
+
+
+def _per_record(pipeline: Pipeline, parts: dict[int, list[InputRecord]]) -> Expected:
+    judged: dict[str, dict[str, Value]] = {}
+    total = markers = bad = 0
+    for p in sorted(parts):
+        for rec in parts[p]:
+            total += 1
+            if _is_heartbeat(rec) or _end_of_input(rec, pipeline)[0]:
+                markers += 1
+                continue
+            parsed = parse_event(rec, pipeline)
+            if parsed is None:
+                bad += 1
+                continue
+            out = _run(pipeline.before, parsed[0])
+            if out is not None:
+                judged[record_rid(rec.partition, rec.offset)] = _data(out)
+    return Expected(judged, input_records=total, markers=markers, bad=bad)
+
+
+def _arrival_order(parts: dict[int, list[InputRecord]]) -> Iterator[list[InputRecord]]:
+    """Records grouped by broker timestamp, oldest first (offset order kept per partition)."""
+    lists = [[(r.timestamp_ms or 0, r.partition, r.offset, r) for r in rs] for rs in parts.values()]
+    merged = heapq.merge(*lists)
+    group: list[InputRecord] = []
+    for ts, _, _, rec in merged:
+        if group and (group[0].timestamp_ms or 0) != ts:
+            yield group
+            group = []
+        group.append(rec)
+    if group:
+        yield group
+
+
+class _AggState:
+    """Running aggregates of one (window, key)."""
+
+    def __init__(self, aggs: tuple[_Agg, ...]) -> None:
+        self.aggs = aggs
+        self.rows = 0
+        self.count = [0] * len(aggs)
+        self.acc: list[Any] = [None] * len(aggs)
+
+    def add(self, row: RowT) -> None:
+        self.rows += 1
+        for i, a in enumerate(self.aggs):
+            if a.column is None:
+                continue
+            v = row[a.column]
+            if v is None:
+                continue
+            self.count[i] += 1
+            cur = self.acc[i]
+            if a.fn in ("sum", "avg"):
+                exact = _exact(v)
+                self.acc[i] = exact if cur is None else cur + exact
+            elif a.fn == "min":
+                self.acc[i] = v if cur is None or v < cur else cur
+            elif a.fn == "max":
+                self.acc[i] = v if cur is None or v > cur else cur
+
+    def values(self) -> list[Value]:
+        out: list[Value] = []
+        for i, a in enumerate(self.aggs):
+            if a.fn == "count":
+                out.append(self.rows if a.column is None else self.count[i])
+            elif self.acc[i] is None:
+                out.append(None)
+            elif a.fn == "sum":
+                out.append(_sum_value(self.acc[i], a.type))
+            elif a.fn == "avg":
+                out.append(_avg_value(self.acc[i], self.count[i], a.type))
+            else:
+                out.append(self.acc[i])
+        return out
+
+
+_SCALE_10 = Decimal("1e-10")
+_SCALE_14 = Decimal("1e-14")
+
+
+def _exact(v: Value) -> int | Decimal:
+    """A value to sum exactly: a double as Spark casts it to ``decimal(38,10)`` (its shortest
+    decimal form, rounded half up to 10 places), integers and decimals as they are."""
+    if isinstance(v, float):
+        return Decimal(repr(v)).quantize(_SCALE_10, rounding=ROUND_HALF_UP)
+    assert isinstance(v, int | Decimal) and not isinstance(v, bool)
+    return v
+
+
+def _sum_value(acc: int | Decimal, typ: Type) -> Value:
+    if typ == "double":
+        return float(acc)
+    if typ == "long":
+        assert isinstance(acc, int)
+        if not -(1 << 63) <= acc < (1 << 63):
+            raise Unsupported(f"a long sum overflows 64 bits ({acc})")
+        return acc
+    return acc
+
+
+def _avg_value(acc: int | Decimal, n: int, typ: Type) -> Value:
+    del typ
+    if isinstance(acc, int):
+        # Spark averages a long column in double arithmetic.
+        return float(acc) / n
+    with localcontext() as ctx:
+        ctx.prec = 80
+        # avg over decimal(38,10) is decimal(38,14), rounded half up, then cast to double.
+        return float((acc / n).quantize(_SCALE_14, rounding=ROUND_HALF_UP))
+
+
+def _group_bounds(group: list[tuple[int, int]], newest: int | None) -> list[int | None]:
+    """For each ``(partition, event time)`` of one timestamp group (offset order within a
+    partition): the newest event time of the group's other partitions, of the earlier records
+    of its own partition, and ``newest`` (everything appended before the group)."""
+    top: dict[int, int] = {}
+    for part, et in group:
+        top[part] = max(top.get(part, et), et)
+    ranked = sorted(top.items(), key=lambda kv: kv[1], reverse=True)
+    out: list[int | None] = []
+    own: dict[int, int] = {}
+    for part, et in group:
+        # The newest of the other partitions: the top one unless it is this partition.
+        others = next((e for p, e in ranked if p != part), None)
+        cands = [c for c in (newest, others, own.get(part)) if c is not None]
+        out.append(max(cands) if cands else None)
+        own[part] = max(own.get(part, et), et)
+    return out
+
+
+def _window_starts(et: int, size: int, slide: int) -> list[int]:
+    last = et - et % slide  # floor, also for event times before 1970
+    out = []
+    start = last
+    while start > et - size:
+        out.append(start)
+        start -= slide
+    return out
+
+
+def _windowed(pipeline: Pipeline, w: _Windowing, parts: dict[int, list[InputRecord]]) -> Expected:
+    states: dict[tuple[int, int, Value], _AggState] = {}
+    late: set[tuple[int, int, Value]] = set()
+    total = markers = bad = 0
+    newest: int | None = None  # newest event time among records appended before this group
+    # Spark pushes filters that do not read the event time below the watermark: only rows
+    # that reach the window (and end-of-input markers) are sure to advance it.
+    newest_kept: int | None = None
+    for group in _arrival_order(parts):
+        seen: list[tuple[InputRecord, RowT | None, int]] = []
+        for rec in group:
+            total += 1
+            if _is_heartbeat(rec):
+                markers += 1
+                continue
+            eoi, eoi_time = _end_of_input(rec, pipeline)
+            if eoi:
+                # Not a result, but its event time advances the watermark as in the replicas.
+                markers += 1
+                if eoi_time is not None:
+                    seen.append((rec, None, eoi_time))
+                continue
+            parsed = parse_event(rec, pipeline)
+            if parsed is None:
+                bad += 1
+                continue
+            assert parsed[1] is not None
+            seen.append((rec, parsed[0], parsed[1]))
+        # Within one timestamp, a record of another partition (or an earlier offset of the
+        # same one) may have been in an earlier batch too: the newest event time among those
+        # and everything appended earlier bounds the row's watermark.
+        bounds = _group_bounds([(rec.partition, et) for rec, _, et in seen], newest)
+        for (_rec, event, et), bound in zip(seen, bounds, strict=True):
+            if event is None:
+                newest_kept = et if newest_kept is None else max(newest_kept, et)
+                continue
+            out = _run(pipeline.before, event)
+            if out is None:
+                continue
+            newest_kept = et if newest_kept is None else max(newest_kept, et)
+            key = out[w.key_column]
+            for start in _window_starts(et, w.size_ms, w.slide_ms):
+                gk = (start, start + w.size_ms, key)
+                states.setdefault(gk, _AggState(w.aggs)).add(out)
+                if bound is not None and start + w.size_ms <= bound - w.delay_ms:
+                    late.add(gk)
+        if seen:
+            top = max(e for _, _, e in seen)
+            newest = top if newest is None else max(newest, top)
+    final_wm = None if newest_kept is None else newest_kept - w.delay_ms
+    judged: dict[str, dict[str, Value]] = {}
+    late_out: dict[str, dict[str, Value] | None] = {}
+    open_out: dict[str, dict[str, Value] | None] = {}
+    for (start, end, key), st in sorted(states.items(), key=lambda kv: (kv[0][0], str(kv[0][2]))):
+        rid = window_rid(start, end, key)
+        result: RowT = {"window_start": start, "window_end": end, w.key_name: key}
+        result.update(zip([a.name for a in w.aggs], st.values(), strict=True))
+        out = _run(pipeline.after, result)
+        data = _data(out) if out is not None else None
+        if (start, end, key) in late:
+            late_out[rid] = data
+        elif final_wm is None or not end < final_wm:
+            # A window ending exactly at the final watermark may or may not have been emitted.
+            open_out[rid] = data
+        elif data is not None:
+            judged[rid] = data
+    return Expected(judged, late_out, open_out, total, markers, bad, final_wm)

@@ -1,0 +1,133 @@
+"""The check's only I/O: a run directory's names and the records of its two topics."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from arfl.configs.spec import Spec
+from arfl.errors import ReportError
+from arfl.measure.check.compare import Delivered
+from arfl.measure.check.evaluate import InputRecord
+
+
+def run_names(run_dir: Path) -> tuple[Spec, str, str, str]:
+    """The spec, Kafka address, input topic and final output topic of a run.
+
+    Topic names come from ``state.json`` (``summary.json`` as a fallback), the address from
+    ``state.json``'s ``stack.kafka``.
+
+    Raises:
+        ReportError: the run directory lacks them.
+    """
+    spec_path, state_path = run_dir / "spec.json", run_dir / "state.json"
+    try:
+        spec = Spec.model_validate(json.loads(spec_path.read_text(encoding="utf-8")))
+        state: dict[str, Any] = json.loads(state_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ReportError(
+            f"{run_dir}: cannot read spec.json/state.json ({e}); is it a run directory?"
+        ) from None
+    topics = dict(state.get("topics") or {})
+    summary_path = run_dir / "summary.json"
+    if not (topics.get("source") and topics.get("sink")) and summary_path.exists():
+        topics = dict(json.loads(summary_path.read_text(encoding="utf-8")).get("topics") or {})
+    kafka = (state.get("stack") or {}).get("kafka")
+    if not (kafka and topics.get("source") and topics.get("sink")):
+        raise ReportError(f"{state_path} names no stack.kafka or topics.source/sink")
+    return spec, str(kafka), str(topics["source"]), str(topics["sink"])
+
+
+def read_records(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list[InputRecord]:
+    """Every record of ``topic`` from its start to its current end, in offset order per
+    partition, with broker timestamps and headers.
+
+    Raises:
+        ReportError: Kafka is not reachable, the topic does not exist, or its end was not
+            reached within ``timeout_s``.
+    """
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
+
+    from arfl.stack.topics import require_topic, watermarks
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"arfl-check-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "socket.timeout.ms": 10_000,
+            "log_level": 0,
+        }
+    )
+    out: list[InputRecord] = []
+    try:
+        meta = require_topic(
+            consumer, bootstrap, topic, 10, error=ReportError,
+            missing_hint="was it deleted? the independent check needs the run's topics",
+            unreachable_hint="start the run's stack ('arfl stack up')",
+        )  # fmt: skip
+        ends: dict[int, int] = {}
+        assign = []
+        for p, (low, high) in watermarks(consumer, topic, meta.partitions, 10).items():
+            if high > low:
+                ends[p] = high
+                assign.append(TopicPartition(topic, p, low))
+        if not assign:
+            return out
+        consumer.assign(assign)
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+                if msg.error() is not None:
+                    continue
+                part, off = msg.partition(), msg.offset()
+                if part is None or off is None or part not in ends or off >= ends[part]:
+                    continue
+                ts_type, ts = msg.timestamp()
+                out.append(
+                    InputRecord(
+                        part,
+                        off,
+                        None if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts),
+                        msg.value(),
+                        _headers(msg.headers()),
+                    )
+                )
+                if off + 1 >= ends[part]:
+                    del ends[part]
+        if ends:
+            raise ReportError(
+                f"reading {topic} at {bootstrap} did not reach its end within {timeout_s:.0f}s "
+                f"(partitions {sorted(ends)} left)"
+            )
+        return out
+    finally:
+        consumer.close()
+
+
+def delivered(records: list[InputRecord]) -> list[Delivered]:
+    """Result ids and data of the final output topic's records (None where unreadable)."""
+    out: list[Delivered] = []
+    for r in records:
+        try:
+            obj = json.loads(r.value or b"")
+        except ValueError:
+            out.append(Delivered(None, None))
+            continue
+        rid = obj.get("rid") if isinstance(obj, dict) else None
+        data = obj.get("data") if isinstance(obj, dict) else None
+        if not isinstance(rid, str) or not isinstance(data, dict):
+            out.append(Delivered(None, None))
+        else:
+            out.append(Delivered(rid, data))
+    return out
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
+    if not raw:
+        return ()
+    items = raw.items() if isinstance(raw, dict) else raw
+    return tuple((str(k), v.encode() if isinstance(v, str) else v) for k, v in items)
