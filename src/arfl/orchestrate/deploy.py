@@ -13,6 +13,7 @@ Whatever happens (an error, Ctrl-C, SIGTERM), everything started is stopped, by 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -21,12 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from arfl import stack
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError, DeployError
 from arfl.faults.base import FaultParams
 from arfl.faults.local import LocalTarget
 from arfl.faults.runner import ChaosRunner
+from arfl.measure.check import check_run
 from arfl.measure.merger import MergerConfig
 from arfl.orchestrate.context import (
     PYTHON,
@@ -45,7 +49,7 @@ from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import Tick, Watcher, drain_seconds
 from arfl.processes import ManagedProcess
 from arfl.run.records import replica_topic
-from arfl.run.rundir import read_jsonl
+from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.workload.injector import InjectorConfig
 
 __all__ = [
@@ -80,6 +84,8 @@ class Deployment:
         self.resources = ResourceSampler()
         self.started_at = time.time()
         self.t0: float | None = None
+        self.drained = False
+        """The output drained: the run is worth checking when it stops."""
 
     @property
     def kafka(self) -> str:
@@ -128,6 +134,9 @@ class Deployment:
             run_dir=self.ctx.dir,
             input_stats=self.ctx.injector_stats,
             percentiles=tuple(self.ctx.spec.report.percentiles),
+            # The merger ends by itself when this process is gone (a kill -9 of arfl).
+            owner_pid=os.getpid(),
+            owner_create_time=psutil.Process().create_time(),
         )
         self.merger = self._spawn("merger", [PYTHON, "-m", "arfl.measure.merger", *cfg.argv()])
 
@@ -194,6 +203,22 @@ class Deployment:
             active_faults=self.active_faults,
             started_at=self.t0 or self.started_at,
         ).run(on_tick)
+        self.drained = True
+
+    def check_output(self) -> None:
+        """The independent check (no Spark): the final output against the results the spec
+        implies for the input topic; written to ``check.json`` for the report. A check that
+        cannot run is a warning, never a failed deployment."""
+        try:
+            result = check_run(self.ctx.dir)
+        except ArflError as e:
+            self.ctx.journal.write("warning", message=f"independent check not run: {e}")
+            return
+        write_json_atomic(self.ctx.paths.check, result.to_dict())
+        self.ctx.journal.write(
+            "output-checked",
+            **{k: v for k, v in result.to_dict().items() if k not in ("examples",)},
+        )
 
     def stop(self) -> None:
         """Stop everything this deployment started, by pid, in reverse order; never raises
@@ -239,6 +264,10 @@ class Deployment:
                     message=f"the merger exited with {code} (4: results not written to the "
                     f"final topic); see {self.merger.log_path}",
                 )
+        if self.drained:
+            # Every process has stopped, the run's Kafka still runs: the moment to read both
+            # topics back for the independent check.
+            self.check_output()
         errors += self.net.close(self.ctx)
         self.ctx.journal.write("run-stopped", errors=errors)
         self.write_state()

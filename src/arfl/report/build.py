@@ -93,6 +93,7 @@ class _Builder:
         self.t0 = t0
         self.t_end = t_end
         self.ivs = _interval_stats(data.intervals)
+        self.sent_ivs = _interval_stats(data.sent_intervals)
         # Results of events sent before the input ended still arrive afterwards (the last
         # batches, windows closing, a replay): the measurement runs until the last of them.
         last = max((iv.end for iv in self.ivs if iv.count), default=t_end)
@@ -132,6 +133,7 @@ class _Builder:
         for p in self.percentiles:
             pct[percentile_key(p)] = round(values[p] / 1000.0, 3) if count else None
         max_ms = round(hist.get_max_value() / 1000.0, 3) if count else None
+        sent = self._percentiles(_select(self.sent_ivs, start, end)) if self.sent_ivs else {}
         gap = longest_in(self.gaps, start, end)
         gap_ms, gap_exact = gap if gap is not None else ((0.0 if chosen else None), True)
         return PhaseStats(
@@ -147,7 +149,20 @@ class _Builder:
             max_gap_ms=gap_ms,
             max_gap_exact=gap_exact,
             fault=fault,
+            sent_percentiles_ms=sent,
         )
+
+    def _percentiles(self, chosen: Sequence[_Iv]) -> dict[str, float | None]:
+        """The report's percentiles over some intervals (None each without a result)."""
+        hist = new_histogram()
+        for iv in chosen:
+            hist.add(iv.hist)
+        count = int(hist.get_total_count())
+        values = values_at_percentiles(hist, self.percentiles) if count else {}
+        return {
+            percentile_key(p): round(values[p] / 1000.0, 3) if count else None
+            for p in self.percentiles
+        }
 
     def intervals(self) -> list[verdicts.Interval]:
         """The latency intervals as the verdicts read them."""
@@ -158,11 +173,13 @@ def _spec_slo(data: RunData) -> dict[str, object]:
     return dict(data.spec.report.slo)
 
 
-def build_report(run_dir: Path, *, recompute: bool = False) -> Report:
+def build_report(run_dir: Path, *, recompute: bool = False, check: bool = False) -> Report:
     """Analyse one run directory.
 
     Args:
         run_dir: a directory written by ``arfl deploy``.
+        check: run the independent check (no Spark) against the run's Kafka now, instead of
+            reading ``check.json``.
         recompute: check correctness by recomputing the expected results from the input topic
             (needs the run's Kafka; starts a Spark batch job) instead of the merger's counts.
 
@@ -171,7 +188,14 @@ def build_report(run_dir: Path, *, recompute: bool = False) -> Report:
             SLO names an unknown metric.
     """
     data = load_run(Path(run_dir))
-    return analyse(data, correctness=corr.recomputed(data) if recompute else None)
+    if recompute:
+        return analyse(data, correctness=corr.recomputed(data))
+    if check:
+        from arfl.measure.check import check_run
+
+        checked = corr.from_check(check_run(data.root).to_dict(), corr.from_merger(data))
+        return analyse(data, correctness=checked)
+    return analyse(data)
 
 
 def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
@@ -224,7 +248,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         ref_p99, steady.max_gap_ms, steady.count, steady.end_s - steady.start_s
     )
     tol = data.spec.report.tolerance
-    correct = correctness if correctness is not None else corr.from_merger(data)
+    correct = correctness if correctness is not None else corr.default(data)
     fault_phases, fstats = _fault_phases(b, data, jfaults, warm_stop, ref, correct.missing)
     phases.extend(fault_phases)
     for jf in failed_faults:

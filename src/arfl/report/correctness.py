@@ -87,6 +87,60 @@ def from_merger(data: RunData) -> Correctness:
     )
 
 
+def default(data: RunData) -> Correctness:
+    """The run's correctness without services: the independent check deploy ran and wrote to
+    ``check.json`` when it could model the pipeline, else the merger's counters."""
+    base = from_merger(data)
+    if not data.check:
+        return base
+    return from_check(data.check, base)
+
+
+def from_check(doc: Mapping[str, object], base: Correctness) -> Correctness:
+    """Correctness from an independent check (``check.json`` or ``arfl report --check``).
+
+    Args:
+        doc: ``IndependentCheck.to_dict()``.
+        base: the merger's counters (divergence between replicas, delivery failures,
+            produced events).
+    """
+    if doc.get("unsupported"):
+        return dataclasses.replace(
+            base, notes=[*base.notes, f"independent check: {doc['unsupported']}"]
+        )
+    wrong = try_int(doc.get("wrong"))
+    notes = [
+        "basis independent: results recomputed from the input topic without Spark and "
+        "compared with the final output (docs/correctness.md)",
+        f"{doc.get('wrong')} delivered results differ from the recomputation; "
+        f"{doc.get('extra')} result ids the input does not explain; "
+        f"{doc.get('unreadable') or 0} unreadable output records",
+    ]
+    late, open_ = try_int(doc.get("late_windows")), try_int(doc.get("open_windows"))
+    if late:
+        notes.append(f"{late} windows with late rows not judged (Spark drops such rows)")
+    if open_:
+        notes.append(f"{open_} windows the final watermark never passed (not required)")
+    examples = doc.get("examples")
+    if isinstance(examples, dict):
+        for kind in ("missing", "wrong", "extra", "duplicates"):
+            shown = examples.get(kind)
+            if shown:
+                notes.append(f"{kind}, e.g.: {str(shown[:3])[:300]}")
+    return Correctness(
+        basis="independent",
+        expected=try_int(doc.get("expected")),
+        results=try_int(doc.get("results")),
+        missing=try_int(doc.get("missing")),
+        duplicates=try_int(doc.get("duplicates")),
+        divergent=None if wrong is None else (base.divergent or 0) + wrong,
+        produced=base.produced,
+        notes=notes,
+        delivery_failures=base.delivery_failures,
+        extra=try_int(doc.get("extra")),
+    )
+
+
 def delivery_failures(data: RunData) -> int | None:
     """Results the merger failed to write to the final topic: ``merger.json``'s count, or
     unknown when the merger did not finish (no count, or it exited with an error the journal

@@ -243,18 +243,22 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "")
 def phase_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the phase table (shared with the terminal renderer)."""
     keys = list(report.overall.percentiles_ms)
+    # The second reading (from the actual send time), when the run recorded it.
+    sent = bool(report.overall.sent_percentiles_ms)
     headers = ["phase", "seconds", *keys, "max", "res/s", "max gap"]
+    if sent:
+        headers.append("p99 sent")
     rows = []
     for p in [*report.phases, report.overall]:
-        rows.append(_phase_row(p, keys))
+        rows.append(_phase_row(p, keys, sent))
     return headers, rows
 
 
-def _phase_row(p: PhaseStats, keys: Sequence[str]) -> list[str]:
+def _phase_row(p: PhaseStats, keys: Sequence[str], sent: bool = False) -> list[str]:
     gap = _ms(p.max_gap_ms)
     if p.max_gap_ms is not None and not p.max_gap_exact:
         gap = "≥" + gap
-    return [
+    row = [
         p.name + ("*" if p.kind == "warmup" else ""),
         f"{p.start_s:.1f}-{p.end_s:.1f}",
         *[_ms(p.percentiles_ms.get(k)) for k in keys],
@@ -262,6 +266,9 @@ def _phase_row(p: PhaseStats, keys: Sequence[str]) -> list[str]:
         _fmt(p.results_per_s, nd=0),
         gap,
     ]
+    if sent:
+        row.append(_ms(p.sent_percentiles_ms.get("p99")))
+    return row
 
 
 def fault_rows(report: Report) -> tuple[list[str], list[list[str]]]:

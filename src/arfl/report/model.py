@@ -38,6 +38,9 @@ class PhaseStats:
         max_gap_ms: the longest output gap that started in the phase (see :mod:`.gaps`).
         max_gap_exact: whether ``max_gap_ms`` is exact (to 1 ms) or a lower bound.
         fault: the fault's index (1-based) for ``fault``/``recovery`` phases.
+        sent_percentiles_ms: the same percentiles of the latency from each result's *actual*
+            send time (``latency-sent.hlog``; empty when the run has none). Far below
+            ``percentiles_ms`` means the injector fell behind its schedule, not the pipeline.
     """
 
     name: str
@@ -52,6 +55,7 @@ class PhaseStats:
     max_gap_ms: float | None
     max_gap_exact: bool = True
     fault: int | None = None
+    sent_percentiles_ms: dict[str, float | None] = field(default_factory=dict)
 
     def metric(self, key: str) -> float | None:
         """A numeric metric by name: ``p99``, ``p99.9``, ``max``, ``max_gap``,
@@ -86,6 +90,7 @@ class PhaseStats:
             "max_gap_ms": self.max_gap_ms,
             "max_gap_exact": self.max_gap_exact,
             "fault": self.fault,
+            "sent_percentiles_ms": dict(self.sent_percentiles_ms),
         }
 
 
@@ -185,6 +190,8 @@ class Correctness:
         notes: how each number was obtained when that is not obvious.
         delivery_failures: results the merger could not write to the final topic (None:
             unknown).
+        extra: delivered result ids the input does not explain (independent check only;
+            None: not checked).
     """
 
     basis: str
@@ -196,12 +203,15 @@ class Correctness:
     produced: int | None
     notes: list[str] = field(default_factory=list)
     delivery_failures: int | None = None
+    extra: int | None = None
 
     @property
     def complete(self) -> bool | None:
         """Every expected result in the final output exactly once with the same value, and
         nothing lost on the way to it (DESIGN §6 "complete"); None when a count is unknown."""
         counts = (self.missing, self.duplicates, self.divergent, self.delivery_failures)
+        if self.extra:
+            return False
         if any(c is not None and c > 0 for c in counts):
             return False
         if any(c is None for c in counts):
@@ -219,6 +229,7 @@ class Correctness:
             "divergent": self.divergent,
             "produced": self.produced,
             "delivery_failures": self.delivery_failures,
+            "extra": self.extra,
             "complete": self.complete,
             "notes": list(self.notes),
         }

@@ -39,6 +39,9 @@ class RunData:
         merger: ``merger.json`` (empty dict when missing).
         summary: ``summary.json`` (empty dict when missing).
         progress: replica index -> that replica's StreamingQueryProgress lines.
+        check: ``check.json``, the independent check deploy ran (empty dict when missing).
+        sent_intervals: the 1-s intervals of ``latency-sent.hlog`` (latency from the actual
+            send time; empty when missing).
     """
 
     root: Path
@@ -51,6 +54,8 @@ class RunData:
     merger: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     progress: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    check: dict[str, Any] = field(default_factory=dict)
+    sent_intervals: list[IntervalHistogram] = field(default_factory=list)
 
     def replica_batches(self) -> dict[int, list[Batch]]:
         """Replica index -> its micro-batches (see :func:`batches`)."""
@@ -224,4 +229,6 @@ def load_run(root: Path) -> RunData:
         merger=_read_json(root / "merger.json"),
         summary=_read_json(paths.summary),
         progress=progress,
+        check=_read_json(paths.check),
+        sent_intervals=read_latency_log(paths.hlog_sent) if paths.hlog_sent.exists() else [],
     )

@@ -115,13 +115,21 @@ def report(
             "input topic (needs the run's Kafka; starts a Spark batch job).",
         ),
     ] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Run the independent check (no Spark) against the run's Kafka now, instead "
+            "of reading the check.json deploy wrote.",
+        ),
+    ] = False,
 ) -> None:
     """Per-phase latency, fault recovery and masking, correctness and SLOs of runs (exit 1 if
     an SLO is breached)."""  # fmt: skip
     # Imported here so that 'arfl --help' and other commands do not load plotly.
     from arfl.report import build_report, compare, render_compare_html, render_html
 
-    reports = [build_report(r, recompute=recompute) for r in runs]
+    reports = [build_report(r, recompute=recompute, check=check) for r in runs]
     comp = compare(reports) if len(reports) > 1 else None
     written: Path | None = None
     if not no_html:
