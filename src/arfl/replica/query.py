@@ -26,7 +26,7 @@ Hidden columns start with ``__`` and never appear in a result's ``data``:
 * ``__wstart``, ``__wend`` (ms) and ``__key`` (string): set by the window step (its rid).
 
 End-of-input markers advance the watermark, so that a finite input ends with every window
-emitted (DESIGN §6 "Complete"), and are then dropped by a filter right above the watermark.
+emitted (docs/design.md §4 "complete"), and are then dropped by a filter right above the watermark.
 Spark's optimizer pushes every filter conjunct that does not reference the event-time column
 below ``EventTimeWatermark`` (``PushPredicateThroughNonJoin``), and filters on grouping
 columns through the aggregation too; a user's filter pushed down there would drop the markers

@@ -1,8 +1,12 @@
 """Correctness of a run's results: expected, missing, duplicates, divergent.
 
-Two bases:
+Three bases, the first that applies wins:
 
-* ``merger`` (default, no services needed): the merger's counters from ``merger.json`` /
+* what was asked for: ``recomputed`` (``--recompute``) or ``independent`` (``--check``);
+* ``independent`` (default when deploy wrote ``check.json``): :mod:`arfl.measure.check`
+  recomputed the expected results from the input topic without Spark and compared them with
+  the final output (``missing``, ``extra``, ``duplicates``, ``wrong`` values);
+* ``merger`` (otherwise, no services needed): the merger's counters from ``merger.json`` /
   ``summary.json``. ``expected`` is known only for pipelines where every input event yields
   exactly one result (no filter, window or transform step: expected = events produced);
   ``duplicates`` is 0 when the merger evicted nothing from its dedup state (it then emitted

@@ -208,7 +208,8 @@ class Correctness:
     @property
     def complete(self) -> bool | None:
         """Every expected result in the final output exactly once with the same value, and
-        nothing lost on the way to it (DESIGN §6 "complete"); None when a count is unknown."""
+        nothing lost on the way to it (docs/design.md §4 "complete"); None when a count is
+        unknown."""
         counts = (self.missing, self.duplicates, self.divergent, self.delivery_failures)
         if self.extra:
             return False

@@ -347,7 +347,6 @@ class Injector:
             # that makes them late. The final flush counts them as failed.
             self.marker_error = f"{remaining} events still undelivered; no marker written"
             return
-        # Not in arfl.stack.clients.Producer (yet): confluent-kafka's Producer has it.
         meta = self._producer.list_topics(cfg.topic, timeout=cfg.connect_timeout_s)
         partitions = sorted(meta.topics[cfg.topic].partitions)
         value = end_of_input_marker(event_time_ms)
