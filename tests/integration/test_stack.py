@@ -15,9 +15,15 @@ from kazoo.client import KazooClient
 
 from arfl import stack as arfl_stack
 from arfl.configs.spec import Stack
-from arfl.errors import StackError
+from arfl.errors import ReportError, StackError
 from arfl.stack import StackInfo, config, lifecycle
-from arfl.stack.topics import delete_topics, end_offsets, ensure_topic, watermarks
+from arfl.stack.topics import (
+    delete_topics,
+    end_offsets,
+    ensure_topic,
+    read_to_end,
+    watermarks,
+)
 from arfl.testing import EmbeddedStack, free_ports
 
 pytestmark = pytest.mark.integration
@@ -88,6 +94,35 @@ def test_end_offsets_and_watermarks_follow_the_log(stack: StackInfo, topic_name:
         c.close()
     with pytest.raises(StackError, match="does not exist"):
         end_offsets(stack.kafka, topic_name + "-missing")
+
+
+def test_read_to_end_reads_every_record_then_stops(stack: StackInfo, topic_name: str) -> None:
+    hints = {"missing_hint": "create it", "unreachable_hint": "start it"}
+    ensure_topic(stack.kafka, topic_name, 3)  # partition 2 stays empty
+    try:
+        assert read_to_end(stack.kafka, topic_name, error=ReportError, timeout_s=30, **hints) == []
+        p = Producer({"bootstrap.servers": stack.kafka, "acks": "all"})
+        for i in range(4):
+            p.produce(
+                topic_name, key=b"k", value=f"a{i}".encode(), partition=0, headers={"h": b"1"}
+            )
+        p.produce(topic_name, value=b"b0", partition=1)
+        assert p.flush(30) == 0
+        del p
+        msgs = read_to_end(stack.kafka, topic_name, error=ReportError, timeout_s=30, **hints)
+        by_part = {
+            part: [(m.offset(), m.value()) for m in msgs if m.partition() == part]
+            for part in (0, 1)
+        }
+        assert by_part == {0: [(i, f"a{i}".encode()) for i in range(4)], 1: [(0, b"b0")]}
+        assert len(msgs) == 5  # nothing from the empty partition, nothing twice
+        first = next(m for m in msgs if m.partition() == 0)
+        assert (first.key(), first.headers()) == (b"k", [("h", b"1")])
+        assert all(m.timestamp()[1] > 0 for m in msgs)
+    finally:
+        delete_topics(stack.kafka, [topic_name])
+    with pytest.raises(ReportError, match=rf"topic '{topic_name}' does not exist .*; create it"):
+        read_to_end(stack.kafka, topic_name, error=ReportError, timeout_s=30, **hints)
 
 
 def test_auto_create_is_off(stack: StackInfo, topic_name: str) -> None:

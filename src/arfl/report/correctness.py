@@ -210,59 +210,20 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[Resu
     """Every parseable result record of ``topic``, from its start to its current end.
 
     Raises:
-        ReportError: Kafka is not reachable or the topic does not exist.
+        ReportError: Kafka is not reachable, the topic does not exist, or its end was not
+            reached within ``timeout_s``.
     """
-    import time
+    from arfl.stack.topics import read_to_end
 
-    from confluent_kafka import Consumer, TopicPartition
-
-    from arfl.stack.topics import require_topic, watermarks
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"arfl-report-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "socket.timeout.ms": 10_000,
-            # librdkafka logs every failed connection attempt; the error below says it once.
-            "log_level": 0,
-        }
-    )
     out: list[Result] = []
-    try:
-        meta = require_topic(
-            consumer, bootstrap, topic, 10, error=ReportError,
-            missing_hint="was it deleted? drop --recompute",
-            unreachable_hint="start the run's stack ('arfl stack up') or drop --recompute",
-        )  # fmt: skip
-        ends: dict[int, int] = {}
-        assign: list[TopicPartition] = []
-        for p, (low, high) in watermarks(consumer, topic, meta.partitions, 10).items():
-            if high > low:
-                ends[p] = high
-                assign.append(TopicPartition(topic, p, low))
-        if not assign:
-            return out
-        consumer.assign(assign)
-        deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
-                if msg.error() is not None:
-                    continue
-                part, off = msg.partition(), msg.offset()
-                with contextlib.suppress(BadRecord):
-                    out.append(parse_result(msg.value()))
-                if part in ends and off is not None and off + 1 >= ends[part]:
-                    del ends[part]
-        if ends:
-            raise ReportError(
-                f"reading {topic} at {bootstrap} did not reach its end within {timeout_s:.0f}s "
-                f"(partitions {sorted(ends)} left)"
-            )
-        return out
-    finally:
-        consumer.close()
+    for msg in read_to_end(
+        bootstrap, topic, error=ReportError, timeout_s=timeout_s, group_prefix="arfl-report",
+        missing_hint="was it deleted? drop --recompute",
+        unreachable_hint="start the run's stack ('arfl stack up') or drop --recompute",
+    ):  # fmt: skip
+        with contextlib.suppress(BadRecord):
+            out.append(parse_result(msg.value()))
+    return out
 
 
 def recomputed(data: RunData) -> Correctness:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.cimpl import NewTopic
@@ -239,5 +239,87 @@ def end_offsets(
             p: max(0, high)
             for p, (_, high) in watermarks(consumer, topic, numbers, timeout_s).items()
         }
+    finally:
+        consumer.close()
+
+
+def read_to_end(
+    bootstrap: str,
+    topic: str,
+    *,
+    error: type[ArflError],
+    missing_hint: str,
+    unreachable_hint: str,
+    timeout_s: float,
+    group_prefix: str = "arfl-read",
+) -> list[Message]:
+    """Every record of ``topic`` from its start to the end it had when the read began.
+
+    A throw-away consumer (a fresh group id, nothing committed) is assigned every non-empty
+    partition from its low watermark and polled until each partition reached the high watermark
+    captured at the start; records appended later are left out, so the read ends.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        topic: the topic to read.
+        error: the error class raised (the caller's layer: ReportError, ...).
+        missing_hint: what to do when the topic does not exist.
+        unreachable_hint: what to do when Kafka does not answer.
+        timeout_s: how long reading up to the end may take.
+        group_prefix: the consumer group id's prefix (a timestamp follows), naming the reader
+            in the broker's logs.
+
+    Returns:
+        The raw messages (``value()``, ``key()``, ``partition()``, ``offset()``,
+        ``timestamp()``, ``headers()``), in offset order per partition.
+
+    Raises:
+        ArflError: of class ``error``: Kafka is not reachable, the topic does not exist, or
+            its end was not reached within ``timeout_s``.
+        KafkaException: the broker did not answer a watermark request.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{group_prefix}-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "socket.timeout.ms": 10_000,
+            # librdkafka logs every failed connection attempt; require_topic's error says it once.
+            "log_level": 0,
+        }
+    )
+    out: list[Message] = []
+    try:
+        meta = require_topic(
+            consumer, bootstrap, topic, _METADATA_TIMEOUT_S, error=error,
+            missing_hint=missing_hint, unreachable_hint=unreachable_hint,
+        )  # fmt: skip
+        ends: dict[int, int] = {}
+        assign: list[TopicPartition] = []
+        for p, (low, high) in watermarks(consumer, topic, meta.partitions).items():
+            if high > low:
+                ends[p] = high
+                assign.append(TopicPartition(topic, p, low))
+        if not assign:
+            return out
+        consumer.assign(assign)
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+                if msg.error() is not None:
+                    continue
+                part, off = msg.partition(), msg.offset()
+                if part is None or off is None or part not in ends or off >= ends[part]:
+                    continue
+                out.append(msg)
+                if off + 1 >= ends[part]:
+                    del ends[part]
+        if ends:
+            raise error(
+                f"reading {topic} at {bootstrap} did not reach its end within {timeout_s:.0f}s "
+                f"(partitions {sorted(ends)} left)"
+            )
+        return out
     finally:
         consumer.close()

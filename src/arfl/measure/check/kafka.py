@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -48,64 +47,31 @@ def read_records(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list[I
         ReportError: Kafka is not reachable, the topic does not exist, or its end was not
             reached within ``timeout_s``.
     """
-    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
-    from arfl.stack.topics import require_topic, watermarks
+    from arfl.stack.topics import read_to_end
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"arfl-check-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "socket.timeout.ms": 10_000,
-            "log_level": 0,
-        }
-    )
+    messages = read_to_end(
+        bootstrap, topic, error=ReportError, timeout_s=timeout_s, group_prefix="arfl-check",
+        missing_hint="was it deleted? the independent check needs the run's topics",
+        unreachable_hint="start the run's stack ('arfl stack up')",
+    )  # fmt: skip
     out: list[InputRecord] = []
-    try:
-        meta = require_topic(
-            consumer, bootstrap, topic, 10, error=ReportError,
-            missing_hint="was it deleted? the independent check needs the run's topics",
-            unreachable_hint="start the run's stack ('arfl stack up')",
-        )  # fmt: skip
-        ends: dict[int, int] = {}
-        assign = []
-        for p, (low, high) in watermarks(consumer, topic, meta.partitions, 10).items():
-            if high > low:
-                ends[p] = high
-                assign.append(TopicPartition(topic, p, low))
-        if not assign:
-            return out
-        consumer.assign(assign)
-        deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
-                if msg.error() is not None:
-                    continue
-                part, off = msg.partition(), msg.offset()
-                if part is None or off is None or part not in ends or off >= ends[part]:
-                    continue
-                ts_type, ts = msg.timestamp()
-                out.append(
-                    InputRecord(
-                        part,
-                        off,
-                        None if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts),
-                        msg.value(),
-                        _headers(msg.headers()),
-                    )
-                )
-                if off + 1 >= ends[part]:
-                    del ends[part]
-        if ends:
-            raise ReportError(
-                f"reading {topic} at {bootstrap} did not reach its end within {timeout_s:.0f}s "
-                f"(partitions {sorted(ends)} left)"
+    for msg in messages:
+        part, off = msg.partition(), msg.offset()
+        if part is None or off is None:  # read_to_end returns none such; this tells mypy
+            continue
+        ts_type, ts = msg.timestamp()
+        out.append(
+            InputRecord(
+                part,
+                off,
+                None if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts),
+                msg.value(),
+                _headers(msg.headers()),
             )
-        return out
-    finally:
-        consumer.close()
+        )
+    return out
 
 
 def delivered(records: list[InputRecord]) -> list[Delivered]:
