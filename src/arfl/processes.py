@@ -194,6 +194,17 @@ def stop_pid(
     return True
 
 
+def stop_on_termination(stop: Callable[[], None]) -> None:
+    """Call ``stop`` on SIGTERM and SIGINT (a component process's graceful end: deploy
+    SIGTERMs its merger and injector, a user Ctrl-Cs them)."""
+
+    def handler(_signum: int, _frame: object) -> None:
+        stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
 def wait_until(
     check: Callable[[], T | bool | None],
     *,

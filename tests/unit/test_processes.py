@@ -202,3 +202,20 @@ def test_wait_until_lets_an_error_of_the_check_through_at_once() -> None:
     with pytest.raises(RuntimeError, match="server died"):
         wait_until(check, timeout_s=30)
     assert time.monotonic() - t0 < 1
+
+
+def test_stop_on_termination_calls_stop_on_sigterm_and_sigint() -> None:
+    import signal as sig
+
+    from arfl.processes import stop_on_termination
+
+    calls: list[str] = []
+    old = {s: sig.getsignal(s) for s in (sig.SIGTERM, sig.SIGINT)}
+    try:
+        stop_on_termination(lambda: calls.append("stop"))
+        os.kill(os.getpid(), sig.SIGTERM)
+        os.kill(os.getpid(), sig.SIGINT)
+        assert calls == ["stop", "stop"]
+    finally:
+        for s, handler in old.items():
+            sig.signal(s, handler)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import signal
 import sys
 import threading
 import time
@@ -47,7 +46,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from arfl.errors import ArflError, DeployError
@@ -58,7 +56,7 @@ from arfl.measure.histogram import (
     LatencyLogWriter,
     percentiles_ms,
 )
-from arfl.processes import same_process
+from arfl.processes import same_process, stop_on_termination
 from arfl.run.records import BadRecord, parse_result, replica_topic
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
@@ -1045,11 +1043,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return int(e.exit_code)
 
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        merger.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop_on_termination(merger.stop)
     final = merger.run()
     print(
         json.dumps(

@@ -30,18 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from arfl.configs.spec import Workload
 from arfl.errors import ArflError, DeployError
+from arfl.processes import stop_on_termination
 from arfl.run.records import END_OF_INPUT_LEAD_MS, end_of_input_marker
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
@@ -582,11 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return int(e.exit_code)
 
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        injector.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop_on_termination(injector.stop)
     summary = injector.run()
     print(json.dumps(summary.to_dict()), flush=True)
     if summary.failed:
