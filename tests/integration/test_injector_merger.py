@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from hdrh.log import HistogramLogReader
 
 from arfl.measure.histogram import new_histogram
+from arfl.processes import wait_until
 from arfl.run.records import END_OF_INPUT_FIELD, replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import InjectorStatsTail, MonitorTail
@@ -158,6 +159,25 @@ def _result(
         "rid": rid, "src_ts": src_ts, "sent_ts": sent_ts, "replica": replica,
         "hash": hashlib.sha256(canon.encode()).hexdigest(), "data": data,
     }).encode()  # fmt: skip
+
+
+def _produce_results(prod: Producer, topic: str, replica: int, count: int) -> None:
+    """``count`` per-record results ``0:0`` .. ``0:<count-1>`` of one replica, flushed."""
+    for i in range(count):
+        rid = f"0:{i}"
+        prod.produce(topic, key=rid.encode(),
+                     value=_result(rid, int(time.time() * 1000), replica, {"n": i}))  # fmt: skip
+    prod.flush(10)
+
+
+def _wait_results(monitor: MonitorTail, count: int, timeout_s: float = 30.0) -> None:
+    """Until the merger's monitor shows ``count`` results (fails after ``timeout_s``)."""
+
+    def seen() -> bool:
+        monitor.poll()
+        return monitor.latest is not None and monitor.latest.results == count
+
+    wait_until(seen, timeout_s=timeout_s, interval_s=0.3, what=f"{count} merged results")
 
 
 def _hlog_count(path: Path) -> tuple[int, int]:
@@ -303,32 +323,13 @@ def test_merger_reads_a_replica_topic_created_after_it_started(
     ], tmp_path / "merger.log")  # fmt: skip
     procs.append(merger)
     prod = Producer({"bootstrap.servers": stack.kafka, "linger.ms": 1})
-    for i in range(50):
-        rid = f"0:{i}"
-        prod.produce(replica_topic(sink, 0), key=rid.encode(),
-                     value=_result(rid, int(time.time() * 1000), 0, {"n": i}))  # fmt: skip
-    prod.flush(10)
+    _produce_results(prod, replica_topic(sink, 0), 0, 50)
     monitor = MonitorTail(run_dir / "monitor.jsonl")
-    deadline = time.time() + 30
-    while time.time() < deadline:  # r0's results flow before r1 exists
-        monitor.poll()
-        if monitor.latest is not None and monitor.latest.results == 50:
-            break
-        time.sleep(0.3)
-    assert monitor.latest is not None and monitor.latest.results == 50
+    _wait_results(monitor, 50)
     # r1 appears late and repeats r0's results (from its first offset) plus 50 of its own.
     ensure_topic(stack.kafka, replica_topic(sink, 1), 2)
-    for i in range(100):
-        rid = f"0:{i}"
-        prod.produce(replica_topic(sink, 1), key=rid.encode(),
-                     value=_result(rid, int(time.time() * 1000), 1, {"n": i}))  # fmt: skip
-    prod.flush(10)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        monitor.poll()
-        if monitor.latest is not None and monitor.latest.results == 100:
-            break
-        time.sleep(0.3)
+    _produce_results(prod, replica_topic(sink, 1), 1, 100)
+    _wait_results(monitor, 100)
     merger.send_signal(signal.SIGTERM)
     assert merger.wait(30) == 0, (tmp_path / "merger.log").read_text()
     final = json.loads((run_dir / "merger.json").read_text())
@@ -356,19 +357,9 @@ def test_merger_ends_by_itself_when_its_owner_is_killed(
     ], tmp_path / "merger.log")  # fmt: skip
     procs.append(merger)
     prod = Producer({"bootstrap.servers": stack.kafka, "linger.ms": 1})
-    for i in range(20):
-        rid = f"0:{i}"
-        prod.produce(replica_topic(sink, 0), key=rid.encode(),
-                     value=_result(rid, int(time.time() * 1000), 0, {"n": i}))  # fmt: skip
-    prod.flush(10)
+    _produce_results(prod, replica_topic(sink, 0), 0, 20)
     monitor = MonitorTail(run_dir / "monitor.jsonl")
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        monitor.poll()
-        if monitor.latest is not None and monitor.latest.results == 20:
-            break
-        time.sleep(0.3)
-    assert monitor.latest is not None and monitor.latest.results == 20
+    _wait_results(monitor, 20)
     time.sleep(2.0)
     assert merger.poll() is None, "the merger must keep running while its owner lives"
 
