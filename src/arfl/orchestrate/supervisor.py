@@ -413,6 +413,27 @@ class ReplicaRunner:
                         return
                     self._check(rep)
 
+    def _give_up_reason(self, rep: _Replica, code: int) -> tuple[str, str | None] | None:
+        """Why a replica that just exited is not restarted (reason, detail), or None."""
+        if not self.spec.replication.restart:
+            return "replication.restart is false", None
+        if restart_suppressed(self.paths.root, rep.index):
+            # A 'kill-replica' fault with restart = false asked the supervisor to stand down.
+            return "no-restart marker (fault)", None
+        if code == EXIT_BAD_CONFIG:
+            return f"the pipeline cannot be built (exit code {code}); see {rep.log_path}", None
+        if rep.failures_without_app >= self.crash_loop_limit:
+            return "crash-loop", (
+                f"died {rep.failures_without_app} times in a row before Spark was up; "
+                f"see {rep.log_path}"
+            )
+        if len(rep.exits) > self.crash_loop_restarts:
+            return "crash-loop", (
+                f"exited again (exit code {code}) after {len(rep.exits) - 1} restarts "
+                f"within {self.crash_loop_window_s:.0f}s; see {rep.log_path}"
+            )
+        return None
+
     def _check(self, rep: _Replica) -> None:
         self._refresh_app_id(rep)
         if rep.state.status == "restarting":
@@ -452,41 +473,11 @@ class ReplicaRunner:
             uptime_s=round(now - (rep.state.started_at or now), 3),
         )
         rep.died_at = now
-        if not self.spec.replication.restart:
+        give_up = self._give_up_reason(rep, code)
+        if give_up is not None:
+            reason, detail = give_up
             rep.state = replace(rep.state, status="dead", exit_code=code)
-            self.journal.write(
-                "replica-gave-up", replica=rep.index, reason="replication.restart is false"
-            )
-        elif restart_suppressed(self.paths.root, rep.index):
-            # A 'kill-replica' fault with restart = false asked the supervisor to stand down.
-            rep.state = replace(rep.state, status="dead", exit_code=code)
-            self.journal.write(
-                "replica-gave-up", replica=rep.index, reason="no-restart marker (fault)"
-            )
-        elif code == EXIT_BAD_CONFIG:
-            rep.state = replace(rep.state, status="dead", exit_code=code)
-            self.journal.write(
-                "replica-gave-up",
-                replica=rep.index,
-                reason=f"the pipeline cannot be built (exit code {code}); see {rep.log_path}",
-            )
-        elif rep.failures_without_app >= self.crash_loop_limit:
-            rep.state = replace(rep.state, status="dead", exit_code=code)
-            self.journal.write(
-                "replica-gave-up",
-                replica=rep.index,
-                reason="crash-loop",
-                detail=f"died {rep.failures_without_app} times in a row before Spark was up; "
-                f"see {rep.log_path}",
-            )
-        elif len(rep.exits) > self.crash_loop_restarts:
-            rep.state = replace(rep.state, status="dead", exit_code=code)
-            self.journal.write(
-                "replica-gave-up",
-                replica=rep.index,
-                reason="crash-loop",
-                detail=f"exited again (exit code {code}) after {len(rep.exits) - 1} restarts "
-                f"within {self.crash_loop_window_s:.0f}s; see {rep.log_path}",
-            )
+            extra = {} if detail is None else {"detail": detail}
+            self.journal.write("replica-gave-up", replica=rep.index, reason=reason, **extra)
         else:
             rep.state = replace(rep.state, status="restarting", exit_code=code)
