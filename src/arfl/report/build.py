@@ -87,6 +87,14 @@ def _select(ivs: Sequence[_Iv], start: float, end: float) -> list[_Iv]:
     return [iv for iv in ivs if iv.start < end and iv.end > start]
 
 
+def _merged(chosen: Sequence[_Iv]) -> Any:
+    """One histogram of some intervals."""
+    hist = new_histogram()
+    for iv in chosen:
+        hist.add(iv.hist)
+    return hist
+
+
 class _Builder:
     def __init__(self, data: RunData, t0: float, t_end: float) -> None:
         self.data = data
@@ -123,17 +131,14 @@ class _Builder:
         self, name: str, kind: str, start: float, end: float, fault: int | None = None
     ) -> PhaseStats:
         chosen = _select(self.ivs, start, end)
-        hist = new_histogram()
-        for iv in chosen:
-            hist.add(iv.hist)
+        hist = _merged(chosen)
         count = int(hist.get_total_count())
         covered = sum(iv.end - iv.start for iv in chosen)
-        pct: dict[str, float | None] = {}
-        values = values_at_percentiles(hist, self.percentiles) if count else {}
-        for p in self.percentiles:
-            pct[percentile_key(p)] = round(values[p] / 1000.0, 3) if count else None
+        pct = self._percentiles(hist)
         max_ms = round(hist.get_max_value() / 1000.0, 3) if count else None
-        sent = self._percentiles(_select(self.sent_ivs, start, end)) if self.sent_ivs else {}
+        sent = (
+            self._percentiles(_merged(_select(self.sent_ivs, start, end))) if self.sent_ivs else {}
+        )
         gap = longest_in(self.gaps, start, end)
         gap_ms, gap_exact = gap if gap is not None else ((0.0 if chosen else None), True)
         return PhaseStats(
@@ -152,11 +157,8 @@ class _Builder:
             sent_percentiles_ms=sent,
         )
 
-    def _percentiles(self, chosen: Sequence[_Iv]) -> dict[str, float | None]:
-        """The report's percentiles over some intervals (None each without a result)."""
-        hist = new_histogram()
-        for iv in chosen:
-            hist.add(iv.hist)
+    def _percentiles(self, hist: Any) -> dict[str, float | None]:
+        """The report's percentiles of a histogram, in ms (None each without a result)."""
         count = int(hist.get_total_count())
         values = values_at_percentiles(hist, self.percentiles) if count else {}
         return {
