@@ -127,6 +127,8 @@ class ModeInfo:
         triggers: the ``replication.trigger`` values the mode supports.
         active: several replicas at once whose outputs are merged.
         leader: the mode elects a leader (``kill-leader`` and ``replica = "leader"`` apply).
+        coordination_free: replicas agree on nothing at run time (no shared batch
+            boundaries): a pipeline whose results could depend on batching is refused.
         order: position in listings and experiments (baselines first).
     """
 
@@ -137,6 +139,7 @@ class ModeInfo:
     triggers: frozenset[str] = frozenset({"micro-batch"})
     active: bool = False
     leader: bool = False
+    coordination_free: bool = False
     order: int = 0
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from arfl.cli.commands import validate as validate_cmd
 from arfl.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,3 +68,85 @@ def test_experiment_with_unknown_modes_exits_2_before_anything_runs(
     assert code == 2
     assert "unknown mode 'eventual'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+_RTM_SPEC = """
+name = "rtm"
+[source]
+topic = "clicks"
+partitions = 2
+event_time = "ts"
+[[steps]]
+window = { size = "1s", key = "user", watermark = "500ms", agg = { n = "count(*)" } }
+[sink]
+topic = "out"
+[replication]
+mode = "active"
+replicas = 2
+trigger = "realtime"
+[spark]
+master = "local-cluster[1,1,1024]"
+"""
+
+
+def test_valid_spec_says_what_it_asks_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(validate_cmd, "host_cores", lambda: 2)
+    spec = tmp_path / "rtm.toml"
+    spec.write_text(_RTM_SPEC)
+    assert main(["validate", str(spec)]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert (
+        "rtm.toml: 2 replicas \u00d7 local-cluster[1,4,1024] "
+        "(RTM: 2 partitions + 2 shuffle partitions = 4 task slots each) on 2 cores"
+    ) in lines
+    # why the master is not the spec's, on one line of its own
+    [note] = [line for line in lines if line.startswith("rtm.toml: note: ")]
+    assert "local-cluster[1,1,1024] has 1 task slot" in note
+    assert "warning" not in captured.err
+
+
+def test_oversubscribed_host_is_a_warning_not_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(validate_cmd, "host_cores", lambda: 1)
+    spec = tmp_path / "rtm.toml"
+    spec.write_text(_RTM_SPEC.replace("partitions = 2", "partitions = 3"))
+    assert main(["validate", str(spec)]) == 0
+    captured = capsys.readouterr()
+    assert "(RTM: 3 partitions + 2 shuffle partitions = 5 task slots each) on 1 core" in (
+        captured.out
+    )
+    warning = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
+    assert warning == [
+        "warning: rtm.toml: 2 replicas \u00d7 5 task slots = 10 on 1 core, more than 4 per core: "
+        "RTM tasks mostly wait on Kafka; above that they compete for CPU and latency suffers; "
+        "use fewer partitions or replicas, or a bigger host"
+    ]
+
+
+def test_micro_batch_spec_says_its_slots(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(ROOT / "configs" / "clicks-active.toml")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "clicks-active.toml: 2 replicas \u00d7 local-cluster[1,1,1024] (micro-batch: 1 task slot"
+        in (out)
+    )
+
+
+def test_realtime_spec_rtm_cannot_run_is_refused_with_key_paths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "rtm.toml"
+    spec.write_text(
+        _RTM_SPEC.replace(
+            'trigger = "realtime"', 'trigger = "realtime"\ntrigger_interval = "1s"'
+        ).replace("[[steps]]", '[[steps]]\ntransform = "m:f"\n[[steps]]', 1)
+    )
+    assert main(["validate", str(spec)]) == 2
+    captured = capsys.readouterr()
+    assert "rtm.toml: steps[0].transform: real-time mode runs only the operators" in captured.err
+    assert "rtm.toml: replication.trigger_interval: 1s is below" in captured.err
+    assert "task slots each" not in captured.out

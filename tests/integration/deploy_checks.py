@@ -9,7 +9,7 @@ from arfl.configs.spec import Spec, parse_spec
 from arfl.measure.histogram import read_latency_log
 from arfl.orchestrate.deploy import DeployResult, scoped
 from arfl.replica import offline
-from arfl.run.records import Result, replica_topic
+from arfl.run.records import Result, final_values, replica_topic, split_update
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import MonitorSnapshot
 from arfl.stack import StackInfo, ensure_installed
@@ -82,6 +82,9 @@ def check_against_offline(info: StackInfo, spec: Spec, result: DeployResult) -> 
     expected = offline.recompute(
         scoped(spec, result.run_dir.name), info.kafka, ensure_installed().spark_kafka_jars
     )
+    if spec.emits_updates:
+        _check_final_values(out, expected)
+        return expected
     # The injector closes the input with one end-of-input marker per partition.
     assert expected.markers == spec.source.partitions
     if spec.replication.mode != "active-leaderless":
@@ -103,6 +106,29 @@ def check_against_offline(info: StackInfo, spec: Spec, result: DeployResult) -> 
     assert not wrong, f"content differs from the offline result for {wrong[:5]}"
     assert len(expected.final) > 0.8 * len(expected.results)
     return expected
+
+
+def _check_final_values(out: dict[str, list[Result]], expected: offline.Recomputed) -> None:
+    """Update-mode output: each window's last update equals the batch job's window result
+    (the batch job aggregates the whole window at once, so its rid is ``<window>#<count>``).
+    Every intermediate update is judged by the independent check (``check.json``)."""
+    finals = final_values(copies[0] for copies in out.values())
+    assert expected.not_final == frozenset()
+    want = {split_update(rid)[0]: r for rid, r in expected.results.items()}
+    assert set(finals) == set(want), (
+        f"windows only delivered {sorted(set(finals) - set(want))[:3]}, "
+        f"only expected {sorted(set(want) - set(finals))[:3]}"
+    )
+    wrong = [w for w, r in finals.items() if (r.rid, r.hash) != (want[w].rid, want[w].hash)]
+    assert not wrong, f"final values differ from the offline result for {wrong[:5]}"
+    # Every update of a window is there: n runs 1..final.
+    counts: dict[str, int] = {}
+    for rid in out:
+        w, n = split_update(rid)
+        assert n is not None, f"not an update rid: {rid}"
+        counts[w] = counts.get(w, 0) + 1
+    short = [w for w, r in finals.items() if counts[w] != split_update(r.rid)[1]]
+    assert not short, f"windows with missing updates: {short[:5]}"
 
 
 def check_run_dir(result: DeployResult) -> None:

@@ -75,6 +75,7 @@ def test_every_mode_supplies_its_own_boundary_policy() -> None:
     expected = {
         "none": PlainPolicy,
         "passive": PlainPolicy,
+        "active": PlainPolicy,
         "active-leader": LeaderPolicy,
         "active-leaderless": LeaderlessPolicy,
     }

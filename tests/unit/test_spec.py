@@ -115,13 +115,13 @@ def test_every_problem_is_reported_at_once() -> None:
         (
             {"replication": {"mode": "hot"}},
             "replication.mode",
-            "unknown 'hot' (known: active-leader, active-leaderless, none, passive)",
+            "unknown 'hot' (known: active, active-leader, active-leaderless, none, passive)",
         ),
         ({"replication": {"mode": "passive", "replicas": 2}}, "replication.replicas", "exactly 1"),
         (
-            {"replication": {"mode": "none", "trigger": "realtime"}},
+            {"replication": {"mode": "active-leaderless", "replicas": 2, "trigger": "realtime"}},
             "replication.trigger",
-            "passive",
+            "'realtime' needs mode ",
         ),
         (
             {"replication": {"mode": "none", "session_timeout": "2s"}},

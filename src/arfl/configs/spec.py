@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from arfl.configs.realtime import realtime_problems
 from arfl.configs.slo import validate_slo
 from arfl.errors import SpecError
 from arfl.registry import FAULTS, MODES, UnknownKind
@@ -362,6 +363,12 @@ class Spec(_Model):
         return any(s.window is not None for s in self.steps)
 
     @property
+    def emits_updates(self) -> bool:
+        """True when window results are updates, one per input record (real-time mode, update
+        output mode; rids ``<window>#<n>``, see :mod:`arfl.run.records`)."""
+        return self.has_window and self.replication.trigger == "realtime"
+
+    @property
     def needs_network_isolation(self) -> bool:
         """True when a scheduled fault acts on the network (namespaces needed)."""
         return any(FAULTS.info(c.fault).network for c in self.chaos)
@@ -475,8 +482,7 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 "not deterministic across replicas)",
             )
         )
-    if has_window and repl.get("trigger") == "realtime":
-        out.append(("replication.trigger", "'realtime' does not run window aggregations here"))
+    out.extend(realtime_problems(raw))
 
     duration = _safe_duration(_get(raw, "workload", "duration") or "60s")
     n_replicas = replicas if isinstance(replicas, int) else 1

@@ -13,6 +13,7 @@ Whatever happens (an error, Ctrl-C, SIGTERM), everything started is stopped, by 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -25,6 +26,7 @@ from typing import Any
 import psutil
 
 from arfl import stack
+from arfl.configs.realtime import host_cores, replica_master, slots_warning
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError, DeployError
 from arfl.faults.base import FaultParams
@@ -48,6 +50,7 @@ from arfl.orchestrate.summary import summarise
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import Tick, Watcher, drain_seconds
 from arfl.processes import ManagedProcess
+from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.workload.injector import InjectorConfig
@@ -86,6 +89,8 @@ class Deployment:
         self.t0: float | None = None
         self.drained = False
         """The output drained: the run is worth checking when it stops."""
+        self._start_offsets = "earliest"
+        """Where replicas first read the input (Spark ``startingOffsets``), set with the topics."""
 
     @property
     def kafka(self) -> str:
@@ -124,6 +129,7 @@ class Deployment:
         for i in range(self.ctx.spec.replication.replicas):
             stack.topics.ensure_topic(self.kafka, replica_topic(sink.topic, i), src.partitions)
         stack.topics.ensure_topic(self.kafka, sink.topic, src.partitions)
+        self._start_offsets = self._starting_offsets()
 
     def start_measuring(self) -> None:
         """The merger: first copy wins, latency per result, the interval log."""
@@ -148,12 +154,16 @@ class Deployment:
             self.ctx.dir,
             self.kafka,
             jars=self._jars,
-            master=self.ctx.options.master,
+            master=self._replica_master(),
             journal=self.ctx.journal,
             command=self.net.driver_command,
             # Active modes: ZooKeeper for the leader election; the run id names this run's
             # decision topic so that no old decision is ever replayed.
-            mode_options={"zookeeper": self.net.info.zookeeper, "run_id": self.ctx.run_id},
+            mode_options={
+                "zookeeper": self.net.info.zookeeper,
+                "run_id": self.ctx.run_id,
+                STARTING_OFFSETS: self._start_offsets,
+            },
         )
         self.runner.start()
         self.write_state()
@@ -288,13 +298,45 @@ class Deployment:
         except OSError as e:
             raise DeployError(f"could not start the {name} ({argv[0]}): {e}") from e
 
+    def _replica_master(self) -> str:
+        """The spec's (or ``--master``'s) master, enlarged under real-time mode so that every
+        partition (and shuffle partition) has a task slot; a change or a warning is journaled."""
+        spec = self.ctx.spec
+        master, note = replica_master(spec, self.ctx.options.master)
+        warning = slots_warning(spec, host_cores(), master)
+        if note or warning:
+            self.ctx.journal.write("replica-slots", master=master, note=note, warning=warning)
+        return master
+
+    def _starting_offsets(self) -> str:
+        """Where every replica's first start reads the input from, resolved once: the input's
+        end offsets before the load starts, as Spark's ``startingOffsets`` JSON (journaled)."""
+        src = self.ctx.rspec.source
+        ends = stack.topics.end_offsets(self.kafka, src.topic, src.partitions)
+        self.ctx.journal.write("starting-offsets", topic=src.topic, offsets=ends)
+        return json.dumps({src.topic: {str(p): o for p, o in sorted(ends.items())}})
+
     def _wait_first_batches(self, deadline: float) -> None:
-        """Block until every replica's query has reported a batch (the pipeline runs)."""
+        """Block until every replica's query has reported a batch (the pipeline runs); in
+        real-time mode, until every replica's query has started.
+
+        A real-time batch reports progress only when it ends, and a batch that began with its
+        partitions empty reads about one record per partition and then idles until its
+        interval ends (Spark 4.3, measured here). Starting the load as soon as the queries run
+        means the first batches idle for at most one interval (the warm-up) and every batch
+        after them begins with records waiting, which stream.
+        """
         assert self.runner is not None
         n = self.ctx.spec.replication.replicas
         paths = self.ctx.paths
+        realtime = self.ctx.spec.replication.trigger == "realtime"
         while True:
-            waiting = [i for i in range(n) if not read_jsonl(paths.progress(i))]
+            waiting = [
+                i
+                for i in range(n)
+                if not read_jsonl(paths.progress(i))
+                and not (realtime and self.runner.query_started(i))
+            ]
             if not waiting:
                 self.ctx.journal.write("replicas-processing", replicas=n)
                 return

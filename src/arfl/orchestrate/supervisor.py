@@ -48,6 +48,7 @@ from arfl.faults.local import restart_suppressed
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.processes import ManagedProcess, is_running, process_tree, signal_all, wait_until
 from arfl.replica.driver import EXIT_BAD_CONFIG, DriverConfig
+from arfl.replica.modes.base import STAGGER_REF
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import Journal, RunPaths
@@ -202,6 +203,15 @@ class ReplicaRunner:
     def checkpoint_dir(self, replica: int) -> Path:
         """The durable checkpoint directory of a replica (used by ``passive``)."""
         return self.paths.root / "checkpoints" / f"replica-{replica}"
+
+    def query_started(self, replica: int) -> bool:
+        """True once the replica's current driver has started its streaming query."""
+        path = self._replicas[replica].app_id_path
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(info, dict) and "query_started" in info
 
     def output_topic(self, replica: int) -> str:
         """The output topic of a replica."""
@@ -361,7 +371,9 @@ class ReplicaRunner:
             conf=self.extra_conf,
             jars=self.jars,
             attempt=rep.attempt,
-            mode_options=self.mode_options,
+            # Replica 0's app file: where a staggered replica reads when replica 0's query
+            # started (see arfl.replica.modes.active).
+            mode_options={STAGGER_REF: str(self._replicas[0].app_id_path), **self.mode_options},
         )
 
     def _spawn(self, rep: _Replica) -> None:

@@ -10,6 +10,11 @@ A replica the supervisor gave up on (status ``dead``: ``replication.restart = fa
 ``kill-replica`` with ``restart = false``, a crash loop) will never catch up: it is left out
 of the wait, and ``replica-excluded`` is journaled once for it (the run continues without it).
 Only when every replica is dead does the run fail.
+
+Each tick also reads the lines the replicas appended to their progress files and journals one
+``late-drop`` per replica and batch that dropped rows behind the watermark (a determinism risk
+between replicas; :func:`arfl.run.progress.late_drops`). The report reads the progress files
+itself, so batches after the watch ended are counted there too.
 """
 
 from __future__ import annotations
@@ -26,9 +31,15 @@ from arfl.orchestrate.rejoin import RejoinTracker
 from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.processes import ManagedProcess
-from arfl.run.progress import reached
-from arfl.run.rundir import read_jsonl
-from arfl.run.streams import InjectorSecond, InjectorStatsTail, MonitorSnapshot, MonitorTail
+from arfl.run.progress import LATE_DROP_EVENT, from_journal, late_drops, reached
+from arfl.run.rundir import Journal, RunPaths, read_jsonl
+from arfl.run.streams import (
+    InjectorSecond,
+    InjectorStatsTail,
+    JsonlTail,
+    MonitorSnapshot,
+    MonitorTail,
+)
 from arfl.stack.topics import end_offsets
 
 TICK_S = 0.5
@@ -85,6 +96,40 @@ def caught_up(ctx: RunContext, input_end: dict[int, int], without: Collection[in
     return True
 
 
+class LateDropWatch:
+    """Journals ``late-drop`` once per replica and batch whose progress dropped rows.
+
+    Batch ids continue from the checkpoint when a replica restarts (same progress file), so a
+    (replica, batch) is journaled at most once; events already in the journal (a watch of the
+    same run before this one) count as journaled.
+
+    Args:
+        journal: where the events go (and the ones already there are read from).
+        paths: the run directory's files (``progress/replica-N.jsonl``).
+        replicas: how many replicas.
+    """
+
+    def __init__(self, journal: Journal, paths: RunPaths, replicas: int) -> None:
+        self.journal = journal
+        self._tails = {i: JsonlTail(paths.progress(i)) for i in range(replicas)}
+        self._seen: dict[int, set[int]] = {i: set() for i in range(replicas)}
+        for ev in journal.read():
+            drop = from_journal(ev)
+            if drop is not None:
+                self._seen.setdefault(drop.replica, set()).add(drop.batch)
+
+    def poll(self) -> int:
+        """Read what the replicas appended since the last call; returns the events written."""
+        written = 0
+        for i, tail in self._tails.items():
+            seen = self._seen[i]
+            for drop in late_drops(tail.read_new(), i, seen):
+                self.journal.write(LATE_DROP_EVENT, **drop.journal_fields())
+                seen.add(drop.batch)
+                written += 1
+        return written
+
+
 class Watcher:
     """Watches one deployment; :meth:`run` returns when its output has drained."""
 
@@ -131,12 +176,19 @@ class Watcher:
             DeployError: the merger or the injector failed, or every replica is dead.
         """
         rejoins = RejoinTracker(self.ctx.journal, self.source_end_offsets, self.last_progress)
+        drops = LateDropWatch(self.ctx.journal, self.ctx.paths, self.ctx.spec.replication.replicas)
         try:
-            self._loop(on_tick, rejoins)
+            self._loop(on_tick, rejoins, drops)
         finally:
             rejoins.finish()
+            drops.poll()
 
-    def _loop(self, on_tick: Callable[[Tick], None] | None, rejoins: RejoinTracker) -> None:
+    def _loop(
+        self,
+        on_tick: Callable[[Tick], None] | None,
+        rejoins: RejoinTracker,
+        drops: LateDropWatch,
+    ) -> None:
         monitor = MonitorTail(self.ctx.paths.monitor)
         inj = InjectorStatsTail(self.ctx.injector_stats)
         phase = "running"
@@ -152,6 +204,7 @@ class Watcher:
             inj.poll()
             states = self.runner.states()
             rejoins.observe(time.time(), {i: st.restarts for i, st in states.items()})
+            drops.poll()
             self.resources.sample(states)
             if time.monotonic() - last_state_write > 2.0:
                 self.write_state()

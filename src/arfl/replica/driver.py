@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from arfl.configs.realtime import DEFAULT_SHUFFLE_PARTITIONS
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.replica import query
@@ -101,7 +102,7 @@ def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         # The default 200 shuffle partitions make every stateful batch slow on 2 cores.
-        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.shuffle.partitions": str(DEFAULT_SHUFFLE_PARTITIONS),
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopTimeout": "10s",
         # Spark gives a Python worker a fixed 10 s to connect back over TCP; on a loaded
@@ -160,6 +161,17 @@ def _make_listener(writer: _ProgressWriter) -> Any:
 
 def _log(msg: str) -> None:
     print(f"[arfl-driver {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _mark_started(app_id_file: Path) -> None:
+    """Add ``query_started`` (epoch s) to the app-id file: a real-time query reports its first
+    progress only when its first long batch ends, so deploy waits for this instead."""
+    try:
+        info = json.loads(app_id_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = {}
+    info["query_started"] = time.time()
+    write_json_atomic(app_id_file, info)
 
 
 def run(cfg: DriverConfig) -> int:
@@ -222,7 +234,7 @@ def run(cfg: DriverConfig) -> int:
                 out.writeStream.format("kafka")
                 .queryName(f"arfl-{spec.name}-r{cfg.replica}")
                 .option("checkpointLocation", str(ckpt.location))
-                .outputMode("update" if "realTime" in trigger else query.output_mode(spec))
+                .outputMode(query.output_mode(spec))
                 .trigger(**trigger)
             )
             for k, v in mode.sink_options(ctx).items():
@@ -233,7 +245,14 @@ def run(cfg: DriverConfig) -> int:
             _log(f"pipeline cannot be built: {type(e).__name__}: {e}")
             rc = EXIT_BAD_CONFIG
             return rc
+        delay = mode.start_delay(spec, ctx)
+        if delay > 0:
+            _log(f"waiting {delay:.1f}s before starting the query (staggered batch boundaries)")
+            stop.wait(delay)
+            if stop.is_set():
+                return rc
         q = writer.start()
+        _mark_started(Path(cfg.app_id_file))
         _log(f"query started (mode {mode.name}, checkpoint {ckpt.location}, trigger {trigger})")
         while not stop.is_set():
             if q.awaitTermination(1):

@@ -24,6 +24,8 @@ Hidden columns start with ``__`` and never appear in a result's ``data``:
 * ``__et``: the event-time column as a timestamp (only when the pipeline has a window); a
   marker's is its ``ts``.
 * ``__wstart``, ``__wend`` (ms) and ``__key`` (string): set by the window step (its rid).
+* ``__n``: records aggregated into the window so far (only when the window emits updates,
+  ``Spec.emits_updates``: real-time mode, one update per input record, rid ``<window>#<n>``).
 
 End-of-input markers advance the watermark, so that a finite input ends with every window
 emitted (docs/design.md §4 "complete"), and are then dropped by a filter right above the watermark.
@@ -51,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from arfl.configs.spec import Spec, Step, Window
 from arfl.errors import DeployError
-from arfl.run.records import END_OF_INPUT_FIELD
+from arfl.run.records import END_OF_INPUT_FIELD, UPDATE_SEP
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -235,7 +237,13 @@ def shape_results(df: DataFrame, spec: Spec, replica: int) -> DataFrame:
         rid = F.concat_ws(
             ":", F.col("__partition").cast("string"), F.col("__offset").cast("string")
         )
+    # The Kafka key: the rid, or for updates the window's rid (a compacted topic then keeps
+    # each window's final value, see arfl.run.records).
+    kafka_key = rid
+    if spec.emits_updates:
+        rid = F.concat(rid, F.lit(UPDATE_SEP), F.col("__n").cast("string"))
     staged = df.select(
+        kafka_key.alias("__kafka_key"),
         rid.alias("rid"),
         F.col("__ts").cast("long").alias("src_ts"),
         F.col("__sent").cast("long").alias("sent_ts"),
@@ -244,15 +252,15 @@ def shape_results(df: DataFrame, spec: Spec, replica: int) -> DataFrame:
     )
     staged = staged.withColumn("hash", F.sha2(F.to_json(F.col("data")), 256))
     return staged.select(
-        F.col("rid").alias("key"),
+        F.col("__kafka_key").alias("key"),
         F.to_json(F.struct("rid", "src_ts", "sent_ts", "replica", "hash", "data")).alias("value"),
     )
 
 
 def output_mode(spec: Spec) -> str:
-    """Structured Streaming output mode: ``append`` (a window is emitted once, when final)."""
-    del spec
-    return "append"
+    """Structured Streaming output mode: ``append`` (a window is emitted once, when final), or
+    ``update`` in real-time mode (which requires it: a window emits one update per record)."""
+    return "update" if spec.replication.trigger == "realtime" else "append"
 
 
 # --- steps ------------------------------------------------------------------------------
@@ -286,7 +294,6 @@ def _select(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
 def _window(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
     from pyspark.sql import functions as F
 
-    del spec
     w = step.window
     assert w is not None
     if "__et" not in df.columns:
@@ -306,6 +313,8 @@ def _window(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
         else F.window(F.col("__et"), size)
     )
     aggs = [_deterministic_agg(df, e).alias(name) for name, e in w.agg.items()]
+    if spec.emits_updates:
+        aggs.append(F.count(F.lit(1)).alias("__n"))
     # __eoi (false for every row that gets here) groups too, so that a later filter step
     # that Spark pushes below the aggregation can still let markers through.
     grouped = df.groupBy(win.alias("__w"), F.col(_quote(w.key)).alias(w.key), "__eoi").agg(
@@ -322,6 +331,7 @@ def _window(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
         "__ts",
         "__sent",
         "__eoi",
+        *(["__n"] if spec.emits_updates else []),
     )
 
 

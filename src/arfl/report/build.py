@@ -38,7 +38,16 @@ from arfl.report import correctness as corr
 from arfl.report import verdicts
 from arfl.report.faults import JournaledFault, journaled_faults
 from arfl.report.gaps import RESOLUTION, Gap, find_gaps, longest_in, overlapping
-from arfl.report.model import Correctness, FaultStats, PhaseStats, Report, Resources, Series
+from arfl.report.model import (
+    Correctness,
+    FaultStats,
+    LateDrops,
+    PhaseStats,
+    ReplicaLateDrops,
+    Report,
+    Resources,
+    Series,
+)
 from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos
 from arfl.units import percentile_key
@@ -263,6 +272,13 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
             "masking verdicts unknown"
         )
     overall = b.stats("overall", "overall", warm_stop, b.out_end)
+    drops = late_drops(data)
+    if drops.rows and data.spec.replication.replicas > 1:
+        warnings.append(
+            f"{drops.rows:,} row(s) in {drops.batches} batch(es) dropped behind the watermark "
+            "(late drops): a replica whose batches end elsewhere may have kept them, so the "
+            "replicas' results may differ"
+        )
     slo = check_slos(_spec_slo(data), phases, overall, fstats, correct)
     longest = data.merger.get("longest_gap_ms")
     return Report(
@@ -285,7 +301,27 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         series=_series(b, data, phases, overall, replica_batches),
         warnings=warnings,
         resources=Resources.from_summary(data.summary),
+        late_drops=drops,
     )
+
+
+def late_drops(data: RunData) -> LateDrops:
+    """Rows each replica of the spec dropped behind the watermark (progress files and journal;
+    :meth:`RunData.late_drops`)."""
+    found = data.late_drops()
+    per: dict[int, ReplicaLateDrops | None] = {}
+    for r in sorted({*range(data.spec.replication.replicas), *found}):
+        ds = found.get(r)
+        if ds is None:
+            per[r] = None
+            continue
+        per[r] = ReplicaLateDrops(
+            rows=sum(d.rows for d in ds),
+            batches=len(ds),
+            first_batch=ds[0].batch if ds else None,
+            last_batch=ds[-1].batch if ds else None,
+        )
+    return LateDrops(per)
 
 
 def _fault_phases(

@@ -17,6 +17,13 @@ Three bases, the first that applies wins:
   topic and the sink topic is read back; ``missing`` = expected final results not in the sink,
   ``duplicates`` = sink records beyond the first per result id, ``divergent`` = the merger's
   count plus sink results whose content differs from the recomputation.
+
+**Update runs** (``spec.emits_updates``: window results are updates ``<window>#<n>`` under
+real-time mode, see :mod:`arfl.run.records`): the counts above are over update ids, with their
+meaning unchanged; the answer has ``updates`` set and adds ``windows`` (distinct windows among
+the delivered updates) and ``final_values_checked`` / ``final_values_wrong`` (each window's last
+delivered update, :func:`~arfl.run.records.final_values`, against the expected final value).
+The merger basis cannot tell those: they are None there.
 """
 
 from __future__ import annotations
@@ -30,7 +37,23 @@ from arfl.coerce import try_int
 from arfl.errors import ArflError, ReportError
 from arfl.report.model import Correctness
 from arfl.report.rundata import RunData
-from arfl.run.records import BadRecord, Result, parse_result
+from arfl.run.records import BadRecord, Result, final_values, parse_result
+
+FINAL_VALUES_HINT = (
+    "updates: a window's final value is its update with the largest n; the final topic keys "
+    "every update by its window rid (docs/report-json.md, 'Update runs')"
+)
+"""The note every update run's correctness carries: where to find the windows' final values."""
+
+
+def _updates_notes(windows: int | None, checked: int | None, wrong: int | None) -> list[str]:
+    """The notes of an update run: its window counts in words, and :data:`FINAL_VALUES_HINT`."""
+    w, c, x = ("unknown" if v is None else v for v in (windows, checked, wrong))
+    return [
+        f"updates: {w} windows delivered; final values (each window's last update) "
+        f"{c} checked, {x} wrong",
+        FINAL_VALUES_HINT,
+    ]
 
 
 def from_merger(data: RunData) -> Correctness:
@@ -78,6 +101,13 @@ def from_merger(data: RunData) -> Correctness:
             f"{failures} results were not written to the final topic (merger delivery "
             "failures): the output is not complete"
         )
+    updates = data.spec.emits_updates
+    if updates:
+        notes += [
+            "updates: windows and final values unknown from the merger's counters "
+            "(the independent check or --recompute reads them)",
+            FINAL_VALUES_HINT,
+        ]
     return Correctness(
         basis="merger",
         expected=expected,
@@ -88,6 +118,7 @@ def from_merger(data: RunData) -> Correctness:
         produced=produced,
         notes=notes,
         delivery_failures=failures,
+        updates=updates,
     )
 
 
@@ -127,10 +158,18 @@ def from_check(doc: Mapping[str, object], base: Correctness) -> Correctness:
         notes.append(f"{open_} windows the final watermark never passed (not required)")
     examples = doc.get("examples")
     if isinstance(examples, dict):
-        for kind in ("missing", "wrong", "extra", "duplicates"):
+        for kind in ("missing", "wrong", "extra", "duplicates", "final_values_wrong"):
             shown = examples.get(kind)
             if shown:
                 notes.append(f"{kind}, e.g.: {str(shown[:3])[:300]}")
+    # The check reports windows (possibly 0) exactly when the pipeline emits updates.
+    updates = base.updates or doc.get("windows") is not None
+    windows, final_checked, final_wrong = (
+        try_int(doc.get(k)) if updates else None
+        for k in ("windows", "final_values_checked", "final_values_wrong")
+    )
+    if updates:
+        notes += _updates_notes(windows, final_checked, final_wrong)
     return Correctness(
         basis="independent",
         expected=try_int(doc.get("expected")),
@@ -142,6 +181,10 @@ def from_check(doc: Mapping[str, object], base: Correctness) -> Correctness:
         notes=notes,
         delivery_failures=base.delivery_failures,
         extra=try_int(doc.get("extra")),
+        updates=updates,
+        windows=windows,
+        final_values_checked=final_checked,
+        final_values_wrong=final_wrong,
     )
 
 
@@ -163,6 +206,7 @@ def compare_results(
     delivered: Iterable[Result],
     merger_divergent: int,
     produced: int | None,
+    updates: bool = False,
 ) -> Correctness:
     """Correctness of the sink's records against a recomputation.
 
@@ -173,12 +217,16 @@ def compare_results(
         delivered: every record read from the sink topic.
         merger_divergent: copies the merger found divergent between replicas.
         produced: input events produced.
+        updates: the run emits window updates: also compare each window's last delivered
+            update with the final value among the ``final`` results (``Correctness.updates``
+            and the final-value counts set).
     """
+    records = list(delivered)
     seen: Counter[str] = Counter()
     wrong: set[str] = set()
     unexpected: set[str] = set()
     # Any copy whose content differs from the recomputation makes its result id wrong.
-    for r in delivered:
+    for r in records:
         seen[r.rid] += 1
         want = expected.get(r.rid)
         if want is None:
@@ -194,6 +242,24 @@ def compare_results(
     ]
     if unexpected:
         notes.append(f"{len(unexpected)} delivered result ids are not in the recomputation")
+    windows = final_checked = final_wrong = None
+    if updates:
+        final_want = final_values(expected[rid] for rid in final_set if rid in expected)
+        final_got = final_values(records)
+        windows = len(final_got)
+        if final_set and not final_want:
+            notes += [
+                "updates: the recomputation holds no update ids; final values not checked",
+                FINAL_VALUES_HINT,
+            ]
+        else:
+            final_checked = len(final_want)
+            final_wrong = sum(
+                1
+                for window, w in final_want.items()
+                if (g := final_got.get(window)) is None or g.rid != w.rid or g.hash != w.hash
+            )
+            notes += _updates_notes(windows, final_checked, final_wrong)
     return Correctness(
         basis="recomputed",
         expected=len(final_set),
@@ -203,6 +269,10 @@ def compare_results(
         divergent=merger_divergent + len(wrong),
         produced=produced,
         notes=notes,
+        updates=updates,
+        windows=windows,
+        final_values_checked=final_checked,
+        final_values_wrong=final_wrong,
     )
 
 
@@ -257,5 +327,8 @@ def recomputed(data: RunData) -> Correctness:
     except ArflError as e:
         raise ReportError(f"offline recomputation of {data.name} failed: {e}") from e
     base = from_merger(data)
-    checked = compare_results(rec.results, rec.final, delivered, base.divergent or 0, base.produced)
+    checked = compare_results(
+        rec.results, rec.final, delivered, base.divergent or 0, base.produced,
+        updates=data.spec.emits_updates,
+    )  # fmt: skip
     return dataclasses.replace(checked, delivery_failures=base.delivery_failures)

@@ -295,19 +295,41 @@ def _fault_row(f: FaultStats) -> list[str]:
 
 
 def correctness_rows(report: Report) -> tuple[list[str], list[list[str]]]:
-    """Headers and the one row of the correctness table."""
+    """Headers and the one row of the correctness table (the HTML and the terminal report).
+
+    Update runs (``Correctness.updates``) add ``windows`` and ``final values checked / wrong``
+    before ``complete``; their other counts are over update ids.
+    """
     c = report.correctness
 
     def n(v: int | None) -> str:
         return "unknown" if v is None else f"{v:,}"
 
-    return (
-        ["basis", "produced", "expected", "results", "missing", "duplicates", "divergent",
-         "lost writes", "complete"],
-        [[c.basis, n(c.produced), n(c.expected), n(c.results), n(c.missing), n(c.duplicates),
-          n(c.divergent), n(c.delivery_failures),
-          "unknown" if c.complete is None else ("yes" if c.complete else "NO")]],
-    )  # fmt: skip
+    headers = ["basis", "produced", "expected", "results", "missing", "duplicates", "divergent",
+               "late drops", "lost writes"]  # fmt: skip
+    row = [c.basis, n(c.produced), n(c.expected), n(c.results), n(c.missing), n(c.duplicates),
+           n(c.divergent), late_drops_cell(report), n(c.delivery_failures)]  # fmt: skip
+    if c.updates:
+        headers += ["windows", "final values checked / wrong"]
+        finals = (c.final_values_checked, c.final_values_wrong)
+        row += [
+            n(c.windows),
+            "unknown" if finals == (None, None) else f"{n(finals[0])} / {n(finals[1])}",
+        ]
+    headers.append("complete")
+    row.append("unknown" if c.complete is None else ("yes" if c.complete else "NO"))
+    return headers, [row]
+
+
+def late_drops_cell(report: Report) -> str:
+    """Rows each replica dropped behind the watermark, e.g. ``r0 0, r1 12`` (short: the
+    correctness table is already wide; the batches are in the JSON and the warning)."""
+    per = report.late_drops.replicas
+    if not per or all(r is None for r in per.values()):
+        return "unknown"
+    return ", ".join(
+        f"r{i} {'unknown' if r is None else f'{r.rows:,}'}" for i, r in sorted(per.items())
+    )
 
 
 def resource_rows(report: Report) -> tuple[list[str], list[list[str]]]:
@@ -400,6 +422,23 @@ def report_body(report: Report, first_plot: bool = True, id_suffix: str = "") ->
     parts.append("<h2>Correctness</h2>" + _table(*correctness_rows(report)))
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.correctness.notes)
     parts.append(f"<ul class='note'>{notes}</ul>")
+    if report.correctness.updates:
+        parts.append(
+            "<p class='note'>Update run (a window under real-time mode): every input record "
+            "that reaches a window yields an update <code>&lt;window rid&gt;#&lt;n&gt;</code>, "
+            "and the counts are over update ids. A window's final value is its update with the "
+            "largest n. The final topic keys every update by its window rid, so the final value "
+            "is the record with the largest n per key (with no duplicates, also the last record "
+            "per key, which a compacted topic keeps); <code>docs/report-json.md</code> shows "
+            "how to read them.</p>"
+        )
+    if report.late_drops.rows:
+        parts.append(
+            "<p class='note'>Late drops: rows a replica's stateful operators dropped as older "
+            "than its watermark (Spark's <code>numRowsDroppedByWatermark</code>, per batch; "
+            "journal <code>late-drop</code>). The watermark advances where a replica's batches "
+            "end, so another replica may have kept them.</p>"
+        )
     parts.append("<h2>Resources</h2>" + _table(*resource_rows(report)))
     return "\n".join(parts)
 

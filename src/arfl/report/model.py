@@ -192,6 +192,18 @@ class Correctness:
             unknown).
         extra: delivered result ids the input does not explain (independent check only;
             None: not checked).
+        updates: the run emits window updates (``Spec.emits_updates``: a window under real-time
+            mode, one update per input record, rid ``<window>#<n>``, see
+            :mod:`arfl.run.records`). The counts above are then over update ids, and the three
+            below are written to :meth:`to_dict`.
+        windows: update runs: distinct windows (window rids) among the delivered updates
+            (None: unknown or not an update run).
+        final_values_checked: update runs: windows whose final value was judged (None:
+            unknown or not an update run).
+        final_values_wrong: update runs: of those, windows whose last delivered update
+            (largest n, :func:`arfl.run.records.final_values`) is not the expected final update
+            with the expected value, none delivered included (None: unknown or not an update
+            run).
     """
 
     basis: str
@@ -204,14 +216,18 @@ class Correctness:
     notes: list[str] = field(default_factory=list)
     delivery_failures: int | None = None
     extra: int | None = None
+    updates: bool = False
+    windows: int | None = None
+    final_values_checked: int | None = None
+    final_values_wrong: int | None = None
 
     @property
     def complete(self) -> bool | None:
         """Every expected result in the final output exactly once with the same value, and
-        nothing lost on the way to it (docs/design.md §4 "complete"); None when a count is
-        unknown."""
+        nothing lost on the way to it (docs/design.md §4 "complete"); for an update run also
+        every window's final value right. None when a count is unknown."""
         counts = (self.missing, self.duplicates, self.divergent, self.delivery_failures)
-        if self.extra:
+        if self.extra or self.final_values_wrong:
             return False
         if any(c is not None and c > 0 for c in counts):
             return False
@@ -220,8 +236,9 @@ class Correctness:
         return True
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``correctness`` object of the JSON output."""
-        return {
+        """The ``correctness`` object of the JSON output (``windows`` and the final-value
+        counts only for update runs, null there when unknown)."""
+        out: dict[str, Any] = {
             "basis": self.basis,
             "expected": self.expected,
             "results": self.results,
@@ -233,6 +250,74 @@ class Correctness:
             "extra": self.extra,
             "complete": self.complete,
             "notes": list(self.notes),
+        }
+        if self.updates:
+            out["windows"] = self.windows
+            out["final_values_checked"] = self.final_values_checked
+            out["final_values_wrong"] = self.final_values_wrong
+        return out
+
+
+@dataclass(frozen=True)
+class ReplicaLateDrops:
+    """What one replica's stateful operators dropped as older than its watermark.
+
+    Attributes:
+        rows: rows dropped, every batch together.
+        batches: batches that dropped any.
+        first_batch: the first such batch id (None: none).
+        last_batch: the last such batch id (None: none).
+    """
+
+    rows: int = 0
+    batches: int = 0
+    first_batch: int | None = None
+    last_batch: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """One entry of ``late_drops.replicas``."""
+        return {
+            "rows": self.rows,
+            "batches": self.batches,
+            "first_batch": self.first_batch,
+            "last_batch": self.last_batch,
+        }
+
+
+@dataclass(frozen=True)
+class LateDrops:
+    """Rows the replicas dropped behind the watermark (``numRowsDroppedByWatermark``).
+
+    Where a replica's batches end decides its watermark, so one replica may drop a row another
+    keeps: a determinism risk between replicas, shown next to the divergence count.
+
+    Attributes:
+        replicas: replica index -> its drops; None when nothing is known of it (no progress
+            recorded). Every replica of the spec is a key.
+    """
+
+    replicas: dict[int, ReplicaLateDrops | None] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int | None:
+        """Rows dropped by every replica together; None when no replica is known."""
+        known = [r.rows for r in self.replicas.values() if r is not None]
+        return sum(known) if known else None
+
+    @property
+    def batches(self) -> int | None:
+        """Batches that dropped rows, every replica together; None when no replica is known."""
+        known = [r.batches for r in self.replicas.values() if r is not None]
+        return sum(known) if known else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``late_drops`` object of the JSON output."""
+        return {
+            "rows": self.rows,
+            "batches": self.batches,
+            "replicas": {
+                str(i): None if r is None else r.to_dict() for i, r in sorted(self.replicas.items())
+            },
         }
 
 
@@ -376,6 +461,7 @@ class Report:
         series: per-second data for plots.
         warnings: things the reader should know (partial run, missing files).
         resources: CPU seconds and peak memory of the replicas.
+        late_drops: rows each replica dropped behind the watermark.
     """
 
     run: str
@@ -397,6 +483,7 @@ class Report:
     series: Series
     warnings: list[str] = field(default_factory=list)
     resources: Resources = field(default_factory=Resources)
+    late_drops: LateDrops = field(default_factory=LateDrops)
 
     def phase(self, name: str) -> PhaseStats:
         """A phase by name (``overall`` included).
@@ -428,6 +515,7 @@ class Report:
             "overall": self.overall.to_dict(),
             "faults": [f.to_dict() for f in self.faults],
             "correctness": self.correctness.to_dict(),
+            "late_drops": self.late_drops.to_dict(),
             "resources": self.resources.to_dict(),
             "slo": self.slo.to_dict(),
             "longest_gap_ms": self.longest_gap_ms,

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from arfl.errors import ReportError
 from arfl.measure.histogram import IntervalHistogram, read_latency_log
-from arfl.run.progress import batch_timing
+from arfl.run.progress import LateDrop, batch_timing, from_journal, late_drops
 from arfl.run.rundir import RunPaths, read_jsonl
 from arfl.run.streams import InjectorSummary, MonitorSnapshot
 
@@ -60,6 +60,26 @@ class RunData:
     def replica_batches(self) -> dict[int, list[Batch]]:
         """Replica index -> its micro-batches (see :func:`batches`)."""
         return {r: batches(lines) for r, lines in sorted(self.progress.items())}
+
+    def late_drops(self) -> dict[int, list[LateDrop]]:
+        """Replica -> its batches that dropped rows behind the watermark, by batch id.
+
+        Read from the progress files, so a batch the watcher never saw (the run was killed, or
+        the batch ran while the replicas were being stopped) counts too; ``late-drop`` journal
+        events add the batches whose progress lines are gone. Only replicas with progress lines
+        or such events are keys: for the others nothing is known.
+        """
+        out: dict[int, list[LateDrop]] = {
+            r: late_drops(lines, r) for r, lines in sorted(self.progress.items())
+        }
+        counted = {r: {d.batch for d in ds} for r, ds in out.items()}
+        for ev in self.journal:
+            drop = from_journal(ev)
+            if drop is None or drop.batch in counted.setdefault(drop.replica, set()):
+                continue
+            counted[drop.replica].add(drop.batch)
+            out.setdefault(drop.replica, []).append(drop)
+        return {r: sorted(ds, key=lambda d: d.batch) for r, ds in sorted(out.items())}
 
     @property
     def name(self) -> str:

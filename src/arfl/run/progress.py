@@ -3,14 +3,26 @@
 A source's ``endOffset`` is JSON whose shape depends on the source: Spark's Kafka source writes
 ``{"<topic>": {"<partition>": offset}}``, arfl's source ``{"batch": k, "offsets":
 {"<partition>": offset}}`` (where ``batch`` is a batch or epoch number, not an offset).
+
+**Late drops.** ``stateOperators[i].numRowsDroppedByWatermark`` counts the rows stateful operator
+``i`` dropped in *that* batch as older than the batch's watermark: Spark reads it from the SQL
+metrics of the batch's own execution (``StateStoreWriter.getProgress``) and reports 0 for a
+trigger that executed nothing (``ProgressReporter.extractStateOperatorMetrics``), so it is per
+batch, never cumulative. Where a replica's batches end decides its watermarks, so one replica may
+drop a row another keeps (docs/design.md §2.4): :func:`late_drops` is the one reading of it, used by
+the watcher (journal ``late-drop``) and by the report.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+LATE_DROP_EVENT = "late-drop"
+"""The journal event :meth:`LateDrop.journal_fields` is written under."""
 
 
 def batch_timing(progress: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -54,3 +66,140 @@ def reached(progress: Mapping[str, Any], ends: Mapping[int, int]) -> bool:
     """True when the batch read every partition up to at least ``ends``."""
     got = end_offsets(progress)
     return all(got.get(p, 0) >= off for p, off in ends.items())
+
+
+@dataclass(frozen=True)
+class LateDrop:
+    """Rows one batch of one replica dropped because they were older than its watermark.
+
+    Attributes:
+        replica: the replica index.
+        batch: the batch id (``batchId``; it continues from the checkpoint after a restart).
+        rows: rows dropped in the batch, every stateful operator together.
+        operators: stateful operator index (in ``stateOperators``) -> rows it dropped, for
+            each operator that dropped any.
+        operator_name: the name of the first operator that dropped (``stateStoreSave``, ...).
+        watermark: the batch's watermark (``eventTime.watermark``), when the line has one.
+        timestamp: when the batch's trigger fired (``timestamp``), when the line has one.
+    """
+
+    replica: int
+    batch: int
+    rows: int
+    operators: dict[int, int]
+    operator_name: str | None = None
+    watermark: str | None = None
+    timestamp: str | None = None
+
+    @property
+    def operator(self) -> int:
+        """The index of the first stateful operator that dropped rows."""
+        return min(self.operators)
+
+    def journal_fields(self) -> dict[str, Any]:
+        """The fields of the ``late-drop`` journal event (see :func:`from_journal`)."""
+        fields: dict[str, Any] = {
+            "replica": self.replica,
+            "batch": self.batch,
+            "rows": self.rows,
+            "operator": self.operator,
+            "operator_name": self.operator_name,
+            "operators": {str(k): v for k, v in sorted(self.operators.items())},
+        }
+        if self.watermark is not None:
+            fields["watermark"] = self.watermark
+        if self.timestamp is not None:
+            fields["batch_timestamp"] = self.timestamp
+        where = f"operator {self.operator}" + (
+            f" ({self.operator_name})" if self.operator_name else ""
+        )
+        fields["message"] = (
+            f"replica {self.replica} batch {self.batch}: {self.rows} row(s) dropped by the "
+            f"watermark in {where}; replicas whose batches end elsewhere may keep them"
+        )
+        return fields
+
+
+def batch_late_drop(progress: Mapping[str, Any], replica: int) -> LateDrop | None:
+    """The late drop of one progress line; None when it dropped nothing or is unreadable."""
+    try:
+        batch = int(progress["batchId"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    operators: dict[int, int] = {}
+    name: str | None = None
+    ops = progress.get("stateOperators")
+    for i, op in enumerate(ops if isinstance(ops, list) else []):
+        if not isinstance(op, Mapping):
+            continue
+        try:
+            rows = int(op.get("numRowsDroppedByWatermark") or 0)
+        except (TypeError, ValueError):
+            continue
+        if rows > 0:
+            operators[i] = rows
+            if name is None and op.get("operatorName") is not None:
+                name = str(op["operatorName"])
+    if not operators:
+        return None
+    event_time = progress.get("eventTime")
+    watermark = event_time.get("watermark") if isinstance(event_time, Mapping) else None
+    ts = progress.get("timestamp")
+    return LateDrop(
+        replica=replica,
+        batch=batch,
+        rows=sum(operators.values()),
+        operators=operators,
+        operator_name=name,
+        watermark=None if watermark is None else str(watermark),
+        timestamp=None if ts is None else str(ts),
+    )
+
+
+def late_drops(
+    lines: Iterable[Mapping[str, Any]], replica: int, seen: Collection[int] = ()
+) -> list[LateDrop]:
+    """Every batch of one replica's progress lines that dropped rows, once per batch id.
+
+    A batch id can appear on more than one line (a trigger that executed nothing repeats the
+    last id with no drops; a batch re-run after a restart from the checkpoint keeps its id and,
+    with it, its watermark from the offset log): the first line that dropped rows counts.
+
+    Args:
+        lines: progress lines, in file order.
+        replica: the replica they belong to.
+        seen: batch ids already accounted for (left out).
+    """
+    out: list[LateDrop] = []
+    done = set(seen)
+    for line in lines:
+        drop = batch_late_drop(line, replica)
+        if drop is None or drop.batch in done:
+            continue
+        done.add(drop.batch)
+        out.append(drop)
+    return out
+
+
+def from_journal(event: Mapping[str, Any]) -> LateDrop | None:
+    """A ``late-drop`` journal event read back; None for another event or an unreadable one."""
+    if event.get("event") != LATE_DROP_EVENT:
+        return None
+    try:
+        replica, batch, rows = int(event["replica"]), int(event["batch"]), int(event["rows"])
+        raw = event.get("operators") or {str(event.get("operator", 0)): rows}
+        operators = {int(k): int(v) for k, v in dict(raw).items()}
+    except (KeyError, TypeError, ValueError):
+        return None
+    if rows <= 0 or not operators:
+        return None
+    wm, ts, name = event.get("watermark"), event.get("batch_timestamp"), event.get("operator_name")
+    return LateDrop(
+        replica=replica,
+        batch=batch,
+        rows=rows,
+        operators=operators,
+        operator_name=None if name is None else str(name),
+        watermark=None if wm is None else str(wm),
+        timestamp=None if ts is None else str(ts),
+    )

@@ -30,6 +30,12 @@ Value: JSON::
   and ``"<window start ms>-<window end ms>"`` (no ``:``) when the window's key is null, so a
   null key never shares an id with the string ``"null"``. A step that turns one input record
   into several rows (``explode``, ``stack``, ...) would give them one id: it is refused.
+  Window aggregates under real-time mode (``replication.trigger = "realtime"``, update output
+  mode) emit one *update* per input record that reaches the window; its rid is the window's
+  followed by ``#<n>``, n = records aggregated into the window so far (1, 2, ...; see
+  :func:`update_rid`). The update with the largest n is the window's final value. Such a
+  replica's Kafka key is the *window* rid (without ``#n``), so a compacted topic keeps each
+  window's final value, as a Spark user of update mode expects.
 * ``src_ts``: the newest contributing event's intended send time (``ts``, ms).
 * ``sent_ts``: the newest contributing event's actual send time (``sent_ms``, ms): the event's
   own for a per-record result, the maximum over the window's events for a window. Absent
@@ -43,8 +49,9 @@ Final output (merger -> the spec's sink topic): the first copy of each rid, unch
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from arfl.coerce import opt_int
 
@@ -59,6 +66,54 @@ def end_of_input_marker(event_time_ms: int) -> bytes:
     return json.dumps(
         {END_OF_INPUT_FIELD: True, "ts": int(event_time_ms)}, separators=(",", ":")
     ).encode()
+
+
+UPDATE_SEP = "#"
+"""Separator between a window's rid and the update number n in an update rid."""
+
+
+def update_rid(window_rid: str, n: int) -> str:
+    """Result id of the n-th update (n >= 1) of a window under real-time mode."""
+    return f"{window_rid}{UPDATE_SEP}{n}"
+
+
+def split_update(rid: str) -> tuple[str, int | None]:
+    """``(window rid, n)`` of an update rid; ``(rid, None)`` for any other rid.
+
+    The window key may itself contain ``#``: only a trailing ``#<digits>`` is the update number.
+    """
+    head, sep, tail = rid.rpartition(UPDATE_SEP)
+    if sep and tail.isdigit() and head:
+        return head, int(tail)
+    return rid, None
+
+
+class HasRid(Protocol):
+    """Anything that carries a result id (a :class:`Result`, the check's delivered records)."""
+
+    @property
+    def rid(self) -> str | None: ...
+
+
+_R = TypeVar("_R", bound=HasRid)
+
+
+def final_values(results: Iterable[_R]) -> dict[str, _R]:
+    """Each window's final value: window rid -> its update with the largest n.
+
+    Only update rids (``<window>#<n>``) count: per-record and append-mode window results, and
+    records without a rid, are left out. Of several copies of the final update, the first
+    is kept (copies of one rid carry one value in a correct run; the divergence and
+    correctness checks judge copies).
+    """
+    best: dict[str, tuple[int, _R]] = {}
+    for r in results:
+        if r.rid is None:
+            continue
+        window, n = split_update(r.rid)
+        if n is not None and (window not in best or n > best[window][0]):
+            best[window] = (n, r)
+    return {window: r for window, (_, r) in best.items()}
 
 
 def replica_topic(sink_topic: str, replica: int) -> str:

@@ -75,3 +75,30 @@ def deploy(
         + f"; longest gap {_fmt_ms(s.get('longest_gap_ms'))} ms",
         highlight=False,
     )
+    if spec.chaos:
+        _print_fault_verdicts(result.run_dir)
+
+
+def _print_fault_verdicts(run_dir: Path) -> None:
+    """One line per injected fault: masked or not, with the figure that decided it (the same
+    verdict ``arfl report`` gives, computed by the report)."""
+    from arfl.errors import ArflError
+    from arfl.report.build import build_report
+
+    try:
+        report = build_report(run_dir)
+    except (ArflError, OSError, ValueError) as e:
+        err.print(f"[yellow]no fault verdicts[/]: {escape(str(e))}", highlight=False)
+        return
+    for f in report.faults:
+        where = f" on replica {f.target}" if f.target is not None else ""
+        at = f" at {f.at_s:.1f}s" if f.at_s is not None else ""
+        word = {True: "[green]masked[/]", False: "[red]NOT masked[/]", None: "masking unknown"}
+        if f.error:
+            out.print(f"fault {f.index} {f.kind}{where}{at}: [red]failed[/]: {escape(f.error)}")
+            continue
+        out.print(
+            f"fault {f.index} {f.kind}{where}{at}: {word[f.masked]} ({escape(f.verdict)})",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from arfl.cli.console import err, out
 from arfl.cli.main import app
+from arfl.configs.realtime import host_cores, plan_slots
 from arfl.configs.spec import load_spec
 from arfl.errors import SpecError
 
@@ -17,8 +19,13 @@ from arfl.errors import SpecError
 def validate(
     specs: Annotated[list[Path], typer.Argument(help="Spec files (TOML) to check.")],
 ) -> None:
-    """Check spec files and report every problem at once (exit 2 on any)."""
+    """Check spec files and report every problem at once (exit 2 on any).
+
+    For each valid spec, also say what it will ask of this host: replicas, the master each one
+    uses and its task slots; a warning when they oversubscribe the host (exit code unchanged).
+    """
     failed: list[SpecError] = []
+    cores = host_cores()
     for path in specs:
         try:
             spec = load_spec(path)
@@ -30,7 +37,22 @@ def validate(
             f"{spec.replication.replicas} replica(s), {len(spec.steps)} step(s), "
             f"{len(spec.chaos)} fault(s)",
             highlight=False,
+            soft_wrap=True,
         )
+        plan = plan_slots(spec, cores)
+        out.print(
+            f"{escape(path.name)}: {escape(plan.describe())}", highlight=False, soft_wrap=True
+        )
+        if plan.note:
+            out.print(
+                f"{escape(path.name)}: note: {escape(plan.note)}", highlight=False, soft_wrap=True
+            )
+        if plan.warning:
+            err.print(
+                f"[yellow]warning:[/] {escape(path.name)}: {escape(plan.warning)}",
+                highlight=False,
+                soft_wrap=True,
+            )
     if failed:
         for earlier in failed[:-1]:
             err.print(f"[bold red]error:[/] {earlier}", highlight=False)

@@ -4,7 +4,9 @@ It shares no code with the replicas' Spark query (``arfl.replica.query``): a sma
 of the spec's steps (:mod:`.expr`, :mod:`.evaluate`) recomputes every expected result and its
 result id from the input topic, and :mod:`.compare` counts missing, extra, duplicated and wrong
 results. Pipelines outside the modelled subset (docs/correctness.md) get
-``unsupported: <why>`` instead of a guess.
+``unsupported: <why>`` instead of a guess. A window under real-time mode
+(``spec.emits_updates``) is checked update by update (``<window>#<n>``), and each window's last
+delivered update against its expected final value.
 
 Entry points:
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from arfl.measure.check.evaluate import Expected
 from arfl.measure.check.expr import Value
+from arfl.run.records import final_values
 
 MAX_EXAMPLES = 5
 """Examples kept per kind of problem."""
@@ -32,11 +33,14 @@ class Delivered:
 class IndependentCheck:
     """The final output of a run against results computed without Spark.
 
-    Counts are None when the check could not run (``unsupported`` says why).
+    Counts are None when the check could not run (``unsupported`` says why). For a pipeline
+    that emits window updates (real-time mode) the result ids counted are update ids
+    (``<window>#<n>``), and three counts about windows are added.
 
     Attributes:
         expected: results the output must hold (per-record results, and windows that became
-            final and had no late row).
+            final and had no late row; for updates, every update of a window with no late
+            row).
         results: distinct result ids in the final output.
         missing: expected results not in the output.
         extra: result ids in the output that the input does not explain.
@@ -44,15 +48,23 @@ class IndependentCheck:
         wrong: expected results delivered with another value (any copy).
         late_windows: windows with a row that may have arrived after the watermark passed
             them: not judged (Spark drops such rows; whether it did depends on batching).
-        open_windows: windows the final watermark never passed: not required.
+        open_windows: windows the final watermark never passed: not required (0 for
+            updates, which do not wait for the watermark).
         unreadable: output records that are not result records.
         input_records: records in the input topic (markers included).
         markers: heartbeat and end-of-input markers skipped.
         bad_input: input records that are not events (Spark drops them too).
         unsupported: ``"unsupported: <why>"`` when the spec or its input is outside what the
             check models; then every count is None.
+        windows: updates only: distinct windows (window rids) among the delivered updates.
+        final_values_checked: updates only: windows whose final value is judged (no late row,
+            and some update the steps after the window keep).
+        final_values_wrong: updates only: of those, windows whose last delivered update
+            (largest n, :func:`arfl.run.records.final_values`) is not the expected final
+            update with its value: a later or earlier n, another value, or none delivered.
         examples: a few rids per problem: ``missing`` (rid, expected), ``extra`` (rid,
-            data), ``duplicates`` (rid, copies), ``wrong`` (rid, expected, got), ``late``.
+            data), ``duplicates`` (rid, copies), ``wrong`` (rid, expected, got), ``late``,
+            ``final_values_wrong`` (window, expected rid and data, got rid and data).
     """
 
     expected: int | None
@@ -68,14 +80,25 @@ class IndependentCheck:
     markers: int | None = None
     bad_input: int | None = None
     unsupported: str | None = None
+    windows: int | None = None
+    final_values_checked: int | None = None
+    final_values_wrong: int | None = None
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool | None:
-        """True when nothing is missing, extra, duplicated or wrong; None if unsupported."""
+        """True when nothing is missing, extra, duplicated or wrong (final values included);
+        None if unsupported."""
         if self.unsupported is not None:
             return None
-        return not (self.missing or self.extra or self.duplicates or self.wrong or self.unreadable)
+        return not (
+            self.missing
+            or self.extra
+            or self.duplicates
+            or self.wrong
+            or self.unreadable
+            or self.final_values_wrong
+        )
 
     @classmethod
     def not_supported(cls, why: str) -> IndependentCheck:
@@ -123,7 +146,8 @@ def compare(expected: Expected, delivered: Iterable[Delivered]) -> IndependentCh
     wrong: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     unreadable = 0
-    for rec in delivered:
+    records = list(delivered)
+    for rec in records:
         if rec.rid is None or rec.data is None:
             unreadable += 1
             continue
@@ -143,6 +167,12 @@ def compare(expected: Expected, delivered: Iterable[Delivered]) -> IndependentCh
         "wrong": list(wrong.values())[:MAX_EXAMPLES],
         "late": [{"rid": r, "data": d} for r, d in list(expected.late.items())[:MAX_EXAMPLES]],
     }
+    windows = checked = final_wrong = None
+    if expected.updates:
+        finals = final_values(r for r in records if r.data is not None)
+        bad_finals = _wrong_final_values(expected, finals)
+        windows, checked, final_wrong = len(finals), len(expected.final), len(bad_finals)
+        examples["final_values_wrong"] = bad_finals[:MAX_EXAMPLES]
     return IndependentCheck(
         expected=len(expected.judged),
         results=len(copies),
@@ -150,11 +180,31 @@ def compare(expected: Expected, delivered: Iterable[Delivered]) -> IndependentCh
         extra=len(extra),
         duplicates=sum(n - 1 for n in dups.values()),
         wrong=len(wrong),
-        late_windows=len(expected.late),
+        late_windows=expected.late_windows,
         open_windows=len(expected.open),
         unreadable=unreadable,
         input_records=expected.input_records,
         markers=expected.markers,
         bad_input=expected.bad,
+        windows=windows,
+        final_values_checked=checked,
+        final_values_wrong=final_wrong,
         examples={k: v for k, v in examples.items() if v},
     )
+
+
+def _wrong_final_values(
+    expected: Expected, finals: Mapping[str, Delivered]
+) -> list[dict[str, Any]]:
+    """The judged windows whose last delivered update is not the expected final value."""
+    out: list[dict[str, Any]] = []
+    for window, (rid, want) in expected.final.items():
+        got = finals.get(window)
+        if got is not None and got.data is not None:
+            if got.rid == rid and same_data(want, got.data):
+                continue
+            shown: dict[str, Any] | None = {"rid": got.rid, "data": dict(got.data)}
+        else:
+            shown = None
+        out.append({"window": window, "expected": {"rid": rid, "data": want}, "got": shown})
+    return out

@@ -27,6 +27,21 @@ time below its watermark, so filtered-out rows may never advance it) and end-of-
 minus the delay. Lateness, on the other side, counts every row's event time: both choices
 over-estimate what the check may not judge.
 
+**Updates** (``spec.emits_updates``: a window under real-time mode, update output mode).
+Spark emits one updated row per row that reaches the window, at once, without waiting for the
+watermark. The check keeps running aggregates per (window, key) and, for the n-th row
+aggregated into it, expects the update ``"<window rid>#<n>"`` (:func:`arfl.run.records.update_rid`)
+holding the running values after those n rows, with the steps after the window applied (an
+update they drop is not expected, so some n may be missing). Rows are counted in offset order
+of their partition: the window key is the partitioning key, so one (window, key) reads one
+partition, and every replica counts its rows in the same order; a (window, key) fed by two
+partitions has no such order and makes the check unsupported. Lateness is modelled as above
+(the watermark is fixed within a batch in real-time mode too): every update of a late-affected
+window is "late, not judged", because a dropped row shifts the n of the rows after it. Every
+update of any other window is judged, whether or not the final watermark passed the window:
+update mode has no "open" windows. The window's *final value* is its update with the largest
+n that the steps after the window keep (:attr:`Expected.final`).
+
 Records are read in offset order per partition; marker records are skipped: leaderless
 heartbeats (header ``arfl-marker``) and end-of-input markers (a JSON value with ``"eoi": true``,
 see :mod:`arfl.run.records`; their event time still advances the watermark, as it does in the
@@ -54,7 +69,7 @@ from arfl.measure.check.expr import (
     compile_predicate,
     compile_select_item,
 )
-from arfl.run.records import END_OF_INPUT_FIELD
+from arfl.run.records import END_OF_INPUT_FIELD, split_update, update_rid
 
 MARKER_HEADER = "arfl-marker"
 """Header that marks a replication-layer record (the same name as
@@ -117,14 +132,21 @@ class Expected:
 
     Attributes:
         judged: rid -> the result's data (NULL columns left out, as Spark's ``to_json`` does).
+            Update rids (``<window>#<n>``) when ``updates``.
         late: rid -> data computed from every row, for late-affected windows (None when a
-            step after the window drops it).
-        open: rid -> data (or None, likewise), for windows the final watermark never passed.
+            step after the window drops it); with ``updates``, every update 1..N of such a
+            window (N = all its rows).
+        open: rid -> data (or None, likewise), for windows the final watermark never passed
+            (always empty with ``updates``: updates do not wait for the watermark).
         input_records: records read from the input topic, markers included.
         markers: heartbeat and end-of-input markers skipped.
         bad: records that are not events (not a JSON object, no integer ``ts``/event time).
         final_watermark_ms: the newest event time among rows that reach the window and
             end-of-input markers, minus the watermark delay (window pipelines).
+        updates: the window emits updates (real-time mode, update output mode).
+        final: window rid -> (update rid, data) of the window's expected final value: its
+            judged update with the largest n (``updates`` only; windows whose every update
+            the steps after the window drop have none).
     """
 
     judged: dict[str, dict[str, Value]]
@@ -134,6 +156,15 @@ class Expected:
     markers: int = 0
     bad: int = 0
     final_watermark_ms: int | None = None
+    updates: bool = False
+    final: dict[str, tuple[str, dict[str, Value]]] = field(default_factory=dict)
+
+    @property
+    def late_windows(self) -> int:
+        """Late-affected windows (``late`` holds one rid per update of each with ``updates``)."""
+        if not self.updates:
+            return len(self.late)
+        return len({split_update(rid)[0] for rid in self.late})
 
 
 # --- compiled steps ---------------------------------------------------------------------
@@ -175,6 +206,8 @@ class Pipeline:
     before: tuple[_RowStep, ...]
     window: _Windowing | None
     after: tuple[_RowStep, ...]
+    updates: bool = False
+    """The window emits one update per row that reaches it (real-time mode)."""
 
 
 def compile_pipeline(spec: Spec) -> Pipeline:
@@ -208,7 +241,8 @@ def compile_pipeline(spec: Spec) -> Pipeline:
         else:
             row_step, schema = _compile_row_step(step, schema, where)
             target.append(row_step)
-    return Pipeline(fields, et, tuple(before), window, tuple(after))
+    updates = window is not None and spec.emits_updates
+    return Pipeline(fields, et, tuple(before), window, tuple(after), updates)
 
 
 def _compile_row_step(step: Step, schema: Schema, where: str) -> tuple[_RowStep, Schema]:
@@ -538,9 +572,17 @@ def _window_starts(et: int, size: int, slide: int) -> list[int]:
     return out
 
 
+_GroupKey = tuple[int, int, Value]
+"""(window start ms, window end ms, key)."""
+
+
 def _windowed(pipeline: Pipeline, w: _Windowing, parts: dict[int, list[InputRecord]]) -> Expected:
-    states: dict[tuple[int, int, Value], _AggState] = {}
-    late: set[tuple[int, int, Value]] = set()
+    states: dict[_GroupKey, _AggState] = {}
+    late: set[_GroupKey] = set()
+    # Update mode: the data of update n at index n - 1 (None when a step after the window
+    # drops it), and the partition that feeds each (window, key).
+    history: dict[_GroupKey, list[dict[str, Value] | None]] = {}
+    partition_of: dict[_GroupKey, int] = {}
     total = markers = bad = 0
     newest: int | None = None  # newest event time among records appended before this group
     # Spark pushes filters that do not read the event time below the watermark: only rows
@@ -570,7 +612,7 @@ def _windowed(pipeline: Pipeline, w: _Windowing, parts: dict[int, list[InputReco
         # same one) may have been in an earlier batch too: the newest event time among those
         # and everything appended earlier bounds the row's watermark.
         bounds = _group_bounds([(rec.partition, et) for rec, _, et in seen], newest)
-        for (_rec, event, et), bound in zip(seen, bounds, strict=True):
+        for (rec, event, et), bound in zip(seen, bounds, strict=True):
             if event is None:
                 newest_kept = et if newest_kept is None else max(newest_kept, et)
                 continue
@@ -581,27 +623,86 @@ def _windowed(pipeline: Pipeline, w: _Windowing, parts: dict[int, list[InputReco
             key = out[w.key_column]
             for start in _window_starts(et, w.size_ms, w.slide_ms):
                 gk = (start, start + w.size_ms, key)
-                states.setdefault(gk, _AggState(w.aggs)).add(out)
+                st = states.setdefault(gk, _AggState(w.aggs))
+                st.add(out)
                 if bound is not None and start + w.size_ms <= bound - w.delay_ms:
                     late.add(gk)
+                if pipeline.updates:
+                    # _arrival_order keeps each partition's offset order: this is row n.
+                    _one_partition(partition_of, gk, rec.partition)
+                    history.setdefault(gk, []).append(_window_output(pipeline, w, gk, st))
         if seen:
             top = max(e for _, _, e in seen)
             newest = top if newest is None else max(newest, top)
     final_wm = None if newest_kept is None else newest_kept - w.delay_ms
+    order = sorted(states, key=lambda gk: (gk[0], str(gk[2])))
+    if pipeline.updates:
+        judged_u, late_u, final = _expected_updates(order, history, late)
+        return Expected(
+            judged_u, late_u, {}, total, markers, bad, final_wm, updates=True, final=final
+        )
     judged: dict[str, dict[str, Value]] = {}
     late_out: dict[str, dict[str, Value] | None] = {}
     open_out: dict[str, dict[str, Value] | None] = {}
-    for (start, end, key), st in sorted(states.items(), key=lambda kv: (kv[0][0], str(kv[0][2]))):
-        rid = window_rid(start, end, key)
-        result: RowT = {"window_start": start, "window_end": end, w.key_name: key}
-        result.update(zip([a.name for a in w.aggs], st.values(), strict=True))
-        out = _run(pipeline.after, result)
-        data = _data(out) if out is not None else None
-        if (start, end, key) in late:
+    for gk in order:
+        rid = window_rid(*gk)
+        data = _window_output(pipeline, w, gk, states[gk])
+        if gk in late:
             late_out[rid] = data
-        elif final_wm is None or not end < final_wm:
+        elif final_wm is None or not gk[1] < final_wm:
             # A window ending exactly at the final watermark may or may not have been emitted.
             open_out[rid] = data
         elif data is not None:
             judged[rid] = data
     return Expected(judged, late_out, open_out, total, markers, bad, final_wm)
+
+
+def _window_output(
+    pipeline: Pipeline, w: _Windowing, gk: _GroupKey, st: _AggState
+) -> dict[str, Value] | None:
+    """The window's row with the aggregates so far, through the steps after the window."""
+    start, end, key = gk
+    result: RowT = {"window_start": start, "window_end": end, w.key_name: key}
+    result.update(zip([a.name for a in w.aggs], st.values(), strict=True))
+    out = _run(pipeline.after, result)
+    return _data(out) if out is not None else None
+
+
+def _one_partition(partition_of: dict[_GroupKey, int], gk: _GroupKey, partition: int) -> None:
+    """Refuse a (window, key) fed by two partitions: the order in which Spark interleaves
+    them, and so the n of each update, is not determined."""
+    first = partition_of.setdefault(gk, partition)
+    if first != partition:
+        raise Unsupported(
+            f"window {window_rid(*gk)} has rows in partitions {first} and {partition}: the "
+            "order of its updates is not determined (update mode needs the window key to be "
+            "the input's partitioning key)"
+        )
+
+
+def _expected_updates(
+    order: list[_GroupKey],
+    history: dict[_GroupKey, list[dict[str, Value] | None]],
+    late: set[_GroupKey],
+) -> tuple[
+    dict[str, dict[str, Value]],
+    dict[str, dict[str, Value] | None],
+    dict[str, tuple[str, dict[str, Value]]],
+]:
+    """``(judged, late, final)`` of update mode (module docstring, "Updates"): every update
+    of a window that is not late-affected is judged, and its last kept update is the
+    window's final value."""
+    judged: dict[str, dict[str, Value]] = {}
+    late_out: dict[str, dict[str, Value] | None] = {}
+    final: dict[str, tuple[str, dict[str, Value]]] = {}
+    for gk in order:
+        window = window_rid(*gk)
+        updates = [(update_rid(window, n), d) for n, d in enumerate(history[gk], start=1)]
+        if gk in late:
+            late_out.update(updates)
+            continue
+        for rid, data in updates:
+            if data is not None:
+                judged[rid] = data
+                final[window] = (rid, data)
+    return judged, late_out, final

@@ -90,6 +90,11 @@ class ReplicationMode(Protocol):
         """Keyword arguments of ``DataStreamWriter.trigger``."""
         ...
 
+    def start_delay(self, spec: Spec, ctx: ReplicaContext) -> float:
+        """Seconds the driver waits before starting its query (to stagger the replicas'
+        batch boundaries)."""
+        ...
+
     def boundary_policy(self, opts: SourceOptions, log: PartitionLog) -> BoundaryPolicy:
         """Where the batches of arfl's Kafka source end for this mode (``latestOffset``).
 
@@ -145,8 +150,14 @@ class ModeBase:
         return kafka_sink_options(ctx)
 
     def trigger(self, spec: Spec) -> dict[str, str]:
-        """Micro-batches (``replication.trigger_interval``, default as fast as possible)."""
+        """Micro-batches (``replication.trigger_interval``, default as fast as possible), or
+        Spark's real-time mode with ``replication.trigger = "realtime"``."""
         return trigger_of(spec)
+
+    def start_delay(self, spec: Spec, ctx: ReplicaContext) -> float:
+        """Start at once."""
+        del spec, ctx
+        return 0.0
 
     def boundary_policy(self, opts: SourceOptions, log: PartitionLog) -> BoundaryPolicy:
         """Take what is available (Spark's own behaviour)."""
@@ -155,13 +166,24 @@ class ModeBase:
         return PlainPolicy(opts, log)
 
 
+STARTING_OFFSETS = "starting_offsets"
+"""Mode option: the input's start offsets as Spark's ``startingOffsets`` JSON
+(``{"topic": {"0": 0, ...}}``), resolved once by deploy so that every replica (and every first
+start) reads from the same explicit positions, never from "latest"."""
+
+
+STAGGER_REF = "stagger_ref"
+"""Mode option: replica 0's app-id file, whose ``query_started`` (epoch s) staggered replicas
+align their first batch to."""
+
+
 def kafka_source(
     spark: SparkSession,
     spec: Spec,
     ctx: ReplicaContext,
     starting_offsets: str,
     *,
-    limit_batches: bool = True,
+    limit_batches: bool | None = None,
 ) -> DataFrame:
     """Spark's built-in Kafka source on the spec's input topic.
 
@@ -169,10 +191,13 @@ def kafka_source(
         spark: the session.
         spec: the pipeline spec (input topic, ``replication.max_records_per_batch``).
         ctx: the replica context (bootstrap; ``kafka.*`` options are passed through).
-        starting_offsets: ``earliest`` or ``latest`` (ignored when resuming a checkpoint).
-        limit_batches: cap micro-batches at ``max_records_per_batch`` (``maxOffsetsPerTrigger``;
-            not for real-time mode, whose batches are time-bounded).
+        starting_offsets: ``earliest``, ``latest`` or a JSON of explicit offsets (ignored when
+            resuming a checkpoint).
+        limit_batches: cap micro-batches at ``max_records_per_batch`` (``maxOffsetsPerTrigger``);
+            default: yes, except in real-time mode, whose batches are time-bounded.
     """
+    if limit_batches is None:
+        limit_batches = spec.replication.trigger != "realtime"
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", ctx.bootstrap)
@@ -227,10 +252,29 @@ def kafka_sink_options(ctx: ReplicaContext) -> dict[str, str]:
     }
 
 
+REALTIME_DEFAULT_MS = 5000
+"""Real-time mode's checkpoint interval when ``trigger_interval`` is 0 (Spark's minimum batch
+duration, ``spark.sql.streaming.realTimeMode.minBatchDuration``)."""
+
+
 def trigger_of(spec: Spec) -> dict[str, str]:
-    """Micro-batch trigger: as fast as possible, or every ``replication.trigger_interval``."""
+    """The query's trigger.
+
+    Micro-batches run as fast as possible, or every ``replication.trigger_interval``. With
+    ``replication.trigger = "realtime"`` Spark's real-time mode (Spark >= 4.1; Kafka source and
+    sink, update output mode) processes each record as it arrives; ``trigger_interval`` (default
+    5 s) is then the checkpoint interval, the length of one long-running batch.
+    """
+    if spec.replication.trigger == "realtime":
+        ms = round(spec.replication.trigger_interval * 1000) or REALTIME_DEFAULT_MS
+        return {"realTime": f"{ms} milliseconds"}
     ms = round(spec.replication.trigger_interval * 1000)
     return {"processingTime": f"{ms} milliseconds"}
+
+
+def realtime_interval_s(spec: Spec) -> float:
+    """Length of one real-time-mode batch in seconds (the checkpoint interval)."""
+    return spec.replication.trigger_interval or REALTIME_DEFAULT_MS / 1000
 
 
 def temp_checkpoint(ctx: ReplicaContext) -> Checkpoint:

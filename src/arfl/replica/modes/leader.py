@@ -495,7 +495,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         options=frozenset({"session_timeout"}),
         active=True,
         leader=True,
-        order=2,
+        order=3,
     ),
 )
 class ActiveLeaderReplication(ModeBase):

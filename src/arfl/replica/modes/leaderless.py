@@ -350,7 +350,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         max_replicas=None,
         options=frozenset({"heartbeat_interval"}),
         active=True,
-        order=3,
+        order=4,
     ),
 )
 class ActiveLeaderlessReplication(ModeBase):

@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 
 @MODES.register(
     "none",
-    ModeInfo("one replica, no checkpoint: the reference for overhead", order=0),
+    ModeInfo(
+        "one replica, no checkpoint: the reference for overhead",
+        triggers=frozenset({"micro-batch", "realtime"}),
+        order=0,
+    ),
 )
 class NoReplication(ModeBase):
     """One replica, nothing survives a driver crash."""

@@ -6,11 +6,13 @@ resumes from the last committed batch. The batch in flight at the crash is re-ru
 replica may emit some results twice (Kafka sink: at-least-once); the merger drops them by rid.
 
 ``replication.trigger = "realtime"`` asks for Spark's real-time mode
-(``trigger(realTime=...)``, Spark >= 4.1, Kafka source and sink, update output mode). The
+(``trigger(realTime=...)``, Spark >= 4.1, Kafka source and sink, update output mode; window
+aggregations from Spark 4.3): the honest single-replica baseline of mode ``active``. The
 checkpoint interval is ``trigger_interval`` (default 5 s). Real-time mode runs one long task
-per input partition at the same time, so the master needs at least ``source.partitions``
-task slots (e.g. ``local-cluster[1,4,1024]`` for 4 partitions); with fewer, batches cannot
-start. Not exercised by the test suite (see the project notes).
+per input partition (plus one per shuffle partition for aggregations) at the same time; the
+supervisor sizes the replica's executor so that each has a slot (:mod:`arfl.configs.realtime`).
+Real-time mode does not retry tasks: a lost executor fails the query, and the supervisor
+restarts the replica from its checkpoint.
 """
 
 from __future__ import annotations
@@ -19,18 +21,10 @@ from typing import TYPE_CHECKING
 
 from arfl.configs.spec import Spec
 from arfl.registry import MODES, ModeInfo
-from arfl.replica.modes.base import (
-    ModeBase,
-    ReplicaContext,
-    kafka_source,
-    trigger_of,
-)
+from arfl.replica.modes.base import ModeBase, ReplicaContext, kafka_source
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-REALTIME_DEFAULT_MS = 5000
-
 
 @MODES.register(
     "passive",
@@ -47,12 +41,4 @@ class PassiveReplication(ModeBase):
 
     def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
         """Kafka source from earliest; after a restart the checkpoint's offsets win."""
-        realtime = spec.replication.trigger == "realtime"
-        return kafka_source(spark, spec, ctx, "earliest", limit_batches=not realtime)
-
-    def trigger(self, spec: Spec) -> dict[str, str]:
-        """Micro-batches, or real-time mode with ``trigger = "realtime"``."""
-        if spec.replication.trigger == "realtime":
-            ms = round(spec.replication.trigger_interval * 1000) or REALTIME_DEFAULT_MS
-            return {"realTime": f"{ms} milliseconds"}
-        return trigger_of(spec)
+        return kafka_source(spark, spec, ctx, "earliest")

@@ -1,0 +1,186 @@
+"""Mode ``active`` on Spark's real-time mode: R=2 replicas, no coordination, real executors.
+
+Fault-free, both replicas emit every result id with equal hashes and the merged output equals
+the offline recomputation (per-record, and a window aggregation whose updates carry
+``window + key + n``); their batch boundaries are staggered. With an executor kill and a
+replica kill the output stays complete and duplicate-free and both killed replicas are
+restarted from their checkpoints (real-time mode does not retry tasks: an executor loss fails
+the query). Pause, slow and partition each show their effect on the faulted replica's output and
+their revert.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deploy_checks import (
+    check_against_offline,
+    check_silent_then_resumed,
+    journal_events,
+    received_over_time,
+    replica_outputs,
+    windowed_spec,
+)
+
+from arfl.configs.spec import Spec, parse_spec
+from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
+from arfl.run.rundir import read_jsonl
+from arfl.stack import StackInfo
+
+pytestmark = pytest.mark.integration
+
+INTERVAL_S = 5.0
+
+
+def _per_record_spec(name: str, duration: str = "15s", **extra: Any) -> Spec:
+    raw: dict[str, Any] = {
+        "name": name,
+        "source": {"topic": "clicks", "partitions": 2},
+        "steps": [{"filter": "amount > 10"}],
+        "sink": {"topic": "clicks-out"},
+        "replication": {
+            "mode": "active",
+            "replicas": 2,
+            "trigger": "realtime",
+            "trigger_interval": f"{INTERVAL_S:g}s",
+        },
+        "spark": {"master": "local-cluster[1,2,1024]"},
+        "workload": {"rate": 300, "duration": duration, "keys": 20, "warmup": "10s"},
+    }
+    raw.update(extra)
+    return parse_spec(raw, f"{name}.toml")
+
+
+def _check_ok(result: DeployResult) -> dict[str, Any]:
+    """The independent check (no Spark, no replica code) found every result, once, right."""
+    check: dict[str, Any] = json.loads((result.run_dir / "check.json").read_text())
+    assert check["ok"] is True, check
+    assert check["missing"] == check["duplicates"] == check["wrong"] == 0, check
+    return check
+
+
+def _both_replicas_agree(info: StackInfo, result: DeployResult) -> None:
+    a, b = ({rid: cs[0].hash for rid, cs in o.items()} for o in replica_outputs(info, result))
+    assert set(a) == set(b), (sorted(set(a) - set(b))[:3], sorted(set(b) - set(a))[:3])
+    assert not [rid for rid in a if a[rid] != b[rid]]
+
+
+def _batch_starts(run: Path, replica: int) -> list[float]:
+    from datetime import datetime
+
+    return [
+        datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        for p in read_jsonl(run / "progress" / f"replica-{replica}.jsonl")
+    ]
+
+
+def test_per_record_fault_free_replicas_agree_staggered(stack: StackInfo, tmp_path: Path) -> None:
+    spec = _per_record_spec("rtm-rec")
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    s = result.summary
+    assert s["produced"] == 300 * 15
+    assert s["divergent"] == 0 and s["replica_restarts"] == 0
+    assert s["duplicates_dropped"] == s["results"] > 0
+    _both_replicas_agree(stack, result)
+    check_against_offline(stack, spec, result)
+    _check_ok(result)
+    # Both read from the explicit offsets deploy resolved once.
+    [offsets] = journal_events(result.run_dir, "starting-offsets")
+    assert set(offsets["offsets"]) == {"0", "1"}
+    # Staggered: replica 1's first batch started about half an interval after replica 0's.
+    s0, s1 = _batch_starts(result.run_dir, 0), _batch_starts(result.run_dir, 1)
+    assert s0 and s1
+    assert s1[0] - s0[0] >= 0.3 * INTERVAL_S, (s0[:2], s1[:2])
+
+
+def test_window_updates_fault_free_match_offline(stack: StackInfo, tmp_path: Path) -> None:
+    spec = windowed_spec(
+        "rtm-win",
+        mode="active",
+        replicas=2,
+        duration="15s",
+        replication={"trigger": "realtime", "trigger_interval": f"{INTERVAL_S:g}s"},
+    )
+    # The spec's master declares 1 slot: deploy gives each replica one per partition and
+    # shuffle partition (without, Spark refuses every real-time batch).
+    assert spec.spark.master == "local-cluster[1,1,1024]"
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    [slots] = journal_events(result.run_dir, "replica-slots")
+    assert slots["master"] == "local-cluster[1,4,1024]", slots
+    s = result.summary
+    assert s["divergent"] == 0 and s["replica_restarts"] == 0
+    _both_replicas_agree(stack, result)
+    # Every update rid is <window>#<n>, final values equal the batch job's windows.
+    check_against_offline(stack, spec, result)
+    check = _check_ok(result)
+    assert check["windows"] > 0 and check["final_values_wrong"] == 0
+    assert check["final_values_checked"] == check["windows"]
+    # One update per input record that passed the filter: many more updates than windows.
+    assert s["results"] > 3 * check["windows"]
+
+
+def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path: Path) -> None:
+    spec = _per_record_spec(
+        "rtm-kill",
+        duration="30s",
+        chaos=[
+            {"at": "6s", "fault": "kill-executor", "replica": 0},
+            {"at": "15s", "fault": "kill-replica", "replica": 1},
+        ],
+    )
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    s = result.summary
+    injected = journal_events(result.run_dir, "fault-injected")
+    assert [e["kind"] for e in injected] == ["kill-executor", "kill-replica"]
+    # Real-time mode does not retry tasks: the executor loss failed replica 0's query, and
+    # the supervisor restarted it from its checkpoint, like the killed replica 1.
+    died = {e["replica"] for e in journal_events(result.run_dir, "replica-died")}
+    restarted = {e["replica"] for e in journal_events(result.run_dir, "replica-restarted")}
+    assert died == restarted == {0, 1}, (died, restarted)
+    assert s["divergent"] == 0
+    check_against_offline(stack, spec, result)
+    _check_ok(result)
+    _both_replicas_agree(stack, result)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="partition needs network namespaces (root)")
+def test_pause_slow_partition_show_their_effect_and_revert(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    del stack  # a network fault: the run starts its own stack on its bridge
+    spec = _per_record_spec(
+        "rtm-net",
+        duration="45s",
+        chaos=[
+            {"at": "8s", "fault": "pause", "replica": 1, "duration": "5s"},
+            {"at": "19s", "fault": "slow", "replica": 1, "duration": "6s"},
+            {"at": "31s", "fault": "partition", "replica": 0, "duration": "6s"},
+        ],
+    )
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    run = result.run_dir
+    injected = journal_events(run, "fault-injected")
+    reverted = journal_events(run, "fault-reverted")
+    assert [e["kind"] for e in injected] == ["pause", "slow", "partition"]
+    assert [e["kind"] for e in reverted] == ["pause", "slow", "partition"]
+    span = {e["kind"]: float(e["ended"]) for e in injected}
+    back = {e["kind"]: float(e["ended"]) for e in reverted}
+    # Paused and partitioned replicas: silent while faulted, output again after the revert.
+    check_silent_then_resumed(run, 1, span["pause"], back["pause"])
+    check_silent_then_resumed(run, 0, span["partition"], back["partition"])
+    # Slowed replica: it delivered clearly less than the other while throttled.
+    got = {r: received_over_time(run, r) for r in (0, 1)}
+
+    def during(r: int) -> int:
+        pts = [n for t, n in got[r] if span["slow"] + 1 <= t <= back["slow"]]
+        return pts[-1] - pts[0] if len(pts) > 1 else 0
+
+    assert during(1) < 0.7 * during(0), (during(0), during(1))
+    # Every fault undone; neither replica died; the merged output is complete.
+    assert result.summary["replica_restarts"] == 0
+    assert result.summary["divergent"] == 0
+    _check_ok(result)

@@ -1,0 +1,75 @@
+"""Mode ``active``: explicit start offsets, staggered real-time batch boundaries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from arfl.configs.spec import Spec, parse_spec
+from arfl.registry import MODES
+from arfl.replica.modes.active import stagger_delay
+from arfl.replica.modes.base import STAGGER_REF, ReplicaContext, get_mode, trigger_of
+
+
+def _spec(trigger: str = "realtime", replicas: int = 2) -> Spec:
+    return parse_spec(
+        {
+            "name": "a",
+            "source": {"topic": "t", "partitions": 2},
+            "sink": {"topic": "o"},
+            "replication": {
+                "mode": "active",
+                "replicas": replicas,
+                "trigger": trigger,
+                "trigger_interval": "10s",
+            },
+        }
+    )
+
+
+def test_active_is_coordination_free_and_takes_both_triggers() -> None:
+    info = MODES.info("active")
+    assert info.coordination_free and info.active and info.min_replicas == 2
+    assert info.triggers == {"micro-batch", "realtime"}
+
+
+def test_realtime_trigger_is_the_checkpoint_interval() -> None:
+    assert trigger_of(_spec()) == {"realTime": "10000 milliseconds"}
+    assert trigger_of(_spec("micro-batch")) == {"processingTime": "10000 milliseconds"}
+
+
+@pytest.mark.parametrize(
+    ("now", "replica", "replicas", "want"),
+    [
+        (100.0, 1, 2, 5.0),  # half an interval after replica 0
+        (100.0, 2, 4, 5.0),
+        (100.0, 1, 4, 2.5),
+        (107.0, 1, 2, 8.0),  # the slot at 105 passed: the next is 115
+        (125.0, 1, 2, 0.0),  # exactly on a slot
+    ],
+)
+def test_stagger_delay_falls_between_replica_zeros_boundaries(
+    now: float, replica: int, replicas: int, want: float
+) -> None:
+    assert stagger_delay(100.0, now, 10.0, replica, replicas) == pytest.approx(want)
+
+
+def test_start_delay_reads_replica_zeros_query_start(tmp_path: Path) -> None:
+    ref = tmp_path / "replica-0.app.json"
+    ref.write_text(json.dumps({"app_id": "x", "query_started": 1e12}))  # far future
+    mode = get_mode("active")
+    spec = _spec()
+
+    def ctx(replica: int, attempt: int = 0) -> ReplicaContext:
+        return ReplicaContext(replica, "k:1", "o.r0", tmp_path, attempt, {STAGGER_REF: str(ref)})
+
+    # Replica 1 waits until half an interval after replica 0's start; replica 0, a restart
+    # and micro-batches never wait.
+    delay = mode.start_delay(spec, ctx(1))
+    assert delay > 1e11
+    assert mode.start_delay(spec, ctx(0)) == 0.0
+    assert mode.start_delay(spec, ctx(1, 1)) == 0.0
+    mb = _spec("micro-batch")
+    assert mode.start_delay(mb, ctx(1)) == 0.0
