@@ -136,11 +136,16 @@ def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path:
     s = result.summary
     injected = journal_events(result.run_dir, "fault-injected")
     assert [e["kind"] for e in injected] == ["kill-executor", "kill-replica"]
-    # Real-time mode does not retry tasks: the executor loss failed replica 0's query, and
-    # the supervisor restarted it from its checkpoint, like the killed replica 1.
+    # The killed driver was restarted from its checkpoint (also when it died before its first
+    # commit: drop_incomplete_writes). The executor loss was either retried inside replica 0
+    # (Spark 4.3 re-ran the lost real-time tasks on a new executor, measured here) or failed
+    # its query, and then the supervisor restarted it as well.
     died = {e["replica"] for e in journal_events(result.run_dir, "replica-died")}
     restarted = {e["replica"] for e in journal_events(result.run_dir, "replica-restarted")}
-    assert died == restarted == {0, 1}, (died, restarted)
+    assert 1 in died and died == restarted, (died, restarted)
+    assert not journal_events(result.run_dir, "replica-gave-up")
+    caught_up = {e["replica"] for e in journal_events(result.run_dir, "replica-caught-up")}
+    assert restarted <= caught_up, (restarted, caught_up)
     assert s["divergent"] == 0
     check_against_offline(stack, spec, result)
     _check_ok(result)

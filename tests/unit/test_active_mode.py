@@ -73,3 +73,18 @@ def test_start_delay_reads_replica_zeros_query_start(tmp_path: Path) -> None:
     assert mode.start_delay(spec, ctx(1, 1)) == 0.0
     mb = _spec("micro-batch")
     assert mode.start_delay(mb, ctx(1)) == 0.0
+
+
+def test_incomplete_checkpoint_writes_of_a_killed_driver_are_dropped(tmp_path: Path) -> None:
+    from arfl.replica.modes.base import drop_incomplete_writes
+
+    commits, offsets = tmp_path / "commits", tmp_path / "offsets"
+    commits.mkdir()
+    offsets.mkdir()
+    left = [commits / ".0.f93e.tmp", commits / "..0.f93e.tmp.crc", offsets / ".3.ab.tmp"]
+    kept = [commits / "0", commits / ".0.crc", offsets / "2", tmp_path / "metadata"]
+    for f in left + kept:
+        f.write_text("x")
+    assert sorted(drop_incomplete_writes(tmp_path)) == sorted(left)
+    assert all(f.exists() for f in kept) and not any(f.exists() for f in left)
+    assert drop_incomplete_writes(tmp_path / "missing") == []

@@ -31,7 +31,7 @@ from arfl.configs.realtime import DEFAULT_SHUFFLE_PARTITIONS
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.replica import query
-from arfl.replica.modes.base import ReplicaContext, get_mode
+from arfl.replica.modes.base import ReplicaContext, drop_incomplete_writes, get_mode
 from arfl.run.rundir import write_json_atomic
 
 if TYPE_CHECKING:
@@ -223,6 +223,8 @@ def run(cfg: DriverConfig) -> int:
     spark.streams.addListener(_make_listener(_ProgressWriter(Path(cfg.progress_file))))
 
     ckpt = mode.checkpoint(ctx)
+    for f in drop_incomplete_writes(ckpt.location):
+        _log(f"deleted an unfinished checkpoint write of a killed driver: {f}")
     rc = 0
     q = None
     try:

@@ -277,6 +277,31 @@ def realtime_interval_s(spec: Spec) -> float:
     return spec.replication.trigger_interval or REALTIME_DEFAULT_MS / 1000
 
 
+def drop_incomplete_writes(location: Path) -> list[Path]:
+    """Delete the temporary files a killed driver left in its checkpoint's logs.
+
+    Spark writes each offset/commit log entry to a hidden ``.<batch>.<uuid>.tmp`` file and
+    renames it; a driver killed in between leaves the temporary file (and its ``.crc``). A
+    restarted query whose commit log holds only such a file fails with
+    ``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY`` (measured: a replica killed during its first
+    real-time batch then crash-looped). A temporary file never becomes a log entry without the
+    rename, so deleting it loses nothing.
+
+    Returns:
+        The files deleted.
+    """
+    gone: list[Path] = []
+    for log in ("commits", "offsets"):
+        d = location / log
+        if not d.is_dir():
+            continue
+        for f in d.iterdir():
+            if f.name.startswith(".") and (f.name.endswith(".tmp") or f.name.endswith(".tmp.crc")):
+                f.unlink(missing_ok=True)
+                gone.append(f)
+    return gone
+
+
 def temp_checkpoint(ctx: ReplicaContext) -> Checkpoint:
     """A fresh temporary checkpoint directory, deleted by the driver at stop."""
     path = Path(tempfile.mkdtemp(prefix=f"arfl-ckpt-r{ctx.replica}-"))
