@@ -50,6 +50,7 @@ from arfl.report.model import (
 )
 from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos
+from arfl.run.progress import batch_ends
 from arfl.units import percentile_key
 
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -477,5 +478,8 @@ def _series(
         distribution=dist,
         batches={
             r: [(bt.start - b.t0, bt.duration_ms) for bt in bs] for r, bs in replica_batches.items()
+        },
+        batch_ends={
+            r: [t - b.t0 for t in batch_ends(lines)] for r, lines in sorted(data.progress.items())
         },
     )

@@ -1,9 +1,10 @@
 """The HTML report: one self-contained file (plotly.js embedded inline, no network needed).
 
-One run: latency over time (per-second p50/p99/max, warm-up / fault / recovery windows shaded),
-the latency distribution per phase (HdrHistogram style: x = 1/(1-q) on a log axis), output
-rate per replica, and the tables of the text report. Several runs: the same plots overlaid (one
-colour per run) and the comparison tables.
+One run: latency over time (per-second p50/p99/max, warm-up / fault / recovery windows shaded,
+each replica's batch ends as a row of ticks along the bottom), the latency distribution per
+phase (HdrHistogram style: x = 1/(1-q) on a log axis), output rate per replica, and the tables
+of the text report. Several runs: the same plots overlaid (one colour per run) and the
+comparison tables.
 
 Plot ``div`` ids (stable, tests look for them): ``latency-over-time``,
 ``latency-distribution``, ``output-rate``, ``batch-duration`` (when progress was recorded);
@@ -26,6 +27,9 @@ from arfl.report.model import FaultStats, PhaseStats, Report
 
 PRE_INPUT_S = 5.0
 """Seconds before the input start shown on time axes."""
+MAX_BATCH_MARKS = 500
+"""Batch ends marked per replica on the latency plot (the first ones shown; keeps the page
+small when batches are short)."""
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 _DIST_TICKS = [1, 2, 10, 100, 1000, 10_000, 100_000, 1_000_000]
 _DIST_LABELS = ["0%", "50%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%"]
@@ -119,8 +123,38 @@ def _time_range(report: Report) -> list[float]:
     return [max(min(min(xs), 0.0), -PRE_INPUT_S) - 0.5, max(xs) + 0.5]
 
 
+def batch_end_traces(report: Report, x_range: Sequence[float]) -> list[go.Scatter]:
+    """One row of ticks per replica at the bottom of a time plot: where its batches ended.
+
+    The ticks sit on a hidden ``y2`` axis spanning 0..1 (the plot's own y axis may be
+    logarithmic), one row per replica, so that staggered boundaries show side by side. Only
+    ends inside ``x_range`` are drawn, at most :data:`MAX_BATCH_MARKS` per replica (the first).
+    Colours follow the replicas' order, as in the other plots of the run.
+    """
+    lo, hi = x_range[0], x_range[-1]
+    traces: list[go.Scatter] = []
+    for i, (replica, ends) in enumerate(sorted(report.series.batch_ends.items())):
+        shown = [t for t in ends if lo <= t <= hi]
+        if not shown:
+            continue
+        kept = shown[:MAX_BATCH_MARKS]
+        name = f"r{replica} batch ends"
+        if len(kept) < len(shown):
+            name += f" (first {len(kept)} of {len(shown)})"
+        color = _COLORS[i % len(_COLORS)]
+        traces.append(
+            go.Scatter(
+                x=kept, y=[0.03 + 0.05 * i] * len(kept), yaxis="y2", name=name, mode="markers",
+                marker={"symbol": "line-ns", "size": 12, "color": color,
+                        "line": {"color": color, "width": 1.5}},
+                hovertemplate=f"r{replica} batch ended at %{{x:.2f}} s<extra></extra>",
+            )
+        )  # fmt: skip
+    return traces
+
+
 def latency_figure(report: Report) -> go.Figure:
-    """Per-second p50/p99/max over time, phases shaded."""
+    """Per-second p50/p99/max over time, phases shaded, each replica's batch ends marked."""
     s = report.series
     fig = go.Figure()
     for name, ys, color, dash in (
@@ -132,10 +166,18 @@ def latency_figure(report: Report) -> go.Figure:
             go.Scatter(x=s.t_s, y=ys, name=name, mode="lines+markers", connectgaps=False,
                        line={"color": color, "dash": dash}, marker={"size": 4})
         )  # fmt: skip
+    x_range = _time_range(report)
+    marks = batch_end_traces(report, x_range)
+    for trace in marks:
+        fig.add_trace(trace)
+    if marks:
+        fig.update_layout(
+            yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True}
+        )
     _shade(fig, report)
     fig.update_layout(
         title=f"End-to-end latency per second - {report.run}",
-        xaxis={"title": "seconds since input start", "range": _time_range(report)},
+        xaxis={"title": "seconds since input start", "range": x_range},
         yaxis=latency_axis([*s.p50_ms, *s.max_ms]),
         **_LAYOUT,
     )

@@ -388,6 +388,8 @@ class Series:
         replica_wins: replica -> results it delivered first, per second.
         distribution: phase name -> list of (percentile, latency ms) for the distribution plot.
         batches: replica -> (batch start s, batch duration ms) of its micro-batches.
+        batch_ends: replica -> when each of its micro-batches ended, in time order
+            (:func:`arfl.run.progress.batch_ends`); only replicas with progress lines.
     """
 
     t_s: list[float]
@@ -400,6 +402,7 @@ class Series:
     distribution: dict[str, list[tuple[float, float]]]
     batches: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     replica_wins: dict[int, list[float]] = field(default_factory=dict)
+    batch_ends: dict[int, list[float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ the watcher (journal ``late-drop``) and by the report.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 LATE_DROP_EVENT = "late-drop"
@@ -35,6 +36,37 @@ def batch_timing(progress: Mapping[str, Any]) -> tuple[float, float] | None:
     except (KeyError, TypeError, ValueError):
         return None
     return start, dur
+
+
+def batch_ends(lines: Iterable[Mapping[str, Any]]) -> list[float]:
+    """When each batch of one replica's progress lines ended, epoch seconds, in time order.
+
+    A batch ends at its ``timestamp`` (when its trigger fired; ISO 8601, Spark writes UTC with
+    ``Z``; a time without a zone counts as UTC) plus ``batchDuration`` ms (the whole trigger,
+    progress reporting included), or ``durationMs.triggerExecution`` for a line without
+    ``batchDuration``. Where a replica's batches end decides its watermarks and when its
+    results come out, so the report marks these ends on the latency plot. A line without a
+    readable timestamp or duration is skipped.
+
+    Args:
+        lines: progress lines, in any order.
+    """
+    out: list[float] = []
+    for line in lines:
+        duration: Any = line.get("batchDuration")
+        if duration is None:
+            timings = line.get("durationMs")
+            duration = timings.get("triggerExecution") if isinstance(timings, Mapping) else None
+        try:
+            start = datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00"))
+            ms = float(duration)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=UTC)
+        if math.isfinite(ms) and ms >= 0:
+            out.append(start.timestamp() + ms / 1000.0)
+    return sorted(out)
 
 
 def end_offsets(progress: Mapping[str, Any]) -> dict[int, int]:
