@@ -6,11 +6,20 @@ A script is run as ``.venv/bin/python bench/<name>.py``, so this module is impor
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
-from collections.abc import Callable, Sequence
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
+
+from arfl.processes import process_tree
 
 Row = dict[str, Any]
 
@@ -68,3 +77,137 @@ def write_rows(path: Path | None, rows: Sequence[Row]) -> None:
     """Write the results as a JSON list to ``path`` (nothing when ``path`` is None)."""
     if path:
         path.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+CPU_LOCK = Path("/tmp/arfl-cpu.lock")
+"""The machine's CPU lock: integration tests run under ``flock`` on it, benchmark runs hold it
+for the duration of each deployment, so that they interleave between runs, not during them."""
+
+
+@contextlib.contextmanager
+def cpu_lock(path: Path = CPU_LOCK) -> Iterator[float]:
+    """Hold ``path`` exclusively (``fcntl.flock``, as the ``flock`` command does); yields the
+    seconds waited for it."""
+    t = time.monotonic()
+    with path.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for {path} (another run holds it)", file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield time.monotonic() - t
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+HOST = "host"
+"""The label of the whole machine's busy CPU in :class:`ProcessCpu` (every process, anyone's)."""
+
+
+def _role(cmdline: list[str]) -> str:
+    """What a process of a replica's tree is, from its command line."""
+    line = " ".join(cmdline)
+    if "CoarseGrainedExecutorBackend" in line:
+        return "executor"
+    if "SparkSubmit" in line:
+        return "driver-jvm"
+    if "pyspark" in line and ("daemon" in line or "worker" in line):
+        return "py-workers"
+    if "arfl.replica.driver" in line:
+        return "driver-py"
+    return "other"
+
+
+class ProcessCpu:
+    """CPU seconds of a deployment's processes by role, sampled once a second in a thread.
+
+    ``summary.json`` keeps only each replica's total; to name the process that saturates, this
+    samples every process of the run (from its ``state.json``: each replica's tree as
+    ``r<i> driver-py`` / ``driver-jvm`` / ``executor`` / ``py-workers``, ``merger``,
+    ``injector``), the embedded stack's ``kafka`` and ``zookeeper``, and the machine's busy
+    time (:data:`HOST`). A process that exits keeps its last sample.
+    """
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.run_dir: Path | None = None
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._last: dict[tuple[int, float], tuple[str, float]] = {}
+        self._stack: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, run_dir: Path) -> None:
+        """Sample the run in ``run_dir`` from now on (deploy's ``on_run_dir``)."""
+        self.run_dir = run_dir
+
+    def start(self) -> None:
+        """Start sampling (the stack's pids are read once, here)."""
+        from arfl import stack
+
+        self._stack = {s.name: s.pid for s in stack.status() if s.pid is not None}
+        self._thread = threading.Thread(target=self._loop, name="process-cpu", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Take a last sample and stop."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._sample()
+
+    def cores(self, start: float, end: float) -> dict[str, float]:
+        """Average cores each label used over ``[start, end]`` (epoch seconds), from the
+        samples nearest inside it; empty when fewer than two samples fall in it."""
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2:
+            return {}
+        (t0, a), (t1, b) = inside[0], inside[-1]
+        if t1 <= t0:
+            return {}
+        return {k: max(0.0, (v - a.get(k, 0.0)) / (t1 - t0)) for k, v in b.items()}
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        pids: dict[str, int] = dict(self._stack)
+        trees: dict[int, str] = {}
+        state = self._state()
+        for key in ("merger", "injector"):
+            pid = state.get(f"{key}_pid")
+            if isinstance(pid, int):
+                pids[key] = pid
+        for i, rep in (state.get("replicas") or {}).items():
+            pid = rep.get("driver_pid") if isinstance(rep, dict) else None
+            if isinstance(pid, int):
+                trees[pid] = f"r{i}"
+        for label, pid in pids.items():
+            with contextlib.suppress(psutil.Error):
+                self._record(psutil.Process(pid), label)
+        for pid, replica in trees.items():
+            for p in process_tree(pid):
+                with contextlib.suppress(psutil.Error):
+                    self._record(p, f"{replica} {_role(p.cmdline())}")
+        totals: dict[str, float] = {}
+        for label, secs in self._last.values():
+            totals[label] = totals.get(label, 0.0) + secs
+        t = psutil.cpu_times()
+        # Busy = what ran; guest time is already in user, steal and iowait ran nothing here.
+        totals[HOST] = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+        self.samples.append((time.time(), totals))
+
+    def _record(self, p: psutil.Process, label: str) -> None:
+        t = p.cpu_times()
+        self._last[(p.pid, p.create_time())] = (label, t.user + t.system)
+
+    def _state(self) -> dict[str, Any]:
+        if self.run_dir is None:
+            return {}
+        try:
+            doc = json.loads((self.run_dir / "state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
