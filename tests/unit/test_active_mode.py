@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -88,3 +89,55 @@ def test_incomplete_checkpoint_writes_of_a_killed_driver_are_dropped(tmp_path: P
     assert sorted(drop_incomplete_writes(tmp_path)) == sorted(left)
     assert all(f.exists() for f in kept) and not any(f.exists() for f in left)
     assert drop_incomplete_writes(tmp_path / "missing") == []
+
+
+def test_executor_kill_targets_the_replicas_own_executor_when_app_ids_collide(
+    tmp_path: Path,
+) -> None:
+    """Two local-cluster replicas started in the same second share an application id."""
+    import subprocess
+    import sys
+    import time
+
+    from arfl.faults.local import EXECUTOR_MAIN, LocalTarget
+    from arfl.testing.faults import write_state
+
+    def executor_argv(exe: str) -> list[str]:
+        sleeper = "import time; time.sleep(60)"
+        return [sys.executable, "-c", sleeper, EXECUTOR_MAIN, "--executor-id", exe,
+                "--app-id", "app-20261126093540-0000"]  # fmt: skip
+
+    spawn_child = (
+        f"import subprocess, sys, time; subprocess.Popen({executor_argv('0')!r}); time.sleep(60)"
+    )
+    driver = subprocess.Popen([sys.executable, "-c", spawn_child])
+    other = None
+    try:
+        deadline = time.monotonic() + 10
+        target = LocalTarget.from_run_dir(
+            write_state(
+                tmp_path / "run",
+                "run",
+                {0: {"driver_pid": driver.pid, "app_id": "app-20261126093540-0000"}},
+            )
+        )
+        while len(target.replica_pids(0)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Started last, the other replica's executor has the higher pid: a match by app id
+        # alone would pick it.
+        other = subprocess.Popen(executor_argv("0"))
+        time.sleep(0.2)
+        own = target.executor_pids(0)
+        assert list(own) == ["0"]
+        assert own["0"] in target.replica_pids(0)
+    finally:
+        import psutil
+
+        children = psutil.Process(driver.pid).children(recursive=True)
+        for p in (other, driver):
+            if p is not None:
+                p.kill()
+                p.wait()
+        for c in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                c.kill()

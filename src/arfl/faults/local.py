@@ -24,14 +24,17 @@ def restart_suppressed(run_dir: Path, replica: int) -> bool:
     return no_restart_marker(run_dir, replica).exists()
 
 
-def executors_of_app(app_id: str) -> dict[str, int]:
-    """Executor id -> pid of every ``CoarseGrainedExecutorBackend`` running for ``app_id``.
+def executors_of_app(app_id: str, within: set[int] | None = None) -> dict[str, int]:
+    """Executor id -> pid of every ``CoarseGrainedExecutorBackend`` running for ``app_id``
+    (only among the pids ``within``, when given).
 
     Spark's REST API has no pids, so command lines are matched:
     ``... CoarseGrainedExecutorBackend ... --executor-id N ... --app-id APP ...``.
     """
     found: dict[str, int] = {}
     for proc in psutil.process_iter(["pid", "cmdline"]):
+        if within is not None and proc.info["pid"] not in within:
+            continue
         cmd = proc.info.get("cmdline") or []
         if EXECUTOR_MAIN not in " ".join(cmd[:200]):
             continue
@@ -125,11 +128,16 @@ class LocalTarget:
     def executor_pids(self, replica: int) -> dict[str, int]:
         """Executors of the replica's Spark application, matched by ``--app-id``.
 
-        Falls back to the driver's descendants when ``state.json`` has no app id yet.
+        Two ``local-cluster`` replicas started in the same second get the same application id
+        (``app-<yyyyMMddHHmmss>-0000``, one per master), so where some of the matches descend
+        from this replica's driver only those count; a remote cluster's executors never do, and
+        then every match counts. Falls back to the driver's descendants when ``state.json`` has
+        no app id yet.
         """
         rep = self._replica(replica).replicas[replica]
         if rep.app_id:
-            return executors_of_app(rep.app_id)
+            own = executors_of_app(rep.app_id, within=set(self.replica_pids(replica)))
+            return own or executors_of_app(rep.app_id)
         found: dict[str, int] = {}
         for pid in self.replica_pids(replica):
             try:
