@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the results table they print and the JSON they write.
+"""What the benchmark scripts share: the results table they print and the JSON they write;
+the machine's CPU lock each deployment holds and a per-process CPU sampler.
 
 A script is run as ``.venv/bin/python bench/<name>.py``, so this module is importable as
 ``_common`` (the script's folder is first on ``sys.path``).
