@@ -99,45 +99,40 @@ def test_executor_kill_targets_the_replicas_own_executor_when_app_ids_collide(
     import sys
     import time
 
+    import psutil
+
     from arfl.faults.local import EXECUTOR_MAIN, LocalTarget
     from arfl.testing.faults import write_state
 
-    def executor_argv(exe: str) -> list[str]:
-        sleeper = "import time; time.sleep(60)"
-        return [sys.executable, "-c", sleeper, EXECUTOR_MAIN, "--executor-id", exe,
-                "--app-id", "app-20261126093540-0000"]  # fmt: skip
-
-    spawn_child = (
-        f"import subprocess, sys, time; subprocess.Popen({executor_argv('0')!r}); time.sleep(60)"
-    )
-    driver = subprocess.Popen([sys.executable, "-c", spawn_child])
-    other = None
+    app = "app-20261126093540-0000"
+    executor = [sys.executable, "-c", "import time; time.sleep(60)", EXECUTOR_MAIN,
+                "--executor-id", "0", "--app-id", app]  # fmt: skip
+    spawn = f"import subprocess, time; subprocess.Popen({executor!r}); time.sleep(60)"
+    drivers = [subprocess.Popen([sys.executable, "-c", spawn]) for _ in range(2)]
     try:
-        deadline = time.monotonic() + 10
         target = LocalTarget.from_run_dir(
             write_state(
                 tmp_path / "run",
                 "run",
-                {0: {"driver_pid": driver.pid, "app_id": "app-20261126093540-0000"}},
+                {i: {"driver_pid": d.pid, "app_id": app} for i, d in enumerate(drivers)},
             )
         )
-        while len(target.replica_pids(0)) < 2 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(len(target.replica_pids(i)) < 2 for i in (0, 1)):
             time.sleep(0.05)
-        # Started last, the other replica's executor has the higher pid: a match by app id
-        # alone would pick it.
-        other = subprocess.Popen(executor_argv("0"))
-        time.sleep(0.2)
-        own = target.executor_pids(0)
-        assert list(own) == ["0"]
-        assert own["0"] in target.replica_pids(0)
+        trees = [set(target.replica_pids(i)) for i in (0, 1)]
+        for i in (0, 1):
+            own = target.executor_pids(i)
+            assert list(own) == ["0"] and own["0"] in trees[i], (i, own, trees)
+        # While replica 0's executor is being replaced, replica 1's is no stand-in for it.
+        psutil.Process(target.executor_pids(0)["0"]).kill()
+        time.sleep(0.3)
+        assert target.executor_pids(0) == {}
     finally:
-        import psutil
-
-        children = psutil.Process(driver.pid).children(recursive=True)
-        for p in (other, driver):
-            if p is not None:
-                p.kill()
-                p.wait()
-        for c in children:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                c.kill()
+        for d in drivers:
+            children = psutil.Process(d.pid).children(recursive=True)
+            d.kill()
+            d.wait()
+            for c in children:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    c.kill()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -24,16 +26,16 @@ def restart_suppressed(run_dir: Path, replica: int) -> bool:
     return no_restart_marker(run_dir, replica).exists()
 
 
-def executors_of_app(app_id: str, within: set[int] | None = None) -> dict[str, int]:
+def executors_of_app(app_id: str, keep: Callable[[int], bool] | None = None) -> dict[str, int]:
     """Executor id -> pid of every ``CoarseGrainedExecutorBackend`` running for ``app_id``
-    (only among the pids ``within``, when given).
+    (only pids for which ``keep`` is true, when given).
 
     Spark's REST API has no pids, so command lines are matched:
     ``... CoarseGrainedExecutorBackend ... --executor-id N ... --app-id APP ...``.
     """
     found: dict[str, int] = {}
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        if within is not None and proc.info["pid"] not in within:
+        if keep is not None and not keep(int(proc.info["pid"])):
             continue
         cmd = proc.info.get("cmdline") or []
         if EXECUTOR_MAIN not in " ".join(cmd[:200]):
@@ -129,15 +131,20 @@ class LocalTarget:
         """Executors of the replica's Spark application, matched by ``--app-id``.
 
         Two ``local-cluster`` replicas started in the same second get the same application id
-        (``app-<yyyyMMddHHmmss>-0000``, one per master), so where some of the matches descend
-        from this replica's driver only those count; a remote cluster's executors never do, and
-        then every match counts. Falls back to the driver's descendants when ``state.json`` has
-        no app id yet.
+        (``app-<yyyyMMddHHmmss>-0000``, one per master), so executors that descend from another
+        replica's driver never count (also while this replica's own executor is being replaced);
+        a remote cluster's executors descend from no driver and count. Falls back to the
+        driver's descendants when ``state.json`` has no app id yet.
         """
-        rep = self._replica(replica).replicas[replica]
+        st = self._replica(replica)
+        rep = st.replicas[replica]
         if rep.app_id:
-            own = executors_of_app(rep.app_id, within=set(self.replica_pids(replica)))
-            return own or executors_of_app(rep.app_id)
+            theirs: set[int] = set()
+            for other in st.replicas:
+                if other != replica:
+                    with contextlib.suppress(FaultError):
+                        theirs.update(self.replica_pids(other))
+            return executors_of_app(rep.app_id, keep=lambda pid: pid not in theirs)
         found: dict[str, int] = {}
         for pid in self.replica_pids(replica):
             try:
