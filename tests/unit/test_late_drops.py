@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from watch_fakes import FakeProcess, FakeResources, FakeRunner
 
 from arfl.configs.spec import parse_spec
 from arfl.orchestrate import watch
@@ -145,29 +146,6 @@ def test_watch_journals_each_replica_batch_once_across_restarts(tmp_path: Path) 
     assert _drop_events(journal) == [*expected, (1, 2, 1)]
 
 
-class _Runner:
-    def states(self) -> dict[int, ReplicaState]:
-        return {i: ReplicaState(i, "running", pid=i + 1) for i in range(2)}
-
-
-class _Process:
-    def __init__(self, alive: bool) -> None:
-        self._alive = alive
-        self.returncode = None if alive else 0
-        self.log_path = Path("/nonexistent.log")
-
-    def alive(self) -> bool:
-        return self._alive
-
-    def tail(self) -> str:
-        return ""
-
-
-class _Resources:
-    def sample(self, states: dict[int, Any]) -> None:
-        del states
-
-
 class _Watcher(Watcher):
     def source_end_offsets(self) -> dict[int, int]:
         return {0: 40}
@@ -196,10 +174,10 @@ def test_the_watch_loop_journals_late_drops(
     _Watcher(
         ctx,
         "127.0.0.1:1",
-        _Runner(),  # type: ignore[arg-type]
-        _Process(alive=True),  # type: ignore[arg-type]
-        _Process(alive=False),  # type: ignore[arg-type]
-        resources=_Resources(),  # type: ignore[arg-type]
+        FakeRunner({i: ReplicaState(i, "running", pid=i + 1) for i in range(2)}),  # type: ignore[arg-type]
+        FakeProcess(alive=True),  # type: ignore[arg-type]
+        FakeProcess(alive=False),  # type: ignore[arg-type]
+        resources=FakeResources(),  # type: ignore[arg-type]
         write_state=lambda: None,
         active_faults=lambda: [],
         started_at=time.time(),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from watch_fakes import FakeProcess, FakeResources, FakeRunner
 
 from arfl.configs.spec import parse_spec
 from arfl.errors import DeployError
@@ -51,34 +52,6 @@ def _progress(ctx: RunContext, replica: int, ends: dict[int, int]) -> None:
         f.write(json.dumps(line) + "\n")
 
 
-class _Runner:
-    def __init__(self, states: dict[int, ReplicaState]) -> None:
-        self._states = states
-
-    def states(self) -> dict[int, ReplicaState]:
-        return dict(self._states)
-
-
-class _Process:
-    """A merger that runs, or an injector that finished its schedule."""
-
-    def __init__(self, alive: bool) -> None:
-        self._alive = alive
-        self.returncode = None if alive else 0
-        self.log_path = Path("/nonexistent.log")
-
-    def alive(self) -> bool:
-        return self._alive
-
-    def tail(self) -> str:
-        return ""
-
-
-class _Resources:
-    def sample(self, states: dict[int, Any]) -> None:
-        del states
-
-
 class _Watcher(Watcher):
     def source_end_offsets(self) -> dict[int, int]:
         return dict(END)
@@ -88,10 +61,10 @@ def _watcher(ctx: RunContext, states: dict[int, ReplicaState]) -> Watcher:
     return _Watcher(
         ctx,
         "127.0.0.1:1",
-        _Runner(states),  # type: ignore[arg-type]
-        _Process(alive=True),  # type: ignore[arg-type]
-        _Process(alive=False),  # type: ignore[arg-type]
-        resources=_Resources(),  # type: ignore[arg-type]
+        FakeRunner(states),  # type: ignore[arg-type]
+        FakeProcess(alive=True),  # type: ignore[arg-type]
+        FakeProcess(alive=False),  # type: ignore[arg-type]
+        resources=FakeResources(),  # type: ignore[arg-type]
         write_state=lambda: None,
         active_faults=lambda: [],
         started_at=time.time(),
