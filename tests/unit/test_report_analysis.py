@@ -282,3 +282,57 @@ def test_a_too_short_steady_state_gives_no_verdict() -> None:
     assert f.masked is None and f.recovery_s is None
     assert f.verdict.startswith("unknown: steady state too small (300 results over 3.0 s")
     assert any("no usable steady state" in w for w in rep.warnings)
+
+
+def _in_flight(data: RunData, replica: int, src_s: float, ticks: range) -> RunData:
+    """The faulted replica delivered one result from input sent ``src_s`` after T0 (in flight
+    at the injection) and shows it over the monitor ticks ``T0 + k`` for ``k`` in ``ticks``."""
+    for snap in data.monitor:
+        if round(snap.t - T0) in ticks:
+            r = snap.replicas[replica]
+            snap.replicas[replica] = ReplicaSnapshot(
+                received=r.received, wins=r.wins, last_seen_t=r.last_seen_t,
+                last_src_ts=int((T0 + src_s) * 1000), lag_ms=None,
+            )  # fmt: skip
+    return data
+
+
+def test_a_result_in_flight_at_a_pause_does_not_end_the_impact_window() -> None:
+    # Paused at 10 s for 5 s; a result from input sent 11 ms after the pause came out before the
+    # replica froze. It was in flight, not a sign of health: the replica is healthy once it
+    # delivers input sent after the revert (second 16, seen at the 17 s tick).
+    lat = [100.0] * 10 + [100.0] * 15
+    data = _in_flight(_run(lat, [_pause(10.0, 5.0, healthy=16.0)]), 1, 10.011, range(11, 17))
+    (f,) = analyse(data).faults
+    assert f.healthy_s == pytest.approx(7.0)
+    assert f.window_ended_by == "healthy+settle"
+
+
+def test_a_killed_replica_is_healthy_only_with_input_sent_after_its_restart() -> None:
+    # Replica 1's driver was killed at 10 s; its executor still wrote one result of input sent
+    # 11 ms later before it died (the bench saw this under real-time mode). The runner saw it
+    # die at 10.1 s and ready again at 14 s; it delivers again from second 15 on.
+    lat = [100.0] * 25
+    kill = {"healthy": T0 + 15.0, "kind": "kill-replica", "replica": 1, "started": T0 + 10.0,
+            "description": "kill-replica"}  # fmt: skip
+    data = _in_flight(_run(lat, [kill]), 1, 10.011, range(11, 16))
+    data.journal.extend([
+        {"t": T0 + 10.1, "event": "replica-died", "replica": 1},
+        {"t": T0 + 14.0, "event": "replica-ready", "replica": 1},
+    ])  # fmt: skip
+    data.journal.sort(key=lambda e: e["t"])
+    (f,) = analyse(data).faults
+    assert f.restored_s == pytest.approx(4.0)
+    assert f.healthy_s == pytest.approx(6.0)  # second 15, seen at the 16 s tick
+
+
+def test_a_killed_replica_that_never_came_back_is_never_healthy() -> None:
+    lat = [100.0] * 25
+    kill = {"healthy": T0 + 99.0, "kind": "kill-replica", "replica": 1, "started": T0 + 10.0,
+            "description": "kill-replica"}  # fmt: skip
+    data = _in_flight(_run(lat, [kill]), 1, 10.011, range(11, 26))
+    data.journal.append({"t": T0 + 10.1, "event": "replica-died", "replica": 1})
+    data.journal.sort(key=lambda e: e["t"])
+    (f,) = analyse(data).faults
+    assert f.healthy_s is None
+    assert f.window_ended_by == "end of input"

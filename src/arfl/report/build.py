@@ -345,7 +345,7 @@ def _fault_phases(
         win_start = max(jf.started, warm_stop)
         nxt = jfaults[i].started if i < len(jfaults) else None
         limit = t_end if nxt is None else min(nxt, t_end)
-        healthy = verdicts.healthy_at(data.monitor, jf.replica, jf.started)
+        healthy = verdicts.healthy_at(data.monitor, jf.replica, jf.lifted)
         window = verdicts.impact_window(jf.started, healthy, settle, nxt, b.t_end)
         win_end = min(max(window.end, win_start), limit)
         fphase = b.stats(f"fault-{i}", "fault", win_start, win_end, fault=i)

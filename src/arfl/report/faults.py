@@ -38,6 +38,8 @@ class JournaledFault:
             its first micro-batch (``progress/replica-N.jsonl``); None when unknown.
         caught_up_s: for kills of a replica, injection until the restarted replica had
             processed everything that had arrived when it came back (``replica-caught-up``).
+        lifted: when the fault stopped acting on the replica (see :func:`lifted_at`); None for
+            a killed replica that never came back (and a failed fault).
         description: the chaos runner's description.
         error: ``fault-failed``'s error.
     """
@@ -53,6 +55,7 @@ class JournaledFault:
     error: str | None = None
     first_batch_s: float | None = None
     caught_up_s: float | None = None
+    lifted: float | None = None
 
 
 def journaled_faults(
@@ -111,6 +114,7 @@ def _react(
 ) -> JournaledFault:
     duration = try_float(inj.get("duration_s"))
     rev_end = None if rev is None else try_float(rev.get("ended") or rev.get("t"))
+    died_seen = False
     detect: float | None = None
     restored: float | None = None
     first_batch: float | None = None
@@ -127,6 +131,7 @@ def _react(
             None,
         )
         if died is not None:
+            died_seen = True
             detect = max(0.0, float(died["t"]) - started)
             ready = next(
                 (
@@ -182,4 +187,37 @@ def _react(
         description=str(inj.get("description") or kind),
         first_batch_s=first_batch,
         caught_up_s=caught_up,
+        lifted=lifted_at(kind, started, died_seen, restored, rev_end, takes_duration, duration),
     )
+
+
+def lifted_at(
+    kind: str,
+    started: float,
+    died: bool,
+    restored_s: float | None,
+    reverted: float | None,
+    takes_duration: bool,
+    duration_s: float | None,
+) -> float | None:
+    """When a fault stopped acting on its replica, the moment from which input the replica
+    processes shows whether it is healthy again (:func:`arfl.report.verdicts.healthy_at`).
+
+    * a killed replica: when it was ready again after dying (None: it never came back);
+    * a killed executor: when its replacement ran;
+    * a fault with a duration: its revert (else the requested end);
+    * otherwise, or when the journal says nothing more: the injection.
+
+    Results computed by a dying replica (a killed driver's executors write for a few more
+    milliseconds) or in flight at a pause come from input sent before this moment, so they
+    never count as health.
+    """
+    if kind in KILLS_REPLICA and died:
+        return None if restored_s is None else started + restored_s
+    if kind == "kill-executor" and restored_s is not None:
+        return started + restored_s
+    if takes_duration:
+        if reverted is not None:
+            return max(started, reverted)
+        return started + (duration_s or 0.0)
+    return started

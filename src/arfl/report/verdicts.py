@@ -7,8 +7,12 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   :data:`MIN_STEADY_RESULTS` results over at least :data:`MIN_STEADY_S` seconds; otherwise every
   verdict that compares with it is *unknown* (None), never "masked".
 * **Healthy again** (:func:`healthy_at`): the faulted replica delivered a result derived from
-  input sent *after* the injection (its ``last_src_ts`` in the merger's monitor passed the
-  injection time) — a result of its own, not a new pid or executor id.
+  input sent *after the fault stopped acting on it* (its ``last_src_ts`` in the merger's monitor
+  passed that moment, :func:`arfl.report.faults.lifted_at`: a killed replica's restart, a
+  killed executor's replacement, a timed fault's revert) — a result of its own, not a new pid
+  or executor id, and not one computed by a dying replica or in flight at the injection (at
+  millisecond latency a killed driver's executors still deliver input sent after the kill).
+  A killed replica that never came back is never healthy.
 * **Impact window** (:func:`impact_window`): from the injection until the faulted replica is
   healthy again plus ``report.settle``, capped by the next fault and by the end of the input.
 * **Masked** (:func:`masked`): over the whole impact window, p99 <= tolerance x reference p99,
@@ -88,22 +92,26 @@ def settle_seconds(configured_s: float, ref: Reference) -> float:
 
 
 def healthy_at(
-    monitor: Sequence[MonitorSnapshot], replica: int | None, injected: float
+    monitor: Sequence[MonitorSnapshot], replica: int | None, lifted: float | None
 ) -> float | None:
-    """When the faulted replica first delivered a result from input sent after the injection.
+    """When the faulted replica first delivered a result from input sent after the fault
+    stopped acting on it.
 
     Args:
         monitor: the merger's 1-s lines.
         replica: the faulted replica (None: any replica, i.e. the output as a whole).
-        injected: epoch seconds of the injection.
+        lifted: epoch seconds when the fault stopped acting (None: never, e.g. a killed
+            replica that did not come back).
 
     Returns:
         Epoch seconds of the first monitor tick that shows it (the result arrived in the
         second before), or None if it never did.
     """
-    cut_ms = injected * 1000.0
+    if lifted is None:
+        return None
+    cut_ms = lifted * 1000.0
     for tick in monitor:
-        if tick.t < injected:
+        if tick.t < lifted:
             continue
         if replica is None:
             seen = [r.last_src_ts for r in tick.replicas.values() if r.last_src_ts is not None]
