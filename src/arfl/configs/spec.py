@@ -25,6 +25,7 @@ from pydantic import (
 
 from arfl.configs.realtime import realtime_problems
 from arfl.configs.slo import validate_slo
+from arfl.configs.workload import Workload, workload_problems
 from arfl.errors import SpecError
 from arfl.registry import FAULTS, MODES, UnknownKind
 from arfl.units import format_duration, parse_duration
@@ -268,25 +269,6 @@ class Stack(_Model):
         return self
 
 
-class Workload(_Model):
-    """What the injector produces."""
-
-    rate: int = Field(1000, ge=1, le=1_000_000)
-    """Events per second (fixed-rate schedule)."""
-    duration: Duration = 60.0
-    keys: int = Field(100, ge=1)
-    seed: int = 1
-    warmup: Duration = 5.0
-
-    @model_validator(mode="after")
-    def _positive(self) -> Workload:
-        if self.duration <= 0:
-            raise ValueError("duration must be positive")
-        if self.warmup >= self.duration:
-            raise ValueError("warmup must be shorter than duration")
-        return self
-
-
 class Chaos(_Model):
     """One scheduled fault."""
 
@@ -483,6 +465,11 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     out.extend(realtime_problems(raw))
+    out.extend(
+        workload_problems(
+            raw.get("workload", {}), _get(raw, "source", "key"), _get(raw, "source", "event_time")
+        )
+    )
 
     duration = _safe_duration(_get(raw, "workload", "duration") or "60s")
     n_replicas = replicas if isinstance(replicas, int) else 1

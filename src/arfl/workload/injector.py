@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from arfl.configs.spec import Workload
+from arfl.configs.workload import Workload
 from arfl.errors import ArflError, DeployError
 from arfl.processes import stop_on_termination
 from arfl.run.records import END_OF_INPUT_LEAD_MS, end_of_input_marker
