@@ -200,8 +200,9 @@ def workload_problems(
     if not isinstance(raw_workload, dict):
         return out
     fields = raw_workload.get("fields")
+    disordered = _nonzero(raw_workload)
     if not fields:
-        if raw_workload.get("disorder") or raw_workload.get("late"):
+        if disordered:
             out.append(
                 (
                     "workload.fields",
@@ -267,7 +268,6 @@ def workload_problems(
                     f"{event_time!r} is a {decl.get('kind')} field, not kind = 'event-time'",
                 )
             )
-    disordered = raw_workload.get("disorder") or raw_workload.get("late")
     if disordered and not event_fields:
         out.append(
             (
@@ -285,6 +285,16 @@ def workload_problems(
             )
         )
     return out
+
+
+def _nonzero(raw_workload: dict[str, object]) -> bool:
+    """True when the raw section asks for disorder or late events."""
+    try:
+        disorder = parse_duration(raw_workload.get("disorder", 0))
+    except (ValueError, TypeError):
+        disorder = 0.0
+    late = raw_workload.get("late", 0)
+    return disorder > 0 or (isinstance(late, int | float) and late > 0)
 
 
 def _ident(name: str) -> bool:
