@@ -38,7 +38,7 @@ def _wait_leader(hosts: str, path: str, want: int, timeout_s: float = 30.0) -> i
 
 
 def test_kill_leader_kills_the_elected_replica(stack: StackInfo, tmp_path: Path) -> None:
-    path = leader_path(f"leadertest-{time.time_ns()}")
+    path = leader_path(f"leadertest-{time.time_ns()}", "t")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for i in (0, 1):
@@ -77,7 +77,7 @@ def test_no_leader_is_a_clear_error(stack: StackInfo, tmp_path: Path) -> None:
         "nolead",
         {0: {}},
         stack={"zookeeper": stack.zookeeper},
-        leader_path=leader_path(f"none-{time.time_ns()}"),
+        leader_path=leader_path(f"none-{time.time_ns()}", "t"),
     )
     with pytest.raises(FaultError, match="no leader found"):
         ChaosRunner(LocalTarget.from_run_dir(run_dir)).run_fault(FaultParams("kill-leader"))

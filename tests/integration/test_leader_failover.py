@@ -56,6 +56,7 @@ class Replica:
             pipeline=pipeline,
             zookeeper=stack.zookeeper,
             decision_topic=dtopic,
+            election_path=leader_path(pipeline, "t"),
             session_timeout_s=2.0,
             max_records_per_batch=7,
         )
@@ -91,7 +92,7 @@ def test_leader_elected_decides_and_fails_over_without_losing_decisions(
     dtopic = f"arfl.{pipeline}.decisions"
     for r in (0, 1, 2):
         replicas.append(Replica(stack, topic_name, pipeline, dtopic, r))
-    election = Election(zk, leader_path(pipeline))
+    election = Election(zk, leader_path(pipeline, "t"))
     wait_until(lambda: len(election.contenders()) == 3, 15, "three contenders")
     first = int(election.contenders()[0])
     leader = replicas[first]

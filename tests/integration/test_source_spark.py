@@ -258,6 +258,7 @@ def test_leader_replicas_apply_the_same_decisions(
             pipeline=pipeline,
             zookeeper=stack.zookeeper,
             decision_topic=f"arfl.{pipeline}.decisions",
+            election_path=leader_path(pipeline, "t"),
             max_records_per_batch=40,
         )
 
@@ -270,7 +271,7 @@ def test_leader_replicas_apply_the_same_decisions(
         produce(stack.kafka, topic_name, n, [0, 1], rate=200)
         wait_until(lambda: r0.count() >= n and r1.count() >= n, 180, rows_of(n, r0, r1))
         # One candidacy per replica: readers in Spark's planning workers do not join.
-        contenders = Election(zk, leader_path(pipeline)).contenders()
+        contenders = Election(zk, leader_path(pipeline, "t")).contenders()
         assert sorted(contenders) == ["0", "1"]
         e0, e1 = ends(r0.all_progress()), ends(r1.all_progress())
         assert [e0[b] for b in sorted(e0)] == [e1[b] for b in sorted(e1)]

@@ -8,7 +8,7 @@ from arfl.errors import DeployError
 from arfl.replica.modes.leader import Decision, DecisionBook, LeaderPolicy
 from arfl.replica.source import BatchOffset, SourceOptions
 from arfl.replica.source.offsets import NO_BATCH
-from arfl.run.names import decision_topic
+from arfl.run.names import decision_topic, leader_path
 
 
 class FakeInput:
@@ -173,3 +173,29 @@ def test_decision_topic_names_are_legal_and_per_run() -> None:
     b = decision_topic("clicks", "clicks 2026/11/25")
     assert a == "arfl.clicks.clicks-20261125-2200.decisions"
     assert b == "arfl.clicks.clicks_2026_11_25.decisions"
+
+
+def test_two_runs_of_one_spec_elect_their_leaders_apart() -> None:
+    # The election was per spec name: two runs of one spec on a shared stack joined one
+    # election, and one run's leader proposed nothing for the other's log.
+    from pathlib import Path
+
+    from arfl.configs.spec import parse_spec
+    from arfl.replica.modes.base import ReplicaContext
+    from arfl.replica.modes.leader import source_options
+
+    spec = parse_spec(
+        {"name": "clicks", "source": {"topic": "in", "partitions": 2}, "sink": {"topic": "out"},
+         "replication": {"mode": "active-leader", "replicas": 2}}
+    )  # fmt: skip
+
+    def opts(run: str, r: int) -> SourceOptions:
+        ctx = ReplicaContext(r, "127.0.0.1:9092", "out-r", Path("/nonexistent"),
+                             options={"zookeeper": "127.0.0.1:2181", "run_id": run})  # fmt: skip
+        return source_options(spec, ctx)
+
+    a0, a1, b0 = opts("clicks-a", 0), opts("clicks-a", 1), opts("clicks-b", 0)
+    assert a0.election_path == a1.election_path == leader_path("clicks", "clicks-a")
+    assert a0.election_path != b0.election_path
+    assert a0.election_path.startswith("/arfl/clicks/")
+    assert leader_path("clicks", "x y/z") == "/arfl/clicks/x_y_z/leader"

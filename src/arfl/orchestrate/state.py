@@ -61,7 +61,7 @@ def write_state(
                 "replicas": [replica_topic(ctx.rspec.sink.topic, i) for i in range(n)],
             },
             "replicas": replicas,
-            "leader_path": leader_path(ctx.spec.name),
+            "leader_path": leader_path(ctx.spec.name, ctx.run_id),
             "isolation": iso.to_json() if iso else None,
             "merger_pid": merger.pid if merger else None,
             "merger_create_time": merger.create_time if merger else None,

@@ -13,9 +13,11 @@ SOURCE_NAME = "arfl-kafka"
 """The Spark data-source format of arfl's Kafka source (``spark.readStream.format(...)``)."""
 
 
-def leader_path(pipeline: str) -> str:
-    """ZooKeeper path of a pipeline's leader election (active-leader)."""
-    return f"/arfl/{pipeline}/leader"
+def leader_path(pipeline: str, run_id: str) -> str:
+    """ZooKeeper path of a run's leader election (active-leader): scoped to the run like its
+    decision log, so two runs of one spec on a shared stack never join one election."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)
+    return f"/arfl/{pipeline}/{safe}/leader"
 
 
 def decision_topic(pipeline: str, run_id: str) -> str:

@@ -282,7 +282,7 @@ def ensure_decision_topic(bootstrap: str, topic: str) -> None:
 
 
 class LeaderElection:
-    """This replica's candidacy under ``/arfl/<pipeline>/leader`` (kazoo ``Election``).
+    """This replica's candidacy at the run's election path (kazoo ``Election``).
 
     ``Election(zk, path).contenders()[0]`` is the current leader's replica index (a string).
     Leadership is given up as soon as the session is suspended or lost; the candidacy is
@@ -290,18 +290,20 @@ class LeaderElection:
 
     Args:
         zookeeper: ZooKeeper ``host:port``.
-        pipeline: the pipeline name.
+        path: the run's election path (:func:`arfl.run.names.leader_path`).
         replica: this replica's index (the identifier).
         session_timeout_s: requested ZooKeeper session timeout (the server clamps it to
             ``[2, 20] * tickTime``).
     """
 
     def __init__(
-        self, zookeeper: str, pipeline: str, replica: int, session_timeout_s: float = 2.0
+        self, zookeeper: str, path: str, replica: int, session_timeout_s: float = 2.0
     ) -> None:
         from kazoo.client import KazooClient
 
-        self.path = leader_path(pipeline)
+        if not path:
+            raise DeployError("active-leader: no election path (source option election_path)")
+        self.path = path
         self.replica = replica
         self._zk = KazooClient(hosts=zookeeper, timeout=session_timeout_s)
         try:
@@ -404,7 +406,7 @@ class LeaderPolicy:
         self.decisions = decisions or DecisionLog(opts.bootstrap, opts.decision_topic, opts.replica)
         try:
             self.election = election or LeaderElection(
-                opts.zookeeper, opts.pipeline, opts.replica, opts.session_timeout_s
+                opts.zookeeper, opts.election_path, opts.replica, opts.session_timeout_s
             )
         except BaseException:
             self.decisions.close()
@@ -465,12 +467,14 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
     """The reader options of one active-leader replica.
 
     Mode options: ``zookeeper`` (required, ``host:port``), ``run_id`` (names the decision
-    topic; the same for all replicas of a run), ``source.<option>`` overrides.
+    topic and the election path; the same for all replicas of a run), ``source.<option>``
+    overrides.
 
     Raises:
         DeployError: no ZooKeeper address was given.
     """
     zk = ctx.options.get("zookeeper", "")
+    run_id = ctx.options.get("run_id", "run")
     if not zk:
         raise DeployError(
             "mode 'active-leader' needs a ZooKeeper address (mode option 'zookeeper'); "
@@ -482,7 +486,8 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         "active-leader",
         zookeeper=zk,
         session_timeout_s=spec.replication.session_timeout or DEFAULT_SESSION_TIMEOUT_S,
-        decision_topic=decision_topic(spec.name, ctx.options.get("run_id", "run")),
+        decision_topic=decision_topic(spec.name, run_id),
+        election_path=leader_path(spec.name, run_id),
     )
 
 

@@ -28,7 +28,7 @@ class SourceOptions:
         mode: a replication mode (:data:`arfl.registry.MODES`); it supplies the boundary
             policy. ``none`` (the default) takes what is available: no agreement.
         replica: this replica's index (leader identifier; written into heartbeats).
-        pipeline: pipeline name (ZooKeeper path ``/arfl/<pipeline>/leader``).
+        pipeline: pipeline name (names the decision topic and the election path).
         starting_offsets: ``earliest`` or JSON ``{"partition": offset}``.
         max_records_per_batch: cap on log positions per batch (leader decisions, mode none).
         heartbeat_interval_s: epoch length (active-leaderless).
@@ -43,6 +43,8 @@ class SourceOptions:
         zookeeper: ZooKeeper ``host:port`` (active-leader).
         session_timeout_s: ZooKeeper session timeout (bounds leader failover).
         decision_topic: the one-partition decision log (active-leader); must be unique per run.
+        election_path: the run's ZooKeeper election path (active-leader,
+            :func:`arfl.run.names.leader_path`).
         follower_wait_s: how long a follower waits for the next decision per trigger.
     """
 
@@ -61,6 +63,7 @@ class SourceOptions:
     zookeeper: str = ""
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
     decision_topic: str = ""
+    election_path: str = ""
     follower_wait_s: float = 0.05
 
     @classmethod
