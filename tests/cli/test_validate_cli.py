@@ -150,3 +150,31 @@ def test_realtime_spec_rtm_cannot_run_is_refused_with_key_paths(
     assert "rtm.toml: steps[0].transform: real-time mode runs only the operators" in captured.err
     assert "rtm.toml: replication.trigger_interval: 1s is below" in captured.err
     assert "task slots each" not in captured.out
+
+
+_ISSUE_SPEC = """
+name = "orders"
+[source]
+topic = "orders"
+event_time = "ts"
+[[steps]]
+filter = "qty > 1"
+[[steps]]
+window = { size = "1s", key = "sku", agg = { n = "count(*)" } }
+[sink]
+topic = "orders-out"
+"""
+
+
+def test_a_pipeline_on_fields_the_workload_never_produces_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "orders.toml"
+    spec.write_text(_ISSUE_SPEC)
+    assert main(["validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    known = "(known here: seq, user, amount, ts, sent_ms)"
+    assert f"orders.toml: steps[0].filter: unknown column 'qty' {known}" in err
+    assert f"orders.toml: steps[1].window.key: unknown column 'sku' {known}" in err
+    assert "[workload.fields]" in err
+    assert "Traceback" not in err

@@ -1,7 +1,10 @@
-"""A small evaluator of the Spark SQL expression subset arfl documents (docs/correctness.md).
+"""A small typed parser and evaluator of the Spark SQL expression subset arfl documents
+(docs/correctness.md).
 
+Two users: the independent check (:mod:`arfl.measure.check`) evaluates a spec's steps with it,
+and spec validation (:mod:`arfl.configs.schema`) types them against the workload's fields.
 Written from Spark's documented semantics, not from arfl's Spark query code, so that a bug
-there shows up as a difference here. The subset:
+there shows up as a difference in the check. The subset:
 
 * column names (bare or back-quoted; resolved case-insensitively, as Spark does by default);
 * literals: integers, decimals (``1.5``), exponent numbers (``1e3``, a double), strings in
@@ -13,6 +16,9 @@ there shows up as a difference here. The subset:
 
 Anything else (function calls, ``CASE``, ``IN``, ``LIKE``, casts, ...) raises
 :class:`Unsupported` naming the expression: the check then says "unsupported", never guesses.
+Two kinds of it are mistakes in the spec rather than limits of the model, and say so with their
+own subclasses: a name no column has (:class:`UnknownColumn`) and an operand whose type the
+operation does not take (:class:`TypeMismatch`).
 
 Types follow Spark's rules for the subset: ``long`` op ``long`` is ``long`` except ``/`` (always
 ``double``); a ``double`` operand makes the result ``double``; decimal literals are exact
@@ -45,6 +51,29 @@ class Unsupported(Exception):
     """
 
 
+class UnknownColumn(Unsupported):
+    """An expression names a column the schema does not have."""
+
+    def __init__(self, message: str, name: str, known: list[str]) -> None:
+        super().__init__(message)
+        self.name = name
+        """The name as written."""
+        self.known = known
+        """The schema's column names, in order."""
+
+
+class TypeMismatch(Unsupported):
+    """An operand's type is not one the operation takes (Spark refuses it, or casts it in a
+    way that yields NULL or fails for the values arfl generates)."""
+
+    def __init__(self, message: str, found: str, needed: str) -> None:
+        super().__init__(message)
+        self.found = found
+        """What the operand is, e.g. ``"country (string) compared with 1 (long)"``."""
+        self.needed = needed
+        """What the operation takes, e.g. ``"numbers"``."""
+
+
 @dataclass(frozen=True)
 class Column:
     """A column of a step's input: its name as the data carries it, and its type."""
@@ -70,8 +99,10 @@ class Schema:
         """
         found = self._by_lower.get(name.lower(), [])
         if not found:
-            known = ", ".join(c.name for c in self.columns)
-            raise Unsupported(f"{where}: no column {name!r} here (columns: {known})")
+            known = [c.name for c in self.columns]
+            raise UnknownColumn(
+                f"{where}: no column {name!r} here (columns: {', '.join(known)})", name, known
+            )
         if len(found) > 1:
             raise Unsupported(f"{where}: column {name!r} is ambiguous")
         return found[0]
@@ -162,6 +193,9 @@ class _Parser:
     def fail(self, why: str) -> Unsupported:
         return Unsupported(f"{self.where} {self.text!r}: {why}")
 
+    def mismatch(self, why: str, found: str, needed: str) -> TypeMismatch:
+        return TypeMismatch(f"{self.where} {self.text!r}: {why}", found, needed)
+
     def peek(self) -> _Tok:
         return self.toks[self.i]
 
@@ -242,7 +276,11 @@ class _Parser:
                 return _number(nxt.text, negative=True, parser=self)
             operand = self.parse_unary()
             if operand.type not in _NUMERIC and operand.type != "null":
-                raise self.fail(f"unary {t.text} on a {operand.type}")
+                raise self.mismatch(
+                    f"unary {t.text} on a {operand.type}",
+                    f"{operand.name} ({operand.type})",
+                    "a number",
+                )
             if t.text == "+":
                 return Expr(operand.type, f"(+ {operand.name})", operand.fn)
             f = operand.fn
@@ -322,10 +360,15 @@ def _check_long(v: int) -> int:
     return v
 
 
-def _arith_type(op: str, a: Type, b: Type, parser: _Parser) -> Type:
-    for t in (a, b):
-        if t not in _NUMERIC and t != "null":
-            raise parser.fail(f"arithmetic {op!r} on a {t} is outside the subset")
+def _arith_type(op: str, left: Expr, right: Expr, parser: _Parser) -> Type:
+    a, b = left.type, right.type
+    for e in (left, right):
+        if e.type not in _NUMERIC and e.type != "null":
+            raise parser.mismatch(
+                f"arithmetic {op!r} on a {e.type} is outside the subset",
+                f"{e.name} ({e.type})",
+                "numbers",
+            )
     if op == "/":
         if "decimal" in (a, b) and "double" not in (a, b):
             raise parser.fail("decimal division (Spark rounds to a derived scale) is not modelled")
@@ -338,7 +381,7 @@ def _arith_type(op: str, a: Type, b: Type, parser: _Parser) -> Type:
 
 
 def _arith(op: str, left: Expr, right: Expr, parser: _Parser) -> Expr:
-    typ = _arith_type(op, left.type, right.type, parser)
+    typ = _arith_type(op, left, right, parser)
     lf, rf = left.fn, right.fn
     expr_text = parser.text
 
@@ -390,7 +433,11 @@ def _compare(op: str, left: Expr, right: Expr, parser: _Parser) -> Expr:
     a_t, b_t = left.type, right.type
     numeric = a_t in _NUMERIC and b_t in _NUMERIC
     if not (numeric or a_t == b_t or "null" in (a_t, b_t)):
-        raise parser.fail(f"comparing a {a_t} with a {b_t} (Spark casts) is not modelled")
+        raise parser.mismatch(
+            f"comparing a {a_t} with a {b_t} (Spark casts) is not modelled",
+            f"{left.name} ({a_t}) compared with {right.name} ({b_t})",
+            "two numbers, or two values of one type",
+        )
     as_double = "double" in (a_t, b_t)
     base = "=" if op in ("=", "==", "!=", "<>") else op
     cmp = _CMP[base]
@@ -414,7 +461,11 @@ def _compare(op: str, left: Expr, right: Expr, parser: _Parser) -> Expr:
 
 def _require_bool(e: Expr, what: str, parser: _Parser) -> None:
     if e.type not in ("boolean", "null"):
-        raise parser.fail(f"{what} needs a boolean, got a {e.type} ({e.name})")
+        raise parser.mismatch(
+            f"{what} needs a boolean, got a {e.type} ({e.name})",
+            f"{e.name} ({e.type})",
+            "a boolean",
+        )
 
 
 def _not(e: Expr, parser: _Parser) -> Expr:
