@@ -24,7 +24,9 @@ yield no result. A test should therefore
 Windows after the cut-off (only without markers) are still open in the replica's state and
 are never emitted until later events arrive; events older than the watermark when they arrive
 are dropped by a streaming replica but counted here (a producer writing in event-time order
-avoids them).
+avoids them). The exception is the generator's *late* events (``workload.late``): lagging their
+send time by :func:`arfl.configs.workload.late_lag_ms` or more, they are behind every healthy
+replica's watermark, so they are left out here too (:func:`drop_late`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arfl.configs.spec import Spec
+from arfl.configs.workload import late_lag_ms
 from arfl.errors import DeployError
 from arfl.replica import query
 from arfl.replica.sparkenv import local_session
@@ -121,7 +124,8 @@ def recompute_rows(raw: DataFrame, spec: Spec) -> Recomputed:
 
     total = raw.count()
     results: dict[str, Result] = {}
-    for row in query.build_output(query.parse_events(raw, spec), spec, OFFLINE_REPLICA).collect():
+    events = drop_late(query.parse_events(raw, spec), spec)
+    for row in query.build_output(events, spec, OFFLINE_REPLICA).collect():
         try:
             res = parse_result(row.value.encode())
         except BadRecord as e:  # cannot happen unless query.py is broken
@@ -144,6 +148,25 @@ def recompute_rows(raw: DataFrame, spec: Spec) -> Recomputed:
     else:
         final = frozenset(rid for rid in results if wm is not None and _window_end(rid) < wm)
     return Recomputed(results, final, max_et, wm, total, int(stats["markers"] or 0))
+
+
+def drop_late(events: DataFrame, spec: Spec) -> DataFrame:
+    """Leave out the events late by :func:`arfl.configs.workload.late_lag_ms` (``ts`` minus the
+    event time at least the lag), as the streaming replicas' watermark does; only window
+    pipelines drop anything.
+
+    Args:
+        events: :func:`arfl.replica.query.parse_events`' output.
+        spec: the pipeline spec.
+    """
+    from pyspark.sql import functions as F
+
+    lag = late_lag_ms(spec)
+    if lag is None or not spec.has_window:
+        return events
+    # Referencing __et keeps the filter above the watermark operator, as the marker filter.
+    late = F.col("__ts") - F.unix_millis(F.col("__et")) >= F.lit(lag)
+    return events.filter(F.col("__eoi") | ~late)
 
 
 def recompute(

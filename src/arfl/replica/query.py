@@ -52,6 +52,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from arfl.configs.spec import Spec, Step, Window
+from arfl.configs.workload import FieldType, Workload, field_types
 from arfl.errors import DeployError
 from arfl.run.records import END_OF_INPUT_FIELD, UPDATE_SEP
 
@@ -68,37 +69,55 @@ INPUT_METRICS = "arfl_input"
 """Name of the ``observe()`` metric with ``rows``, ``bad`` (unparseable) and ``markers``
 (end-of-input) input counts; it appears in each progress event's ``observedMetrics``."""
 
-# The injector's event format (arfl.run.records): field name -> Spark SQL type.
-EVENT_FIELDS: dict[str, str] = {
-    "seq": "bigint",
-    "user": "string",
-    "amount": "double",
-    "ts": "bigint",
-    "sent_ms": "bigint",
-}
+SPARK_TYPES: dict[FieldType, str] = {"string": "string", "long": "bigint", "double": "double"}
+"""Spark SQL type of each neutral field type of :mod:`arfl.configs.workload`."""
 
 
-def event_schema(spec: Spec | None = None) -> StructType:
-    """Schema of input events: the injector's fields, plus the spec's key/event-time fields.
+def event_fields(spec: Spec | None = None) -> dict[str, str]:
+    """The fields parsed from an input event, with their Spark SQL types.
+
+    The generated fields (:func:`arfl.configs.workload.field_types`: the declared ones, or the
+    default shape). For the default shape only, ``source.event_time`` (bigint, epoch ms) and
+    ``source.key`` (string) are added when missing: a topic written by another producer may
+    carry them; a declaration already names both (the spec's cross-checks).
 
     Args:
-        spec: if given, its ``source.event_time`` (bigint, epoch ms) and ``source.key``
-            (string) are added when the injector format lacks them.
-
-    Returns:
-        A Spark ``StructType`` for ``from_json``.
+        spec: the pipeline spec (None: the default shape).
     """
-    from pyspark.sql.types import StructType, _parse_datatype_string
-
-    fields = dict(EVENT_FIELDS)
-    if spec is not None:
+    workload = spec.workload if spec is not None else Workload()
+    fields = {name: SPARK_TYPES[t] for name, t in field_types(workload).items()}
+    if spec is not None and not workload.declared:
         if spec.source.event_time and spec.source.event_time not in fields:
             fields[spec.source.event_time] = "bigint"
         if spec.source.key not in fields:
             fields[spec.source.key] = "string"
+    return fields
+
+
+EVENT_FIELDS: dict[str, str] = event_fields()
+"""The default shape's fields (``seq, user, amount, ts, sent_ms``) with their Spark types."""
+
+
+def event_schema(spec: Spec | None = None) -> StructType:
+    """Schema of input events (:func:`event_fields`) for ``from_json``.
+
+    Args:
+        spec: the pipeline spec (None: the default shape).
+
+    Returns:
+        A Spark ``StructType``.
+    """
+    from pyspark.sql.types import DataType, DoubleType, LongType, StringType, StructType
+
+    # The type objects themselves: parsing type names would need a running JVM.
+    types: dict[str, DataType] = {
+        "string": StringType(),
+        "bigint": LongType(),
+        "double": DoubleType(),
+    }
     schema = StructType()
-    for name, typ in fields.items():
-        schema = schema.add(name, _parse_datatype_string(typ), nullable=True)
+    for name, typ in event_fields(spec).items():
+        schema = schema.add(name, types[typ], nullable=True)
     return schema
 
 

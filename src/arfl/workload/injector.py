@@ -7,6 +7,11 @@ sends the backlog as fast as it can, each event still carrying its original inte
 The actual send time is kept in ``sent_ms``.
 
 Event content is a pure function of ``(seed, seq)``: the same seed gives the same events.
+Without declared fields an event is ``seq, user, amount, ts, sent_ms`` keyed by ``user``
+(:func:`event_fields`); with ``[workload.fields]`` the deploy passes the declaration
+(``--shape``, :class:`~arfl.workload.generate.EventShape`) and
+:class:`~arfl.workload.generate.EventGenerator` writes the declared fields, keyed by the
+``source.key`` field.
 
 After the last event (or an early stop) it flushes, then writes one **end-of-input marker**
 per partition (:func:`arfl.run.records.end_of_input_marker`, explicit partition, no key), with
@@ -44,6 +49,7 @@ from arfl.processes import stop_on_termination
 from arfl.run.records import END_OF_INPUT_LEAD_MS, end_of_input_marker
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
+from arfl.workload.generate import EventGenerator, EventShape
 
 if TYPE_CHECKING:
     from arfl.stack.clients import Producer
@@ -206,6 +212,7 @@ class InjectorConfig:
             processes share one schedule.
         connect_timeout_s: how long to wait for the broker at start.
         end_of_input: write an end-of-input marker into every partition at the end.
+        shape: the declared fields (None: the default shape, ``keys`` users).
     """
 
     bootstrap: str
@@ -220,6 +227,7 @@ class InjectorConfig:
     start_at: float | None = None
     connect_timeout_s: float = 15.0
     end_of_input: bool = True
+    shape: EventShape | None = None
 
     def __post_init__(self) -> None:
         if self.rate < 1:
@@ -238,8 +246,10 @@ class InjectorConfig:
         topic: str,
         stats_path: Path | None = None,
         journal_path: Path | None = None,
+        shape: EventShape | None = None,
     ) -> InjectorConfig:
-        """Build from a spec's ``[workload]`` section."""
+        """Build from a spec's ``[workload]`` section (and its declared fields' ``shape``,
+        :meth:`EventShape.from_spec <arfl.workload.generate.EventShape.from_spec>`)."""
         return cls(
             bootstrap=bootstrap,
             topic=topic,
@@ -249,6 +259,7 @@ class InjectorConfig:
             seed=workload.seed,
             stats_path=stats_path,
             journal_path=journal_path,
+            shape=shape,
         )
 
     def command(self, python: str | None = None) -> list[str]:
@@ -275,6 +286,8 @@ class InjectorConfig:
             args += ["--start-at", repr(self.start_at)]
         if not self.end_of_input:
             args.append("--no-end-of-input")
+        if self.shape is not None:
+            args += ["--shape", self.shape.to_json()]
         return args
 
 
@@ -309,6 +322,7 @@ class Injector:
         """End-of-input markers written (one per partition), 0 until the end."""
         self.markers_failed = 0
         self.marker_error: str | None = None
+        self._generator = EventGenerator(config.shape) if config.shape is not None else None
 
     def stop(self) -> None:
         """Ask :meth:`run` to stop after the current chunk (it still flushes); thread-safe."""
@@ -355,6 +369,10 @@ class Injector:
 
     def _send(self, seq: int, t0_ms: int, sent_ms: int) -> None:
         cfg = self.config
+        if self._generator is not None:
+            key, value = self._generator.encode(seq, intended_ms(t0_ms, seq, cfg.rate), sent_ms)
+            self._produce(value=value, key=key, on_delivery=self._on_delivery)
+            return
         user, amount = event_fields(cfg.seed, seq, cfg.keys)
         value = encode_event(seq, user, amount, intended_ms(t0_ms, seq, cfg.rate), sent_ms)
         self._produce(value=value, key=user.encode(), on_delivery=self._on_delivery)
@@ -553,6 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not write an end-of-input marker into every partition at the end",
     )
     p.add_argument(
+        "--shape",
+        default=None,
+        help="declared fields as JSON (arfl.workload.generate.EventShape; default: "
+        "seq, user, amount, ts, sent_ms)",
+    )
+    p.add_argument(
         "--connect-timeout",
         type=float,
         default=15.0,
@@ -575,6 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stats_path=args.stats, journal_path=args.journal, linger_ms=args.linger_ms,
             start_at=args.start_at, connect_timeout_s=args.connect_timeout,
             end_of_input=args.end_of_input,
+            shape=EventShape.from_json(args.shape) if args.shape else None,
         )  # fmt: skip
         injector = Injector(cfg)
     except ArflError as e:

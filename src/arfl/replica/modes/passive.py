@@ -26,6 +26,7 @@ from arfl.replica.modes.base import ModeBase, ReplicaContext, kafka_source
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+
 @MODES.register(
     "passive",
     ModeInfo(
