@@ -20,6 +20,7 @@ it overlaps), so phase edges are exact to the second.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from arfl.report.model import (
     Report,
     Resources,
     Series,
+    WorkloadSkew,
 )
 from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos
@@ -205,8 +207,9 @@ def build_report(run_dir: Path, *, recompute: bool = False, check: bool = False)
     if check:
         from arfl.measure.check import check_run
 
-        checked = corr.from_check(check_run(data.root).to_dict(), corr.from_merger(data))
-        return analyse(data, correctness=checked)
+        doc = check_run(data.root).to_dict()
+        checked = corr.from_check(doc, corr.from_merger(data))
+        return analyse(dataclasses.replace(data, check=doc), correctness=checked)
     return analyse(data)
 
 
@@ -303,6 +306,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         warnings=warnings,
         resources=Resources.from_summary(data.summary),
         late_drops=drops,
+        workload=WorkloadSkew.from_check(data.check),
     )
 
 

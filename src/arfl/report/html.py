@@ -374,6 +374,29 @@ def late_drops_cell(report: Report) -> str:
     )
 
 
+def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Headers and the one row of the input's spread (the "Workload" block): records,
+    records per partition, distinct keys, keyless records, the hottest keys with their share,
+    and the max/mean ratios over keys and over partitions. No rows without a count."""
+    w = report.workload
+    headers = ["records", "per partition", "distinct keys", "keyless", "hot keys (share)",
+               "key max/mean", "partition max/mean"]  # fmt: skip
+    if w is None:
+        return headers, []
+    per = ", ".join(f"p{p} {n:,}" for p, n in sorted(w.partitions.items()))
+    hot = ", ".join(f"{k} {share:.1%}" for k, _, share in w.top_keys[:3])
+    row = [f"{w.records:,}", per or "-", f"{w.keys:,}", f"{w.keyless:,}", hot or "-",
+           _fmt(w.key_max_mean, "x", nd=2), _fmt(w.partition_max_mean, "x", nd=2)]  # fmt: skip
+    return headers, [row]
+
+
+def hot_key_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Headers and one row per hot key (up to 10, hottest first): key, records, share."""
+    w = report.workload
+    rows = [] if w is None else [[k, f"{n:,}", f"{s:.1%}"] for k, n, s in w.top_keys]
+    return ["hot key", "records", "share of keyed records"], rows
+
+
 def resource_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """Headers and the one row of the replicas' cost (CPU seconds, peak memory)."""
     r = report.resources
@@ -480,6 +503,12 @@ def report_body(report: Report, first_plot: bool = True, id_suffix: str = "") ->
             "than its watermark (Spark's <code>numRowsDroppedByWatermark</code>, per batch; "
             "journal <code>late-drop</code>). The watermark advances where a replica's batches "
             "end, so another replica may have kept them.</p>"
+        )
+    if report.workload is not None:
+        parts.append(
+            "<h2>Workload (input records per partition and per Kafka key)</h2>"
+            + _table(*workload_rows(report))
+            + _table(*hot_key_rows(report))
         )
     parts.append("<h2>Resources</h2>" + _table(*resource_rows(report)))
     return "\n".join(parts)

@@ -441,6 +441,64 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class WorkloadSkew:
+    """How the input spread over partitions and Kafka keys (the independent check's count of
+    the input topic, ``check.json``'s ``workload``; markers left out).
+
+    Attributes:
+        records: input records counted.
+        partitions: partition -> records (empty partitions as 0).
+        keys: distinct Kafka keys.
+        keyless: records without a key.
+        top_keys: up to 10 ``(key, records, share of the keyed records)``, hottest first.
+        key_max_mean: the hottest key's records over the mean per key (1.0: uniform).
+        partition_max_mean: the fullest partition's records over the mean per partition.
+    """
+
+    records: int
+    partitions: dict[int, int]
+    keys: int
+    keyless: int = 0
+    top_keys: list[tuple[str, int, float]] = field(default_factory=list)
+    key_max_mean: float | None = None
+    partition_max_mean: float | None = None
+
+    @classmethod
+    def from_check(cls, doc: dict[str, Any]) -> WorkloadSkew | None:
+        """Read ``check.json``'s ``workload`` object; None when absent or malformed."""
+        w = doc.get("workload")
+        if not isinstance(w, dict):
+            return None
+        try:
+            return cls(
+                records=int(w["records"]),
+                partitions={int(p): int(n) for p, n in dict(w.get("partitions") or {}).items()},
+                keys=int(w.get("keys", 0)),
+                keyless=int(w.get("keyless", 0)),
+                top_keys=[
+                    (str(k["key"]), int(k["records"]), float(k["share"]))
+                    for k in list(w.get("top_keys") or [])
+                ],
+                key_max_mean=opt_float(w.get("key_max_mean")),
+                partition_max_mean=opt_float(w.get("partition_max_mean")),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``workload`` object of the JSON output."""
+        return {
+            "records": self.records,
+            "partitions": {str(p): n for p, n in sorted(self.partitions.items())},
+            "keys": self.keys,
+            "keyless": self.keyless,
+            "top_keys": [{"key": k, "records": n, "share": s} for k, n, s in self.top_keys],
+            "key_max_mean": self.key_max_mean,
+            "partition_max_mean": self.partition_max_mean,
+        }
+
+
+@dataclass(frozen=True)
 class Report:
     """The report of one run; ``to_dict()`` is the ``--json`` output.
 
@@ -465,6 +523,8 @@ class Report:
         warnings: things the reader should know (partial run, missing files).
         resources: CPU seconds and peak memory of the replicas.
         late_drops: rows each replica dropped behind the watermark.
+        workload: records per partition and per key of the input, with the hot keys (None:
+            no independent check read the input).
     """
 
     run: str
@@ -487,6 +547,7 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     resources: Resources = field(default_factory=Resources)
     late_drops: LateDrops = field(default_factory=LateDrops)
+    workload: WorkloadSkew | None = None
 
     def phase(self, name: str) -> PhaseStats:
         """A phase by name (``overall`` included).
@@ -519,6 +580,7 @@ class Report:
             "faults": [f.to_dict() for f in self.faults],
             "correctness": self.correctness.to_dict(),
             "late_drops": self.late_drops.to_dict(),
+            "workload": None if self.workload is None else self.workload.to_dict(),
             "resources": self.resources.to_dict(),
             "slo": self.slo.to_dict(),
             "longest_gap_ms": self.longest_gap_ms,

@@ -42,7 +42,14 @@ def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
 
 
 def _print_report(rep: Report) -> None:
-    from arfl.report.html import correctness_rows, fault_rows, phase_rows, resource_rows
+    from arfl.report.html import (
+        correctness_rows,
+        fault_rows,
+        hot_key_rows,
+        phase_rows,
+        resource_rows,
+        workload_rows,
+    )
 
     out.print(
         f"[bold]{escape(rep.run)}[/]  mode {rep.mode}, {rep.replicas} replica(s), "
@@ -65,6 +72,9 @@ def _print_report(rep: Report) -> None:
     out.print(_rich_table("correctness", *correctness_rows(rep)))
     for note in rep.correctness.notes:
         out.print(f"[dim]  {escape(note)}[/]", highlight=False)
+    if rep.workload is not None:
+        out.print(_rich_table("workload (input per partition and key)", *workload_rows(rep)))
+        out.print(_rich_table("hot keys", *hot_key_rows(rep)))
     if rep.resources.cpu_s is not None:
         out.print(_rich_table("resources", *resource_rows(rep)))
 

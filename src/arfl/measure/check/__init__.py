@@ -16,13 +16,15 @@ Entry points:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 
+from arfl.configs.expr import Unsupported
 from arfl.configs.spec import Spec
 from arfl.measure.check.compare import Delivered, IndependentCheck, compare
 from arfl.measure.check.evaluate import InputRecord, expected_results
-from arfl.measure.check.expr import Unsupported
+from arfl.measure.check.skew import input_skew
 
 __all__ = ["Delivered", "IndependentCheck", "InputRecord", "check", "check_run"]
 
@@ -38,14 +40,17 @@ def check(
         output: every record of the final output topic.
 
     Returns:
-        The counts and examples; ``unsupported`` set (and counts None) when the spec or a
-        value of its input is outside the modelled subset.
+        The counts and examples, and the input's records per partition and per key
+        (``workload``); ``unsupported`` set (and counts None) when the spec or a value of its
+        input is outside the modelled subset.
     """
+    records = list(input_records)
+    skew = input_skew(records, spec.source.partitions)
     try:
-        expected = expected_results(spec, input_records)
+        expected = expected_results(spec, records)
     except Unsupported as e:
-        return IndependentCheck.not_supported(str(e))
-    return compare(expected, output)
+        return dataclasses.replace(IndependentCheck.not_supported(str(e)), workload=skew)
+    return dataclasses.replace(compare(expected, output), workload=skew)
 
 
 def check_run(run_dir: Path, timeout_s: float = 120.0) -> IndependentCheck:

@@ -9,8 +9,9 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from arfl.configs.expr import Value
 from arfl.measure.check.evaluate import Expected
-from arfl.measure.check.expr import Value
+from arfl.measure.check.skew import InputSkew
 from arfl.run.records import final_values
 
 MAX_EXAMPLES = 5
@@ -65,6 +66,8 @@ class IndependentCheck:
         examples: a few rids per problem: ``missing`` (rid, expected), ``extra`` (rid,
             data), ``duplicates`` (rid, copies), ``wrong`` (rid, expected, got), ``late``,
             ``final_values_wrong`` (window, expected rid and data, got rid and data).
+        workload: records per partition and per key of the input (:mod:`.skew`); None when
+            the input was not read (a pipeline the check does not model).
     """
 
     expected: int | None
@@ -84,6 +87,7 @@ class IndependentCheck:
     final_values_checked: int | None = None
     final_values_wrong: int | None = None
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    workload: InputSkew | None = None
 
     @property
     def ok(self) -> bool | None:

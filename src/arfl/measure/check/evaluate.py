@@ -21,6 +21,15 @@ watermark``, and a window with a late pair is "late-affected, not judged". This 
 batch only holds records appended before it was planned (true of Spark's Kafka source and of
 arfl's, except when ``max_records_per_batch`` cuts a partition short).
 
+**Generated late events** (``workload.late``). An event whose event time lags its ``ts`` by
+:func:`arfl.configs.workload.late_lag_ms` or more (the one definition the generator and the
+offline recomputation share) lies before the run's first event, behind the watermark of any
+replica that has run a batch with data: the check expects it dropped from every window the
+model above finds it possibly late for (a window it is surely on time for keeps it) and does
+not count those windows late-affected. A replica started without a checkpoint mid-run
+(watermark 0 in its first batch) may still keep one: its copy of the window then differs,
+which the divergence check reports.
+
 **Finality.** A window is required when it ends before the final watermark: the newest event
 time among the rows that reach the window (Spark pushes a filter that does not read the event
 time below its watermark, so filtered-out rows may never advance it) and end-of-input markers,
@@ -58,8 +67,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
-from arfl.configs.spec import Spec, Step, Window
-from arfl.measure.check.expr import (
+from arfl.configs.expr import (
     Column,
     Expr,
     Schema,
@@ -69,6 +77,8 @@ from arfl.measure.check.expr import (
     compile_predicate,
     compile_select_item,
 )
+from arfl.configs.spec import Spec, Step, Window
+from arfl.configs.workload import Workload, field_types, is_late, late_lag_ms
 from arfl.run.records import END_OF_INPUT_FIELD, split_update, update_rid
 
 MARKER_HEADER = "arfl-marker"
@@ -77,15 +87,25 @@ MARKER_HEADER = "arfl-marker"
 TS_FIELD = "ts"
 """The injector's intended send time (ms): a record without an integer ``ts`` is not an event."""
 
-INPUT_FIELDS: dict[str, Type] = {
-    "seq": "long",
-    "user": "string",
-    "amount": "double",
-    "ts": "long",
-    "sent_ms": "long",
-}
-"""The fields a replica parses from an input record (arfl.run.records' event format): other
-fields are not visible to the pipeline."""
+
+def input_fields(spec: Spec | None = None) -> dict[str, Type]:
+    """The fields a replica parses from an input record, with their types: the generated
+    ones (:func:`arfl.configs.workload.field_types`, declared or the default shape); for the
+    default shape also ``source.event_time`` (long) and ``source.key`` (string) when missing.
+    Other fields are not visible to the pipeline."""
+    workload = spec.workload if spec is not None else Workload()
+    fields: dict[str, Type] = dict(field_types(workload))
+    if spec is not None and not workload.declared:
+        et = spec.source.event_time
+        if et and et not in fields:
+            fields[et] = "long"
+        if spec.source.key not in fields:
+            fields[spec.source.key] = "string"
+    return fields
+
+
+INPUT_FIELDS: dict[str, Type] = input_fields()
+"""The default shape's fields (``seq, user, amount, ts, sent_ms``)."""
 
 
 # --- result ids: the one place to align with the replicas' format -------------------------
@@ -124,6 +144,7 @@ class InputRecord:
     timestamp_ms: int | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+    key: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +179,9 @@ class Expected:
     final_watermark_ms: int | None = None
     updates: bool = False
     final: dict[str, tuple[str, dict[str, Value]]] = field(default_factory=dict)
+    dropped_late: int = 0
+    """Generated late events (:func:`arfl.configs.workload.late_lag_ms`) left out of every
+    window, as Spark's watermark drops them."""
 
     @property
     def late_windows(self) -> int:
@@ -208,6 +232,8 @@ class Pipeline:
     after: tuple[_RowStep, ...]
     updates: bool = False
     """The window emits one update per row that reaches it (real-time mode)."""
+    late_lag_ms: int | None = None
+    """Events lagging ``ts`` by this much are generated late events (window pipelines)."""
 
 
 def compile_pipeline(spec: Spec) -> Pipeline:
@@ -217,12 +243,8 @@ def compile_pipeline(spec: Spec) -> Pipeline:
         Unsupported: a step or expression outside the subset (``transform``, a function call,
             a second window, ...), with the step's key path.
     """
-    fields = dict(INPUT_FIELDS)
+    fields = input_fields(spec)
     et = spec.source.event_time
-    if et and et not in fields:
-        fields[et] = "long"
-    if spec.source.key not in fields:
-        fields[spec.source.key] = "string"
     schema = Schema([Column(n, t) for n, t in fields.items()])
     before: list[_RowStep] = []
     after: list[_RowStep] = []
@@ -242,7 +264,8 @@ def compile_pipeline(spec: Spec) -> Pipeline:
             row_step, schema = _compile_row_step(step, schema, where)
             target.append(row_step)
     updates = window is not None and spec.emits_updates
-    return Pipeline(fields, et, tuple(before), window, tuple(after), updates)
+    lag = late_lag_ms(spec) if window is not None else None
+    return Pipeline(fields, et, tuple(before), window, tuple(after), updates, lag)
 
 
 def _compile_row_step(step: Step, schema: Schema, where: str) -> tuple[_RowStep, Schema]:
@@ -583,7 +606,7 @@ def _windowed(pipeline: Pipeline, w: _Windowing, parts: dict[int, list[InputReco
     # drops it), and the partition that feeds each (window, key).
     history: dict[_GroupKey, list[dict[str, Value] | None]] = {}
     partition_of: dict[_GroupKey, int] = {}
-    total = markers = bad = 0
+    total = markers = bad = dropped_late = 0
     newest: int | None = None  # newest event time among records appended before this group
     # Spark pushes filters that do not read the event time below the watermark: only rows
     # that reach the window (and end-of-input markers) are sure to advance it.
@@ -621,16 +644,24 @@ def _windowed(pipeline: Pipeline, w: _Windowing, parts: dict[int, list[InputReco
                 continue
             newest_kept = et if newest_kept is None else max(newest_kept, et)
             key = out[w.key_column]
+            ts = event[TS_FIELD]
+            generated_late = isinstance(ts, int) and is_late(ts, et, pipeline.late_lag_ms)
+            kept = False
             for start in _window_starts(et, w.size_ms, w.slide_ms):
                 gk = (start, start + w.size_ms, key)
+                possibly_late = bound is not None and start + w.size_ms <= bound - w.delay_ms
+                if possibly_late and generated_late:
+                    continue  # built to be behind the watermark: expected dropped
+                kept = True
                 st = states.setdefault(gk, _AggState(w.aggs))
                 st.add(out)
-                if bound is not None and start + w.size_ms <= bound - w.delay_ms:
+                if possibly_late:
                     late.add(gk)
                 if pipeline.updates:
                     # _arrival_order keeps each partition's offset order: this is row n.
                     _one_partition(partition_of, gk, rec.partition)
                     history.setdefault(gk, []).append(_window_output(pipeline, w, gk, st))
+            dropped_late += not kept
         if seen:
             top = max(e for _, _, e in seen)
             newest = top if newest is None else max(newest, top)
@@ -639,8 +670,9 @@ def _windowed(pipeline: Pipeline, w: _Windowing, parts: dict[int, list[InputReco
     if pipeline.updates:
         judged_u, late_u, final = _expected_updates(order, history, late)
         return Expected(
-            judged_u, late_u, {}, total, markers, bad, final_wm, updates=True, final=final
-        )
+            judged_u, late_u, {}, total, markers, bad, final_wm, updates=True, final=final,
+            dropped_late=dropped_late,
+        )  # fmt: skip
     judged: dict[str, dict[str, Value]] = {}
     late_out: dict[str, dict[str, Value] | None] = {}
     open_out: dict[str, dict[str, Value] | None] = {}
@@ -654,7 +686,9 @@ def _windowed(pipeline: Pipeline, w: _Windowing, parts: dict[int, list[InputReco
             open_out[rid] = data
         elif data is not None:
             judged[rid] = data
-    return Expected(judged, late_out, open_out, total, markers, bad, final_wm)
+    return Expected(
+        judged, late_out, open_out, total, markers, bad, final_wm, dropped_late=dropped_late
+    )
 
 
 def _window_output(

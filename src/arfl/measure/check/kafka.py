@@ -69,6 +69,7 @@ def read_records(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list[I
                 None if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts),
                 msg.value(),
                 _headers(msg.headers()),
+                msg.key(),
             )
         )
     return out

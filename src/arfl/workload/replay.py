@@ -1,0 +1,834 @@
+"""The replayer: an existing topic, replayed into the run's input topic (``[source.replay]``).
+
+It reads a range of an external topic (:mod:`arfl.configs.replay`: from ``start`` to ``end``,
+each resolved to offsets per partition when it starts) and produces each record into the run's
+input topic with the same Kafka key, its JSON object extended by the fields every arfl event
+carries: ``seq`` (its replay number), ``ts`` (its intended send time on the replay schedule,
+epoch ms: every latency is measured from it) and ``sent_ms`` (its actual send time); the user's
+fields are kept (a field of those three names is overwritten).
+
+**Schedule.** Records are replayed in the order of their recorded time (``time_field``, else
+the Kafka record timestamp), partition heads merged, each partition in offset order. With
+``pace = "recorded"`` record ``i`` is due at ``t0 + (recorded_i - recorded_0)``; a record
+recorded before its predecessor in its partition is due with that predecessor (the schedule
+never goes back). With ``pace = N`` record ``i`` is due at ``t0 + i / N``. As the injector
+(:mod:`arfl.workload.injector`), it never skips: a record sent late keeps its intended time.
+``workload.duration`` caps the schedule: records due after it are not replayed.
+
+**Bad records.** A record that is not a JSON object, lacks an integer ``time_field`` (or a
+Kafka timestamp), or is an end-of-input marker of an earlier run is skipped and counted
+(``bad`` in the journal and the stats summary line), never fatal.
+
+It writes what the injector writes, so the watcher, the merger, the report and the
+independent check work unchanged: per-second stats lines and a summary line
+(:mod:`arfl.run.streams`, plus ``replayed``/``bad`` fields), the journal events
+``injector_started`` (``t0``) and ``injector_finished``, and one end-of-input marker per
+partition after the last record.
+
+Run as a process::
+
+    python -m arfl.workload.replay --source-bootstrap 127.0.0.1:9092 --source-topic orders \\
+        --bootstrap 127.0.0.1:9092 --topic clicks.run1 --start earliest --pace recorded \\
+        --time-field created --duration 60 --stats injector.jsonl --journal journal.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+from arfl.configs.replay import Position, PositionValue, Replay, parse_position
+from arfl.errors import ArflError, DeployError
+from arfl.processes import stop_on_termination
+from arfl.run.records import END_OF_INPUT_FIELD, END_OF_INPUT_LEAD_MS, end_of_input_marker
+from arfl.run.rundir import Journal
+from arfl.run.streams import InjectorSummary
+from arfl.workload.injector import SUSTAIN_FRACTION, Clock, SystemClock, connect_producer
+
+if TYPE_CHECKING:
+    from arfl.stack.clients import Producer
+
+_CHUNK = 500
+"""Records sent between two looks at the clock/stop flag/stats while catching up."""
+_MAX_SLEEP_S = 0.05
+_MIN_SLEEP_S = 0.0002
+_FLUSH_S = 30.0
+_HIGH_WATER = 20_000
+"""Records buffered per partition before its fetching pauses (memory stays bounded)."""
+_BAD_EXAMPLES = 3
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """One good record of the replayed range.
+
+    Attributes:
+        partition, offset: where it was read.
+        key: its Kafka key (kept).
+        fields: its JSON object.
+        recorded_ms: its recorded time (``time_field`` or the record timestamp), epoch ms.
+    """
+
+    partition: int
+    offset: int
+    key: bytes | None
+    fields: dict[str, Any]
+    recorded_ms: int
+
+
+def decode(
+    value: bytes | None, time_field: str | None, timestamp_ms: int | None
+) -> tuple[dict[str, Any], int] | str:
+    """A record's JSON object and recorded time, or why it is bad.
+
+    Args:
+        value: the record's value.
+        time_field: the JSON field with the recorded time (None: ``timestamp_ms``).
+        timestamp_ms: the Kafka record timestamp (None when not available).
+
+    Returns:
+        ``(fields, recorded_ms)``, or a short reason (``"not a JSON object"``, ...).
+    """
+    try:
+        obj = json.loads(value) if value is not None else None
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        return "not a JSON object"
+    if obj.get(END_OF_INPUT_FIELD) is True:
+        return "an end-of-input marker"
+    if time_field is None:
+        if timestamp_ms is None or timestamp_ms < 0:
+            return "no record timestamp"
+        return obj, timestamp_ms
+    t = obj.get(time_field)
+    if isinstance(t, float) and t.is_integer():
+        t = int(t)
+    if isinstance(t, bool) or not isinstance(t, int):
+        return f"no integer {time_field!r}"
+    return obj, t
+
+
+def encode(fields: dict[str, Any], seq: int, ts: int, sent_ms: int) -> bytes:
+    """The replayed value: the user's fields plus ``seq``, ``ts``, ``sent_ms``."""
+    return json.dumps(
+        {**fields, "seq": seq, "ts": ts, "sent_ms": sent_ms}, separators=(",", ":")
+    ).encode()
+
+
+def merge_by_time(partitions: Iterable[Iterator[Replayed]]) -> Iterator[Replayed]:
+    """Every partition's records, each partition in its own order, the heads taken in order
+    of recorded time (ties: lower partition first)."""
+    return heapq.merge(*partitions, key=lambda r: (r.recorded_ms, r.partition))
+
+
+class Schedule:
+    """Intended send times, as ms after ``t0``, of the records in replay order."""
+
+    def __init__(self, pace: str | int, duration_ms: int) -> None:
+        """Args:
+        pace: ``"recorded"`` or events per second.
+        duration_ms: the cap: records due at or after it are not replayed.
+        """
+        self.pace = pace
+        self.duration_ms = duration_ms
+        self._base: int | None = None
+        self._last = 0
+
+    def due_ms(self, seq: int, recorded_ms: int) -> int:
+        """Record ``seq``'s intended time after ``t0`` (never before its predecessor's)."""
+        if isinstance(self.pace, int):
+            due = (seq * 1000) // self.pace
+        else:
+            if self._base is None:
+                self._base = recorded_ms
+            due = recorded_ms - self._base
+        self._last = max(self._last, due)
+        return self._last
+
+    def capped(self, due_ms: int) -> bool:
+        """True when a record due then is past ``workload.duration``."""
+        return due_ms >= self.duration_ms
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class RecordSource(Protocol):
+    """Where the replayed records come from (the Kafka reader, or a list in unit tests)."""
+
+    bad: int
+    bad_examples: list[dict[str, Any]]
+    ranges: dict[int, tuple[int, int]]
+
+    def records(self) -> Iterator[Replayed]:
+        """The good records in replay order."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+def resolve_ranges(
+    consumer: Any,
+    topic: str,
+    partitions: Iterable[int],
+    start: Position,
+    end: Position,
+    timeout_s: float = 10.0,
+) -> dict[int, tuple[int, int]]:
+    """Partition -> ``(first offset, end offset)`` (end exclusive) of the range to replay.
+
+    Offsets are clamped to what the partition holds; a partition an offset table leaves out
+    is not replayed (``(high, high)``).
+
+    Raises:
+        KafkaException: the broker did not answer.
+    """
+    from confluent_kafka import TopicPartition
+
+    from arfl.stack.topics import watermarks
+
+    marks = watermarks(consumer, topic, partitions, timeout_s)
+
+    def at_time(ms: int) -> dict[int, int]:
+        asked = [TopicPartition(topic, p, ms) for p in marks]
+        found = consumer.offsets_for_times(asked, timeout=timeout_s)
+        # -1: no record at or after that time, i.e. the end of the partition.
+        return {
+            tp.partition: (tp.offset if tp.offset >= 0 else marks[tp.partition][1]) for tp in found
+        }
+
+    def offsets(pos: Position) -> dict[int, int]:
+        if pos.kind == "earliest":
+            return {p: low for p, (low, _) in marks.items()}
+        if pos.kind == "latest":
+            return {p: high for p, (_, high) in marks.items()}
+        if pos.kind == "time":
+            assert pos.time_ms is not None
+            return at_time(pos.time_ms)
+        assert pos.offsets is not None
+        # A partition the table leaves out: from its end (not replayed), or to its end.
+        return {p: pos.offsets.get(p, high) for p, (_, high) in marks.items()}
+
+    first, last = offsets(start), offsets(end)
+    out: dict[int, tuple[int, int]] = {}
+    for p, (low, high) in sorted(marks.items()):
+        a = min(max(first[p], low), high)
+        out[p] = (a, min(max(last[p], a), high))
+    return out
+
+
+class KafkaRangeReader:
+    """Reads the resolved ranges of a topic with one consumer and merges them by time."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        start: Position,
+        end: Position,
+        time_field: str | None,
+        timeout_s: float = 15.0,
+    ) -> None:
+        """Connect, check the topic exists, resolve the range.
+
+        Raises:
+            DeployError: Kafka unreachable or the topic missing.
+        """
+        from confluent_kafka import Consumer, KafkaException
+
+        from arfl.stack.topics import require_topic
+
+        self.topic, self.time_field = topic, time_field
+        self.bad = 0
+        self.bad_examples: list[dict[str, Any]] = []
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"arfl-replay-{time.time_ns()}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "log_level": 0,
+            }
+        )
+        meta = require_topic(
+            self._consumer, bootstrap, topic, timeout_s, error=DeployError, who="replay: ",
+            what="topic to replay",
+            missing_hint="check source.replay.topic (and source.replay.bootstrap)",
+        )  # fmt: skip
+        try:
+            self.ranges = resolve_ranges(
+                self._consumer, topic, sorted(meta.partitions), start, end, timeout_s
+            )
+        except KafkaException as e:
+            self._consumer.close()
+            raise DeployError(f"replay: offsets of {topic} at {bootstrap}: {e}") from e
+        self._buffers: dict[int, deque[Replayed]] = {p: deque() for p in self.ranges}
+        self._open = {p for p, (a, b) in self.ranges.items() if b > a}
+        self._paused: set[int] = set()
+
+    def records(self) -> Iterator[Replayed]:
+        """The good records of the range, in replay order (:func:`merge_by_time`)."""
+        from confluent_kafka import TopicPartition
+
+        if self._open:
+            self._consumer.assign(
+                [TopicPartition(self.topic, p, self.ranges[p][0]) for p in sorted(self._open)]
+            )
+        return merge_by_time(self._partition(p) for p in sorted(self._open))
+
+    def _partition(self, p: int) -> Iterator[Replayed]:
+        buf = self._buffers[p]
+        while True:
+            if buf:
+                yield buf.popleft()
+            elif p not in self._open:
+                return
+            else:
+                self._fetch(p)
+
+    def _fetch(self, wanted: int) -> None:
+        """Poll once; resume ``wanted`` first if it was paused, pause full partitions."""
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, TopicPartition
+
+        if wanted in self._paused:
+            self._consumer.resume([TopicPartition(self.topic, wanted)])
+            self._paused.discard(wanted)
+        for msg in self._consumer.consume(num_messages=5_000, timeout=0.5):
+            part, off = msg.partition(), msg.offset()
+            if msg.error() is not None or part is None or off is None or part not in self._open:
+                continue
+            end = self.ranges[part][1]
+            if off >= end:
+                continue
+            if off + 1 >= end:
+                self._open.discard(part)
+                # Stop fetching past the range (a live or long topic would keep coming).
+                self._consumer.pause([TopicPartition(self.topic, part)])
+            ts_type, ts = msg.timestamp()
+            got = decode(
+                msg.value(), self.time_field, None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts
+            )
+            if isinstance(got, str):
+                self.bad += 1
+                if len(self.bad_examples) < _BAD_EXAMPLES:
+                    self.bad_examples.append({"partition": part, "offset": off, "why": got})
+                continue
+            self._buffers[part].append(Replayed(part, off, msg.key(), got[0], got[1]))
+        if not self._buffers[wanted] and wanted in self._open:
+            # The range may end in offsets that are never delivered (transaction markers,
+            # compacted records): the consumer's position tells.
+            (pos,) = self._consumer.position([TopicPartition(self.topic, wanted)])
+            if pos.offset >= self.ranges[wanted][1]:
+                self._open.discard(wanted)
+        full = [
+            p
+            for p, b in self._buffers.items()
+            if len(b) > _HIGH_WATER and p in self._open and p not in self._paused and p != wanted
+        ]
+        if full:
+            self._consumer.pause([TopicPartition(self.topic, p) for p in full])
+            self._paused.update(full)
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()
+
+
+# --------------------------------------------------------------------------- replayer
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """What to replay, where to, and where to report.
+
+    Attributes:
+        source_bootstrap: the replayed topic's Kafka.
+        source_topic: the replayed topic.
+        bootstrap: the run's Kafka.
+        topic: the run's input topic.
+        start, end: positions as written in the spec (``end`` None: the end offsets now).
+        pace: ``"recorded"`` or events per second.
+        time_field: the recorded-time field (None: the record timestamp).
+        duration_s: the cap (``workload.duration``).
+        stats_path, journal_path: as the injector's.
+        linger_ms: producer linger.
+        connect_timeout_s: how long to wait for either Kafka at start.
+        end_of_input: write an end-of-input marker into every partition at the end.
+    """
+
+    source_bootstrap: str
+    source_topic: str
+    bootstrap: str
+    topic: str
+    duration_s: float
+    start: PositionValue = "earliest"
+    end: PositionValue | None = None
+    pace: str | int = "recorded"
+    time_field: str | None = None
+    stats_path: Path | None = None
+    journal_path: Path | None = None
+    linger_ms: float = 2.0
+    connect_timeout_s: float = 15.0
+    end_of_input: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.duration_s > 0:
+            raise DeployError(f"replay: duration must be positive, got {self.duration_s}s")
+        try:
+            Replay(
+                topic=self.source_topic, start=self.start, end=self.end, pace=self.pace,
+                time_field=self.time_field,
+            )  # fmt: skip
+        except ValueError as e:
+            raise DeployError(f"replay: {e}") from None
+
+    @classmethod
+    def from_replay(
+        cls,
+        replay: Replay,
+        duration_s: float,
+        *,
+        bootstrap: str,
+        topic: str,
+        stats_path: Path | None = None,
+        journal_path: Path | None = None,
+    ) -> ReplayConfig:
+        """Build from a spec's ``[source.replay]`` (its Kafka defaults to ``bootstrap``)."""
+        return cls(
+            source_bootstrap=replay.bootstrap or bootstrap,
+            source_topic=replay.topic,
+            bootstrap=bootstrap,
+            topic=topic,
+            duration_s=duration_s,
+            start=replay.start,
+            end=replay.end,
+            pace=replay.pace,
+            time_field=replay.time_field,
+            stats_path=stats_path,
+            journal_path=journal_path,
+        )
+
+    def command(self, python: str | None = None) -> list[str]:
+        """The command line to run this as a process (``python -m arfl.workload.replay``)."""
+        return [python or sys.executable, "-m", "arfl.workload.replay", *self.argv()]
+
+    def argv(self) -> list[str]:
+        """Command-line arguments for ``python -m arfl.workload.replay``."""
+        args = [
+            "--source-bootstrap", self.source_bootstrap, "--source-topic", self.source_topic,
+            "--bootstrap", self.bootstrap, "--topic", self.topic,
+            "--duration", repr(self.duration_s), "--start", _position_arg(self.start),
+            "--pace", str(self.pace), "--linger-ms", repr(self.linger_ms),
+            "--connect-timeout", repr(self.connect_timeout_s),
+        ]  # fmt: skip
+        if self.end is not None:
+            args += ["--end", _position_arg(self.end)]
+        if self.time_field is not None:
+            args += ["--time-field", self.time_field]
+        if self.stats_path is not None:
+            args += ["--stats", str(self.stats_path)]
+        if self.journal_path is not None:
+            args += ["--journal", str(self.journal_path)]
+        if not self.end_of_input:
+            args.append("--no-end-of-input")
+        return args
+
+
+def _position_arg(v: PositionValue) -> str:
+    return json.dumps(v, separators=(",", ":")) if isinstance(v, dict) else str(v)
+
+
+def position_from_arg(text: str) -> PositionValue:
+    """The inverse of the command line's position text: a JSON table, epoch ms, or a word or
+    RFC 3339 time."""
+    if text.startswith("{"):
+        table = json.loads(text)
+        if not isinstance(table, dict):
+            raise ValueError(f"not an offset table: {text}")
+        return {str(k): v for k, v in table.items()}
+    return int(text) if text.isdigit() else text
+
+
+class Replayer:
+    """Replays the range on its schedule (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ReplayConfig,
+        producer: Producer | None = None,
+        source: RecordSource | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """Args:
+        config: what to replay.
+        producer: a confluent-kafka ``Producer`` (default: one connected to the run's Kafka
+            after checking the input topic exists).
+        source: the records (default: a :class:`KafkaRangeReader` of the configured range).
+        clock: time source (default: the system clocks).
+        """
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.source: RecordSource = source or KafkaRangeReader(
+            config.source_bootstrap,
+            config.source_topic,
+            parse_position(config.start, end=False),
+            parse_position(config.end if config.end is not None else "latest", end=True),
+            config.time_field,
+            config.connect_timeout_s,
+        )
+        self._producer: Producer = producer or connect_producer(
+            config.bootstrap, config.topic, config.linger_ms, config.connect_timeout_s
+        )
+        self._stop = threading.Event()
+        self.produced = 0
+        self.delivered = 0
+        self.failed = 0
+        self.first_error: str | None = None
+        self.max_behind_ms = 0.0
+        self.capped = False
+        """True when ``duration`` cut the replay short."""
+        self.last_due_ms = 0
+        self.markers = 0
+        self.markers_failed = 0
+        self.marker_error: str | None = None
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to stop after the current chunk (it still flushes); thread-safe."""
+        self._stop.set()
+
+    def _on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self.failed += 1
+            self.first_error = self.first_error or str(err)
+
+    def _on_marker_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self.markers_failed += 1
+            self.marker_error = self.marker_error or str(err)
+
+    def _produce(self, **kw: Any) -> None:
+        while True:
+            try:
+                self._producer.produce(self.config.topic, **kw)
+                return
+            except BufferError:
+                self._producer.poll(0.005)  # the wait shows up as latency, as the injector's
+
+    def _write_end_of_input(self, event_time_ms: int) -> None:
+        """One marker per partition, once every record is acknowledged (as the injector)."""
+        cfg = self.config
+        remaining = self._producer.flush(_FLUSH_S)
+        if remaining:
+            self.marker_error = f"{remaining} records still undelivered; no marker written"
+            return
+        meta = self._producer.list_topics(cfg.topic, timeout=cfg.connect_timeout_s)
+        partitions = sorted(meta.topics[cfg.topic].partitions)
+        for p in partitions:
+            self._produce(
+                value=end_of_input_marker(event_time_ms),
+                partition=p,
+                on_delivery=self._on_marker_delivery,
+            )
+        self.markers = len(partitions)
+
+    def run(self) -> InjectorSummary:
+        """Replay every record of the range (or until :meth:`stop` or the duration cap), flush,
+        write the end-of-input markers, the stats and the summary."""
+        cfg, clock = self.config, self.clock
+        journal = Journal(cfg.journal_path) if cfg.journal_path else None
+        stats: IO[str] | None = None
+        if cfg.stats_path:
+            cfg.stats_path.parent.mkdir(parents=True, exist_ok=True)
+            stats = open(cfg.stats_path, "a", encoding="utf-8")  # noqa: SIM115
+        schedule = Schedule(cfg.pace, round(cfg.duration_s * 1000))
+        records = self.source.records()
+        # The first record (every partition's head) is read before the clock starts.
+        pending = next(records, None)
+        now_wall, now_mono = clock.time(), clock.monotonic()
+        t0_ms = round(now_wall * 1000)
+        t0_wall = t0_ms / 1000
+        t0_mono = now_mono
+        if journal:
+            journal.write(
+                "injector_started",
+                topic=cfg.topic,
+                rate=cfg.pace if isinstance(cfg.pace, int) else None,
+                duration_s=cfg.duration_s,
+                t0=t0_wall,
+                replay={
+                    "topic": cfg.source_topic,
+                    "bootstrap": cfg.source_bootstrap,
+                    "pace": cfg.pace,
+                    "time_field": cfg.time_field,
+                    "offsets": {str(p): list(r) for p, r in sorted(self.source.ranges.items())},
+                },
+            )
+        seq = 0
+        second = 1
+        sent_in_second = 0
+        due_in_second = 0
+        behind_in_second = 0.0
+        last_send_mono = t0_mono
+
+        def write_second(t_rel: float) -> None:
+            nonlocal sent_in_second, due_in_second, behind_in_second
+            if stats is not None:
+                line = {
+                    "type": "second", "t": round(t0_wall + t_rel, 3), "t0": t0_wall,
+                    "sent": sent_in_second, "target": due_in_second,
+                    "behind_ms": round(behind_in_second, 3), "total": seq,
+                }  # fmt: skip
+                stats.write(json.dumps(line) + "\n")
+                stats.flush()
+            sent_in_second = due_in_second = 0
+            behind_in_second = 0.0
+
+        try:
+            due = schedule.due_ms(seq, pending.recorded_ms) if pending is not None else 0
+            while pending is not None and not self._stop.is_set():
+                if schedule.capped(due):
+                    self.capped = True
+                    break
+                t_rel = clock.monotonic() - t0_mono
+                while t_rel >= second:
+                    write_second(second)
+                    second += 1
+                if due > t_rel * 1000:
+                    wait = min((due - t_rel * 1000) / 1000, second - t_rel)
+                    # At least a little: a wait rounded to 0 would spin without time passing.
+                    clock.sleep(min(max(wait, _MIN_SLEEP_S), _MAX_SLEEP_S))
+                    continue
+                sent_ms = int(clock.time() * 1000)
+                n = 0
+                while pending is not None and due <= t_rel * 1000 and n < _CHUNK:
+                    if schedule.capped(due):
+                        break
+                    behind = t_rel * 1000 - due
+                    behind_in_second = max(behind_in_second, behind)
+                    self.max_behind_ms = max(self.max_behind_ms, behind)
+                    self._produce(
+                        value=encode(pending.fields, seq, t0_ms + due, sent_ms),
+                        key=pending.key,
+                        on_delivery=self._on_delivery,
+                    )
+                    self.last_due_ms = due
+                    seq += 1
+                    n += 1
+                    pending = next(records, None)
+                    if pending is not None:
+                        due = schedule.due_ms(seq, pending.recorded_ms)
+                sent_in_second += n
+                due_in_second += n
+                self.produced = seq
+                last_send_mono = clock.monotonic()
+                self._producer.poll(0)
+            if cfg.end_of_input:
+                self._write_end_of_input(t0_ms + self.last_due_ms + END_OF_INPUT_LEAD_MS)
+        finally:
+            end_mono = clock.monotonic()
+            if sent_in_second or behind_in_second:
+                write_second(min(end_mono - t0_mono, float(second)))
+            remaining = self._producer.flush(_FLUSH_S)
+            if remaining:
+                self.failed += remaining
+                self.first_error = self.first_error or (
+                    f"{remaining} records still undelivered after 30s flush"
+                )
+            self.source.close()
+            span_s = (self.last_due_ms + 1) / 1000
+            elapsed = max(last_send_mono - t0_mono, span_s, 1e-9)
+            summary = InjectorSummary(
+                t0=t0_wall,
+                end=round(t0_wall + (end_mono - t0_mono), 3),
+                produced=self.produced,
+                delivered=self.delivered,
+                failed=self.failed,
+                target_rate=round(self.produced / span_s) if self.produced else 0,
+                achieved_rate=round(self.produced / elapsed, 2) if self.produced else 0.0,
+                max_behind_ms=round(self.max_behind_ms, 3),
+                duration_s=round(span_s, 3),
+                stopped_early=self._stop.is_set() and pending is not None,
+            )
+            extra = {"replayed": self.produced, "bad": self.source.bad, "capped": self.capped}
+            if stats is not None:
+                line = {
+                    "type": "summary", "t": round(clock.time(), 3), **summary.to_dict(), **extra,
+                }  # fmt: skip
+                stats.write(json.dumps(line) + "\n")
+                stats.close()
+            if journal:
+                self._journal_end(journal, summary, extra, t0_ms)
+        return summary
+
+    def _journal_end(
+        self, journal: Journal, summary: InjectorSummary, extra: dict[str, Any], t0_ms: int
+    ) -> None:
+        cfg = self.config
+        if summary.produced and summary.achieved_rate < SUSTAIN_FRACTION * summary.target_rate:
+            journal.write(
+                "warning",
+                component="replayer",
+                message=(
+                    f"the replay sustained only {summary.achieved_rate:.0f} of the recorded "
+                    f"{summary.target_rate} records/s (max {summary.max_behind_ms:.0f} ms behind "
+                    "schedule); latencies include the replayer's backlog — set "
+                    "source.replay.pace to a lower rate"
+                ),
+                max_behind_ms=summary.max_behind_ms,
+            )
+        if not summary.produced:
+            ranges = ", ".join(f"{p}: {a}..{b}" for p, (a, b) in sorted(self.source.ranges.items()))
+            journal.write(
+                "warning",
+                component="replayer",
+                message=(
+                    f"nothing replayed: no good record of {cfg.source_topic} in the range "
+                    f"({ranges or 'no partition'}); check source.replay.start/end"
+                ),
+            )
+        if self.source.bad:
+            why = "; ".join(
+                f"{e['partition']}:{e['offset']} {e['why']}" for e in self.source.bad_examples
+            )
+            journal.write(
+                "warning",
+                component="replayer",
+                message=(
+                    f"{self.source.bad} records of {cfg.source_topic} skipped (not a JSON object, "
+                    f"or no recorded time), e.g. {why}"
+                ),
+                bad=self.source.bad,
+            )
+        if self.capped:
+            journal.write(
+                "warning",
+                component="replayer",
+                message=(
+                    f"workload.duration ({cfg.duration_s:g}s) cut the replay of "
+                    f"{cfg.source_topic} short after {summary.produced} records"
+                ),
+            )
+        if summary.failed:
+            journal.write(
+                "warning",
+                component="replayer",
+                message=f"{summary.failed} records were not delivered: {self.first_error}",
+                failed=summary.failed,
+            )
+        end: dict[str, Any] = {}
+        if cfg.end_of_input:
+            if self.markers_failed or not self.markers:
+                journal.write(
+                    "warning",
+                    component="replayer",
+                    message=(
+                        f"end-of-input markers not written to every partition of {cfg.topic}: "
+                        f"{self.marker_error}; the last windows may never be emitted"
+                    ),
+                )
+            end = {
+                "end_of_input_markers": self.markers - self.markers_failed,
+                "end_of_input_ts": t0_ms + self.last_due_ms + END_OF_INPUT_LEAD_MS,
+            }
+        journal.write(
+            "injector_finished",
+            **summary.to_dict(),
+            **extra,
+            bad_examples=self.source.bad_examples,
+            **end,
+        )
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m arfl.workload.replay`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m arfl.workload.replay",
+        description="Replay a range of a topic into another at its recorded pace or a rate.",
+    )
+    p.add_argument("--source-bootstrap", required=True, help="the replayed topic's Kafka")
+    p.add_argument("--source-topic", required=True, help="the topic to replay")
+    p.add_argument("--bootstrap", required=True, help="the run's Kafka host:port[,...]")
+    p.add_argument("--topic", required=True, help="the run's input topic (must exist)")
+    p.add_argument("--duration", type=float, required=True, help="cap, seconds")
+    p.add_argument(
+        "--start", default="earliest", help="earliest, epoch ms, RFC 3339, or a JSON offset table"
+    )
+    p.add_argument(
+        "--end", default=None, help="latest (default), epoch ms, RFC 3339, or a JSON offset table"
+    )
+    p.add_argument("--pace", default="recorded", help="recorded, or events per second")
+    p.add_argument("--time-field", default=None, help="JSON field with the recorded time (ms)")
+    p.add_argument("--stats", type=Path, default=None, help="per-second stats JSONL file")
+    p.add_argument("--journal", type=Path, default=None, help="run journal JSONL file")
+    p.add_argument("--linger-ms", type=float, default=2.0, help="producer linger.ms")
+    p.add_argument(
+        "--no-end-of-input",
+        dest="end_of_input",
+        action="store_false",
+        help="do not write an end-of-input marker into every partition at the end",
+    )
+    p.add_argument("--connect-timeout", type=float, default=15.0, help="seconds")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Process entry: replay; SIGTERM/SIGINT stop it cleanly (flushing).
+
+    Returns:
+        0 when every record was delivered, 4 (deploy error) otherwise.
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = ReplayConfig(
+            source_bootstrap=args.source_bootstrap, source_topic=args.source_topic,
+            bootstrap=args.bootstrap, topic=args.topic, duration_s=args.duration,
+            start=position_from_arg(args.start),
+            end=None if args.end is None else position_from_arg(args.end),
+            pace=int(args.pace) if args.pace.isdigit() else args.pace,
+            time_field=args.time_field, stats_path=args.stats, journal_path=args.journal,
+            linger_ms=args.linger_ms, connect_timeout_s=args.connect_timeout,
+            end_of_input=args.end_of_input,
+        )  # fmt: skip
+        replayer = Replayer(cfg)
+    except ArflError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return int(e.exit_code)
+    except ValueError as e:
+        print(f"error: replay: {e}", file=sys.stderr)
+        return int(DeployError.exit_code)
+
+    stop_on_termination(replayer.stop)
+    summary = replayer.run()
+    print(json.dumps({**summary.to_dict(), "bad": replayer.source.bad}), flush=True)
+    if summary.failed:
+        print(
+            f"error: replay: {summary.failed} records not delivered to {cfg.topic} at "
+            f"{cfg.bootstrap}: {replayer.first_error}",
+            file=sys.stderr,
+        )
+        return int(DeployError.exit_code)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
