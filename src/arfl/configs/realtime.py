@@ -150,6 +150,8 @@ def _coordination_free_problems(raw: dict[str, Any], mode: str) -> list[tuple[st
                 )
             )
         window = step.get("window")
+        if isinstance(window, dict):
+            out += _disorder_problems(raw, window, i, mode, instead)
         key = window.get("key") if isinstance(window, dict) else None
         if not isinstance(key, str) or not isinstance(source_key, str):
             continue
@@ -174,6 +176,26 @@ def _coordination_free_problems(raw: dict[str, Any], mode: str) -> list[tuple[st
             )
         )
     return out
+
+
+def _disorder_problems(
+    raw: dict[str, Any], window: dict[str, Any], i: int, mode: str, instead: str
+) -> list[tuple[str, str]]:
+    """A window whose watermark delay is below the workload's declared disorder: whether an
+    out-of-order row is dropped depends on which earlier batch moved the watermark."""
+    disorder = _duration(_dict(raw.get("workload")).get("disorder"))
+    delay = _duration(window.get("watermark", "0s"))
+    if disorder is None or delay is None or disorder <= delay:
+        return []
+    return [
+        (
+            f"steps[{i}].window.watermark",
+            f"{format_duration(delay)} is below workload.disorder "
+            f"({format_duration(disorder)}): a row up to {format_duration(disorder)} out of "
+            "order is dropped or kept depending on which earlier batch advanced the watermark, "
+            f"and mode {mode!r} replicas agree on no batches; set watermark >= disorder," + instead,
+        )
+    ]
 
 
 def _key_columns(steps: list[Any], source_key: str) -> set[str]:

@@ -24,6 +24,8 @@ from pydantic import (
 )
 
 from arfl.configs.realtime import realtime_problems
+from arfl.configs.replay import Replay, drop_generator_problems, replay_problems
+from arfl.configs.schema import schema_problems
 from arfl.configs.slo import validate_slo
 from arfl.configs.workload import Workload, workload_problems
 from arfl.errors import SpecError
@@ -37,9 +39,15 @@ Duration = Annotated[
 ]
 """Seconds, written in the spec with a unit ("20ms", "10s")."""
 
-_MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout"})
+_MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout", "batch_interval"})
 """``[replication]`` keys that only some modes take (each mode lists its own in ``ModeInfo``)."""
 AGG_FUNCTIONS = ("count", "sum", "avg", "min", "max")
+DEFAULT_HEARTBEAT_INTERVAL_S = 0.5
+"""active-leaderless: the epoch length when ``replication.heartbeat_interval`` is not given."""
+DEFAULT_BATCH_INTERVAL_S = 2.0
+"""active-leader/-leaderless: ``replication.batch_interval`` when not given: above the 1-2 s a
+micro-batch takes on this kind of machine (docs/benchmarks.md), so replicas keep up with the
+agreed batches."""
 
 # Spark SQL functions whose result depends on when or where a row is processed: replicas
 # would disagree, so deduplication by result id would keep arbitrary copies.
@@ -120,6 +128,9 @@ class Source(_Model):
     """Field holding the event time in epoch milliseconds (needed by window steps)."""
     key: str = "user"
     """Field used as the Kafka record key by the injector."""
+    replay: Replay | None = None
+    """``[source.replay]``: replay an existing topic instead of generating (see
+    :mod:`arfl.configs.replay`)."""
 
     @field_validator("topic")
     @classmethod
@@ -211,12 +222,30 @@ class Replication(_Model):
     mode: str = "none"
     replicas: int = Field(1, ge=1, le=16)
     heartbeat_interval: Duration | None = None
+    batch_interval: Duration | None = None
+    """active-leader: the leader decides one batch per interval; active-leaderless: the length
+    of one batch's aligned group of epochs (a multiple of ``heartbeat_interval``)."""
     session_timeout: Duration | None = None
     max_records_per_batch: int = Field(100_000, ge=1)
     trigger: Literal["micro-batch", "realtime"] = "micro-batch"
     trigger_interval: Duration = 0.0
     restart: bool = True
     """Restart a replica whose driver died (from its checkpoint where it has one)."""
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Replication:
+        if self.batch_interval is not None and self.batch_interval <= 0:
+            raise ValueError("batch_interval must be positive")
+        if self.batch_interval is not None and self.mode == "active-leaderless":
+            epoch = self.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
+            groups = self.batch_interval / epoch
+            if self.batch_interval < epoch or abs(groups - round(groups)) > 1e-6:
+                raise ValueError(
+                    f"batch_interval ({format_duration(self.batch_interval)}) must be a whole "
+                    f"multiple of heartbeat_interval ({format_duration(epoch)}): batches are "
+                    "groups of whole epochs"
+                )
+        return self
 
     @field_validator("mode")
     @classmethod
@@ -465,11 +494,11 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     out.extend(realtime_problems(raw))
-    out.extend(
-        workload_problems(
-            raw.get("workload", {}), _get(raw, "source", "key"), _get(raw, "source", "event_time")
-        )
+    generated = workload_problems(
+        raw.get("workload", {}), _get(raw, "source", "key"), _get(raw, "source", "event_time")
     )
+    out.extend(drop_generator_problems(generated, raw))
+    out.extend(replay_problems(raw))
 
     duration = _safe_duration(_get(raw, "workload", "duration") or "60s")
     n_replicas = replicas if isinstance(replicas, int) else 1
@@ -572,6 +601,7 @@ def parse_spec(raw: dict[str, Any], origin: str = "<spec>") -> Spec:
     except ValidationError as err:
         problems.extend(_pydantic_problems(err))
     problems.extend(_cross_checks(raw))
+    problems.extend(schema_problems(raw))
     slo = _get(raw, "report", "slo")
     if isinstance(slo, dict):
         for line in validate_slo(slo):

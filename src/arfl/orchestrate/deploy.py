@@ -53,7 +53,9 @@ from arfl.processes import ManagedProcess
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
+from arfl.workload.generate import EventShape
 from arfl.workload.injector import InjectorConfig
+from arfl.workload.replay import ReplayConfig
 
 __all__ = [
     "DeployOptions",
@@ -175,13 +177,18 @@ class Deployment:
             raise DeployError(f"the merger exited at start:\n{self.merger.tail()}")
 
     def start_load(self) -> None:
-        """The injector, on its fixed-rate schedule; the workload clock starts here."""
+        """The injector, on its fixed-rate schedule; the workload clock starts here. With
+        ``[source.replay]`` the replayer instead (it writes the injector's streams)."""
+        if self.ctx.spec.source.replay is not None:
+            self._start_replay()
+            return
         cfg = InjectorConfig.from_workload(
             self.ctx.spec.workload,
             bootstrap=self.kafka,
             topic=self.ctx.rspec.source.topic,
             stats_path=self.ctx.injector_stats,
             journal_path=self.ctx.paths.journal,
+            shape=EventShape.from_spec(self.ctx.spec),
         )
         self.injector = self._spawn(
             "injector", [PYTHON, "-m", "arfl.workload.injector", *cfg.argv()]
@@ -189,6 +196,25 @@ class Deployment:
         self.t0 = time.time()
         workload = self.ctx.spec.workload
         self.ctx.journal.write("workload-started", rate=workload.rate, duration_s=workload.duration)
+        self.write_state()
+
+    def _start_replay(self) -> None:
+        """:meth:`start_load` for ``[source.replay]``: the replayer, capped by the duration."""
+        replay = self.ctx.spec.source.replay
+        assert replay is not None
+        cfg = ReplayConfig.from_replay(
+            replay,
+            self.ctx.spec.workload.duration,
+            bootstrap=self.kafka,
+            topic=self.ctx.rspec.source.topic,
+            stats_path=self.ctx.injector_stats,
+            journal_path=self.ctx.paths.journal,
+        )
+        self.injector = self._spawn("replayer", cfg.command(PYTHON))
+        self.t0 = time.time()
+        self.ctx.journal.write(
+            "workload-started", replay=replay.topic, duration_s=self.ctx.spec.workload.duration
+        )
         self.write_state()
 
     def start_chaos(self) -> None:
@@ -212,6 +238,7 @@ class Deployment:
             write_state=self.write_state,
             active_faults=self.active_faults,
             started_at=self.t0 or self.started_at,
+            zookeeper=self.net.info.zookeeper if self.net.info is not None else None,
         ).run(on_tick)
         self.drained = True
 

@@ -31,6 +31,8 @@ from arfl.orchestrate.rejoin import RejoinTracker
 from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.processes import ManagedProcess
+from arfl.registry import MODES
+from arfl.run.names import leader_path
 from arfl.run.progress import LATE_DROP_EVENT, from_journal, late_drops, reached
 from arfl.run.rundir import Journal, RunPaths, read_jsonl
 from arfl.run.streams import (
@@ -130,6 +132,58 @@ class LateDropWatch:
         return written
 
 
+LEADER_ELECTED_EVENT = "leader-elected"
+
+
+class LeaderWatch:
+    """Journals ``leader-elected`` (``replica``, ``previous``) whenever the first contender of
+    the run's election changes (active-leader), read from ZooKeeper once per tick.
+
+    Args:
+        journal: where the events go.
+        zookeeper: ZooKeeper ``host:port``.
+        path: the run's election path (:func:`arfl.run.names.leader_path`).
+    """
+
+    def __init__(self, journal: Journal, zookeeper: str, path: str) -> None:
+        from kazoo.client import KazooClient
+
+        self.journal = journal
+        self.path = path
+        self.leader: int | None = None
+        self.errors = 0
+        self._zk = KazooClient(hosts=zookeeper, timeout=5.0)
+        try:
+            self._zk.start(timeout=5.0)
+        except Exception as e:
+            self._zk.close()
+            raise DeployError(
+                f"zookeeper at {zookeeper} not reachable: {e}; run 'arfl stack up'"
+            ) from None
+
+    def poll(self) -> int | None:
+        """The current leader (journaled when it changed); None while nobody leads."""
+        from kazoo.recipe.election import Election
+
+        try:
+            contenders = Election(self._zk, self.path).contenders()
+        except Exception:  # a ZooKeeper hiccup: try again on the next tick
+            self.errors += 1
+            return self.leader
+        leader = next((int(c) for c in map(str, contenders) if c.isdigit()), None)
+        if leader is not None and leader != self.leader:
+            self.journal.write(LEADER_ELECTED_EVENT, replica=leader, previous=self.leader)
+            self.leader = leader
+        return leader
+
+    def close(self) -> None:
+        """Close the ZooKeeper session."""
+        try:
+            self._zk.stop()
+        finally:
+            self._zk.close()
+
+
 class Watcher:
     """Watches one deployment; :meth:`run` returns when its output has drained."""
 
@@ -145,6 +199,7 @@ class Watcher:
         write_state: Callable[[], None],
         active_faults: Callable[[], list[str]],
         started_at: float,
+        zookeeper: str | None = None,
     ) -> None:
         self.ctx = ctx
         self.kafka = kafka
@@ -155,6 +210,7 @@ class Watcher:
         self.write_state = write_state
         self.active_faults = active_faults
         self.started_at = started_at
+        self.zookeeper = zookeeper
         self.drain_s = (
             ctx.options.drain_s if ctx.options.drain_s is not None else drain_seconds(ctx.spec)
         )
@@ -177,17 +233,27 @@ class Watcher:
         """
         rejoins = RejoinTracker(self.ctx.journal, self.source_end_offsets, self.last_progress)
         drops = LateDropWatch(self.ctx.journal, self.ctx.paths, self.ctx.spec.replication.replicas)
+        leader: LeaderWatch | None = None
+        if self.zookeeper and MODES.info(self.ctx.spec.replication.mode).leader:
+            path = leader_path(self.ctx.spec.name, self.ctx.run_id)
+            try:
+                leader = LeaderWatch(self.ctx.journal, self.zookeeper, path)
+            except DeployError as e:  # the replicas may still reach it: watch without it
+                self.ctx.journal.write("warning", message=f"no leader-elected events: {e}")
         try:
-            self._loop(on_tick, rejoins, drops)
+            self._loop(on_tick, rejoins, drops, leader)
         finally:
             rejoins.finish()
             drops.poll()
+            if leader is not None:
+                leader.close()
 
     def _loop(
         self,
         on_tick: Callable[[Tick], None] | None,
         rejoins: RejoinTracker,
         drops: LateDropWatch,
+        leader: LeaderWatch | None = None,
     ) -> None:
         monitor = MonitorTail(self.ctx.paths.monitor)
         inj = InjectorStatsTail(self.ctx.injector_stats)
@@ -205,6 +271,8 @@ class Watcher:
             states = self.runner.states()
             rejoins.observe(time.time(), {i: st.restarts for i, st in states.items()})
             drops.poll()
+            if leader is not None:
+                leader.poll()
             self.resources.sample(states)
             if time.monotonic() - last_state_write > 2.0:
                 self.write_state()
