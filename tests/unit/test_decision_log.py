@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arfl.errors import DeployError
-from arfl.replica.modes.leader import Decision, DecisionBook, LeaderPolicy
+from arfl.replica.modes.leader import Decider, Decision, DecisionBook, LeaderPolicy
 from arfl.replica.source import BatchOffset, SourceOptions
 from arfl.replica.source.offsets import NO_BATCH
 from arfl.run.names import decision_topic, leader_path
@@ -86,8 +86,17 @@ def policy(
     )
     dlog = FakeDecisionLog(topic)
     inp = FakeInput(hw)
-    pol = LeaderPolicy(opts, inp, decisions=dlog, election=FakeElection(leader, epoch=replica))  # type: ignore[arg-type]
+    election = FakeElection(leader, epoch=replica)
+    # The decider gets its own log client in production; one fake shared here (no thread).
+    dec = Decider(opts, inp, dlog, election, dict.fromkeys(hw, 0))  # type: ignore[arg-type]
+    pol = LeaderPolicy(opts, inp, decisions=dlog, election=election, decider=dec)  # type: ignore[arg-type]
     return pol, dlog, inp
+
+
+def decide(pol: LeaderPolicy) -> Decision | None:
+    """What the leader's decider thread does once per batch interval."""
+    assert pol.decider is not None
+    return pol.decider.decide_once() if pol.election.is_leader else None
 
 
 START = BatchOffset(NO_BATCH, {0: 0, 1: 0})
@@ -116,22 +125,42 @@ def test_leader_decides_and_follower_applies_the_same_end() -> None:
     lead, _, inp = policy(topic, {0: 5, 1: 3}, leader=True, replica=0)
     follow, _, _ = policy(topic, {0: 999, 1: 999}, leader=False, replica=1)
     assert follow.next_end(START, None) == START  # nothing decided yet: no batch
+    assert lead.next_end(START, None) == START  # the leader's query does not decide either
+    decide(lead)
     e0 = lead.next_end(START, None)
     assert e0 == BatchOffset(0, {0: 5, 1: 3})
     assert follow.next_end(START, None) == e0
-    inp.hw = {0: 5, 1: 3}
-    assert lead.next_end(e0, None) == e0  # nothing new: no empty decision
+    assert decide(lead) is None  # nothing new: no empty decision
     assert len(topic) == 1
     inp.hw = {0: 8, 1: 3}
+    decide(lead)
     e1 = lead.next_end(e0, None)
     assert e1 == BatchOffset(1, {0: 8, 1: 3})
     assert follow.next_end(e0, None) == e1
     assert [d.k for d in topic] == [0, 1]
 
 
+def test_the_leader_decides_while_its_own_query_stalls() -> None:
+    # The leader's Spark is stuck in batch 0 (its executor was killed): decisions go on, on the
+    # leader's clock, and a follower runs batches 0, 1, 2 meanwhile. Until issue 13 the leader
+    # proposed batch k inside its own latestOffset for k, so the follower waited.
+    topic: list[Decision] = []
+    lead, _, inp = policy(topic, {0: 5, 1: 3}, leader=True, replica=0)
+    follow, _, _ = policy(topic, {0: 0, 1: 0}, leader=False, replica=1)
+    pos = START
+    for hw in ({0: 5, 1: 3}, {0: 9, 1: 4}, {0: 12, 1: 10}):
+        inp.hw = hw
+        decide(lead)
+        end = follow.next_end(pos, None)
+        assert end == BatchOffset(pos.batch + 1, hw)
+        pos = end
+    assert lead.proposed == 3
+
+
 def test_leader_caps_a_batch() -> None:
     topic: list[Decision] = []
     lead, _, _ = policy(topic, {0: 100, 1: 100}, leader=True, cap=10)
+    decide(lead)
     assert lead.next_end(START, None) == BatchOffset(0, {0: 5, 1: 5})
 
 
@@ -143,6 +172,8 @@ def test_two_leaders_overlapping_everyone_applies_the_first_entry() -> None:
     follower, _, _ = policy(topic, {0: 0, 1: 0}, leader=False, replica=2)
     # The new leader does not see the old one's entry before appending its own for k=0.
     new_log.stale_until_append = True
+    decide(old)
+    decide(new)
     e_old = old.next_end(START, None)
     e_new = new.next_end(START, None)
     assert len(topic) == 2 and topic[0].end != topic[1].end  # both proposed k=0
@@ -153,12 +184,16 @@ def test_two_leaders_overlapping_everyone_applies_the_first_entry() -> None:
 def test_a_new_leader_reads_the_log_before_proposing() -> None:
     topic: list[Decision] = []
     old, _, _ = policy(topic, {0: 4, 1: 4}, leader=True, replica=0)
+    decide(old)
     e0 = old.next_end(START, None)
     new, new_log, _ = policy(topic, {0: 50, 1: 50}, leader=True, replica=1)
-    # The new leader's replica is behind (at START): it must apply k=0 as decided, not re-decide.
+    # The new leader continues the log from k=0's end; its replica, behind at START, applies
+    # k=0 as decided.
+    d1 = decide(new)
+    assert d1 is not None and (d1.k, dict(d1.start)) == (1, dict(e0.offsets))
     assert new.next_end(START, None) == e0
-    assert len(topic) == 1
-    assert new_log.book.max_k == 0
+    assert [d.k for d in topic] == [0, 1]
+    assert new_log.book.max_k == 1
 
 
 def test_a_decision_that_starts_elsewhere_is_an_error() -> None:

@@ -166,3 +166,74 @@ def test_catch_up_ends_at_the_newest_final_boundary_which_is_still_an_agreed_cut
 
 
 START = BatchOffset(NO_BATCH, {0: 0, 1: 0})
+
+
+def test_the_default_runs_identical_batches_also_for_a_replica_that_fell_behind() -> None:
+    # The old default (max_epochs 0) let a replica that triggered late merge every final
+    # epoch into one batch: its batches (hence watermarks and late drops) differed from a
+    # replica that kept up. The default now groups epochs on aligned boundaries only.
+    full = {0: [1000 + 7 * i for i in range(120)], 1: [1003 + 11 * i for i in range(80)]}
+    eager_log = FakeLog({p: [] for p in full})
+    eager = EpochCuts(
+        eager_log, IV, group=3,
+        clock=lambda: max(max(r, default=0) for r in eager_log.parts.values()),
+    )  # fmt: skip
+    eager_batches: list[BatchOffset] = []
+    pos = start_of(eager_log)
+    for t, p in sorted((t, p) for p, ts in full.items() for t in ts):
+        eager_log.append(p, t)
+        end = eager.next_end(pos)
+        if end != pos:
+            eager_batches.append(end)
+            pos = end
+    behind = run_all(EpochCuts(FakeLog(dict(full)), IV, group=3, clock=lambda: 2000), START)
+    assert len(eager_batches) >= 2
+    assert behind[: len(eager_batches)] == eager_batches
+    # Every batch ends on an aligned boundary (j multiple of G) and holds at most G epochs.
+    assert all(b.batch % 3 == 0 for b in behind)
+    assert [b.batch for b in behind] == [12, 15, 18]  # 2100 is not final (no record after it)
+    old_default = run_all(
+        EpochCuts(FakeLog(dict(full)), IV, max_epochs=0, clock=lambda: 2000), START
+    )
+    assert len(old_default) == 1 and old_default != behind[:1]
+
+
+def test_aligned_groups_skip_empty_groups_and_wait_for_finality() -> None:
+    year = 365 * 24 * 3600 * 1000
+    later = [1000 + year, 1700 + year]
+    log = FakeLog({0: [1005, 1210, *later], 1: [1003, 1390, *later]})
+    cuts = EpochCuts(log, IV, group=5, clock=lambda: 2000 + year)
+    batches = run_all(cuts, start_of(log))
+    # Group boundaries at 1000, 1500, ...: the first batch ends at 1500 (both partitions past
+    # it), the next at the first non-empty group after a year of empty ones (its boundary at
+    # 1500 + year, the first aligned one past the record at 1000 + year).
+    assert [b.batch for b in batches] == [15, (1500 + year) // IV]
+    assert batches[1].offsets == {0: 3, 1: 3}
+    assert log.requests <= 2 * 40
+    # Not final yet: a boundary in partition 1's future.
+    young = FakeLog({0: [1005, 1600], 1: [1003]})
+    assert EpochCuts(young, IV, group=5, clock=lambda: 1600).next_end(start_of(young)) == start_of(
+        young
+    )
+
+
+def test_batch_interval_must_be_a_multiple_of_the_epoch() -> None:
+    from arfl.configs.spec import parse_spec
+    from arfl.errors import SpecError
+
+    base = {"name": "x", "source": {"topic": "in"}, "sink": {"topic": "out"}}
+    ok = parse_spec({**base, "replication": {"mode": "active-leaderless", "replicas": 2,
+                                               "batch_interval": "2s"}})  # fmt: skip
+    assert ok.replication.batch_interval == 2.0
+    with pytest.raises(SpecError) as e:
+        parse_spec({**base, "replication": {"mode": "active-leaderless", "replicas": 2,
+                                              "heartbeat_interval": "300ms",
+                                              "batch_interval": "1s"}})  # fmt: skip
+    assert "whole multiple of heartbeat_interval (300ms)" in str(e.value.problems)
+    # active-leader decides one batch per interval: any positive interval.
+    leader = parse_spec({**base, "replication": {"mode": "active-leader", "replicas": 2,
+                                                   "batch_interval": "1300ms"}})  # fmt: skip
+    assert leader.replication.batch_interval == 1.3
+    with pytest.raises(SpecError) as e:
+        parse_spec({**base, "replication": {"mode": "passive", "batch_interval": "1s"}})
+    assert any("replication.batch_interval: only for mode" in p for p in e.value.problems)

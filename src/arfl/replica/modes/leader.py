@@ -1,13 +1,19 @@
 """active-leader (KaZoo on Spark): a ZooKeeper-elected leader decides, a Kafka log decides order.
 
-The leader (kazoo ``Election`` under ``/arfl/<pipeline>/leader``, identifier = replica index)
-decides where batch ``k`` ends — the input's high watermarks, capped at
-``max_records_per_batch`` — and appends ``{"k", "epoch", "leader", "start", "end"}`` to a
-one-partition decision topic with an idempotent, ``acks=all`` producer. Every replica, the
-leader included, consumes that log and applies the **first** entry for each ``k``
-(:class:`DecisionBook`). Consistency comes from the single log, not from a single leader: a
-deposed leader that still appends a decision for ``k`` is harmless, because everyone ignores
-every entry for ``k`` after the first. A new leader reads the log to its end before proposing.
+The leader (kazoo ``Election`` at the run's election path, identifier = replica index) decides
+where batch ``k`` ends — the input's high watermarks, capped at ``max_records_per_batch`` — and
+appends ``{"k", "epoch", "leader", "start", "end"}`` to a one-partition decision topic with an
+idempotent, ``acks=all`` producer. Every replica, the leader included, consumes that log and
+applies the **first** entry for each ``k`` (:class:`DecisionBook`). Consistency comes from the
+single log, not from a single leader: a deposed leader that still appends a decision for ``k``
+is harmless, because everyone ignores every entry for ``k`` after the first. A new leader reads
+the log to its end before proposing.
+
+The leader decides on **its own clock**, apart from its Spark query: a :class:`Decider` thread
+appends one decision per ``batch_interval`` (aligned to wall-clock multiples of it). Its own
+query applies the decisions like any follower's, so a leader whose Spark is slow (an executor
+lost, CPU throttled) no longer paces the followers; until issue 13 the leader proposed inside
+its own ``latestOffset``, and every follower waited for its batches.
 """
 
 from __future__ import annotations
@@ -29,8 +35,12 @@ from arfl.replica.modes.base import ModeBase, ReplicaContext, arfl_source_option
 from arfl.replica.source import read_stream
 from arfl.replica.source.kafka import REQUEST_TIMEOUT_S, PartitionLog, retry
 from arfl.replica.source.offsets import BatchOffset
-from arfl.replica.source.options import DEFAULT_SESSION_TIMEOUT_S, SourceOptions
-from arfl.replica.source.policy import cap_ends
+from arfl.replica.source.options import (
+    DEFAULT_BATCH_INTERVAL_S,
+    DEFAULT_SESSION_TIMEOUT_S,
+    SourceOptions,
+)
+from arfl.replica.source.policy import cap_ends, initial_offsets
 from arfl.run.names import decision_topic, leader_path
 
 if TYPE_CHECKING:
@@ -122,10 +132,13 @@ class DecisionLog:
         bootstrap: Kafka ``host:port``.
         topic: the decision topic (created with one partition if missing).
         replica: this replica's index (client ids).
+        role: told apart in client ids (the decider's own client: ``decider``).
     """
 
-    def __init__(self, bootstrap: str, topic: str, replica: int = 0) -> None:
+    def __init__(self, bootstrap: str, topic: str, replica: int = 0, role: str = "") -> None:
         from confluent_kafka import Consumer, Producer, TopicPartition
+
+        client = f"arfl-decisions-r{replica}" + (f"-{role}" if role else "")
 
         self.bootstrap = bootstrap
         self.topic = topic
@@ -135,7 +148,7 @@ class DecisionLog:
         self._producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
-                "client.id": f"arfl-decisions-r{replica}",
+                "client.id": client,
                 "acks": "all",
                 "enable.idempotence": True,
                 "linger.ms": 0,
@@ -144,8 +157,8 @@ class DecisionLog:
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": f"arfl-decisions-r{replica}",
-                "client.id": f"arfl-decisions-r{replica}",
+                "group.id": client,
+                "client.id": client,
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
                 "fetch.wait.max.ms": 5,
@@ -384,6 +397,91 @@ class LeaderElection:
             self._zk.close()
 
 
+class Decider:
+    """The leader's decisions, made on its own clock (a thread), apart from its Spark query.
+
+    While this replica holds the election, every ``interval_s`` (aligned to wall-clock
+    multiples) it reads the decision log to its end and appends the next decision: batch
+    ``k = last decided + 1`` from the last decision's end (or the run's initial offsets) to the
+    input's high watermarks, capped at ``max_records_per_batch``; nothing when no input arrived.
+
+    Args:
+        opts: source options (replica, cap, ``batch_interval_s``).
+        log: the input topic.
+        decisions: its own decision log client (a Kafka consumer is not shared between
+            threads).
+        election: the replica's candidacy.
+        initial: partition -> the first batch's start (every replica's initial offset).
+    """
+
+    def __init__(
+        self,
+        opts: SourceOptions,
+        log: PartitionLog,
+        decisions: DecisionLog,
+        election: LeaderElection,
+        initial: Mapping[int, int],
+    ) -> None:
+        self._opts = opts
+        self._input = log
+        self.decisions = decisions
+        self.election = election
+        self.initial = dict(initial)
+        self.interval_s = max(0.01, opts.batch_interval_s)
+        self.proposed = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Decider:
+        """Decide in a daemon thread; returns self."""
+        self._thread = threading.Thread(
+            target=self._run, name=f"arfl-decider-r{self._opts.replica}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while True:
+                now = time.time()
+                wake = (int(now / self.interval_s) + 1) * self.interval_s
+                if self._stop.wait(max(0.0, wake - now)):
+                    return
+                if not self.election.is_leader:
+                    continue
+                try:
+                    self.decide_once()
+                except Exception as e:  # keep deciding: a broker hiccup must not stop it
+                    self.errors += 1
+                    log.warning("decision failed: %s", e)
+        finally:
+            # Closed by the thread that uses it: never under a decision in progress.
+            self.decisions.close()
+
+    def decide_once(self) -> Decision | None:
+        """Append the next decision if input arrived since the last one; returns it (the one
+        that holds for its ``k``: another leader's, if that one came first)."""
+        self.decisions.catch_up()
+        k = self.decisions.book.max_k + 1
+        prev = self.decisions.book.get(k - 1) if k > 0 else None
+        start = dict(prev.end) if prev is not None else dict(self.initial)
+        end = cap_ends(start, self._input.high_watermarks(), self._opts.max_records_per_batch)
+        if end == start:
+            return None  # nothing new: no decision, no batch
+        self.decisions.append(Decision(k, self.election.epoch, self._opts.replica, start, end))
+        self.proposed += 1
+        return self.decisions.wait_for(k, DECISION_WAIT_S)
+
+    def close(self) -> None:
+        """Stop the thread (it closes its decision log client on its way out)."""
+        self._stop.set()
+        if self._thread is None:
+            self.decisions.close()
+        elif self._thread is not threading.current_thread():
+            self._thread.join(timeout=DECISION_WAIT_S)
+
+
 class LeaderPolicy:
     """``active-leader``: the next batch is the first decision for it in the log.
 
@@ -392,6 +490,8 @@ class LeaderPolicy:
         log: the input topic.
         decisions: the decision log (default: a :class:`DecisionLog` on ``decision_topic``).
         election: the candidacy (default: a :class:`LeaderElection` in ``zookeeper``).
+        decider: the leader's decisions (default: a :class:`Decider` thread with its own
+            decision log client; tests pass one and call ``decide_once``).
     """
 
     def __init__(
@@ -400,18 +500,28 @@ class LeaderPolicy:
         log: PartitionLog,
         decisions: DecisionLog | None = None,
         election: LeaderElection | None = None,
+        decider: Decider | None = None,
     ) -> None:
         self._input = log
         self._opts = opts
         self.decisions = decisions or DecisionLog(opts.bootstrap, opts.decision_topic, opts.replica)
+        self.decider: Decider | None = None
         try:
             self.election = election or LeaderElection(
                 opts.zookeeper, opts.election_path, opts.replica, opts.session_timeout_s
             )
+            if decider is None:
+                own = DecisionLog(opts.bootstrap, opts.decision_topic, opts.replica, "decider")
+                try:
+                    decider = Decider(opts, log, own, self.election, initial_offsets(opts, log))
+                except BaseException:
+                    own.close()
+                    raise
+                decider.start()
+            self.decider = decider
         except BaseException:
-            self.decisions.close()
+            self.close()
             raise
-        self.proposed = 0
 
     def next_end(self, start: BatchOffset, max_records: int | None) -> BatchOffset:
         """The decided end of batch ``start.batch + 1``; ``start`` while none is decided.
@@ -424,8 +534,6 @@ class LeaderPolicy:
         k = start.batch + 1
         self.decisions.poll(0)
         d = self.decisions.book.get(k)
-        if d is None and self.election.is_leader:
-            d = self._propose(k, start)
         if d is None:
             d = self.decisions.wait_for(k, self._opts.follower_wait_s)
         if d is None:
@@ -438,29 +546,23 @@ class LeaderPolicy:
             )
         return BatchOffset(k, d.end)
 
-    def _propose(self, k: int, start: BatchOffset) -> Decision | None:
-        # A new leader first reads the whole log: k may have been decided by its predecessor.
-        self.decisions.catch_up()
-        d = self.decisions.book.get(k)
-        if d is not None:
-            return d
-        end = cap_ends(
-            dict(start.offsets), self._input.high_watermarks(), self._opts.max_records_per_batch
-        )
-        if end == dict(start.offsets):
-            return None  # nothing new: no decision, no batch
-        self.decisions.append(
-            Decision(k, self.election.epoch, self._opts.replica, dict(start.offsets), end)
-        )
-        self.proposed += 1
-        return self.decisions.wait_for(k, DECISION_WAIT_S)
+    @property
+    def proposed(self) -> int:
+        """Decisions this replica's decider appended."""
+        return 0 if self.decider is None else self.decider.proposed
 
     def close(self) -> None:
-        """Leave the election and close the decision log."""
+        """Stop the decider, leave the election and close the decision log."""
         try:
-            self.election.close()
+            if self.decider is not None:
+                self.decider.close()
         finally:
-            self.decisions.close()
+            try:
+                election = getattr(self, "election", None)
+                if election is not None:
+                    election.close()
+            finally:
+                self.decisions.close()
 
 
 def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
@@ -488,6 +590,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         session_timeout_s=spec.replication.session_timeout or DEFAULT_SESSION_TIMEOUT_S,
         decision_topic=decision_topic(spec.name, run_id),
         election_path=leader_path(spec.name, run_id),
+        batch_interval_s=spec.replication.batch_interval or DEFAULT_BATCH_INTERVAL_S,
     )
 
 
@@ -497,7 +600,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         "R replicas applying a ZooKeeper-elected leader's batch decisions from a Kafka log",
         min_replicas=2,
         max_replicas=None,
-        options=frozenset({"session_timeout"}),
+        options=frozenset({"session_timeout", "batch_interval"}),
         active=True,
         leader=True,
         order=3,

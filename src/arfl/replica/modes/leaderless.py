@@ -9,16 +9,20 @@ some record with timestamp ``>= T_j`` exists in every partition. Each replica's
 :class:`HeartbeatTicker` writes a marker into partitions that got no record since the boundary,
 so idle partitions finalise every boundary within about one grace period.
 
-Batches: the batch after a cut at ``T_e`` starts with the *smallest* ``j > e`` whose cut differs
-from the start and is final (empty epochs are skipped by a binary search over the time index,
-not one probe per epoch). With ``max_epochs_per_batch = 1`` (strict) the batch ends there:
-every replica runs exactly the same sequence of batches, whatever its trigger timing, so
-watermarks, late-data drops and window emission agree too — but a replica whose batches take
-longer than an epoch falls further and further behind. With ``0`` (the default) the batch ends
-at the newest final boundary (at most ``max_epochs_per_batch`` epochs when > 1): every batch
-boundary is still an epoch cut that all replicas agree on, and a replica that fell behind
-(restart, GC pause, slow batch) catches up by merging epochs; replicas that keep up still run
-one epoch per batch.
+Batches end only at **aligned** boundaries: ``j`` a multiple of ``G`` = ``batch_interval /
+heartbeat_interval`` (``batch_epochs``). The batch after a cut at ``T_e`` ends at the *smallest*
+aligned ``j > e`` whose cut differs from the start and is final (empty groups are skipped by a
+binary search over the time index, not one probe per group). Every replica therefore runs
+exactly the same sequence of batches, whatever its trigger timing or lag — a replica that fell
+behind (restart, GC pause, slow batch) runs the same batches, only faster — so watermarks,
+late-data drops and window emission agree too. The price: a replica whose batches take longer
+than ``batch_interval`` falls further and further behind, so ``batch_interval`` must exceed the
+batch time (``replication.batch_interval``, default :data:`DEFAULT_BATCH_INTERVAL_S`).
+
+``max_epochs_per_batch = 0`` (opt-in, not deterministic) ends a batch at the *newest* final
+aligned boundary instead: every boundary is still an agreed cut, but which cuts a replica uses
+depends on when it triggers, so replicas group epochs differently and their watermarks and late
+drops may differ (``n`` > 1: at most ``n`` groups).
 """
 
 from __future__ import annotations
@@ -39,7 +43,11 @@ from arfl.replica.source import read_stream
 from arfl.replica.source.kafka import PartitionLog, TopicLog
 from arfl.replica.source.markers import heartbeat
 from arfl.replica.source.offsets import BatchOffset
-from arfl.replica.source.options import DEFAULT_HEARTBEAT_INTERVAL_S, SourceOptions
+from arfl.replica.source.options import (
+    DEFAULT_BATCH_INTERVAL_S,
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    SourceOptions,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,6 +61,11 @@ Clock = Callable[[], int]
 def now_ms() -> int:
     """Wall-clock time in epoch milliseconds."""
     return time.time_ns() // 1_000_000
+
+
+def batch_epochs(batch_interval_s: float, heartbeat_interval_s: float) -> int:
+    """``G``: epochs per (aligned) batch, at least 1."""
+    return max(1, round(batch_interval_s / heartbeat_interval_s))
 
 
 def epoch_of(ts_ms: int, interval_ms: int) -> int:
@@ -82,20 +95,31 @@ class EpochCuts:
         log: the input topic.
         interval_ms: epoch length.
         clock: epoch-ms clock (bounds the search; boundaries in the future are never final).
-        max_epochs: epochs per batch at most; 1 = strict (identical batches everywhere),
-            0 = up to the newest final boundary (catch up).
+        max_epochs: aligned groups per batch at most; 1 = one group (identical batches
+            everywhere, the default), 0 = up to the newest final aligned boundary (catch up;
+            not deterministic).
+        group: ``G``, epochs per group: batches end only at boundaries ``j`` with
+            ``j % G == 0``.
     """
 
     def __init__(
-        self, log: PartitionLog, interval_ms: int, clock: Clock = now_ms, max_epochs: int = 0
+        self,
+        log: PartitionLog,
+        interval_ms: int,
+        clock: Clock = now_ms,
+        max_epochs: int = 1,
+        group: int = 1,
     ) -> None:
         if interval_ms <= 0:
             raise ValueError(f"epoch interval must be positive, got {interval_ms} ms")
         if max_epochs < 0:
             raise ValueError(f"max_epochs_per_batch must be >= 0, got {max_epochs}")
+        if group < 1:
+            raise ValueError(f"batch_epochs must be >= 1, got {group}")
         self._log = log
         self.interval_ms = interval_ms
         self.max_epochs = max_epochs
+        self.group = group
         self._clock = clock
         self.probes = 0
         # (start, j): every boundary < j is final and its cut equals start (nothing to read).
@@ -123,26 +147,30 @@ class EpochCuts:
     def next_end(self, start: BatchOffset) -> BatchOffset:
         """The end of the batch starting at ``start``: the first final, non-empty cut after it.
 
-        Returns ``start`` itself (no batch) while that cut is not final yet.
+        Returns ``start`` itself (no batch) while that cut is not final yet. The search runs
+        over group indices ``m`` (boundary ``j = m * G``).
         """
-        lo = max(start.batch + 1, 0)
+        g = self.group
+        # The first aligned boundary after the start (a start off the grid, e.g. a user-given
+        # one, ends at the next aligned boundary).
+        lo = max(start.batch // g + 1, 0)
         if self._known_empty is not None and self._known_empty[0] == start:
             lo = max(lo, self._known_empty[1])
-        hi = epoch_of(self._clock(), self.interval_ms)
+        hi = epoch_of(self._clock(), self.interval_ms) // g
         if lo > hi:
             return start
-        first = self.probe(lo, start)
+        first = self.probe(lo * g, start)
         if not first.final:
             return start
         if first.cut != dict(start.offsets):
             return self._extend(first, start, hi)
-        # Boundary lo is final and empty: find the smallest j in (lo, hi] that is non-empty or
-        # not final. Both properties only ever switch on as j grows, so bisect.
+        # Boundary lo is final and empty: find the smallest m in (lo, hi] that is non-empty or
+        # not final. Both properties only ever switch on as m grows, so bisect.
         best: Probe | None = None
         left, right = lo + 1, hi
         while left <= right:
             mid = (left + right) // 2
-            pr = self.probe(mid, start)
+            pr = self.probe(mid * g, start)
             if pr.cut != dict(start.offsets) or not pr.final:
                 best = pr
                 right = mid - 1
@@ -151,21 +179,24 @@ class EpochCuts:
         if best is None:
             self._known_empty = (start, hi + 1)
             return start
-        self._known_empty = (start, best.epoch)
+        self._known_empty = (start, best.epoch // g)
         if best.final:
             return self._extend(best, start, hi)
         return start
 
     def _extend(self, first: Probe, start: BatchOffset, hi: int) -> BatchOffset:
-        """End at ``first``, or (catch-up) at the newest final boundary within the cap."""
-        upper = hi if self.max_epochs == 0 else min(hi, first.epoch + self.max_epochs - 1)
+        """End at ``first``, or (catch-up) at the newest final aligned boundary within the cap
+        (``hi`` and the search are group indices)."""
+        g = self.group
+        first_m = first.epoch // g
+        upper = hi if self.max_epochs == 0 else min(hi, first_m + self.max_epochs - 1)
         best = first
-        left, right = first.epoch + 1, upper
+        left, right = first_m + 1, upper
         while left <= right:
-            # Finality only switches off as j grows: bisect for the last final boundary,
+            # Finality only switches off as m grows: bisect for the last final boundary,
             # trying the top first (the common case when catching up is "all of it").
             mid = right if best is first and right == upper else (left + right) // 2
-            pr = self.probe(mid, start)
+            pr = self.probe(mid * g, start)
             if pr.final:
                 best = pr
                 left = mid + 1
@@ -309,6 +340,7 @@ class LeaderlessPolicy:
             max(1, round(opts.heartbeat_interval_s * 1000)),
             clock,
             max_epochs=opts.max_epochs_per_batch,
+            group=opts.batch_epochs,
         )
         self.ticker: HeartbeatTicker | None = None
         if opts.heartbeat:
@@ -335,11 +367,20 @@ class LeaderlessPolicy:
 def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
     """The reader options of one active-leaderless replica.
 
-    ``replication.heartbeat_interval`` (default 0.5 s) is the epoch length; mode options
-    ``source.<option>`` (e.g. ``source.heartbeat_skip_active = "false"``) override the rest.
+    ``replication.heartbeat_interval`` (default 0.5 s) is the epoch length,
+    ``replication.batch_interval`` (default :data:`DEFAULT_BATCH_INTERVAL_S`) the length of a
+    batch's aligned group of epochs; mode options ``source.<option>`` (e.g.
+    ``source.heartbeat_skip_active = "false"``) override the rest.
     """
     interval = spec.replication.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
-    return arfl_source_options(spec, ctx, "active-leaderless", heartbeat_interval_s=interval)
+    batch = spec.replication.batch_interval or max(DEFAULT_BATCH_INTERVAL_S, interval)
+    return arfl_source_options(
+        spec,
+        ctx,
+        "active-leaderless",
+        heartbeat_interval_s=interval,
+        batch_epochs=batch_epochs(batch, interval),
+    )
 
 
 @MODES.register(
@@ -348,7 +389,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         "R replicas, batches cut at heartbeat epochs found in the input log; no coordination",
         min_replicas=2,
         max_replicas=None,
-        options=frozenset({"heartbeat_interval"}),
+        options=frozenset({"heartbeat_interval", "batch_interval"}),
         active=True,
         order=4,
     ),

@@ -21,9 +21,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from arfl.replica.source.fetch import Range, read_batches
 from arfl.replica.source.kafka import TopicLog
-from arfl.replica.source.offsets import NO_BATCH, BatchOffset, parse_partition_offsets
+from arfl.replica.source.offsets import NO_BATCH, BatchOffset
 from arfl.replica.source.options import SourceOptions
-from arfl.replica.source.policy import BoundaryPolicy, build_policy
+from arfl.replica.source.policy import BoundaryPolicy, build_policy, initial_offsets
 from arfl.run.names import SOURCE_NAME
 
 SCHEMA = "key string, value string, topic string, partition int, offset long, timestamp long"
@@ -75,11 +75,7 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict[str, Any]:
         """The topic's beginning, or ``starting_offsets`` (partitions not named: beginning)."""
-        begin = self._plan()[0].low_watermarks()
-        if self.opts.starting_offsets.strip().lower() != "earliest":
-            given = parse_partition_offsets(self.opts.starting_offsets)
-            begin = {p: given.get(p, lo) for p, lo in begin.items()}
-        return BatchOffset(NO_BATCH, begin).to_dict()
+        return BatchOffset(NO_BATCH, initial_offsets(self.opts, self._plan()[0])).to_dict()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Ask the policy where the batch starting at ``start`` ends."""

@@ -10,11 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
+from arfl.configs.spec import DEFAULT_BATCH_INTERVAL_S, DEFAULT_HEARTBEAT_INTERVAL_S
 from arfl.errors import DeployError
 from arfl.registry import MODES
 from arfl.run.names import SOURCE_NAME
 
-DEFAULT_HEARTBEAT_INTERVAL_S = 0.5
+__all__ = [
+    "DEFAULT_BATCH_INTERVAL_S",
+    "DEFAULT_HEARTBEAT_INTERVAL_S",
+    "DEFAULT_SESSION_TIMEOUT_S",
+    "SourceOptions",
+    "passthrough",
+]
+
 DEFAULT_SESSION_TIMEOUT_S = 2.0
 
 
@@ -32,9 +40,12 @@ class SourceOptions:
         starting_offsets: ``earliest`` or JSON ``{"partition": offset}``.
         max_records_per_batch: cap on log positions per batch (leader decisions, mode none).
         heartbeat_interval_s: epoch length (active-leaderless).
-        max_epochs_per_batch: active-leaderless: 1 = strict, one epoch per batch (identical
-            batches on every replica); 0 = up to the newest final epoch (catches up after a
-            stall; boundaries still agreed epoch cuts); n = at most n epochs.
+        max_epochs_per_batch: active-leaderless: 1 = one aligned group of epochs per batch
+            (identical batches on every replica, the default); 0 = up to the newest final
+            aligned boundary (catches up after a stall; boundaries still agreed epoch cuts, but
+            replicas group them differently); n = at most n groups.
+        batch_epochs: active-leaderless: ``G``, epochs per aligned group (batches end only at
+            epoch boundaries ``j`` with ``j % G == 0``).
         heartbeat: run this replica's heartbeat ticker (active-leaderless).
         heartbeat_skip_active: write heartbeats only into partitions that got no record since
             the epoch boundary (the time-index optimisation).
@@ -45,6 +56,8 @@ class SourceOptions:
         decision_topic: the one-partition decision log (active-leader); must be unique per run.
         election_path: the run's ZooKeeper election path (active-leader,
             :func:`arfl.run.names.leader_path`).
+        batch_interval_s: active-leader: the leader decides one batch per interval (on its
+            own clock, apart from its Spark query).
         follower_wait_s: how long a follower waits for the next decision per trigger.
     """
 
@@ -56,7 +69,8 @@ class SourceOptions:
     starting_offsets: str = "earliest"
     max_records_per_batch: int = 100_000
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
-    max_epochs_per_batch: int = 0
+    max_epochs_per_batch: int = 1
+    batch_epochs: int = 1
     heartbeat: bool = True
     heartbeat_skip_active: bool = True
     heartbeat_grace_s: float = 0.01
@@ -64,6 +78,7 @@ class SourceOptions:
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
     decision_topic: str = ""
     election_path: str = ""
+    batch_interval_s: float = DEFAULT_BATCH_INTERVAL_S
     follower_wait_s: float = 0.05
 
     @classmethod

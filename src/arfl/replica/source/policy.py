@@ -46,6 +46,19 @@ def build_policy(opts: SourceOptions, log: PartitionLog) -> BoundaryPolicy:
     return get_mode(opts.mode).boundary_policy(opts, log)
 
 
+def initial_offsets(opts: SourceOptions, log: PartitionLog) -> dict[int, int]:
+    """Where every replica's first batch starts: the topic's beginning, or ``starting_offsets``
+    (partitions not named: beginning). One definition for the reader's ``initialOffset`` and
+    the active-leader decider (its first decision starts there)."""
+    from arfl.replica.source.offsets import parse_partition_offsets
+
+    begin = log.low_watermarks()
+    if opts.starting_offsets.strip().lower() != "earliest":
+        given = parse_partition_offsets(opts.starting_offsets)
+        begin = {p: given.get(p, lo) for p, lo in begin.items()}
+    return begin
+
+
 def cap_ends(start: dict[int, int], available: dict[int, int], limit: int | None) -> dict[int, int]:
     """End offsets that take at most ``limit`` log positions in total, fairly per partition.
 
