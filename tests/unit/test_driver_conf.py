@@ -39,3 +39,30 @@ def test_the_spec_can_have_the_jvm_default_back() -> None:
     assert conf["spark.executor.extraJavaOptions"] == ""
     assert conf["spark.driver.extraJavaOptions"] == C1_ONLY_JIT
     assert "spark.executor.memory" not in conf
+
+
+def _spec(steps: list[dict[str, Any]], conf: dict[str, Any] | None = None, **repl: Any) -> Any:
+    raw: dict[str, Any] = {
+        "name": "c",
+        "source": {"topic": "a", "event_time": "ts"},
+        "sink": {"topic": "b"},
+        "steps": steps,
+        "spark": {"conf": conf or {}},
+    }
+    if repl:
+        raw["replication"] = repl
+    return parse_spec(raw, "c.toml")
+
+
+def test_async_progress_only_for_stateless_micro_batches_and_never_passed_to_spark() -> None:
+    from arfl.replica.driver import ASYNC_PROGRESS_KEY, async_progress, writer_options
+
+    on = {ASYNC_PROGRESS_KEY: True}
+    per_record = [{"filter": "amount > 10"}, {"select": ["user"]}]
+    window = {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}
+    assert writer_options(_spec(per_record, on)) == {"asyncProgressTrackingEnabled": "true"}
+    assert not async_progress(_spec(per_record, {ASYNC_PROGRESS_KEY: "false"}))
+    assert not async_progress(_spec([*per_record, window], on))  # stateful
+    assert not async_progress(_spec([{"transform": "m:f"}], on))  # may be stateful
+    assert not async_progress(_spec(per_record, on, trigger="realtime"))
+    assert ASYNC_PROGRESS_KEY not in _conf({"conf": on})

@@ -93,6 +93,34 @@ C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
 """JVM option of arfl's default replica JVMs (see :func:`spark_conf`)."""
 
 
+ASYNC_PROGRESS_KEY = "arfl.asyncProgressTracking"
+"""``[spark.conf]`` key read by arfl, not passed to Spark: ``true`` or ``false`` turns Spark's
+asynchronous progress tracking on or off (default: see :func:`writer_options`)."""
+ASYNC_PROGRESS_DEFAULT = False
+
+
+def async_progress(spec: Spec) -> bool:
+    """Whether the replica's query tracks progress asynchronously.
+
+    Spark allows it only for stateless micro-batch queries writing to Kafka: a spec whose steps
+    are all filters and selects (a window is stateful; a transform may be).
+    """
+    eligible = spec.replication.trigger == "micro-batch" and all(
+        s.filter is not None or s.select is not None for s in spec.steps
+    )
+    if not eligible:
+        return False
+    value = spec.spark.conf.get(ASYNC_PROGRESS_KEY, ASYNC_PROGRESS_DEFAULT)
+    return str(value).lower() == "true"
+
+
+def writer_options(spec: Spec) -> dict[str, str]:
+    """Options of the query's ``DataStreamWriter`` that do not belong to the sink."""
+    if not async_progress(spec):
+        return {}
+    return {"asyncProgressTrackingEnabled": "true"}
+
+
 def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
     """The Spark configuration of a replica: arfl's defaults, the spec's, then ``cfg.conf``."""
     conf: dict[str, str] = {
@@ -120,7 +148,11 @@ def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
     if cfg.jars:
         conf["spark.jars"] = ",".join(cfg.jars)
     conf.update(
-        {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spec.spark.conf.items()}
+        {
+            k: str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in spec.spark.conf.items()
+            if not k.startswith("arfl.")
+        }
     )
     conf.update(cfg.conf)
     return conf
@@ -239,7 +271,7 @@ def run(cfg: DriverConfig) -> int:
                 .outputMode(query.output_mode(spec))
                 .trigger(**trigger)
             )
-            for k, v in mode.sink_options(ctx).items():
+            for k, v in (mode.sink_options(ctx) | writer_options(spec)).items():
                 writer = writer.option(k, v)
         except (ArflError, PySparkException) as e:
             # The pipeline cannot be built (bad expression, transform, column): restarting

@@ -1,0 +1,378 @@
+"""Micro-batch speed (issue 13): where a batch's time goes, and what each setting buys.
+
+    .venv/bin/python bench/microbatch.py [--variants none,active-leaderless,active-leader]
+        [--duration 45s] [--warmup 20s] [--rate 1000] [--event-log] [--runs DIR] [--out F]
+
+One invocation deploys every variant, one after another, on the per-record pipeline (filter
+``amount > 10``), 2 partitions, every replica on ``local-cluster[1,1,1024]``. A variant is a
+mode (``none`` 1 replica; ``passive`` 1; ``active-leaderless`` / ``active-leader`` 2) followed by
+``+knob`` settings, e.g. ``none+c2``, ``active-leader+bi=1s``:
+
+* ``bi=<duration>``: ``replication.batch_interval`` (active modes);
+* ``hb=<duration>``: ``replication.heartbeat_interval`` (active-leaderless);
+* ``conf:<key>=<value>``: one Spark conf entry in ``[spark.conf]``;
+* a name from :data:`KNOBS` (a named set of Spark conf entries).
+
+Figures: the steady phase's p50/p99 end to end (the run's report: end of the warm-up to the end
+of the output), each replica's batch duration (``durationMs.triggerExecution``), ``addBatch``,
+``walCommit``, ``commitOffsets``, ``latestOffset`` and ``queryPlanning`` (medians over the
+batches that started after the warm-up, every replica pooled), batches per second of one
+replica, and the CPU seconds of the replicas.
+With ``--event-log`` every replica writes a Spark event log and the table adds the medians of
+its tasks after the warm-up: executor run time, deserialisation, scheduler delay (launch to
+finish minus everything the executor reports), result serialisation, and the job's wall time
+(submission to completion).
+
+Each deployment holds ``/tmp/arfl-cpu.lock`` for its duration, so other integration runs
+interleave between the runs, not during them. The machine is shared: compare variants of one
+invocation only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import Column, cpu_lock, print_table, write_rows
+
+from arfl import stack
+from arfl.configs.spec import Spec, parse_spec
+from arfl.errors import ArflError
+from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.report.build import build_report
+from arfl.report.rundata import load_run
+from arfl.run.progress import batch_timing
+from arfl.run.rundir import read_jsonl
+from arfl.units import parse_duration
+
+REPLICAS = {"none": 1, "passive": 1, "active-leaderless": 2, "active-leader": 2, "active": 2}
+PHASES = (
+    "triggerExecution",
+    "addBatch",
+    "walCommit",
+    "commitOffsets",
+    "latestOffset",
+    "queryPlanning",
+)
+KNOBS: dict[str, dict[str, str]] = {
+    # HotSpot's default tiered JIT (C1 then C2) instead of arfl's C1-only default.
+    "c2": {"spark.driver.extraJavaOptions": "", "spark.executor.extraJavaOptions": ""},
+    "c1": {
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    },
+    # Spark's asynchronous progress tracking (arfl's key, see arfl.replica.driver).
+    "async": {"arfl.asyncProgressTracking": "true"},
+    "sync": {"arfl.asyncProgressTracking": "false"},
+    "noreuse": {"spark.python.worker.reuse": "false"},
+    "reuse": {"spark.python.worker.reuse": "true"},
+    "nodata-off": {"spark.sql.streaming.noDataMicroBatches.enabled": "false"},
+    "poll10": {"spark.sql.streaming.pollingDelay": "10ms"},
+    "shuffle1": {"spark.sql.shuffle.partitions": "1"},
+    "cores2": {"spark.master": "local-cluster[1,2,1024]"},
+    "local2": {"spark.master": "local[2]"},
+}
+"""Named sets of Spark conf entries a variant may add with ``+name``."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One deployment: a mode, its replicas and what it changes.
+
+    Attributes:
+        name: as given on the command line.
+        mode: the replication mode.
+        conf: Spark conf entries added to ``[spark.conf]`` (``spark.master`` sets the master).
+        replication: extra ``[replication]`` keys (``batch_interval``, ``heartbeat_interval``).
+    """
+
+    name: str
+    mode: str
+    conf: dict[str, str] = field(default_factory=dict)
+    replication: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        """``mode[+knob...]`` (module docstring).
+
+        Raises:
+            ValueError: unknown mode or knob.
+        """
+        mode, *knobs = text.split("+")
+        if mode not in REPLICAS:
+            raise ValueError(f"{text}: unknown mode {mode!r} (known: {', '.join(REPLICAS)})")
+        conf: dict[str, str] = {}
+        repl: dict[str, str] = {}
+        for k in knobs:
+            if k.startswith("conf:") and "=" in k:
+                key, _, value = k[5:].partition("=")
+                conf[key] = value
+            elif k.startswith("bi="):
+                repl["batch_interval"] = k[3:]
+            elif k.startswith("hb="):
+                repl["heartbeat_interval"] = k[3:]
+            elif k in KNOBS:
+                conf.update(KNOBS[k])
+            else:
+                known = ", ".join([*KNOBS, "bi=<d>", "hb=<d>", "conf:<key>=<value>"])
+                raise ValueError(f"{text}: unknown knob {k!r} (known: {known})")
+        return cls(text, mode, conf, repl)
+
+
+def spec_for(v: Variant, rate: int, duration: float, warmup: float, event_log: Path | None) -> Spec:
+    """The benchmark spec of variant ``v``."""
+    conf: dict[str, str] = {"spark.sql.shuffle.partitions": "2", **v.conf}
+    master = conf.pop("spark.master", "local-cluster[1,1,1024]")
+    if event_log is not None:
+        event_log.mkdir(parents=True, exist_ok=True)
+        conf |= {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": str(event_log.resolve()),
+            "spark.eventLog.compress": "false",
+        }
+    safe = "".join(c if c.isalnum() or c == "-" else "-" for c in v.name)[:60]
+    raw: dict[str, Any] = {
+        "name": f"mb-{safe}",
+        "source": {"topic": "mb", "partitions": 2, "event_time": "ts"},
+        "steps": [{"filter": "amount > 10"}],
+        "sink": {"topic": "mb-out"},
+        "replication": {"mode": v.mode, "replicas": REPLICAS[v.mode], **v.replication},
+        "spark": {"master": master, "conf": conf},
+        "workload": {
+            "rate": rate,
+            "duration": f"{duration:g}s",
+            "keys": 100,
+            "warmup": f"{warmup:g}s",
+        },
+    }
+    return parse_spec(raw, "microbatch")
+
+
+def _median(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(vals) if vals else None
+
+
+def batch_figures(run_dir: Path, after: float) -> dict[str, Any]:
+    """Medians of the batch phases (ms) over every replica's data batches that started at or
+    after ``after`` (epoch s), and batches per second of replica 0 over that span."""
+    lines: list[dict[str, Any]] = []
+    rate: float | None = None
+    for f in sorted((run_dir / "progress").glob("replica-*.jsonl")):
+        mine = []
+        for p in read_jsonl(f):
+            t = batch_timing(p)
+            if t is not None and t[0] >= after and p.get("numInputRows", 0) > 0:
+                mine.append((t[0], p))
+        lines += [p for _, p in mine]
+        if f.name == "replica-0.jsonl" and len(mine) > 1:
+            span = mine[-1][0] - mine[0][0]
+            rate = (len(mine) - 1) / span if span > 0 else None
+    out: dict[str, Any] = {
+        f"{k}_ms": _median(float((p.get("durationMs") or {}).get(k, math.nan)) for p in lines)
+        for k in PHASES
+    }
+    out["rows_per_batch"] = _median(float(p.get("numInputRows", 0)) for p in lines)
+    out["batches"] = len(lines)
+    out["batches_per_s"] = rate
+    return out
+
+
+def _app_ids(run_dir: Path) -> list[str]:
+    ids = []
+    for f in sorted((run_dir / "replicas").glob("replica-*.app.json")):
+        try:
+            ids.append(str(json.loads(f.read_text())["app_id"]))
+        except (OSError, ValueError, KeyError):
+            continue
+    return ids
+
+
+def task_figures(event_log: Path, app_ids: list[str], after: float) -> dict[str, Any]:
+    """Medians (ms) of the tasks and jobs that started at or after ``after`` (epoch s) in the
+    replicas' event logs, and the SQL metrics whose name says time (summed per task)."""
+    tasks: dict[str, list[float]] = {
+        k: [] for k in ("task", "run", "deser", "sched", "resser", "gc", "cpu")
+    }
+    jobs: list[float] = []
+    metrics: dict[str, list[float]] = {}
+    for app in app_ids:
+        # Spark 4 rolls event logs by default: a directory of ``events_<n>_<app>`` files.
+        files = [event_log / app, *sorted((event_log / f"eventlog_v2_{app}").glob("events_*"))]
+        text = "".join(f.read_text(errors="replace") for f in files if f.is_file())
+        submitted: dict[int, float] = {}
+        for line in text.splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            kind = ev.get("Event")
+            if kind == "SparkListenerJobStart":
+                submitted[ev["Job ID"]] = ev.get("Submission Time", 0) / 1000
+            elif kind == "SparkListenerJobEnd":
+                t0 = submitted.pop(ev["Job ID"], None)
+                if t0 is not None and t0 >= after:
+                    jobs.append(ev["Completion Time"] - t0 * 1000)
+            elif kind == "SparkListenerTaskEnd":
+                info, m = ev.get("Task Info") or {}, ev.get("Task Metrics") or {}
+                launch, finish = info.get("Launch Time", 0), info.get("Finish Time", 0)
+                if launch / 1000 < after or not m:
+                    continue
+                dur = finish - launch
+                run = m.get("Executor Run Time", 0)
+                deser = m.get("Executor Deserialize Time", 0)
+                resser = m.get("Result Serialization Time", 0)
+                getting = info.get("Getting Result Time", 0)
+                tasks["task"].append(dur)
+                tasks["run"].append(run)
+                tasks["deser"].append(deser)
+                tasks["resser"].append(resser)
+                tasks["sched"].append(max(0, dur - run - deser - resser - getting))
+                tasks["gc"].append(m.get("JVM GC Time", 0))
+                tasks["cpu"].append(m.get("Executor CPU Time", 0) / 1e6)
+                for acc in info.get("Accumulables", []):
+                    name = str(acc.get("Name", ""))
+                    if "time" in name.lower() and "Update" in acc:
+                        try:
+                            metrics.setdefault(name, []).append(float(acc["Update"]))
+                        except (TypeError, ValueError):
+                            continue
+    out: dict[str, Any] = {f"task_{k}_ms": _median(v) for k, v in tasks.items()}
+    out["tasks"] = len(tasks["task"])
+    out["job_ms"] = _median(jobs)
+    out["jobs"] = len(jobs)
+    out["task_time_metrics"] = {k: _median(v) for k, v in sorted(metrics.items())}
+    return out
+
+
+def analyse(
+    run_dir: Path, summary: dict[str, Any], warmup: float, event_log: Path | None
+) -> dict[str, Any]:
+    """The variant's figures (module docstring)."""
+    report = build_report(run_dir)
+    steady = next((p for p in report.phases if p.name == "steady"), None)
+    start = load_run(run_dir).input_start
+    after = (start or 0.0) + warmup
+    c = report.correctness
+    row: dict[str, Any] = {
+        "run": str(run_dir),
+        "achieved_rate": summary.get("achieved_rate"),
+        "p50": steady.percentiles_ms.get("p50") if steady and steady.count else None,
+        "p99": steady.percentiles_ms.get("p99") if steady and steady.count else None,
+        "results": c.results,
+        "missing": c.missing,
+        "divergent": c.divergent,
+        "cpu_s": summary.get("cpu_s_total"),
+        **batch_figures(run_dir, after),
+    }
+    if event_log is not None:
+        row.update(task_figures(event_log, _app_ids(run_dir), after))
+    return row
+
+
+def run(spec: Spec, runs: Path) -> tuple[Path, dict[str, Any], float]:
+    """Deploy ``spec`` holding the CPU lock; the run directory, summary and wall seconds."""
+    with cpu_lock():
+        t = time.monotonic()
+        res = deploy(spec, None, DeployOptions(runs_root=runs))
+        return res.run_dir, res.summary, time.monotonic() - t
+
+
+def _num(v: Any) -> float:
+    return math.nan if v is None else float(v)
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    """The results table (ratios to the first ``none`` variant)."""
+    ref = next((r for r in rows if r["variant"].split("+")[0] == "none" and "error" not in r), None)
+    ref_p50 = _num(ref["p50"]) if ref else math.nan
+    columns = [
+        Column("p50", 7, ".0f", lambda r: _num(r["p50"])),
+        Column("p99", 7, ".0f", lambda r: _num(r["p99"])),
+        Column("÷none", 6, ".2f", lambda r: _num(r["p50"]) / ref_p50),
+        Column("batch", 6, ".0f", lambda r: _num(r["triggerExecution_ms"])),
+        Column("addB", 6, ".0f", lambda r: _num(r["addBatch_ms"])),
+        Column("wal", 5, ".0f", lambda r: _num(r["walCommit_ms"])),
+        Column("commit", 6, ".0f", lambda r: _num(r["commitOffsets_ms"])),
+        Column("latest", 6, ".0f", lambda r: _num(r["latestOffset_ms"])),
+        Column("plan", 5, ".0f", lambda r: _num(r["queryPlanning_ms"])),
+        Column("b/s", 5, ".2f", lambda r: _num(r["batches_per_s"])),
+        Column("rows", 6, ".0f", lambda r: _num(r["rows_per_batch"])),
+        Column("miss", 5, "", lambda r: str(r["missing"])),
+        Column("div", 4, "", lambda r: str(r["divergent"])),
+        Column("cpu s", 6, ".0f", lambda r: _num(r["cpu_s"])),
+    ]
+    if any("task_task_ms" in r for r in rows):
+        columns += [
+            Column("job", 5, ".0f", lambda r: _num(r.get("job_ms"))),
+            Column("task", 5, ".0f", lambda r: _num(r.get("task_task_ms"))),
+            Column("run", 5, ".0f", lambda r: _num(r.get("task_run_ms"))),
+            Column("deser", 5, ".0f", lambda r: _num(r.get("task_deser_ms"))),
+            Column("sched", 5, ".0f", lambda r: _num(r.get("task_sched_ms"))),
+        ]
+    print_table(rows, Column("variant", 34, "", lambda r: r["variant"]), columns)
+    print(
+        "(ms; p50/p99 end to end over the steady phase; ÷none = p50 / the first none variant's;\n"
+        " batch..plan: median durationMs phases of every replica's data batches after the\n"
+        " warm-up; b/s: replica 0's batches per second; rows: rows per batch; job/task/run/deser/\n"
+        " sched: event-log medians: job wall time, task launch-to-finish, executor run time,\n"
+        " deserialisation, scheduler delay)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--variants", default="none,active-leaderless,active-leader")
+    ap.add_argument("--duration", default="45s")
+    ap.add_argument("--warmup", default="20s", help="excluded from every figure")
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--event-log", action="store_true", help="Spark event logs: task metrics")
+    ap.add_argument("--runs", type=Path, default=Path("runs/bench"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/microbatch.json"))
+    ap.add_argument(
+        "--from",
+        dest="again",
+        type=Path,
+        default=None,
+        help="deploy nothing: print the table of an earlier --out",
+    )
+    args = ap.parse_args(argv)
+    if args.again is not None:
+        print_rows(json.loads(args.again.read_text()))
+        return 0
+    try:
+        variants = [Variant.parse(v) for v in args.variants.split(",") if v]
+    except ValueError as e:
+        ap.error(str(e))
+    duration, warmup = parse_duration(args.duration), parse_duration(args.warmup)
+    args.runs.mkdir(parents=True, exist_ok=True)
+    event_log = args.runs / "eventlogs" if args.event_log else None
+    stack.up()  # once, up front; a no-op when the embedded stack runs
+    rows: list[dict[str, Any]] = []
+    for v in variants:
+        row: dict[str, Any] = {"variant": v.name}
+        try:
+            spec = spec_for(v, args.rate, duration, warmup, event_log)
+            run_dir, summary, wall = run(spec, args.runs)
+            row.update(wall_s=round(wall, 1), **analyse(run_dir, summary, warmup, event_log))
+        except ArflError as e:
+            print(f"{v.name}: failed: {e}", file=sys.stderr)
+            row["error"] = str(e)
+        rows.append(row)
+        print(json.dumps(row, default=str), flush=True)
+        write_rows(args.out, rows)
+    print(f"\n{args.rate} ev/s per-record, 2 partitions, {duration:g}s runs, warm-up {warmup:g}s")
+    print_rows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
