@@ -92,3 +92,16 @@ def test_cap_ends_water_fills_and_never_moves_backwards() -> None:
     assert sum(end[p] - s for p, s in {0: 0, 1: 0, 2: 100}.items()) == 11
     end = cap_ends({0: 0, 1: 0, 2: 0}, {0: 9, 1: 9, 2: 9}, 4)
     assert end == {0: 2, 1: 1, 2: 1}
+
+
+def test_read_tasks_deal_partitions_round_robin_and_keep_every_range() -> None:
+    from arfl.replica.source.datasource import group_ranges
+    from arfl.replica.source.fetch import Range
+
+    rs = [Range("b:1", "t", p, 10 * p, 10 * p + 5) for p in range(5)]
+    # One executor core: one task reads every partition in turn (a task per partition would
+    # only queue, each paying a Python worker hand-off and a consumer).
+    assert group_ranges(rs, 1) == [rs]
+    assert group_ranges(rs, 2) == [[rs[0], rs[2], rs[4]], [rs[1], rs[3]]]
+    assert group_ranges(rs, 0) == group_ranges(rs, 9) == [[r] for r in rs]
+    assert group_ranges([], 1) == []

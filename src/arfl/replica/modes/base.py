@@ -227,6 +227,7 @@ def arfl_source_options(
     Raises:
         DeployError: an option is invalid.
     """
+    from arfl.configs.realtime import declared_slots
     from arfl.replica.source.options import SourceOptions, passthrough
 
     base = SourceOptions(
@@ -236,6 +237,8 @@ def arfl_source_options(
         replica=ctx.replica,
         pipeline=spec.name,
         max_records_per_batch=spec.replication.max_records_per_batch,
+        # As many read tasks as the executors have slots: more would only queue.
+        read_tasks=declared_slots(spec.spark.master) or 0,
         **mode_options,
     )
     return SourceOptions.parse(base.to_options() | passthrough(ctx.options))

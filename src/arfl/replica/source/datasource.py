@@ -32,11 +32,25 @@ log = logging.getLogger(__name__)
 
 
 class RangePartition(InputPartition):
-    """One Spark input partition: a :class:`Range` of one Kafka partition."""
+    """One Spark input partition (one task): :class:`Range` s of one or more Kafka partitions,
+    read one after the other."""
 
-    def __init__(self, r: Range) -> None:
-        super().__init__(r)
-        self.range = r
+    def __init__(self, ranges: list[Range]) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
+
+
+def group_ranges(ranges: list[Range], tasks: int) -> list[list[Range]]:
+    """Deal ``ranges`` (partition order) round-robin into at most ``tasks`` read tasks
+    (``tasks`` <= 0: one task per range). Fewer tasks than Kafka partitions when the executors
+    have fewer cores: the tasks would run one after the other anyway, and each costs a Python
+    worker hand-off and a consumer of its own."""
+    if tasks <= 0 or tasks >= len(ranges):
+        return [[r] for r in ranges]
+    out: list[list[Range]] = [[] for _ in range(tasks)]
+    for i, r in enumerate(ranges):
+        out[i % tasks].append(r)
+    return out
 
 
 class ArflKafkaStreamReader(DataSourceStreamReader):
@@ -93,21 +107,22 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
         return ReadAllAvailable()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One input partition per Kafka partition with records in ``[start, end)``."""
+        """The Kafka partitions with records in ``[start, end)``, in at most ``read_tasks``
+        input partitions (:func:`group_ranges`)."""
         s = BatchOffset.from_dict(start)
         e = BatchOffset.from_dict(end)
-        out = []
+        ranges = []
         for p in sorted(e.offsets):
             lo = s.offsets.get(p, e.offsets[p])
             hi = e.offsets[p]
             if hi > lo:
-                out.append(RangePartition(Range(self.opts.bootstrap, self.opts.topic, p, lo, hi)))
-        return out
+                ranges.append(Range(self.opts.bootstrap, self.opts.topic, p, lo, hi))
+        return [RangePartition(g) for g in group_ranges(ranges, self.opts.read_tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Executor side: the records of one range as Arrow batches, markers dropped."""
+        """Executor side: the records of the task's ranges as Arrow batches, markers dropped."""
         assert isinstance(partition, RangePartition)
-        return read_batches(partition.range)
+        return (b for r in partition.ranges for b in read_batches(r))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the position lives in Spark's checkpoint, not in Kafka."""

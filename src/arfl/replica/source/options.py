@@ -58,6 +58,8 @@ class SourceOptions:
             :func:`arfl.run.names.leader_path`).
         batch_interval_s: active-leader: the leader decides one batch per interval (on its
             own clock, apart from its Spark query).
+        read_tasks: at most this many read tasks per batch, Kafka partitions dealt among them
+            (0: one task per partition); the modes set it to the executors' task slots.
         follower_wait_s: how long a follower waits for the next decision per trigger.
     """
 
@@ -79,6 +81,7 @@ class SourceOptions:
     decision_topic: str = ""
     election_path: str = ""
     batch_interval_s: float = DEFAULT_BATCH_INTERVAL_S
+    read_tasks: int = 0
     follower_wait_s: float = 0.05
 
     @classmethod
