@@ -33,33 +33,34 @@ thread ends it early, flushing what was produced).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from arfl.configs.workload import Workload
 from arfl.errors import ArflError, DeployError
-from arfl.processes import stop_on_termination
-from arfl.run.records import END_OF_INPUT_LEAD_MS, end_of_input_marker
+from arfl.run.records import END_OF_INPUT_LEAD_MS
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
 from arfl.workload.generate import EventGenerator, EventShape
+from arfl.workload.produce import (
+    Clock,
+    InputProducer,
+    SecondStats,
+    add_end_of_input_argument,
+    add_output_arguments,
+    serve,
+)
 
 if TYPE_CHECKING:
     from arfl.stack.clients import Producer
 
-SUSTAIN_FRACTION = 0.95
-"""Below this fraction of the target rate the run journal gets a warning."""
 _CHUNK = 500
 """Events sent between two looks at the clock/stop flag/stats while catching up."""
 _MAX_SLEEP_S = 0.05
-_FLUSH_S = 30.0
 _MASK64 = (1 << 64) - 1
 
 
@@ -112,83 +113,6 @@ def encode_event(seq: int, user: str, amount: float, ts: int, sent_ms: int) -> b
     return (
         f'{{"seq":{seq},"user":"{user}","amount":{amount},"ts":{ts},"sent_ms":{sent_ms}}}'
     ).encode()
-
-
-# --------------------------------------------------------------------------- seams
-
-
-class Clock(Protocol):
-    """Time source (a fake in unit tests)."""
-
-    def time(self) -> float:
-        """Wall clock, epoch seconds."""
-        ...
-
-    def monotonic(self) -> float:
-        """Monotonic seconds, for pacing."""
-        ...
-
-    def sleep(self, seconds: float) -> None:
-        """Block for ``seconds``."""
-        ...
-
-
-class SystemClock:
-    """The real clocks."""
-
-    def time(self) -> float:
-        """``time.time()``."""
-        return time.time()
-
-    def monotonic(self) -> float:
-        """``time.monotonic()``."""
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        """``time.sleep()``."""
-        time.sleep(seconds)
-
-
-def producer_config(bootstrap: str, linger_ms: float = 2.0) -> dict[str, Any]:
-    """confluent-kafka settings: idempotent, short linger, Java-compatible key partitioning."""
-    return {
-        "bootstrap.servers": bootstrap,
-        "client.id": "arfl-injector",
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": linger_ms,
-        "batch.num.messages": 10_000,
-        "queue.buffering.max.messages": 1_000_000,
-        # A missing topic is a deploy error, not something to create with broker defaults.
-        "allow.auto.create.topics": False,
-        # Same partition for a key as Kafka's Java clients (and Spark) would pick.
-        "partitioner": "murmur2_random",
-    }
-
-
-def connect_producer(
-    bootstrap: str, topic: str, linger_ms: float = 2.0, timeout_s: float = 15.0
-) -> Any:
-    """A confluent-kafka producer, after checking the broker answers and the topic exists.
-
-    Raises:
-        DeployError: the broker is unreachable or the topic does not exist.
-    """
-    from confluent_kafka import Producer
-
-    from arfl.stack.topics import require_topic
-
-    producer = Producer(producer_config(bootstrap, linger_ms))
-    require_topic(
-        producer,
-        bootstrap,
-        topic,
-        timeout_s,
-        error=DeployError,
-        who="injector: ",
-        missing_hint="create it first (arfl.stack.topics.ensure_topic) or check source.topic",
-    )
-    return producer
 
 
 # --------------------------------------------------------------------------- injector
@@ -291,8 +215,11 @@ class InjectorConfig:
         return args
 
 
-class Injector:
+class Injector(InputProducer):
     """Produces the workload on a fixed-rate schedule (see the module docstring)."""
+
+    component = "injector"
+    noun = "events"
 
     def __init__(
         self,
@@ -307,65 +234,9 @@ class Injector:
         clock: time source (default: the system clocks).
         """
         self.config = config
-        self.clock: Clock = clock or SystemClock()
-        self._producer: Producer = producer or connect_producer(
-            config.bootstrap, config.topic, config.linger_ms, config.connect_timeout_s
-        )
-        self._stop = threading.Event()
+        super().__init__(config, producer, clock)
         self.total = event_count(config.rate, config.duration_s)
-        self.produced = 0
-        self.delivered = 0
-        self.failed = 0
-        self.first_error: str | None = None
-        self.max_behind_ms = 0.0
-        self.markers = 0
-        """End-of-input markers written (one per partition), 0 until the end."""
-        self.markers_failed = 0
-        self.marker_error: str | None = None
         self._generator = EventGenerator(config.shape) if config.shape is not None else None
-
-    def stop(self) -> None:
-        """Ask :meth:`run` to stop after the current chunk (it still flushes); thread-safe."""
-        self._stop.set()
-
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
-        if err is None:
-            self.delivered += 1
-        else:
-            self.failed += 1
-            if self.first_error is None:
-                self.first_error = str(err)
-
-    def _on_marker_delivery(self, err: Any, _msg: Any) -> None:
-        if err is not None:
-            self.markers_failed += 1
-            self.marker_error = self.marker_error or str(err)
-
-    def _produce(self, **kw: Any) -> None:
-        while True:
-            try:
-                self._producer.produce(self.config.topic, **kw)
-                return
-            except BufferError:
-                # Local queue full: the broker is slower than the schedule. Wait for room;
-                # the event keeps its intended time, so the wait shows up as latency.
-                self._producer.poll(0.005)
-
-    def _write_end_of_input(self, event_time_ms: int) -> None:
-        """One marker per partition of the topic, after every event was acknowledged."""
-        cfg = self.config
-        remaining = self._producer.flush(_FLUSH_S)
-        if remaining:
-            # Events still in flight could land behind a marker: better no marker than one
-            # that makes them late. The final flush counts them as failed.
-            self.marker_error = f"{remaining} events still undelivered; no marker written"
-            return
-        meta = self._producer.list_topics(cfg.topic, timeout=cfg.connect_timeout_s)
-        partitions = sorted(meta.topics[cfg.topic].partitions)
-        value = end_of_input_marker(event_time_ms)
-        for p in partitions:
-            self._produce(value=value, partition=p, on_delivery=self._on_marker_delivery)
-        self.markers = len(partitions)
 
     def _send(self, seq: int, t0_ms: int, sent_ms: int) -> None:
         cfg = self.config
@@ -384,19 +255,32 @@ class Injector:
             What was produced and how well the schedule was kept.
         """
         cfg, clock = self.config, self.clock
+        rate, total = cfg.rate, self.total
+
+        def _before(t_rel: float) -> int:
+            """Events due in [0, t_rel): the target of a stats interval."""
+            return min(total, max(0, math.ceil(t_rel * rate - 1e-9)))
+
+        def _due(t_rel: float) -> int:
+            """Events due in [0, t_rel]: intended time <= t_rel."""
+            if t_rel < 0:
+                return 0
+            return min(total, math.floor(t_rel * rate + 1e-9) + 1)
+
+        def target(start: int, end: float, final: bool) -> int:
+            # A full second's target is what was due in [k-1, k); the last, partial one
+            # also owns the event due exactly at its end.
+            return (_due(end) if final else _before(end)) - _before(start)
+
         journal = Journal(cfg.journal_path) if cfg.journal_path else None
-        if cfg.stats_path:
-            cfg.stats_path.parent.mkdir(parents=True, exist_ok=True)
-        stats: IO[str] | None = (
-            open(cfg.stats_path, "a", encoding="utf-8") if cfg.stats_path else None  # noqa: SIM115
-        )
+        stats = SecondStats(cfg.stats_path, target)
         now_wall, now_mono = clock.time(), clock.monotonic()
         t0_wall = cfg.start_at if cfg.start_at is not None else now_wall
         t0_mono = now_mono + (t0_wall - now_wall)
         # Intended times are whole milliseconds from here on, so align t0 to a millisecond.
         t0_ms = round(t0_wall * 1000)
         t0_wall = t0_ms / 1000
-        rate, total = cfg.rate, self.total
+        stats.start(t0_wall)
         if journal:
             journal.write(
                 "injector_started",
@@ -409,90 +293,45 @@ class Injector:
             )
 
         seq = 0
-        second = 1  # index of the next stats boundary (t0 + second)
-        sent_in_second = 0
-        behind_in_second = 0.0
         last_send_mono = t0_mono
-
-        def write_second(t_rel: float, final: bool = False) -> None:
-            nonlocal sent_in_second, behind_in_second
-            # A full second's target is what was due in [k-1, k); the last, partial one
-            # also owns the event due exactly at its end.
-            due_by_end = _due(t_rel) if final else _before(t_rel)
-            if stats is not None:
-                line = {
-                    "type": "second", "t": round(t0_wall + t_rel, 3), "t0": t0_wall,
-                    "sent": sent_in_second, "target": due_by_end - _before(second - 1),
-                    "behind_ms": round(behind_in_second, 3), "total": seq,
-                }  # fmt: skip
-                stats.write(json.dumps(line) + "\n")
-                stats.flush()
-            sent_in_second = 0
-            behind_in_second = 0.0
-
-        def _before(t_rel: float) -> int:
-            """Events due in [0, t_rel): the target of a stats interval."""
-            return min(total, max(0, math.ceil(t_rel * rate - 1e-9)))
-
-        def _due(t_rel: float) -> int:
-            """Events due in [0, t_rel]: intended time <= t_rel."""
-            if t_rel < 0:
-                return 0
-            return min(total, math.floor(t_rel * rate + 1e-9) + 1)
-
         try:
             while seq < total and not self._stop.is_set():
                 now = clock.monotonic()
                 t_rel = now - t0_mono
-                while t_rel >= second:  # one line per completed second
-                    write_second(second)
-                    second += 1
+                stats.tick(t_rel, seq)  # one line per completed second
                 due = _due(t_rel)
                 if seq < due:
                     behind = (t_rel - seq / rate) * 1000.0
-                    behind_in_second = max(behind_in_second, behind)
+                    stats.behind_ms = max(stats.behind_ms, behind)
                     self.max_behind_ms = max(self.max_behind_ms, behind)
                     end = min(due, seq + _CHUNK)
                     sent_ms = int(clock.time() * 1000)
                     for i in range(seq, end):
                         self._send(i, t0_ms, sent_ms)
-                    sent_in_second += end - seq
+                    stats.sent += end - seq
                     seq = end
                     self.produced = seq
                     last_send_mono = clock.monotonic()
                     self._producer.poll(0)
                 else:
-                    wait = min(seq / rate, second) - t_rel
+                    wait = min(seq / rate, stats.second) - t_rel
                     clock.sleep(min(max(wait, 0.0), _MAX_SLEEP_S))
             if cfg.end_of_input:
                 self._write_end_of_input(end_of_input_ms(t0_ms, rate, cfg.duration_s))
         finally:
             end_mono = clock.monotonic()
-            if sent_in_second or behind_in_second:
-                write_second(min(end_mono - t0_mono, float(second)), final=True)
-            remaining = self._producer.flush(_FLUSH_S)
-            if remaining:
-                self.failed += remaining
-                self.first_error = self.first_error or (
-                    f"{remaining} events still undelivered after 30s flush"
-                )
+            stats.finish(end_mono - t0_mono, seq)
+            self._final_flush()
             elapsed = max(last_send_mono - t0_mono + 1.0 / rate, 1e-9)
-            summary = InjectorSummary(
-                t0=t0_wall,
-                end=round(t0_wall + (end_mono - t0_mono), 3),
-                produced=self.produced,
-                delivered=self.delivered,
-                failed=self.failed,
+            summary = self._summary(
+                t0_wall,
+                end_mono - t0_mono,
                 target_rate=rate,
                 achieved_rate=round(self.produced / elapsed, 2) if self.produced else 0.0,
-                max_behind_ms=round(self.max_behind_ms, 3),
                 duration_s=cfg.duration_s,
                 stopped_early=seq < total,
             )
-            if stats is not None:
-                line = {"type": "summary", "t": round(clock.time(), 3), **summary.to_dict()}
-                stats.write(json.dumps(line) + "\n")
-                stats.close()
+            stats.summary(round(clock.time(), 3), summary, {})
             if journal:
                 self._journal_end(journal, summary, end_of_input_ms(t0_ms, rate, cfg.duration_s))
         return summary
@@ -500,44 +339,19 @@ class Injector:
     def _journal_end(
         self, journal: Journal, summary: InjectorSummary, end_of_input_ts: int
     ) -> None:
-        if summary.produced and summary.achieved_rate < SUSTAIN_FRACTION * summary.target_rate:
-            journal.write(
-                "warning",
-                component="injector",
-                message=(
-                    f"injector sustained only {summary.achieved_rate:.0f} of "
-                    f"{summary.target_rate} events/s (max {summary.max_behind_ms:.0f} ms behind "
-                    "schedule); latencies are measured from intended send times, so they "
-                    "include the injector's own backlog — lower workload.rate"
-                ),
-                achieved_rate=summary.achieved_rate,
-                target_rate=summary.target_rate,
-                max_behind_ms=summary.max_behind_ms,
-            )
-        if summary.failed:
-            journal.write(
-                "warning",
-                component="injector",
-                message=f"{summary.failed} events were not delivered: {self.first_error}",
-                failed=summary.failed,
-            )
-        if self.config.end_of_input and (self.markers_failed or not self.markers):
-            journal.write(
-                "warning",
-                component="injector",
-                message=(
-                    f"end-of-input markers not written to every partition of "
-                    f"{self.config.topic}: {self.marker_error}; the last windows may never "
-                    "be emitted"
-                ),
-            )
-        end: dict[str, Any] = (
-            {"end_of_input_markers": self.markers - self.markers_failed,
-             "end_of_input_ts": end_of_input_ts}
-            if self.config.end_of_input
-            else {}
-        )  # fmt: skip
-        journal.write("injector_finished", **summary.to_dict(), **end)
+        self._warn_if_unsustained(
+            journal,
+            summary,
+            f"injector sustained only {summary.achieved_rate:.0f} of "
+            f"{summary.target_rate} events/s (max {summary.max_behind_ms:.0f} ms behind "
+            "schedule); latencies are measured from intended send times, so they "
+            "include the injector's own backlog — lower workload.rate",
+            achieved_rate=summary.achieved_rate,
+            target_rate=summary.target_rate,
+            max_behind_ms=summary.max_behind_ms,
+        )
+        eoi_ts = end_of_input_ts if self.config.end_of_input else None
+        self._journal_finish(journal, summary, eoi_ts, {})
 
 
 # --------------------------------------------------------------------------- entry point
@@ -555,21 +369,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, required=True, help="seconds")
     p.add_argument("--keys", type=int, default=100, help="distinct user keys")
     p.add_argument("--seed", type=int, default=1, help="content seed")
-    p.add_argument("--stats", type=Path, default=None, help="per-second stats JSONL file")
-    p.add_argument("--journal", type=Path, default=None, help="run journal JSONL file")
-    p.add_argument("--linger-ms", type=float, default=2.0, help="producer linger.ms")
+    add_output_arguments(p)
     p.add_argument(
         "--start-at",
         type=float,
         default=None,
         help="epoch seconds to start the schedule (default: now)",
     )
-    p.add_argument(
-        "--no-end-of-input",
-        dest="end_of_input",
-        action="store_false",
-        help="do not write an end-of-input marker into every partition at the end",
-    )
+    add_end_of_input_argument(p)
     p.add_argument(
         "--shape",
         default=None,
@@ -605,18 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ArflError as e:
         print(f"error: {e}", file=sys.stderr)
         return int(e.exit_code)
-
-    stop_on_termination(injector.stop)
-    summary = injector.run()
-    print(json.dumps(summary.to_dict()), flush=True)
-    if summary.failed:
-        print(
-            f"error: injector: {summary.failed} events not delivered to {cfg.topic} at "
-            f"{cfg.bootstrap}: {injector.first_error}",
-            file=sys.stderr,
-        )
-        return int(DeployError.exit_code)
-    return 0
+    return serve(injector, "injector")
 
 
 if __name__ == "__main__":

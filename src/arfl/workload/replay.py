@@ -38,21 +38,26 @@ import argparse
 import heapq
 import json
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from arfl.configs.replay import Position, PositionValue, Replay, parse_position
 from arfl.errors import ArflError, DeployError
-from arfl.processes import stop_on_termination
-from arfl.run.records import END_OF_INPUT_FIELD, END_OF_INPUT_LEAD_MS, end_of_input_marker
+from arfl.run.records import END_OF_INPUT_FIELD, END_OF_INPUT_LEAD_MS
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
-from arfl.workload.injector import SUSTAIN_FRACTION, Clock, SystemClock, connect_producer
+from arfl.workload.produce import (
+    Clock,
+    InputProducer,
+    SecondStats,
+    add_end_of_input_argument,
+    add_output_arguments,
+    serve,
+)
 
 if TYPE_CHECKING:
     from arfl.stack.clients import Producer
@@ -61,7 +66,6 @@ _CHUNK = 500
 """Records sent between two looks at the clock/stop flag/stats while catching up."""
 _MAX_SLEEP_S = 0.05
 _MIN_SLEEP_S = 0.0002
-_FLUSH_S = 30.0
 _HIGH_WATER = 20_000
 """Records buffered per partition before its fetching pauses (memory stays bounded)."""
 _BAD_EXAMPLES = 3
@@ -464,8 +468,11 @@ def position_from_arg(text: str) -> PositionValue:
     return int(text) if text.isdigit() else text
 
 
-class Replayer:
+class Replayer(InputProducer):
     """Replays the range on its schedule (see the module docstring)."""
+
+    component = "replayer"
+    noun = "records"
 
     def __init__(
         self,
@@ -482,7 +489,6 @@ class Replayer:
         clock: time source (default: the system clocks).
         """
         self.config = config
-        self.clock: Clock = clock or SystemClock()
         self.source: RecordSource = source or KafkaRangeReader(
             config.source_bootstrap,
             config.source_topic,
@@ -491,72 +497,18 @@ class Replayer:
             config.time_field,
             config.connect_timeout_s,
         )
-        self._producer: Producer = producer or connect_producer(
-            config.bootstrap, config.topic, config.linger_ms, config.connect_timeout_s
-        )
-        self._stop = threading.Event()
-        self.produced = 0
-        self.delivered = 0
-        self.failed = 0
-        self.first_error: str | None = None
-        self.max_behind_ms = 0.0
+        super().__init__(config, producer, clock)
         self.capped = False
         """True when ``duration`` cut the replay short."""
         self.last_due_ms = 0
-        self.markers = 0
-        self.markers_failed = 0
-        self.marker_error: str | None = None
-
-    def stop(self) -> None:
-        """Ask :meth:`run` to stop after the current chunk (it still flushes); thread-safe."""
-        self._stop.set()
-
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
-        if err is None:
-            self.delivered += 1
-        else:
-            self.failed += 1
-            self.first_error = self.first_error or str(err)
-
-    def _on_marker_delivery(self, err: Any, _msg: Any) -> None:
-        if err is not None:
-            self.markers_failed += 1
-            self.marker_error = self.marker_error or str(err)
-
-    def _produce(self, **kw: Any) -> None:
-        while True:
-            try:
-                self._producer.produce(self.config.topic, **kw)
-                return
-            except BufferError:
-                self._producer.poll(0.005)  # the wait shows up as latency, as the injector's
-
-    def _write_end_of_input(self, event_time_ms: int) -> None:
-        """One marker per partition, once every record is acknowledged (as the injector)."""
-        cfg = self.config
-        remaining = self._producer.flush(_FLUSH_S)
-        if remaining:
-            self.marker_error = f"{remaining} records still undelivered; no marker written"
-            return
-        meta = self._producer.list_topics(cfg.topic, timeout=cfg.connect_timeout_s)
-        partitions = sorted(meta.topics[cfg.topic].partitions)
-        for p in partitions:
-            self._produce(
-                value=end_of_input_marker(event_time_ms),
-                partition=p,
-                on_delivery=self._on_marker_delivery,
-            )
-        self.markers = len(partitions)
 
     def run(self) -> InjectorSummary:
         """Replay every record of the range (or until :meth:`stop` or the duration cap), flush,
         write the end-of-input markers, the stats and the summary."""
         cfg, clock = self.config, self.clock
         journal = Journal(cfg.journal_path) if cfg.journal_path else None
-        stats: IO[str] | None = None
-        if cfg.stats_path:
-            cfg.stats_path.parent.mkdir(parents=True, exist_ok=True)
-            stats = open(cfg.stats_path, "a", encoding="utf-8")  # noqa: SIM115
+        # A replay's target is what it sent: its schedule is the records it found.
+        stats = SecondStats(cfg.stats_path)
         schedule = Schedule(cfg.pace, round(cfg.duration_s * 1000))
         records = self.source.records()
         # The first record (every partition's head) is read before the clock starts.
@@ -565,6 +517,7 @@ class Replayer:
         t0_ms = round(now_wall * 1000)
         t0_wall = t0_ms / 1000
         t0_mono = now_mono
+        stats.start(t0_wall)
         if journal:
             journal.write(
                 "injector_started",
@@ -581,25 +534,7 @@ class Replayer:
                 },
             )
         seq = 0
-        second = 1
-        sent_in_second = 0
-        due_in_second = 0
-        behind_in_second = 0.0
         last_send_mono = t0_mono
-
-        def write_second(t_rel: float) -> None:
-            nonlocal sent_in_second, due_in_second, behind_in_second
-            if stats is not None:
-                line = {
-                    "type": "second", "t": round(t0_wall + t_rel, 3), "t0": t0_wall,
-                    "sent": sent_in_second, "target": due_in_second,
-                    "behind_ms": round(behind_in_second, 3), "total": seq,
-                }  # fmt: skip
-                stats.write(json.dumps(line) + "\n")
-                stats.flush()
-            sent_in_second = due_in_second = 0
-            behind_in_second = 0.0
-
         try:
             due = schedule.due_ms(seq, pending.recorded_ms) if pending is not None else 0
             while pending is not None and not self._stop.is_set():
@@ -607,11 +542,9 @@ class Replayer:
                     self.capped = True
                     break
                 t_rel = clock.monotonic() - t0_mono
-                while t_rel >= second:
-                    write_second(second)
-                    second += 1
+                stats.tick(t_rel, seq)
                 if due > t_rel * 1000:
-                    wait = min((due - t_rel * 1000) / 1000, second - t_rel)
+                    wait = min((due - t_rel * 1000) / 1000, stats.second - t_rel)
                     # At least a little: a wait rounded to 0 would spin without time passing.
                     clock.sleep(min(max(wait, _MIN_SLEEP_S), _MAX_SLEEP_S))
                     continue
@@ -621,7 +554,7 @@ class Replayer:
                     if schedule.capped(due):
                         break
                     behind = t_rel * 1000 - due
-                    behind_in_second = max(behind_in_second, behind)
+                    stats.behind_ms = max(stats.behind_ms, behind)
                     self.max_behind_ms = max(self.max_behind_ms, behind)
                     self._produce(
                         value=encode(pending.fields, seq, t0_ms + due, sent_ms),
@@ -634,8 +567,7 @@ class Replayer:
                     pending = next(records, None)
                     if pending is not None:
                         due = schedule.due_ms(seq, pending.recorded_ms)
-                sent_in_second += n
-                due_in_second += n
+                stats.sent += n
                 self.produced = seq
                 last_send_mono = clock.monotonic()
                 self._producer.poll(0)
@@ -643,36 +575,21 @@ class Replayer:
                 self._write_end_of_input(t0_ms + self.last_due_ms + END_OF_INPUT_LEAD_MS)
         finally:
             end_mono = clock.monotonic()
-            if sent_in_second or behind_in_second:
-                write_second(min(end_mono - t0_mono, float(second)))
-            remaining = self._producer.flush(_FLUSH_S)
-            if remaining:
-                self.failed += remaining
-                self.first_error = self.first_error or (
-                    f"{remaining} records still undelivered after 30s flush"
-                )
+            stats.finish(end_mono - t0_mono, seq)
+            self._final_flush()
             self.source.close()
             span_s = (self.last_due_ms + 1) / 1000
             elapsed = max(last_send_mono - t0_mono, span_s, 1e-9)
-            summary = InjectorSummary(
-                t0=t0_wall,
-                end=round(t0_wall + (end_mono - t0_mono), 3),
-                produced=self.produced,
-                delivered=self.delivered,
-                failed=self.failed,
+            summary = self._summary(
+                t0_wall,
+                end_mono - t0_mono,
                 target_rate=round(self.produced / span_s) if self.produced else 0,
                 achieved_rate=round(self.produced / elapsed, 2) if self.produced else 0.0,
-                max_behind_ms=round(self.max_behind_ms, 3),
                 duration_s=round(span_s, 3),
                 stopped_early=self._stop.is_set() and pending is not None,
             )
             extra = {"replayed": self.produced, "bad": self.source.bad, "capped": self.capped}
-            if stats is not None:
-                line = {
-                    "type": "summary", "t": round(clock.time(), 3), **summary.to_dict(), **extra,
-                }  # fmt: skip
-                stats.write(json.dumps(line) + "\n")
-                stats.close()
+            stats.summary(round(clock.time(), 3), summary, extra)
             if journal:
                 self._journal_end(journal, summary, extra, t0_ms)
         return summary
@@ -681,78 +598,41 @@ class Replayer:
         self, journal: Journal, summary: InjectorSummary, extra: dict[str, Any], t0_ms: int
     ) -> None:
         cfg = self.config
-        if summary.produced and summary.achieved_rate < SUSTAIN_FRACTION * summary.target_rate:
-            journal.write(
-                "warning",
-                component="replayer",
-                message=(
-                    f"the replay sustained only {summary.achieved_rate:.0f} of the recorded "
-                    f"{summary.target_rate} records/s (max {summary.max_behind_ms:.0f} ms behind "
-                    "schedule); latencies include the replayer's backlog — set "
-                    "source.replay.pace to a lower rate"
-                ),
-                max_behind_ms=summary.max_behind_ms,
-            )
+        self._warn_if_unsustained(
+            journal,
+            summary,
+            f"the replay sustained only {summary.achieved_rate:.0f} of the recorded "
+            f"{summary.target_rate} records/s (max {summary.max_behind_ms:.0f} ms behind "
+            "schedule); latencies include the replayer's backlog — set "
+            "source.replay.pace to a lower rate",
+            max_behind_ms=summary.max_behind_ms,
+        )
         if not summary.produced:
             ranges = ", ".join(f"{p}: {a}..{b}" for p, (a, b) in sorted(self.source.ranges.items()))
-            journal.write(
-                "warning",
-                component="replayer",
-                message=(
-                    f"nothing replayed: no good record of {cfg.source_topic} in the range "
-                    f"({ranges or 'no partition'}); check source.replay.start/end"
-                ),
+            self._warn(
+                journal,
+                f"nothing replayed: no good record of {cfg.source_topic} in the range "
+                f"({ranges or 'no partition'}); check source.replay.start/end",
             )
         if self.source.bad:
             why = "; ".join(
                 f"{e['partition']}:{e['offset']} {e['why']}" for e in self.source.bad_examples
             )
-            journal.write(
-                "warning",
-                component="replayer",
-                message=(
-                    f"{self.source.bad} records of {cfg.source_topic} skipped (not a JSON object, "
-                    f"or no recorded time), e.g. {why}"
-                ),
+            self._warn(
+                journal,
+                f"{self.source.bad} records of {cfg.source_topic} skipped (not a JSON object, "
+                f"or no recorded time), e.g. {why}",
                 bad=self.source.bad,
             )
         if self.capped:
-            journal.write(
-                "warning",
-                component="replayer",
-                message=(
-                    f"workload.duration ({cfg.duration_s:g}s) cut the replay of "
-                    f"{cfg.source_topic} short after {summary.produced} records"
-                ),
+            self._warn(
+                journal,
+                f"workload.duration ({cfg.duration_s:g}s) cut the replay of "
+                f"{cfg.source_topic} short after {summary.produced} records",
             )
-        if summary.failed:
-            journal.write(
-                "warning",
-                component="replayer",
-                message=f"{summary.failed} records were not delivered: {self.first_error}",
-                failed=summary.failed,
-            )
-        end: dict[str, Any] = {}
-        if cfg.end_of_input:
-            if self.markers_failed or not self.markers:
-                journal.write(
-                    "warning",
-                    component="replayer",
-                    message=(
-                        f"end-of-input markers not written to every partition of {cfg.topic}: "
-                        f"{self.marker_error}; the last windows may never be emitted"
-                    ),
-                )
-            end = {
-                "end_of_input_markers": self.markers - self.markers_failed,
-                "end_of_input_ts": t0_ms + self.last_due_ms + END_OF_INPUT_LEAD_MS,
-            }
-        journal.write(
-            "injector_finished",
-            **summary.to_dict(),
-            **extra,
-            bad_examples=self.source.bad_examples,
-            **end,
+        eoi_ts = t0_ms + self.last_due_ms + END_OF_INPUT_LEAD_MS if cfg.end_of_input else None
+        self._journal_finish(
+            journal, summary, eoi_ts, {**extra, "bad_examples": self.source.bad_examples}
         )
 
 
@@ -778,15 +658,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pace", default="recorded", help="recorded, or events per second")
     p.add_argument("--time-field", default=None, help="JSON field with the recorded time (ms)")
-    p.add_argument("--stats", type=Path, default=None, help="per-second stats JSONL file")
-    p.add_argument("--journal", type=Path, default=None, help="run journal JSONL file")
-    p.add_argument("--linger-ms", type=float, default=2.0, help="producer linger.ms")
-    p.add_argument(
-        "--no-end-of-input",
-        dest="end_of_input",
-        action="store_false",
-        help="do not write an end-of-input marker into every partition at the end",
-    )
+    add_output_arguments(p)
+    add_end_of_input_argument(p)
     p.add_argument("--connect-timeout", type=float, default=15.0, help="seconds")
     return p
 
@@ -816,18 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: replay: {e}", file=sys.stderr)
         return int(DeployError.exit_code)
-
-    stop_on_termination(replayer.stop)
-    summary = replayer.run()
-    print(json.dumps({**summary.to_dict(), "bad": replayer.source.bad}), flush=True)
-    if summary.failed:
-        print(
-            f"error: replay: {summary.failed} records not delivered to {cfg.topic} at "
-            f"{cfg.bootstrap}: {replayer.first_error}",
-            file=sys.stderr,
-        )
-        return int(DeployError.exit_code)
-    return 0
+    return serve(replayer, "replay", lambda: {"bad": replayer.source.bad})
 
 
 if __name__ == "__main__":
