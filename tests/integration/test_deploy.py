@@ -51,18 +51,43 @@ def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
     assert result.summary["replica_restarts"] == 0
 
 
-def test_deploy_passive_driver_killed_restarts_from_checkpoint(
+def _executors(cluster: StandaloneCluster, app_id: str) -> list[psutil.Process]:
+    """Executor JVMs of ``app_id`` under the standalone worker."""
+    worker = psutil.Process(cluster.pids()["worker"])
+    out = []
+    for p in worker.children(recursive=True):
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:
+            continue
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmd and app_id in cmd:
+            out.append(p)
+    return out
+
+
+def test_deploy_passive_driver_killed_on_a_standalone_cluster_restarts_from_checkpoint(
     stack: StackInfo, tmp_path: Path
 ) -> None:
+    # One run for both: passive's restart from the checkpoint, and a master given on the command
+    # line (a standalone cluster, whose executors are the worker's children, not the driver's).
     spec = windowed_spec(
         "dep-passive",
         mode="passive",
-        duration="30s",
+        duration="20s",
         source={"partitions": 4},
-        chaos=[{"at": "10s", "fault": "kill-replica", "replica": 0}],
+        chaos=[{"at": "6s", "fault": "kill-replica", "replica": 0}],
     )
-    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
-    journal = read_jsonl(result.run_dir / "journal.jsonl")
+    with StandaloneCluster(tmp_path / "spark") as cluster:
+        result = deploy(spec, None, DeployOptions(runs_root=tmp_path, master=cluster.master_url))
+        journal = read_jsonl(result.run_dir / "journal.jsonl")
+        apps = [e["app_id"] for e in journal if e["event"] == "replica-ready"]
+        assert len(apps) == 2 and apps[0] != apps[1], apps
+        # The master removes the dead application's executor once its driver is gone.
+        deadline = time.monotonic() + 60
+        while _executors(cluster, apps[0]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _executors(cluster, apps[0])
+    assert result.summary["master"].startswith("spark://127.0.0.1:")
     kinds = [e["event"] for e in journal]
     assert "fault-injected" in kinds
     assert kinds.count("replica-died") == 1 and kinds.count("replica-restarted") == 1
@@ -82,42 +107,3 @@ def test_deploy_passive_driver_killed_restarts_from_checkpoint(
     assert starts.count(None) <= 1
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["latency_ms"]["max"] >= summary["latency_ms"]["p50"]
-
-
-def _executors(cluster: StandaloneCluster, app_id: str) -> list[psutil.Process]:
-    """Executor JVMs of ``app_id`` under the standalone worker."""
-    worker = psutil.Process(cluster.pids()["worker"])
-    out = []
-    for p in worker.children(recursive=True):
-        try:
-            cmd = p.cmdline()
-        except psutil.Error:
-            continue
-        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmd and app_id in cmd:
-            out.append(p)
-    return out
-
-
-def test_deploy_on_standalone_cluster_survives_a_driver_kill(
-    stack: StackInfo, tmp_path: Path
-) -> None:
-    spec = windowed_spec(
-        "dep-standalone",
-        mode="passive",
-        duration="20s",
-        chaos=[{"at": "6s", "fault": "kill-replica", "replica": 0}],
-    )
-    with StandaloneCluster(tmp_path / "spark") as cluster:
-        result = deploy(spec, None, DeployOptions(runs_root=tmp_path, master=cluster.master_url))
-        journal = read_jsonl(result.run_dir / "journal.jsonl")
-        apps = [e["app_id"] for e in journal if e["event"] == "replica-ready"]
-        assert len(apps) == 2 and apps[0] != apps[1], apps
-        # The executors are the worker's children, not the driver's: the master removes the
-        # dead application's executor once its driver is gone.
-        deadline = time.monotonic() + 60
-        while _executors(cluster, apps[0]) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not _executors(cluster, apps[0])
-    assert result.summary["master"].startswith("spark://127.0.0.1:")
-    assert result.summary["replica_restarts"] == 1
-    check_against_offline(stack, spec, result)

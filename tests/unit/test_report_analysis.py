@@ -336,3 +336,21 @@ def test_a_killed_replica_that_never_came_back_is_never_healthy() -> None:
     (f,) = analyse(data).faults
     assert f.healthy_s is None
     assert f.window_ended_by == "end of input"
+
+
+def test_the_lag_watch_warnings_reach_the_report() -> None:
+    data = _run([100.0] * 5)
+    t = data.journal[-1]["t"]
+    message = "replica 1 is 87 s behind the input and not catching up (41 s 60 s ago)"
+    journal = [
+        *data.journal,
+        {"t": t, "event": "warning", "replica": 1, "message": message},
+        {"t": t, "event": "warning", "message": "something else"},
+        {"t": t, "event": "replica-behind-at-end", "replica": 1, "lag_s": 78.3, "behind_s": 95.1},
+    ]
+    rep = analyse(RunData(data.root, data.spec, journal, data.intervals, data.monitor))
+    assert message in rep.warnings
+    assert "something else" not in rep.warnings
+    (end,) = [w for w in rep.warnings if "when the run stopped" in w]
+    assert end.startswith("replica 1 was still 78 s behind the input") and "95 s" in end
+    assert not [w for w in analyse(data).warnings if "behind" in w]

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from arfl.orchestrate.context import RunContext
+from arfl.orchestrate.lag import LAG_EVENT
 from arfl.orchestrate.resources import ResourceSampler
 from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
@@ -21,6 +22,7 @@ def summarise(ctx: RunContext, resources: ResourceSampler, master: str) -> dict[
         merged = json.loads(merger_json.read_text())
     events = read_jsonl(ctx.paths.journal)
     restarts = sum(1 for e in events if e.get("event") == "replica-restarted")
+    lags = [e for e in events if e.get("event") == LAG_EVENT]
     cpu = resources.cpu_seconds()
     spec = ctx.spec
     summary: dict[str, Any] = {
@@ -41,6 +43,7 @@ def summarise(ctx: RunContext, resources: ResourceSampler, master: str) -> dict[
         "latency_ms": merged.get("latency_ms"),
         "longest_gap_ms": merged.get("longest_gap_ms"),
         "replica_restarts": restarts,
+        "max_lag_s": lags[-1].get("max_lag_s") if lags else None,
         "cpu_s": {str(k): round(v, 1) for k, v in sorted(cpu.items())},
         "cpu_s_total": round(sum(cpu.values()), 1),
         "replicas_peak_rss_mb": round(resources.peak_rss / 2**20, 1),

@@ -27,6 +27,7 @@ from typing import Any
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.orchestrate.context import RunContext
+from arfl.orchestrate.lag import LagWatch
 from arfl.orchestrate.rejoin import RejoinTracker
 from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.supervisor import ReplicaRunner
@@ -42,7 +43,7 @@ from arfl.run.streams import (
     MonitorSnapshot,
     MonitorTail,
 )
-from arfl.stack.topics import end_offsets
+from arfl.stack.topics import EndOffsetProbe
 
 TICK_S = 0.5
 REJOIN_GRACE_S = 180.0
@@ -214,11 +215,17 @@ class Watcher:
         self.drain_s = (
             ctx.options.drain_s if ctx.options.drain_s is not None else drain_seconds(ctx.spec)
         )
+        src = ctx.rspec.source
+        self._probe: EndOffsetProbe | None = None
+        self._probe_args = (kafka, src.topic, src.partitions)
+        self.lag = LagWatch(ctx.journal, ctx.spec, self.source_end_offsets, self.last_progress)
 
     def source_end_offsets(self) -> dict[int, int]:
-        """The input topic's end offset per partition (the whole input, markers included)."""
-        src = self.ctx.rspec.source
-        return end_offsets(self.kafka, src.topic, src.partitions)
+        """The input topic's end offset per partition (the whole input, markers included), over
+        one consumer kept for the whole watch (the lag watch asks every second)."""
+        if self._probe is None:
+            self._probe = EndOffsetProbe(*self._probe_args)
+        return self._probe()
 
     def last_progress(self, replica: int) -> dict[str, Any] | None:
         """The newest ``StreamingQueryProgress`` of a replica."""
@@ -243,6 +250,9 @@ class Watcher:
         try:
             self._loop(on_tick, rejoins, drops, leader)
         finally:
+            self.lag.finish(time.time())
+            if self._probe is not None:
+                self._probe.close()
             rejoins.finish()
             drops.poll()
             if leader is not None:
@@ -270,6 +280,14 @@ class Watcher:
             inj.poll()
             states = self.runner.states()
             rejoins.observe(time.time(), {i: st.restarts for i, st in states.items()})
+            self.lag.observe(
+                time.time(),
+                {
+                    i: st.started_at if st.status == "running" else None
+                    for i, st in states.items()
+                    if i not in gone
+                },
+            )
             drops.poll()
             if leader is not None:
                 leader.poll()
@@ -288,6 +306,7 @@ class Watcher:
                     )
                 input_done_at = time.monotonic()
                 input_end = self.source_end_offsets()
+                self.lag.input_ended(input_end)
                 phase = "draining"
                 self.ctx.journal.write("workload-finished", exit_code=code)
             snap = monitor.latest
@@ -302,7 +321,7 @@ class Watcher:
                         phase=phase,
                         snapshot=snap,
                         injector=inj.latest,
-                        replicas={i: s.status for i, s in states.items()},
+                        replicas={i: self._state_text(i, s.status) for i, s in states.items()},
                         faults=self.active_faults(),
                     )
                 )
@@ -314,6 +333,11 @@ class Watcher:
                 gone,
             ):
                 return
+
+    def _state_text(self, replica: int, status: str) -> str:
+        """The live view's state of a replica: its status, and its lag while it is behind."""
+        lag = self.lag.lags.get(replica, 0.0)
+        return f"{status}, {lag:.0f}s behind" if lag > self.lag.threshold else status
 
     def _check_alive(self, states: dict[int, Any]) -> None:
         if not self.merger.alive():
@@ -357,10 +381,15 @@ class Watcher:
         rejoining = [r for r in rejoins.rejoining if r not in gone]
         cap = self.drain_s + (REJOIN_GRACE_S if rejoining else 0.0)
         if waited >= cap:
+            behind = ", ".join(
+                f"replica {r} {lag:.0f} s behind"
+                for r, lag in sorted(self.lag.lags.items())
+                if lag > 0 and r not in gone
+            )
             self.ctx.journal.write(
                 "warning",
                 message=f"replicas had not caught up {cap:.0f}s after the input "
-                "ended; stopping anyway (results may be missing)",
+                f"ended ({behind or 'lag unknown'}); stopping anyway (results may be missing)",
             )
             return True
         return quiet >= QUIET_S and caught_up(self.ctx, input_end, gone)

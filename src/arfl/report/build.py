@@ -283,6 +283,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
             "(late drops): a replica whose batches end elsewhere may have kept them, so the "
             "replicas' results may differ"
         )
+    warnings += lag_warnings(data)
     slo = check_slos(_spec_slo(data), phases, overall, fstats, correct)
     longest = data.merger.get("longest_gap_ms")
     return Report(
@@ -308,6 +309,22 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         late_drops=drops,
         workload=WorkloadSkew.from_check(data.check),
     )
+
+
+def lag_warnings(data: RunData) -> list[str]:
+    """What the deploy's lag watch journaled (``orchestrate/lag.py``): a replica that was not
+    catching up, and one still behind the input when the run stopped."""
+    out: list[str] = []
+    for ev in data.events("warning"):
+        if "replica" in ev and "not catching up" in str(ev.get("message", "")):
+            out.append(str(ev["message"]))
+    for ev in data.events("replica-behind-at-end"):
+        out.append(
+            f"replica {ev.get('replica')} was still {float(ev.get('lag_s', 0)):.0f} s behind the "
+            f"input when the run stopped (behind for {float(ev.get('behind_s', 0)):.0f} s): "
+            "what it had not processed is missing from its output"
+        )
+    return out
 
 
 def late_drops(data: RunData) -> LateDrops:

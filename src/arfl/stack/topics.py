@@ -243,6 +243,39 @@ def end_offsets(
         consumer.close()
 
 
+class EndOffsetProbe:
+    """:func:`end_offsets` of one topic, asked again and again over one consumer (a watch that
+    samples every second should not start a Kafka client each time); :meth:`close` it.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        topic: the topic.
+        partitions: its partition count.
+        timeout_s: how long Kafka may take to answer each request.
+    """
+
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int, timeout_s: float = _METADATA_TIMEOUT_S
+    ) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.timeout_s = timeout_s
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "arfl-offsets"})
+
+    def __call__(self) -> dict[int, int]:
+        """The end offset of each partition now.
+
+        Raises:
+            KafkaException: the broker did not answer a watermark request.
+        """
+        marks = watermarks(self._consumer, self.topic, range(self.partitions), self.timeout_s)
+        return {p: max(0, high) for p, (_, high) in marks.items()}
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()
+
+
 def read_to_end(
     bootstrap: str,
     topic: str,
