@@ -184,6 +184,16 @@ def require_topic(
     return meta
 
 
+_LEADER_PENDING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+"""Errors of a partition whose leadership is still moving into place: asked again."""
+
+
 def watermarks(
     consumer: Any, topic: str, partitions: Iterable[int], timeout_s: float = _METADATA_TIMEOUT_S
 ) -> dict[int, tuple[int, int]]:
@@ -198,14 +208,29 @@ def watermarks(
     Returns:
         Partition -> (first offset still in the log, offset after the last record).
 
+    A partition whose leader is not in place yet (:data:`_LEADER_PENDING`: right after the topic
+    was created, the broker may not yet lead a partition the metadata already names it leader
+    of) is asked again every 0.1 s until ``timeout_s`` has passed for it.
+
     Raises:
-        KafkaException: the broker did not answer or does not know the partition.
+        KafkaException: the broker did not answer, does not know the partition, or its leader
+            was still not in place after ``timeout_s``.
     """
     out: dict[int, tuple[int, int]] = {}
     for p in partitions:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=timeout_s, cached=False
-        )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=timeout_s, cached=False
+                )
+                break
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                code = err.code() if isinstance(err, KafkaError) else None
+                if code not in _LEADER_PENDING or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
         out[p] = (int(low), int(high))
     return out
 
