@@ -253,6 +253,7 @@ class Watcher:
             self.lag.finish(time.time())
             if self._probe is not None:
                 self._probe.close()
+                self._probe = None
             rejoins.finish()
             drops.poll()
             if leader is not None:
