@@ -260,12 +260,17 @@ def end_offsets(
             if partitions is None
             else range(partitions)
         )
-        return {
-            p: max(0, high)
-            for p, (_, high) in watermarks(consumer, topic, numbers, timeout_s).items()
-        }
+        return _ends(consumer, topic, numbers, timeout_s)
     finally:
         consumer.close()
+
+
+def _ends(consumer: Any, topic: str, partitions: Iterable[int], timeout_s: float) -> dict[int, int]:
+    """Partition -> end offset (never negative), from :func:`watermarks`."""
+    return {
+        p: max(0, high)
+        for p, (_, high) in watermarks(consumer, topic, partitions, timeout_s).items()
+    }
 
 
 class EndOffsetProbe:
@@ -293,8 +298,7 @@ class EndOffsetProbe:
         Raises:
             KafkaException: the broker did not answer a watermark request.
         """
-        marks = watermarks(self._consumer, self.topic, range(self.partitions), self.timeout_s)
-        return {p: max(0, high) for p, (_, high) in marks.items()}
+        return _ends(self._consumer, self.topic, range(self.partitions), self.timeout_s)
 
     def close(self) -> None:
         """Close the consumer."""
