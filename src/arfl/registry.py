@@ -142,6 +142,11 @@ class ModeInfo:
     coordination_free: bool = False
     order: int = 0
 
+    @property
+    def agreed_batches(self) -> bool:
+        """Active replicas that run the same, agreed batches (one at a time, never merged)."""
+        return self.active and not self.coordination_free
+
 
 def mode_names() -> list[str]:
     """Replication modes in listing order (baselines first, as experiments compare them)."""

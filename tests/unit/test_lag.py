@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from arfl.configs.spec import Spec, parse_spec
-from arfl.orchestrate.lag import TREND_S, LagWatch, threshold_s
+from arfl.orchestrate.lag import TREND_S, LagWatch, cadence_s, threshold_s
 from arfl.run.rundir import Journal, read_jsonl
 
 
@@ -238,3 +238,11 @@ def test_real_time_mode_is_not_watched(tmp_path: Path) -> None:
         w.now = float(t)
         lw.observe(w.now, {0: 0.0})
     assert lw.lags == {} and not read_jsonl(j.path)
+
+
+def test_the_cadence_is_the_agreed_batch_interval_the_replicas_use() -> None:
+    assert cadence_s(_spec()) == 0.0
+    assert cadence_s(_spec("active-leader", 2)) == 2.0
+    assert cadence_s(_spec("active-leaderless", 2, heartbeat_interval="3s")) == 3.0
+    assert cadence_s(_spec("active-leaderless", 2, batch_interval="4s")) == 4.0
+    assert threshold_s(_spec("active-leader", 2, batch_interval="6s")) == 18.0

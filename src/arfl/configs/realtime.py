@@ -128,9 +128,7 @@ def _coordination_free_problems(raw: dict[str, Any], mode: str) -> list[tuple[st
     source_key = _dict(raw.get("source")).get("key", DEFAULT_SOURCE_KEY)
     steps = _list(raw.get("steps"))
     trigger = _dict(raw.get("replication")).get("trigger", "micro-batch")
-    coordinated = [
-        m for m in MODES.names() if MODES.info(m).active and not MODES.info(m).coordination_free
-    ]
+    coordinated = [m for m in MODES.names() if MODES.info(m).agreed_batches]
     instead = ""
     if coordinated:
         instead = " or use mode " + " / ".join(f"'{m}'" for m in coordinated)

@@ -232,6 +232,16 @@ class Replication(_Model):
     restart: bool = True
     """Restart a replica whose driver died (from its checkpoint where it has one)."""
 
+    @property
+    def agreed_batch_interval(self) -> float:
+        """active-leader/-leaderless: seconds per agreed batch (``batch_interval``, else
+        :data:`DEFAULT_BATCH_INTERVAL_S`, at least one epoch of ``heartbeat_interval``)."""
+        if self.batch_interval is not None:
+            return float(self.batch_interval)
+        return max(
+            DEFAULT_BATCH_INTERVAL_S, self.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
+        )
+
     @model_validator(mode="after")
     def _aligned(self) -> Replication:
         if self.batch_interval is not None and self.batch_interval <= 0:

@@ -33,7 +33,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from arfl.configs.spec import DEFAULT_BATCH_INTERVAL_S, Spec
+from arfl.configs.spec import Spec
 from arfl.registry import MODES
 from arfl.run.progress import batch_timing, end_offsets
 from arfl.run.rundir import Journal
@@ -54,17 +54,11 @@ HISTORY_S = 3600.0
 """Samples older than this are forgotten (a lag beyond it is reported as at least this)."""
 
 
-def agreed_batches(spec: Spec) -> bool:
-    """The replicas run the same, agreed batches (one at a time, never merged)."""
-    info = MODES.info(spec.replication.mode)
-    return info.active and not info.coordination_free
-
-
 def cadence_s(spec: Spec) -> float:
     """How often a replica starts a batch when it keeps up: the agreed batch interval, else the
     trigger interval (0 for as-fast-as-possible micro-batches)."""
-    if agreed_batches(spec):
-        return float(spec.replication.batch_interval or DEFAULT_BATCH_INTERVAL_S)
+    if MODES.info(spec.replication.mode).agreed_batches:
+        return spec.replication.agreed_batch_interval
     return float(spec.replication.trigger_interval or 0.0)
 
 
@@ -101,7 +95,7 @@ class LagWatch:
     ) -> None:
         self.journal = journal
         self.threshold = threshold_s(spec)
-        self.agreed = agreed_batches(spec)
+        self.agreed = MODES.info(spec.replication.mode).agreed_batches
         self.batch_interval = cadence_s(spec)
         self.enabled = spec.replication.trigger != "realtime"
         self._input_ends = input_ends
@@ -121,12 +115,20 @@ class LagWatch:
     def lag(self, now: float, consumed: Mapping[int, int]) -> float:
         """Seconds the oldest record beyond ``consumed`` has been in the input (0: none)."""
         cap = self._cap
+
+        def unread(ends: Mapping[int, int]) -> bool:
+            return any(
+                (off if cap is None else min(off, cap.get(p, off))) > consumed.get(p, 0)
+                for p, off in ends.items()
+            )
+
+        # End offsets only grow: nothing beyond ``consumed`` in the newest sample, none in any
+        # older one (the common case of a replica keeping up costs one sample, not the history).
+        if not self._samples or not unread(self._samples[-1][1]):
+            return 0.0
         for t, ends in self._samples:
-            for p, off in ends.items():
-                if cap is not None:
-                    off = min(off, cap.get(p, off))
-                if off > consumed.get(p, 0):
-                    return max(0.0, now - t)
+            if unread(ends):
+                return max(0.0, now - t)
         return 0.0
 
     def observe(self, now: float, running_since: Mapping[int, float | None]) -> None:

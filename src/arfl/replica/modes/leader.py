@@ -36,7 +36,6 @@ from arfl.replica.source import read_stream
 from arfl.replica.source.kafka import REQUEST_TIMEOUT_S, PartitionLog, retry
 from arfl.replica.source.offsets import BatchOffset
 from arfl.replica.source.options import (
-    DEFAULT_BATCH_INTERVAL_S,
     DEFAULT_SESSION_TIMEOUT_S,
     SourceOptions,
 )
@@ -590,7 +589,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         session_timeout_s=spec.replication.session_timeout or DEFAULT_SESSION_TIMEOUT_S,
         decision_topic=decision_topic(spec.name, run_id),
         election_path=leader_path(spec.name, run_id),
-        batch_interval_s=spec.replication.batch_interval or DEFAULT_BATCH_INTERVAL_S,
+        batch_interval_s=spec.replication.agreed_batch_interval,
     )
 
 

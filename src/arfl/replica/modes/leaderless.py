@@ -44,7 +44,6 @@ from arfl.replica.source.kafka import PartitionLog, TopicLog
 from arfl.replica.source.markers import heartbeat
 from arfl.replica.source.offsets import BatchOffset
 from arfl.replica.source.options import (
-    DEFAULT_BATCH_INTERVAL_S,
     DEFAULT_HEARTBEAT_INTERVAL_S,
     SourceOptions,
 )
@@ -373,7 +372,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
     ``source.heartbeat_skip_active = "false"``) override the rest.
     """
     interval = spec.replication.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
-    batch = spec.replication.batch_interval or max(DEFAULT_BATCH_INTERVAL_S, interval)
+    batch = spec.replication.agreed_batch_interval
     return arfl_source_options(
         spec,
         ctx,
