@@ -96,7 +96,7 @@ def test_behind_warned_when_not_catching_up_then_back(tmp_path: Path) -> None:
     (behind,) = _events(j, "replica-behind")
     assert behind["replica"] == 0 and 10.0 < behind["lag_s"] <= 11.0
     (warning,) = _events(j, "warning")
-    assert warning["replica"] == 0
+    assert warning["replica"] == 0 and warning["kind"] == "not-catching-up"
     assert "not catching up" in warning["message"]
     assert "batch_interval" not in warning["message"]  # not an agreed-batch mode
     assert lw.lags[0] > 40.0

@@ -344,7 +344,7 @@ def test_the_lag_watch_warnings_reach_the_report() -> None:
     message = "replica 1 is 87 s behind the input and not catching up (41 s 60 s ago)"
     journal = [
         *data.journal,
-        {"t": t, "event": "warning", "replica": 1, "message": message},
+        {"t": t, "event": "warning", "kind": "not-catching-up", "replica": 1, "message": message},
         {"t": t, "event": "warning", "message": "something else"},
         {"t": t, "event": "replica-behind-at-end", "replica": 1, "lag_s": 78.3, "behind_s": 95.1},
     ]

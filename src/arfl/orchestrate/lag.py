@@ -35,7 +35,7 @@ from confluent_kafka import KafkaException
 
 from arfl.configs.spec import Spec
 from arfl.registry import MODES
-from arfl.run.progress import batch_timing, end_offsets
+from arfl.run.progress import NOT_CATCHING_UP, batch_timing, end_offsets
 from arfl.run.rundir import Journal
 
 LAG_EVENT = "replica-lag"
@@ -190,6 +190,7 @@ class LagWatch:
             ep.warned = True
             self.journal.write(
                 "warning",
+                kind=NOT_CATCHING_UP,
                 replica=r,
                 message=self._message(r, lag0, lag, now - t0),
             )

@@ -52,7 +52,7 @@ from arfl.report.model import (
 )
 from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos
-from arfl.run.progress import batch_ends
+from arfl.run.progress import NOT_CATCHING_UP, batch_ends
 from arfl.units import percentile_key
 
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -316,7 +316,7 @@ def lag_warnings(data: RunData) -> list[str]:
     catching up, and one still behind the input when the run stopped."""
     out: list[str] = []
     for ev in data.events("warning"):
-        if "replica" in ev and "not catching up" in str(ev.get("message", "")):
+        if ev.get("kind") == NOT_CATCHING_UP:
             out.append(str(ev["message"]))
     for ev in data.events("replica-behind-at-end"):
         out.append(

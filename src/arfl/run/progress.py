@@ -94,6 +94,11 @@ def end_offsets(progress: Mapping[str, Any]) -> dict[int, int]:
     return out
 
 
+NOT_CATCHING_UP = "not-catching-up"
+"""The ``kind`` of the journal ``warning`` the deploy's lag watch writes for a replica that is
+behind the input and not catching up (the report lists these warnings)."""
+
+
 def reached(progress: Mapping[str, Any], ends: Mapping[int, int]) -> bool:
     """True when the batch read every partition up to at least ``ends``."""
     got = end_offsets(progress)
