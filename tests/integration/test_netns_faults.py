@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -77,10 +78,19 @@ def _ours(iso: IsolationState) -> tuple[set[str], set[str]]:
     return links, {ns.name for ns in iso.namespaces.values()}
 
 
+def _forward_rules(bridge: str) -> list[str]:
+    if shutil.which("iptables") is None:
+        return []
+    out = subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if f"arfl:{bridge}" in line]
+
+
 def _left_behind(iso: IsolationState) -> list[str]:
     links, names = _ours(iso)
     present = netns._link_names()
-    return sorted((links & present) | (names & set(netns.list_namespaces())))
+    return sorted(
+        (links & present) | (names & set(netns.list_namespaces())) | set(_forward_rules(iso.bridge))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +146,8 @@ def test_isolation_layout(net: Net) -> None:
     r = netns.run_in_netns(ns0.name, ["ip", "-o", "addr"], capture_output=True, text=True)
     assert "127.0.0.1" in r.stdout and ns0.address in r.stdout
     assert _kafka_ok(ns0.name, net.kafka)
+    if shutil.which("iptables"):  # the bridge's own ACCEPT rule, ahead of a docker DROP policy
+        assert len(_forward_rules(net.iso.bridge)) == 1
     # the host-side default route is not reachable from inside
     host = socket.gethostbyname(socket.gethostname())
     if not host.startswith("127."):

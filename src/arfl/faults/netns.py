@@ -8,6 +8,14 @@ Layout for run ``R`` with bridge ``arfl-br<k>`` and subnet ``10.213.<k>.0/24``::
 
 Everything goes through netlink (pyroute2); no shell. Commands run inside a namespace with
 ``nsenter --net=/run/netns/<name>`` (an exec, so the pid you get is the program's own).
+
+A running docker daemon sets the iptables ``FORWARD`` policy to ``DROP`` and turns on
+``bridge-nf-call-iptables``: frames between two namespaces on the bridge then cross the
+``FORWARD`` chain and are dropped. Each bridge therefore gets one rule of its own at the top of
+``FORWARD`` (``-i arfl-br<k> -o arfl-br<k> -j ACCEPT``, comment ``arfl:arfl-br<k>``), added with
+the bridge and deleted with it. Partitions do not use iptables (links down, blackhole routes),
+so the rule never lets a cut through. Traffic to Kafka/ZooKeeper on the bridge address goes
+through ``INPUT``, which docker leaves alone.
 """
 
 from __future__ import annotations
@@ -202,6 +210,7 @@ def create_isolation(run: str, replicas: Sequence[int]) -> IsolationState:
             br = ipr.link_lookup(ifname=bridge)[0]
             ipr.addr("add", index=br, address=host_ip, prefixlen=24)
             ipr.link("set", index=br, state="up")
+        allow_bridge_forwarding(bridge)
         for ns in iso.namespaces.values():
             assert ns.veth_host is not None and ns.veth_ns is not None
             _create_namespace(ns.name)
@@ -253,6 +262,49 @@ def teardown_isolation(iso: IsolationState) -> list[str]:
         for idx in ipr.link_lookup(ifname=iso.bridge):
             ipr.link("del", index=idx)
             removed.append(iso.bridge)
+    if remove_bridge_forwarding(iso.bridge):
+        removed.append(f"iptables FORWARD rule for {iso.bridge}")
+    return removed
+
+
+def _forward_rule(bridge: str) -> list[str]:
+    return ["FORWARD", "-i", bridge, "-o", bridge, "-m", "comment", "--comment",
+            f"arfl:{bridge}", "-j", "ACCEPT"]  # fmt: skip
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess[str] | None:
+    exe = shutil.which("iptables")
+    if exe is None:
+        return None
+    return subprocess.run([exe, "-w", *args], capture_output=True, text=True, check=False)
+
+
+def allow_bridge_forwarding(bridge: str) -> None:
+    """Let frames between the bridge's ports through ``FORWARD`` (see the module docstring).
+
+    Without an ``iptables`` binary nothing is done: no docker daemon has set a ``DROP`` policy.
+
+    Raises:
+        FaultError: iptables refused the rule.
+    """
+    check = _iptables("-C", *_forward_rule(bridge))
+    if check is None or check.returncode == 0:
+        return
+    done = _iptables("-I", *_forward_rule(bridge)[:1], "1", *_forward_rule(bridge)[1:])
+    if done is not None and done.returncode != 0:
+        raise FaultError(
+            f"network isolation: iptables -I FORWARD for {bridge} failed: {done.stderr.strip()}"
+        )
+
+
+def remove_bridge_forwarding(bridge: str) -> bool:
+    """Delete the bridge's ``FORWARD`` rule(s); True when one was there."""
+    removed = False
+    for _ in range(8):  # a crash between check and insert could have left a second copy
+        done = _iptables("-D", *_forward_rule(bridge))
+        if done is None or done.returncode != 0:
+            break
+        removed = True
     return removed
 
 
