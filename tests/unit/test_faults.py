@@ -53,6 +53,12 @@ class FakeTarget:
     def netns(self, replica: int) -> str | None:
         return None
 
+    def container(self, replica: int) -> str | None:
+        return None
+
+    def docker(self) -> None:
+        return None
+
     def isolation(self) -> IsolationState | None:
         return None
 

@@ -273,6 +273,9 @@ class Spark(_Model):
     master: str = "local-cluster[1,1,1024]"
     conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
     driver_memory: str = "512m"
+    target: Literal["local", "docker"] = "local"
+    """``local``: each replica's driver is a process on this host; ``docker``: in a container
+    of its own on a docker network arfl creates (see :mod:`arfl.faults.docker`)."""
 
     @field_validator("master")
     @classmethod
@@ -283,6 +286,15 @@ class Spark(_Model):
                 "spark://host:port or k8s://..."
             )
         return v
+
+
+class Docker(_Model):
+    """The docker target's options (``[docker]``; only read when ``spark.target = "docker"``)."""
+
+    image: str | None = None
+    """An image present on the docker host with Java 17, Python 3.11 and arfl at the same
+    paths as here (see the Dockerfile); unset: arfl's local runtime image (host directories
+    bind-mounted read-only), built on first use."""
 
 
 class Stack(_Model):
@@ -366,6 +378,7 @@ class Spec(_Model):
     sink: Sink
     replication: Replication = Replication()
     spark: Spark = Spark()
+    docker: Docker = Docker()
     stack: Stack = Stack()
     workload: Workload = Workload()
     chaos: list[Chaos] = Field(default_factory=list)
@@ -444,6 +457,31 @@ def _safe_duration(v: Any) -> float | None:
         return None
 
 
+def _docker_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """The docker target runs its own stack on the run's network and local-cluster drivers."""
+    if _get(raw, "spark", "target") != "docker":
+        return []
+    out: list[tuple[str, str]] = []
+    if (_get(raw, "stack", "kind") or "embedded") != "embedded":
+        out.append(
+            (
+                "stack.kind",
+                "spark.target = 'docker' starts ZooKeeper and Kafka of its own on the run's "
+                "docker network; use stack.kind = 'embedded'",
+            )
+        )
+    master = _get(raw, "spark", "master") or "local-cluster[1,1,1024]"
+    if isinstance(master, str) and not master.startswith(("local-cluster[", "local[")):
+        out.append(
+            (
+                "spark.master",
+                f"{master!r}: with spark.target = 'docker' each replica's driver runs its own "
+                "local-cluster (workers and executors in the replica's container)",
+            )
+        )
+    return out
+
+
 def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """Checks across sections; run on the raw dict so they report even if a section is bad."""
     out: list[tuple[str, str]] = []
@@ -504,6 +542,7 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     out.extend(realtime_problems(raw))
+    out.extend(_docker_problems(raw))
     generated = workload_problems(
         raw.get("workload", {}), _get(raw, "source", "key"), _get(raw, "source", "event_time")
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from arfl.errors import FaultError
+from arfl.faults.docker import DockerNetState
 from arfl.faults.state import IsolationState
 from arfl.registry import FAULTS, UnknownKind
 from arfl.units import format_duration
@@ -113,6 +114,14 @@ class Target(Protocol):
 
     def netns(self, replica: int) -> str | None:
         """Name of the replica's network namespace, if it runs in one."""
+        ...
+
+    def container(self, replica: int) -> str | None:
+        """The replica's container on the docker target (None: a local process)."""
+        ...
+
+    def docker(self) -> DockerNetState | None:
+        """The run's docker network and containers (the docker target), if any."""
         ...
 
     def isolation(self) -> IsolationState | None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arfl.errors import FaultError
+from arfl.faults import docker
 from arfl.faults.local import LocalTarget
 
 
@@ -21,6 +22,8 @@ class ReplicaSummary:
     netns: str | None
     address: str | None
     problem: str | None = None
+    container: str | None = None
+    """``<name> <status>`` on the docker target (``running``, ``paused``, ``exited``...)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,12 @@ def summarize(target: LocalTarget) -> TargetSummary:
         except FaultError as e:
             problem = str(e)
         iso_ns = state.isolation.namespaces.get(idx) if state.isolation else None
+        container = target.container(idx)
+        if container is not None:
+            try:
+                container = f"{container} {docker.status(container)}"
+            except FaultError as e:
+                container, problem = f"{container} ?", problem or str(e)
         replicas.append(
             ReplicaSummary(
                 index=idx,
@@ -74,6 +83,7 @@ def summarize(target: LocalTarget) -> TargetSummary:
                 netns=target.netns(idx),
                 address=rep.address or (iso_ns.address if iso_ns else None),
                 problem=problem,
+                container=container,
             )
         )
     leader: int | None = None

@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 
 from arfl.errors import FaultError
+from arfl.faults import docker as dk
 from arfl.faults.state import IsolationState, RunState, load_state
 from arfl.processes import is_running, same_process
 from arfl.processes import process_tree as _tree
@@ -124,8 +125,20 @@ class LocalTarget:
         return rep.driver_pid
 
     def replica_pids(self, replica: int) -> list[int]:
-        """Driver plus descendants."""
+        """Driver plus descendants; on the docker target every process of its container."""
+        name = self.container(replica)
+        if name is not None:
+            return sorted(dk.host_pids(dk.container(name)))
         return process_tree(self.driver_pid(replica))
+
+    def container(self, replica: int) -> str | None:
+        """The replica's container (``docker.containers`` of ``state.json``), if any."""
+        st = self._replica(replica)
+        return st.docker.containers.get(replica) if st.docker else None
+
+    def docker(self) -> dk.DockerNetState | None:
+        """The run's docker network and containers (``docker`` of ``state.json``)."""
+        return self.state().docker
 
     def executor_pids(self, replica: int) -> dict[str, int]:
         """Executors of the replica's Spark application, matched by ``--app-id``.
@@ -138,6 +151,9 @@ class LocalTarget:
         """
         st = self._replica(replica)
         rep = st.replicas[replica]
+        name = self.container(replica)
+        if name is not None:  # the container holds this replica's JVMs and nobody else's
+            return dk.executors_in(dk.container(name))
         if rep.app_id:
             theirs: set[int] = set()
             for other in st.replicas:

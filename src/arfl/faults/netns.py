@@ -117,11 +117,17 @@ def _create_namespace(name: str) -> None:
     _in_thread(make)
 
 
+def ns_path(name: str) -> Path:
+    """A namespace's file: ``/run/netns/<name>``, or ``name`` itself when it is an absolute
+    path (a container's ``/proc/<pid>/ns/net``)."""
+    return Path(name) if name.startswith("/") else NETNS_DIR / name
+
+
 def _in_namespace(name: str, fn: Callable[[Any], _T]) -> _T:
-    """Call ``fn(ipr)`` with an IPRoute socket inside namespace ``name``."""
+    """Call ``fn(ipr)`` with an IPRoute socket inside namespace ``name`` (see :func:`ns_path`)."""
 
     def enter() -> _T:
-        fd = os.open(NETNS_DIR / name, os.O_RDONLY)
+        fd = os.open(ns_path(name), os.O_RDONLY)
         try:
             if _libc().setns(fd, _CLONE_NEWNET) != 0:
                 err = ctypes.get_errno()
@@ -375,7 +381,7 @@ def add_blackhole(ns_name: str, dst: str) -> None:
 
 def del_blackhole(ns_name: str, dst: str) -> bool:
     """Remove a blackhole route added by :func:`add_blackhole`; False when nothing to do."""
-    if not (NETNS_DIR / ns_name).exists():
+    if not ns_path(ns_name).exists():
         return False
 
     def delete(ipr: Any) -> bool:
@@ -392,7 +398,7 @@ def del_blackhole(ns_name: str, dst: str) -> bool:
 
 def blackholes(ns_name: str) -> list[str]:
     """Destinations of blackhole routes in namespace ``ns_name``."""
-    if not (NETNS_DIR / ns_name).exists():
+    if not ns_path(ns_name).exists():
         return []
 
     def routes(ipr: Any) -> list[str]:

@@ -29,7 +29,7 @@ import psutil
 
 from arfl import stack
 from arfl.errors import FaultError, StackError
-from arfl.faults import leftovers, netns
+from arfl.faults import docker, leftovers, netns
 from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fault
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.state import load_state
@@ -109,6 +109,8 @@ class ChaosRunner:
         record = fault.prepare(self.target)
         replica = fault.details.get("replica")
         outcome.replica = replica
+        if fault.details.get("container"):  # the docker target: say which container it hits
+            outcome.description = f"{fault.describe()} (container {fault.details['container']})"
         entry = self.pending.add(params.kind, replica, record) if record else None
         inject_start = time.time()
         try:
@@ -124,7 +126,7 @@ class ChaosRunner:
                     duration_s=params.duration_s,
                     started=inject_start,
                     ended=outcome.injected_at,
-                    description=fault.describe(),
+                    description=outcome.description,
                     details=dict(fault.details),
                 )
             outcome.details = dict(fault.details)
@@ -261,7 +263,8 @@ class RecoveryReport:
 def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
     """Undo every pending revert whose injector is gone (all of them with ``force``); if the
     deployment itself is gone (its arfl, ``state.json`` ``pid``), also stop the processes it
-    left running, then delete the run's namespaces, veths and bridge.
+    left running, then delete the run's namespaces, veths and bridge (docker target: its
+    containers and network, found by label).
 
     With ``force``, the processes are stopped even if the deployment's arfl still runs (one
     that hangs, or a pid that was reused): a live arfl would restart its drivers.
@@ -353,6 +356,8 @@ def _remove_orphan_network(run_dir: Path) -> list[str]:
     if not _deployment_gone(run_dir):
         return []
     removed: list[str] = []
+    if state.docker is not None:  # the docker target: its containers and network, by label
+        removed += docker.remove_run(state.run)
     if state.isolation is not None:
         removed += netns.teardown_isolation(state.isolation)
     from pyroute2 import netns as pr_netns
@@ -382,6 +387,7 @@ def runs_with_pending(root: Path) -> list[Path]:
             by_session = leftovers.sessions()
         if (
             netns.namespaces_of_run(state.run)
+            or (state.docker is not None and docker.run_leftovers(state.run))
             or leftovers.find(run_dir, by_session)
             or leftovers.run_stack_running(run_dir)
         ):

@@ -20,6 +20,7 @@ from typing import Any
 
 from arfl.coerce import opt_float, opt_int, opt_str
 from arfl.errors import FaultError
+from arfl.faults.docker import DockerNetState
 
 STATE_FILE = "state.json"
 
@@ -89,6 +90,8 @@ class RunState:
     replicas: dict[int, ReplicaState]
     leader_path: str | None
     isolation: IsolationState | None
+    docker: DockerNetState | None = None
+    """The docker target's network and containers (None: replicas are local processes)."""
 
 
 def parse_isolation(raw: Any) -> IsolationState | None:
@@ -137,6 +140,7 @@ def parse_state(raw: dict[str, Any], *, source: str = STATE_FILE) -> RunState:
             replicas=replicas,
             leader_path=opt_str(raw.get("leader_path")),
             isolation=parse_isolation(raw.get("isolation")),
+            docker=DockerNetState.from_json(raw.get("docker")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise FaultError(

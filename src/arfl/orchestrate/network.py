@@ -4,15 +4,24 @@ Without network faults the stack is resolved as the spec says (the embedded one,
 needed, or an external one). With network faults (partition, delay) each replica runs in its
 own network namespace on a bridge, and the run gets a ZooKeeper + Kafka of its own listening
 on the bridge address: replicas in namespaces cannot reach 127.0.0.1.
+
+On the docker target (``spark.target = "docker"``) each replica's driver runs in a container
+on a docker network of the run's own (explicit subnet, labelled ``arfl.run``), started by
+:mod:`arfl.orchestrate.launcher`; the run's own ZooKeeper and Kafka listen on the network's
+gateway, the host's address on that bridge (the same design as the namespaces: a replica's
+only way to its stack is its own network, so cutting the network cuts the stack).
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from arfl import stack
-from arfl.errors import ArflError, DeployError
+from arfl.errors import ArflError, DeployError, FaultError
+from arfl.faults import docker as dk
 from arfl.faults.netns import (
     create_isolation,
     needs_isolation,
@@ -23,6 +32,8 @@ from arfl.faults.netns import (
 from arfl.faults.state import IsolationState
 from arfl.orchestrate.context import RunContext
 from arfl.orchestrate.supervisor import default_command
+from arfl.paths import state_dir
+from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS
 from arfl.stack.embedded import EmbeddedStack
 
 
@@ -37,6 +48,9 @@ class RunNetwork:
         self.info: stack.StackInfo | None = None
         self.isolation: IsolationState | None = None
         self.run_stack: EmbeddedStack | None = None
+        self.docker: dk.DockerNetState | None = None
+        self._run: str | None = None
+        self._run_dir: Path | None = None
 
     def open(self, ctx: RunContext) -> stack.StackInfo:
         """Resolve (or start) the stack the run uses; isolate the replicas if faults need it.
@@ -46,6 +60,8 @@ class RunNetwork:
             DeployError: network faults with an external stack.
         """
         spec = ctx.spec
+        if spec.spark.target == "docker":
+            return self._open_docker(ctx)
         if not needs_isolation(c.fault for c in spec.chaos):
             self.info = stack.resolve(spec.stack, state=ctx.options.stack_state)
             return self.info
@@ -62,12 +78,81 @@ class RunNetwork:
         ctx.journal.write("run-stack-started", kafka=self.info.kafka, zookeeper=self.info.zookeeper)
         return self.info
 
+    def _open_docker(self, ctx: RunContext) -> stack.StackInfo:
+        """The run's docker network, the image, and the run's own stack on the gateway.
+
+        Raises:
+            DeployError: no docker daemon, the image is missing, no free subnet.
+        """
+        self._run, self._run_dir = ctx.run_id, ctx.dir
+        spec = ctx.spec
+        try:
+            image = dk.ensure_image(spec.docker.image)
+            ctx.journal.write(
+                "docker-image",
+                image=image.tag,
+                built=image.built,
+                build_s=round(image.build_s, 3),
+                size_bytes=image.size_bytes,
+            )
+            self.docker = dk.create_network(ctx.run_id, range(spec.replication.replicas), image.tag)
+        except FaultError as e:
+            raise DeployError(str(e)) from None
+        ctx.journal.write("docker-network-created", **self.docker.to_json())
+        self.run_stack = EmbeddedStack(ctx.dir / "stack", host=self.docker.gateway)
+        self.info = self.run_stack.start()
+        ctx.journal.write("run-stack-started", kafka=self.info.kafka, zookeeper=self.info.zookeeper)
+        return self.info
+
     def driver_command(self, replica: int, config: Path) -> Sequence[str]:
-        """A replica's driver command line, inside its namespace when the run has them."""
+        """A replica's driver command line: inside its namespace when the run has them, as a
+        :mod:`launcher <arfl.orchestrate.launcher>` of its container on the docker target."""
         argv = default_command(replica, config)
+        if self.docker is not None:
+            return self._container_command(replica, config, argv)
         if self.isolation is None:
             return argv
         return netns_command(self.isolation.namespaces[replica].name, argv)
+
+    def _container_command(self, replica: int, config: Path, argv: Sequence[str]) -> list[str]:
+        assert self.docker is not None and self._run is not None and self._run_dir is not None
+        jars = json.loads(config.read_text(encoding="utf-8")).get("jars") or []
+        jar_dirs = sorted({str(Path(j).parent) for j in jars})
+        host_runtime = self.docker.image.startswith(dk.RUNTIME_REPO + ":")
+        if host_runtime:  # the host's interpreter, virtualenv, source and Spark home, read-only
+            read_only = [
+                sys.prefix,
+                sys.base_prefix,
+                str(Path(__file__).resolve().parents[2]),  # the source tree (PYTHONPATH)
+                str(state_dir() / "spark-home"),
+                *jar_dirs,
+            ]
+            scratch = [str(state_dir() / "spark-home" / d) for d in WRITABLE_SPARK_DIRS]
+        else:  # the user's image has Java, Python and arfl: only the jars and the run come in
+            read_only, scratch = jar_dirs, []
+            argv = ["python3", *argv[1:]]
+        launch = {
+            "name": self.docker.containers[replica],
+            "hostname": f"replica-{replica}",
+            "image": self.docker.image,
+            "network": self.docker.network,
+            "address": self.docker.addresses[replica],
+            "labels": {
+                dk.LABEL_RUN: self._run,
+                dk.LABEL_REPLICA: str(replica),
+                dk.LABEL_KIND: "replica",
+            },
+            "host_runtime": host_runtime,
+            "read_only": read_only,
+            "writable": [str(self._run_dir)],
+            "scratch": scratch,
+            "cwd": str(self._run_dir),
+            "timing": str(config.with_name(f"replica-{replica}.container.json")),
+        }
+        spec_path = config.with_name(f"replica-{replica}.launch.json")
+        spec_path.write_text(json.dumps(launch, indent=1), encoding="utf-8")
+        return [sys.executable, "-m", "arfl.orchestrate.launcher", "--spec", str(spec_path),
+                "--", *argv]  # fmt: skip
 
     def close(self, ctx: RunContext) -> list[str]:
         """Stop the run's own stack and remove its namespaces; the errors, as lines."""
@@ -77,6 +162,12 @@ class RunNetwork:
                 self.run_stack.stop()
             except ArflError as e:
                 errors.append(str(e))
+        if self.docker is not None and self._run is not None:
+            try:
+                removed = dk.remove_run(self._run)
+                ctx.journal.write("docker-removed", removed=removed)
+            except Exception as e:  # keep going: 'arfl chaos recover' can finish it
+                errors.append(f"docker: {e}; run 'arfl chaos recover {ctx.dir}'")
         if self.isolation is not None:
             try:
                 removed = teardown_isolation(self.isolation)

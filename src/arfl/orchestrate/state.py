@@ -20,6 +20,11 @@ _OWN_CREATE_TIME = psutil.Process().create_time()
 """This arfl's create time: with ``pid`` it tells a later ``recover`` whether we still run."""
 
 
+def dk_address(net: RunNetwork, replica: int) -> str | None:
+    """The replica container's address on the run's docker network (None off that target)."""
+    return net.docker.addresses.get(replica) if net.docker else None
+
+
 def write_state(
     ctx: RunContext,
     net: RunNetwork,
@@ -43,7 +48,8 @@ def write_state(
                 "state": st.status,
                 "restarts": st.restarts,
                 "netns": ns.name if ns else None,
-                "address": ns.address if ns else None,
+                "address": ns.address if ns else dk_address(net, i),
+                "container": net.docker.containers.get(i) if net.docker else None,
             }
     n = ctx.spec.replication.replicas
     write_json_atomic(
@@ -63,6 +69,7 @@ def write_state(
             "replicas": replicas,
             "leader_path": leader_path(ctx.spec.name, ctx.run_id),
             "isolation": iso.to_json() if iso else None,
+            "docker": net.docker.to_json() if net.docker else None,
             "merger_pid": merger.pid if merger else None,
             "merger_create_time": merger.create_time if merger else None,
             "injector_pid": injector.pid if injector else None,

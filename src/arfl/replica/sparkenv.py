@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 # Entries of the pyspark package that a SPARK_HOME needs (spark-class, jars, python libs, ...).
 _LINKED = ("bin", "sbin", "jars", "python", "data", "examples", "licenses", "conf")
-_WRITABLE = ("work", "logs", "tmp")
+WRITABLE_SPARK_DIRS = ("work", "logs", "tmp")
 
 
 def pyspark_dir() -> Path:
@@ -73,7 +73,7 @@ def ensure_spark_home(base: Path | None = None) -> Path:
                 # A real directory left behind: replace it so jars always match the venv.
                 shutil.rmtree(link)
             link.symlink_to(target, target_is_directory=True)
-        for name in _WRITABLE:
+        for name in WRITABLE_SPARK_DIRS:
             (home / name).mkdir(exist_ok=True)
         (home / "RELEASE").write_text(f"Spark (pyspark {_pyspark_version()}) linked by arfl\n")
     except OSError as e:

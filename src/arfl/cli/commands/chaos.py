@@ -270,9 +270,12 @@ def list_cmd(run: RunArg, as_json: JsonOpt = False, runs: RunsOpt = Path("runs")
         typer.echo(json.dumps(dataclasses.asdict(s), indent=2, default=str))
         return
     table = Table(title=f"{s.run} ({s.mode})  {s.run_dir}")
-    for col in ("replica", "state", "driver", "pids", "executors", "netns", "address"):
+    docker_target = any(r.container for r in s.replicas)
+    cols = ["replica", "state", "driver", "pids", "executors", "netns", "address"]
+    for col in cols + (["container"] if docker_target else []):
         table.add_column(col)
     for r in s.replicas:
+        extra = [r.container or "-"] if docker_target else []
         table.add_row(
             str(r.index) + (" (leader)" if s.leader == r.index else ""),
             r.state,
@@ -281,6 +284,7 @@ def list_cmd(run: RunArg, as_json: JsonOpt = False, runs: RunsOpt = Path("runs")
             " ".join(f"{e}:{p}" for e, p in sorted(r.executors.items())) or "-",
             r.netns or "-",
             r.address or "-",
+            *extra,
         )
     out.print(table)
     if s.leader_problem:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from arfl.errors import FaultError
+from arfl.faults import docker as dk
 from arfl.faults import netns
 from arfl.faults.base import FaultBase, Target
 from arfl.faults.kinds.partition import namespace_of
@@ -21,7 +22,8 @@ from arfl.registry import FAULTS, FaultInfo
 )
 class Delay(FaultBase):
     """``netem delay`` on the host end of the replica's veth: every packet towards the replica
-    waits ``delay``, so each round trip grows by it. Revert deletes the qdisc."""
+    waits ``delay``, so each round trip grows by it. Revert deletes the qdisc. On the docker
+    target the link is the host end of the container's ``eth0`` veth."""
 
     kind = "delay"
 
@@ -31,11 +33,18 @@ class Delay(FaultBase):
         if self.params.delay_s is None:
             raise FaultError('delay: which latency? pass --delay 50ms (or delay = "50ms")')
         replica = self.replica_index(target)
-        _, ns = namespace_of(target, replica, self.kind)
-        if not ns.veth_host:
-            raise FaultError(f"delay: no veth recorded for replica {replica}")
-        self.record = {"link": ns.veth_host}
-        self.details = {"replica": replica, "link": ns.veth_host, "delay_s": self.params.delay_s}
+        name = target.container(replica)
+        if name is not None:
+            link = dk.host_veth(dk.container(name))
+        else:
+            _, ns = namespace_of(target, replica, self.kind)
+            if not ns.veth_host:
+                raise FaultError(f"delay: no veth recorded for replica {replica}")
+            link = ns.veth_host
+        self.record = {"link": link}
+        self.details = {"replica": replica, "link": link, "delay_s": self.params.delay_s}
+        if name is not None:
+            self.details["container"] = name
         return self.record
 
     def inject(self, target: Target) -> None:

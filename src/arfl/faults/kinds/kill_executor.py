@@ -47,6 +47,9 @@ class KillExecutor(FaultBase):
                 f"(running: {', '.join(sorted(executors))})"
             )
         self.details = {"replica": replica, "executor": exe, "pid": executors[exe]}
+        container = target.container(replica)
+        if container is not None:  # the docker target: the JVM found among its processes
+            self.details["container"] = container
         return {}
 
     def inject(self, target: Target) -> None:

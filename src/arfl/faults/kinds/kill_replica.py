@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from arfl.errors import FaultError
+from arfl.faults import docker as dk
 from arfl.faults.base import FaultBase, Target
 from arfl.faults.local import no_restart_marker
 from arfl.registry import FAULTS, FaultInfo
@@ -20,6 +21,9 @@ from arfl.registry import FAULTS, FaultInfo
 class KillReplica(FaultBase):
     """SIGKILL the driver of ``params.replica``.
 
+    On the docker target the replica's container is killed (``container.kill``, SIGKILL to
+    every process in it); its launcher ends as if the driver had been SIGKILLed.
+
     The supervisor (the replica runner) restarts killed drivers on its own. With
     ``restart = false`` a ``no-restart-<replica>`` marker is written into the run directory
     *before* the kill; the supervisor must check it before every restart.
@@ -31,6 +35,9 @@ class KillReplica(FaultBase):
         """Resolve the replica (the leader for kill-leader) and its driver pid."""
         replica = self.replica_index(target)
         self.details = {"replica": replica, "pid": target.driver_pid(replica)}
+        name = target.container(replica)
+        if name is not None:
+            self.details["container"] = name
         return {}
 
     def inject(self, target: Target) -> None:
@@ -41,6 +48,17 @@ class KillReplica(FaultBase):
             marker.write_text(f"{time.time():.6f} {self.describe()}\n", encoding="utf-8")
             self.details["no_restart_marker"] = str(marker)
         self.details["killed_at"] = time.time()
+        if "container" in self.details:
+            from docker.errors import APIError
+
+            try:
+                dk.container(str(self.details["container"])).kill()
+            except APIError as e:
+                raise FaultError(
+                    f"{self.kind}: container {self.details['container']} of replica {replica}: "
+                    f"{e.explanation or e}"
+                ) from None
+            return
         try:
             os.kill(int(self.details["pid"]), signal.SIGKILL)
         except ProcessLookupError as e:

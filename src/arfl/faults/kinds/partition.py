@@ -5,10 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from arfl.errors import FaultError
+from arfl.faults import docker as dk
 from arfl.faults import netns
 from arfl.faults.base import FaultBase, Target
 from arfl.faults.state import IsolationState, NamespaceState
 from arfl.registry import FAULTS, FaultInfo
+
+
+def docker_net(target: Target) -> dk.DockerNetState:
+    """The run's docker network (state.json ``docker``).
+
+    Raises:
+        FaultError: the run is not on the docker target.
+    """
+    net = target.docker()
+    if net is None:
+        raise FaultError(f"run {target.run} has no docker network in state.json")
+    return net
 
 
 def namespace_of(target: Target, replica: int, kind: str) -> tuple[IsolationState, NamespaceState]:
@@ -39,14 +52,20 @@ def namespace_of(target: Target, replica: int, kind: str) -> tuple[IsolationStat
 class Partition(FaultBase):
     """Without ``from``: the host end of the replica's veth goes down — no Kafka, ZooKeeper or
     peers. With ``from = [i, j]``: /32 blackhole routes between the replica and those peers, both
-    directions; everything else still flows. Revert brings the link up / deletes the routes."""
+    directions; everything else still flows. Revert brings the link up / deletes the routes.
+
+    On the docker target: without ``from`` the container is disconnected from the run's
+    network (``network.disconnect``; revert reconnects it with its address), with ``from`` the
+    blackhole routes go into the containers' network namespaces."""
 
     kind = "partition"
 
     def prepare(self, target: Target) -> dict[str, Any]:
         """Resolve the veth or the routes to add."""
-        netns.require_net_admin("partition")
         replica = self.replica_index(target)
+        if target.container(replica) is not None:
+            return self._prepare_docker(target, replica)
+        netns.require_net_admin("partition")
         iso, ns = namespace_of(target, replica, self.kind)
         if not self.params.from_:
             if not ns.veth_host:
@@ -67,8 +86,38 @@ class Partition(FaultBase):
         self.details = {"replica": replica, "netns": ns.name, **self.record}
         return self.record
 
+    def _prepare_docker(self, target: Target, replica: int) -> dict[str, Any]:
+        net = docker_net(target)
+        name = net.containers[replica]
+        if not self.params.from_:
+            self.record = {
+                "disconnect": {
+                    "network": net.network,
+                    "container": name,
+                    "address": net.addresses[replica],
+                }
+            }
+        else:
+            netns.require_net_admin("partition")
+            routes: list[list[str]] = []
+            for peer in self.params.from_:
+                if peer == replica or peer not in net.containers:
+                    raise FaultError(
+                        f"partition: from = {list(self.params.from_)}: {peer} is not another "
+                        f"replica container (replicas: {sorted(net.containers)})"
+                    )
+                routes.append([dk.netns_path(dk.container(name)), net.addresses[peer]])
+                peer_ns = dk.netns_path(dk.container(net.containers[peer]))
+                routes.append([peer_ns, net.addresses[replica]])
+            self.record = {"routes": routes}
+        self.details = {"replica": replica, "container": name, **self.record}
+        return self.record
+
     def inject(self, target: Target) -> None:
-        """Take the link down / add the routes."""
+        """Take the link down / add the routes / disconnect the container."""
+        cut = self.record.get("disconnect")
+        if cut:
+            dk.client().networks.get(cut["network"]).disconnect(cut["container"])
         for link in self.record.get("links", []):
             if not netns.set_link(link, up=False):
                 raise FaultError(f"partition: link {link} does not exist")
@@ -77,7 +126,11 @@ class Partition(FaultBase):
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
-        """Heal: links up, routes deleted."""
+        """Heal: links up, routes deleted, the container reconnected (if it still exists and
+        is not connected)."""
+        cut = record.get("disconnect")
+        if cut:
+            dk.reconnect(str(cut["network"]), str(cut["container"]), str(cut["address"]))
         for link in record.get("links", []):
             netns.set_link(link, up=True)
         for ns_name, dst in record.get("routes", []):

@@ -6,6 +6,8 @@ import signal
 import time
 from typing import Any
 
+from arfl.errors import FaultError
+from arfl.faults import docker as dk
 from arfl.faults import procs
 from arfl.faults.base import FaultBase, Target
 from arfl.registry import FAULTS, FaultInfo
@@ -20,6 +22,10 @@ class Pause(FaultBase):
 
     ``details`` holds ``stop_ms``/``cont_ms``: time until every process showed state ``T``
     (stopped) after the signals, and until none did after SIGCONT.
+
+    On the docker target the container is frozen instead (``container.pause``: the cgroup
+    freezer, as ``docker pause`` and Pumba do) and thawed with ``container.unpause``;
+    ``stop_ms``/``cont_ms`` are then the SDK calls' durations.
     """
 
     kind = "pause"
@@ -27,28 +33,55 @@ class Pause(FaultBase):
     def prepare(self, target: Target) -> dict[str, Any]:
         """Record the processes (pid + create time) that will be stopped."""
         replica = self.replica_index(target)
+        name = target.container(replica)
+        if name is not None:
+            self.details = {"replica": replica, "container": name}
+            self.record = {"container": name}
+            return self.record
         pids = procs.identify(target.replica_pids(replica))
         self.details = {"replica": replica, "pids": [int(p[0]) for p in pids]}
         self.record = {"pids": pids}
         return self.record
 
     def inject(self, target: Target) -> None:
-        """SIGSTOP each recorded process."""
+        """SIGSTOP each recorded process (freeze the container)."""
         t0 = time.monotonic()
+        if "container" in self.record:
+            dk.container(str(self.record["container"])).pause()
+            self.details["stop_ms"] = _ms(t0)
+            return
         stopped = procs.send(self.record["pids"], signal.SIGSTOP)
         waited = procs.wait_status(stopped, want_stopped=True)
         self.details["stop_ms"] = _ms(t0) if waited is not None else None
 
     def revert(self, target: Target) -> None:
-        """SIGCONT each recorded process."""
+        """SIGCONT each recorded process (thaw the container)."""
         t0 = time.monotonic()
+        if "container" in self.record:
+            type(self).undo(self.record)
+            self.details["cont_ms"] = _ms(t0)
+            return
         resumed = procs.send(self.record.get("pids", []), signal.SIGCONT)
         waited = procs.wait_status(resumed, want_stopped=False)
         self.details["cont_ms"] = _ms(t0) if waited is not None else None
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
-        """SIGCONT whatever is still there."""
+        """SIGCONT whatever is still there (unpause the container if it is still paused)."""
+        if "container" in record:
+            from docker.errors import NotFound
+
+            try:
+                ctr = dk.container(str(record["container"]))
+            except FaultError:
+                return  # removed with its run: nothing is frozen
+            ctr.reload()
+            if ctr.status == "paused":
+                try:
+                    ctr.unpause()
+                except NotFound:
+                    return
+            return
         procs.send(record.get("pids", []), signal.SIGCONT)
 
 

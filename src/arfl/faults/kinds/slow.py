@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 from arfl.errors import FaultError
 from arfl.faults import cgroups
+from arfl.faults import docker as dk
 from arfl.faults.base import FaultBase, Target
 from arfl.registry import FAULTS, FaultInfo
 
 CPU_PERCENT = 10.0
+CPU_PERIOD_US = 100_000
 
 
 @FAULTS.register(
@@ -21,6 +24,9 @@ class Slow(FaultBase):
     """Move every process of the replica into ``arfl/<run>-r<N>`` limited to 10 % of one CPU.
 
     Revert moves each process back to the group it came from and removes the group.
+
+    On the docker target the container's own CPU quota is set instead (``container.update``
+    with ``cpu_period`` 100 ms and ``cpu_quota`` 10 ms) and lifted on revert (quota -1).
     """
 
     kind = "slow"
@@ -28,6 +34,11 @@ class Slow(FaultBase):
     def prepare(self, target: Target) -> dict[str, Any]:
         """Detect the cpu controller and record every process's current group."""
         replica = self.replica_index(target)
+        name = target.container(replica)
+        if name is not None:
+            self.details = {"replica": replica, "container": name, "cpu_percent": CPU_PERCENT}
+            self.record = {"container": name}
+            return self.record
         h = cgroups.detect()
         pids = target.replica_pids(replica)
         if not pids:
@@ -52,7 +63,12 @@ class Slow(FaultBase):
         return self.record
 
     def inject(self, target: Target) -> None:
-        """Create the limited group and move the processes in."""
+        """Create the limited group and move the processes in (set the container's quota)."""
+        if "container" in self.record:
+            dk.container(str(self.record["container"])).update(
+                cpu_period=CPU_PERIOD_US, cpu_quota=int(CPU_PERIOD_US * CPU_PERCENT / 100)
+            )
+            return
         h = cgroups.CpuHierarchy(int(self.record["version"]), Path(self.record["mount"]))
         group = cgroups.create(h, Path(self.record["group"]).name, CPU_PERCENT)
         for pid in self.record["pids"]:
@@ -60,7 +76,12 @@ class Slow(FaultBase):
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
-        """Move members back to their original groups and remove the group."""
+        """Move members back to their original groups and remove the group (lift the
+        container's quota)."""
+        if "container" in record:
+            with contextlib.suppress(FaultError):  # removed with its run: nothing throttled
+                dk.container(str(record["container"])).update(cpu_quota=-1)
+            return
         mount = Path(record["mount"])
         originals = {
             int(pid): mount / str(path).lstrip("/") for pid, path in record["originals"].items()
