@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -121,14 +123,40 @@ def writer_options(spec: Spec) -> dict[str, str]:
     return {"asyncProgressTrackingEnabled": "true"}
 
 
+def driver_address(master: str) -> str:
+    """Where the driver listens and tells executors to find it (client mode).
+
+    Loopback for local masters and a ``spark://`` master on this host. For a remote master: this
+    host's address on the route towards it (found with an unconnected UDP socket's ``connect``,
+    which sends nothing), so that executors on the cluster's machines (or containers) can
+    reach the driver. ``[spark.conf] spark.driver.host`` still wins.
+    """
+    m = re.match(r"^spark://([^:/,]+):(\d+)", master)
+    if m is None:
+        return "127.0.0.1"
+    host, port = m.group(1), int(m.group(2))
+    try:
+        addr = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
+    except OSError:
+        return "127.0.0.1"
+    if str(addr).startswith("127."):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((addr, port))
+        except OSError:
+            return "127.0.0.1"
+        return str(probe.getsockname()[0])
+
+
 def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
     """The Spark configuration of a replica: arfl's defaults, the spec's, then ``cfg.conf``."""
     conf: dict[str, str] = {
         "spark.app.name": f"arfl-{spec.name}-r{cfg.replica}",
         "spark.master": cfg.master,
         "spark.driver.memory": spec.spark.driver_memory,
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": driver_address(cfg.master),
+        "spark.driver.bindAddress": driver_address(cfg.master),
         # The default 200 shuffle partitions make every stateful batch slow on 2 cores.
         "spark.sql.shuffle.partitions": str(DEFAULT_SHUFFLE_PARTITIONS),
         "spark.ui.showConsoleProgress": "false",
