@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration cli install jars stack-up stack-down bench clean
+.PHONY: demo test lint unit integration cli install jars stack-up stack-down bench clean docker-up
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,9 @@ unit: install
 
 integration: jars
 	$(BIN)/pytest -q tests/integration
+
+docker-up:
+	scripts/docker-up
 
 stack-up: jars
 	$(BIN)/arfl stack up

@@ -1,0 +1,432 @@
+"""The docker target end to end: two active replicas, each in a container of its own (driver,
+local-cluster worker and executor JVMs inside), on a docker network the run creates, its
+ZooKeeper and Kafka on that network's gateway. Every fault acts on a container through the
+docker SDK; a sampler polls the docker daemon independently of arfl to see each fault's effect
+and its revert. A ``kill -9`` of arfl during a container pause and partition, then
+``arfl chaos recover``, leaves nothing of the run behind.
+
+Needs a docker daemon (``scripts/docker-up`` starts one; ``.ci/run`` calls it). Without one the
+tests skip, unless ``ARFL_REQUIRE_DOCKER=1`` (set by ``.ci/run``) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deploy_checks import check_silent_then_resumed, journal_events
+
+from arfl.configs.spec import Spec, parse_spec
+from arfl.errors import FaultError
+from arfl.faults import docker as dk
+from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.report.build import build_report
+from arfl.run.rundir import read_jsonl
+
+pytestmark = pytest.mark.integration
+
+ARFL = Path(sys.executable).with_name("arfl")
+
+
+@pytest.fixture(scope="module")
+def docker_daemon() -> None:
+    try:
+        dk.client()
+    except FaultError as e:
+        if os.environ.get("ARFL_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"ARFL_REQUIRE_DOCKER=1 but {e}")
+        pytest.skip(str(e))
+
+
+def _spec(name: str, duration: str, chaos: list[dict[str, Any]], warmup: str = "8s") -> Spec:
+    raw: dict[str, Any] = {
+        "name": name,
+        "source": {"topic": "clicks", "partitions": 2},
+        "steps": [{"filter": "amount > 10"}],
+        "sink": {"topic": "clicks-out"},
+        "replication": {"mode": "active", "replicas": 2},
+        "spark": {"master": "local-cluster[1,1,1024]", "target": "docker"},
+        "workload": {"rate": 200, "duration": duration, "keys": 20, "warmup": warmup},
+        "chaos": chaos,
+    }
+    return parse_spec(raw, f"{name}.toml")
+
+
+@dataclass
+class Sample:
+    t: float
+    replica: int
+    id: str
+    status: str
+    cpu_quota: int
+    networks: list[str]
+
+
+@dataclass
+class Sampler:
+    """Polls the daemon for the run's containers (by label), apart from arfl's own code."""
+
+    run: list[str] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def loop(self) -> None:
+        import docker
+
+        c = docker.from_env()
+        while not self.stop.is_set():
+            if self.run:
+                flt = {"label": f"{dk.LABEL_RUN}={self.run[0]}"}
+                for ctr in c.containers.list(all=True, filters=flt):
+                    try:
+                        attrs = ctr.attrs
+                        self.samples.append(
+                            Sample(
+                                time.time(),
+                                int(ctr.labels[dk.LABEL_REPLICA]),
+                                ctr.id,
+                                ctr.status,
+                                int(attrs["HostConfig"].get("CpuQuota") or 0),
+                                sorted(attrs["NetworkSettings"]["Networks"]),
+                            )
+                        )
+                    except (KeyError, ValueError):
+                        pass
+            self.stop.wait(0.25)
+
+    def of(self, replica: int, start: float, end: float) -> list[Sample]:
+        return [s for s in self.samples if s.replica == replica and start <= s.t <= end]
+
+
+@pytest.fixture
+def sampler() -> Iterator[Sampler]:
+    s = Sampler()
+    th = threading.Thread(target=s.loop, daemon=True)
+    th.start()
+    yield s
+    s.stop.set()
+    th.join(timeout=5)
+
+
+def _window(run: Path, kind: str) -> tuple[float, float]:
+    [inj] = [e for e in journal_events(run, "fault-injected") if e["kind"] == kind]
+    [rev] = [e for e in journal_events(run, "fault-reverted") if e["kind"] == kind]
+    return float(inj["ended"]), float(rev["ended"])
+
+
+def test_container_faults_show_their_effect_revert_and_are_masked(
+    docker_daemon: None, sampler: Sampler, tmp_path: Path
+) -> None:
+    # No session stack: the docker target starts its own on the run's network.
+    spec = _spec(
+        "dock",
+        "82s",
+        [  # the kill after a steady phase long enough to compare with; the others once the
+            # killed replica is back (a new container starts and catches up in ~25 s here)
+            {"at": "30s", "fault": "kill-replica", "replica": 1},
+            {"at": "58s", "fault": "pause", "replica": 0, "duration": "5s"},
+            {"at": "66s", "fault": "partition", "replica": 0, "duration": "5s"},
+            {"at": "74s", "fault": "slow", "replica": 1, "duration": "4s"},
+        ],
+        warmup="20s",
+    )
+    result = deploy(
+        spec,
+        None,
+        DeployOptions(runs_root=tmp_path),
+        on_run_dir=lambda d: sampler.run.append(d.name),
+    )
+    run = result.run_dir
+    journal = read_jsonl(run / "journal.jsonl")
+    net = next(e for e in journal if e["event"] == "docker-network-created")
+    image = next(e for e in journal if e["event"] == "docker-image")
+    assert image["image"].startswith(dk.RUNTIME_REPO + ":")
+    assert next(e for e in journal if e["event"] == "run-stack-started")["kafka"].startswith(
+        net["gateway"] + ":"
+    )
+    # Each replica ran in its own container, at its own address on the run's network.
+    ids = {r: {s.id for s in sampler.samples if s.replica == r} for r in (0, 1)}
+    assert ids[0] and ids[1] and not ids[0] & ids[1]
+    assert all(s.networks in ([net["network"]], []) for s in sampler.samples)
+    timing = {
+        r: json.loads((run / "replicas" / f"replica-{r}.container.json").read_text())
+        for r in (0, 1)
+    }
+    assert {t["name"] for t in timing.values()} == set(net["containers"].values())
+
+    injected = journal_events(run, "fault-injected")
+    kinds = ["kill-replica", "pause", "partition", "slow"]
+    assert [e["kind"] for e in injected] == kinds
+    assert all(e["details"].get("container") for e in injected), injected
+    # pause: frozen while paused (the daemon says so), its output silent; running after.
+    p0, p1 = _window(run, "pause")
+    assert {s.status for s in sampler.of(0, p0 + 0.3, p1 - 0.3)} == {"paused"}
+    assert {s.status for s in sampler.of(0, p1 + 1, p1 + 3)} == {"running"}
+    check_silent_then_resumed(run, 0, p0, p1)
+    # slow: the container's CPU quota is 10 ms per 100 ms while slowed, lifted after.
+    s0, s1 = _window(run, "slow")
+    assert {s.cpu_quota for s in sampler.of(1, s0 + 0.3, s1 - 0.3)} == {10_000}
+    assert all(s.cpu_quota <= 0 for s in sampler.of(1, s1 + 1, s1 + 3))
+    # partition: replica 0's container is off the run's network, silent; reconnected after.
+    c0, c1 = _window(run, "partition")
+    assert {tuple(s.networks) for s in sampler.of(0, c0 + 0.3, c1 - 0.3)} == {()}
+    assert {tuple(s.networks) for s in sampler.of(0, c1 + 1, c1 + 3)} == {(net["network"],)}
+    check_silent_then_resumed(run, 0, c0, c1)
+    # kill-replica: replica 1's container was killed; the supervisor started a new one.
+    assert len(ids[1]) == 2, ids
+    died = {e["replica"] for e in journal_events(run, "replica-died")}
+    assert 1 in died and 1 in {e["replica"] for e in journal_events(run, "replica-restarted")}
+
+    # The output: complete, nothing twice, both replicas agree; the kill was masked and the
+    # report (the same verdict 'arfl report' prints) says so.
+    s = result.summary
+    assert s["divergent"] == 0 and s["bad_records"] == 0
+    # The run's stack is gone with the run: the deploy's own independent check (no Spark, no
+    # replica code; it read the final topic before the stack stopped) is the witness.
+    check: dict[str, Any] = json.loads((run / "check.json").read_text())
+    assert check["ok"] is True, check
+    assert check["missing"] == check["duplicates"] == check["wrong"] == 0, check
+    assert check["results"] == s["results"] > 0
+    report = build_report(run)
+    verdicts = {f.kind: (f.masked, f.verdict) for f in report.faults}
+    assert verdicts["kill-replica"][0] is True, verdicts
+
+    # Nothing of the run is left: no container, no network.
+    assert dk.run_leftovers(run.name) == []
+    assert journal_events(run, "docker-removed")
+
+
+def _state(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((run_dir / "state.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _wait(what: str, check: Any, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc.poll() is not None:
+            raise AssertionError(f"arfl deploy exited ({proc.returncode}) before {what}:\n"
+                                 + log.read_text(errors="replace")[-3000:])  # fmt: skip
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not reached in {timeout_s:.0f}s:\n"
+                         + log.read_text(errors="replace")[-3000:])  # fmt: skip
+
+
+SPEC_TOML = """\
+name = "dock-left"
+
+[source]
+topic = "clicks"
+partitions = 2
+
+[[steps]]
+filter = "amount > 10"
+
+[sink]
+topic = "clicks-out"
+
+[replication]
+mode = "active"
+replicas = 2
+
+[spark]
+master = "local-cluster[1,1,1024]"
+target = "docker"
+
+[workload]
+rate = 50
+duration = "10m"
+keys = 10
+warmup = "2s"
+
+[[chaos]]
+at = "4s"
+fault = "pause"
+replica = 1
+duration = "10m"
+
+[[chaos]]
+at = "4s"
+fault = "partition"
+replica = 0
+duration = "10m"
+"""
+
+
+def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
+    docker_daemon: None, tmp_path: Path
+) -> None:
+    import docker
+
+    spec = tmp_path / "dock-left.toml"
+    spec.write_text(SPEC_TOML)
+    runs = tmp_path / "runs"
+    log = tmp_path / "deploy.log"
+    with log.open("wb") as out:
+        arfl = subprocess.Popen(
+            [str(ARFL), "deploy", str(spec), "--no-live", "--runs", str(runs)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    run_dir: Path | None = None
+    try:
+        run_dir = _wait(
+            "the run directory",
+            lambda: next((p.parent for p in runs.glob("*/state.json")), None),
+            120,
+            arfl,
+            log,
+        )
+        assert run_dir is not None
+        _wait(
+            "both faults injected",
+            lambda: len(journal_events(run_dir, "fault-injected")) == 2,
+            300,
+            arfl,
+            log,
+        )
+        st = _state(run_dir)
+        assert st is not None and st["docker"]
+        names = {int(k): v for k, v in st["docker"]["containers"].items()}
+        c = docker.from_env()
+        assert c.containers.get(names[1]).status == "paused"
+        assert not c.containers.get(names[0]).attrs["NetworkSettings"]["Networks"]
+        # 'arfl chaos list' names each container and its state.
+        listing = subprocess.run(
+            [str(ARFL), "chaos", "list", str(run_dir), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listing.returncode == 0, listing.stderr
+        shown = {r["index"]: r["container"] for r in json.loads(listing.stdout)["replicas"]}
+        assert shown[1] == f"{names[1]} paused" and shown[0] == f"{names[0]} running", shown
+        # delay acts on the host end of the container's veth: a clear error where the kernel
+        # has no netem (as here), else a netem qdisc there for the duration.
+        delay = subprocess.run(
+            [
+                str(ARFL),
+                "chaos",
+                str(run_dir),
+                "delay",
+                "--replica",
+                "1",
+                "--delay",
+                "50ms",
+                "--duration",
+                "1s",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if delay.returncode != 0:
+            assert "netem" in delay.stdout + delay.stderr, delay.stdout + delay.stderr
+
+        # kill-executor: an executor JVM among replica 0's container processes is SIGKILLed
+        # and its local-cluster worker (in the container) starts a replacement.
+        before = dk.executors_in(dk.container(names[0]))
+        assert before, "no executor JVM in replica 0's container"
+        exe = subprocess.run(
+            [str(ARFL), "chaos", str(run_dir), "kill-executor", "--replica", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert exe.returncode == 0, exe.stdout + exe.stderr
+        [killed] = [
+            e for e in journal_events(run_dir, "fault-injected") if e["kind"] == "kill-executor"
+        ]
+        assert killed["details"]["pid"] in before.values()
+        assert killed["details"]["container"] == names[0]
+        after = dk.executors_in(dk.container(names[0]))
+        assert after and killed["details"]["pid"] not in after.values(), (before, after)
+
+        os.kill(arfl.pid, signal.SIGKILL)
+        arfl.wait(timeout=10)
+        time.sleep(1)
+        # The defect this guards against: the faults and the containers outlive arfl.
+        assert dk.run_leftovers(run_dir.name)
+        assert c.containers.get(names[1]).status == "paused"
+
+        r = subprocess.run(
+            [str(ARFL), "chaos", "recover", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert dk.run_leftovers(run_dir.name) == [], r.stdout
+        flt = {"label": f"{dk.LABEL_RUN}={run_dir.name}"}
+        assert c.containers.list(all=True, filters=flt) == []
+        assert c.networks.list(filters=flt) == []
+        assert not (run_dir / "pending-faults.json").exists()
+        by_recover = {
+            e["kind"] for e in journal_events(run_dir, "fault-reverted") if e.get("recovered")
+        }
+        assert by_recover == {"pause", "partition"}, by_recover
+    finally:
+        if arfl.poll() is None:
+            arfl.kill()
+            arfl.wait()
+        if run_dir is not None:
+            subprocess.run([str(ARFL), "chaos", "recover", "--force", str(run_dir)],
+                           capture_output=True, timeout=180, check=False)  # fmt: skip
+            dk.remove_run(run_dir.name)
+
+
+def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path: Path) -> None:
+    """``spark.master = spark://…`` of a cluster arfl did not start: the driver (host, client
+    mode) listens on the host's address towards the master, executors in the cluster's
+    container reach it over the network, and a kill-executor there is replaced by the worker."""
+    from deploy_checks import check_against_offline
+
+    from arfl.testing.docker_cluster import DockerSparkCluster
+
+    with DockerSparkCluster(tmp_path / "cluster") as cluster:
+        assert cluster.stack is not None and cluster.net is not None
+        raw: dict[str, Any] = {
+            "name": "remote",
+            "source": {"topic": "clicks", "partitions": 2},
+            "steps": [{"filter": "amount > 10"}],
+            "sink": {"topic": "clicks-out"},
+            "replication": {"mode": "passive"},
+            "spark": {"master": cluster.master_url},
+            "stack": {
+                "kind": "external",
+                "kafka": cluster.stack.kafka,
+                "zookeeper": cluster.stack.zookeeper,
+            },
+            "workload": {"rate": 200, "duration": "30s", "keys": 20, "warmup": "5s"},
+            "chaos": [{"at": "12s", "fault": "kill-executor", "replica": 0}],
+        }
+        spec = parse_spec(raw, "remote.toml")
+        result = deploy(spec, None, DeployOptions(runs_root=tmp_path / "runs"))
+        run = result.run_dir
+        logs = cluster.container.logs().decode(errors="replace")
+        # The executors were launched in the container, told to reach the driver at the host's
+        # address on the cluster's network (its gateway), not at loopback.
+        assert f"spark://CoarseGrainedScheduler@{cluster.net.gateway}:" in logs, logs[-3000:]
+        [rev] = [e for e in journal_events(run, "fault-reverted") if e["kind"] == "kill-executor"]
+        assert rev["details"]["replacement_s"] is not None, rev
+        assert "finished with state KILLED" in logs or "exitStatus 137" in logs, logs[-3000:]
+        assert result.summary["divergent"] == 0
+        check_against_offline(cluster.stack, spec, result)
+    assert dk.run_leftovers(cluster.name) == []

@@ -1,0 +1,120 @@
+"""The docker target's pure parts: the runtime image's content, mounts, the container's
+environment, the state it records, and the spec checks (the daemon is exercised in
+tests/integration/test_docker_target.py)."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from arfl.configs.spec import parse_spec
+from arfl.errors import SpecError
+from arfl.faults import docker as dk
+from arfl.faults.state import parse_state
+from arfl.orchestrate.launcher import container_env
+
+MINIMAL: dict[str, object] = {
+    "name": "t",
+    "source": {"topic": "in"},
+    "sink": {"topic": "out"},
+    "replication": {"mode": "active", "replicas": 2},
+}
+
+
+def test_runtime_image_is_mount_points_and_the_hosts_merged_usr_links() -> None:
+    with tarfile.open(fileobj=io.BytesIO(dk._runtime_tar())) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert all(m.isdir() for n, m in members.items() if n in ("tmp", "proc", "sbin", "root"))
+    assert members["tmp"].mode == 0o1777
+    # /sbin is a directory of the image (docker mounts its init there), never a host link.
+    for d in ("bin", "lib", "lib64"):
+        if os.path.islink(f"/{d}"):
+            assert members[d].issym() and members[d].linkname == os.readlink(f"/{d}")
+        else:
+            assert d not in members
+    # Content-addressed: the same recipe gives the same tag.
+    assert dk.runtime_tag() == dk.runtime_tag()
+    assert dk.runtime_tag().startswith(dk.RUNTIME_REPO + ":")
+
+
+def _mounts(*args: object, **kw: object) -> dict[str, bool]:
+    return {m["Target"]: m["ReadOnly"] for m in dk.mounts_for(*args, **kw)}  # type: ignore[arg-type]
+
+
+def test_mounts_once_each_read_only_except_the_run(tmp_path: Path) -> None:
+    (tmp_path / "venv" / "lib").mkdir(parents=True)
+    (tmp_path / "runs" / "r1").mkdir(parents=True)
+    got = _mounts(
+        [tmp_path / "venv", tmp_path / "venv" / "lib", tmp_path / "missing"],
+        [tmp_path / "runs" / "r1"],
+    )
+    assert got[str(tmp_path / "venv")] is True
+    assert str(tmp_path / "venv" / "lib") not in got  # under a mounted directory
+    assert str(tmp_path / "missing") not in got
+    assert got[str(tmp_path / "runs" / "r1")] is False
+    assert got.get("/usr") is True and "/etc" in got
+    assert not any(os.path.islink(t) for t in got)  # merged-/usr links live in the image
+
+
+def test_a_writable_directory_inside_a_read_only_one_is_mounted_over_it(tmp_path: Path) -> None:
+    (tmp_path / "repo" / "runs").mkdir(parents=True)
+    got = _mounts([tmp_path / "repo"], [tmp_path / "repo" / "runs"], system=False)
+    assert got == {str(tmp_path / "repo"): True, str(tmp_path / "repo" / "runs"): False}
+
+
+def test_container_environment_host_runtime_and_user_image() -> None:
+    base = {"PATH": "/usr/bin", "JAVA_HOME": "/usr/lib/jvm/x", "HOSTNAME": "h", "ARFL_X": "1"}
+    host = container_env(base)
+    assert host == {"PATH": "/usr/bin", "JAVA_HOME": "/usr/lib/jvm/x", "ARFL_X": "1"}
+    image = container_env(base, host_runtime=False)
+    assert image == {"ARFL_X": "1", "PYTHONUNBUFFERED": "1", "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def test_state_round_trip_names_each_replicas_container() -> None:
+    net = dk.DockerNetState(
+        network="arfl-r",
+        bridge="arfl-d3",
+        subnet="10.214.3.0/24",
+        gateway="10.214.3.1",
+        image="arfl-runtime:abc",
+        containers={0: "arfl-r-r0", 1: "arfl-r-r1"},
+        addresses={0: "10.214.3.2", 1: "10.214.3.3"},
+    )
+    state = parse_state({"run": "r", "replicas": {"0": {}, "1": {}}, "docker": net.to_json()})
+    assert state.docker == net
+    assert parse_state({"run": "r"}).docker is None
+    assert dk.container_name("r", 1) == "arfl-r-r1" and dk.network_name("r") == "arfl-r"
+
+
+def test_docker_target_needs_the_embedded_stack_and_a_local_cluster() -> None:
+    raw = dict(MINIMAL)
+    raw["spark"] = {"target": "docker", "master": "spark://h:7077"}
+    raw["stack"] = {"kind": "external", "kafka": "h:9092", "zookeeper": "h:2181"}
+    with pytest.raises(SpecError) as ei:
+        parse_spec(raw, "t.toml")
+    text = "\n".join(ei.value.problems)
+    assert "stack.kind" in text and "spark.master" in text, text
+    raw["spark"] = {"target": "kubernetes"}
+    with pytest.raises(SpecError) as ei:
+        parse_spec(raw, "t.toml")
+    assert any("spark.target" in p for p in ei.value.problems), ei.value.problems
+    ok = dict(MINIMAL)
+    ok["spark"] = {"target": "docker", "master": "local-cluster[1,2,1024]"}
+    ok["docker"] = {"image": "arfl-replica:1"}
+    spec = parse_spec(ok, "t.toml")
+    assert spec.spark.target == "docker" and spec.docker.image == "arfl-replica:1"
+    assert parse_spec(dict(MINIMAL), "t.toml").spark.target == "local"
+
+
+def test_driver_address_is_loopback_unless_the_master_is_remote() -> None:
+    from arfl.replica.driver import driver_address
+
+    assert driver_address("local-cluster[1,2,1024]") == "127.0.0.1"
+    assert driver_address("local[2]") == "127.0.0.1"
+    assert driver_address("spark://127.0.0.1:7077") == "127.0.0.1"
+    assert driver_address("spark://localhost:7077") == "127.0.0.1"
+    assert driver_address("spark://no-such-host.invalid:7077") == "127.0.0.1"
