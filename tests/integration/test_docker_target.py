@@ -393,33 +393,44 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
 
 
 def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path: Path) -> None:
-    """``spark.master = spark://…`` of a cluster arfl did not start: the driver (host, client
-    mode) listens on the host's address towards the master, executors in the cluster's
-    container reach it over the network, and a kill-executor there is replaced by the worker."""
-    from deploy_checks import check_against_offline
+    """A ``spark://`` master of a cluster arfl did not start (given on the command line): the
+    driver (host, client mode) listens on the host's address towards the master, executors in
+    the cluster's container reach it over the network. Passive's driver kill restarts from the
+    checkpoint (complete, exact output) and a kill-executor there is replaced by the worker."""
+    from deploy_checks import check_against_offline, windowed_spec
 
+    from arfl.faults.local import executors_of_app
     from arfl.testing.docker_cluster import DockerSparkCluster
 
     with DockerSparkCluster(tmp_path / "cluster") as cluster:
         assert cluster.stack is not None and cluster.net is not None
-        raw: dict[str, Any] = {
-            "name": "remote",
-            "source": {"topic": "clicks", "partitions": 2},
-            "steps": [{"filter": "amount > 10"}],
-            "sink": {"topic": "clicks-out"},
-            "replication": {"mode": "passive"},
-            "spark": {"master": cluster.master_url},
-            "stack": {
+        spec = windowed_spec(
+            "remote",
+            mode="passive",
+            duration="26s",
+            source={"partitions": 4},
+            stack={
                 "kind": "external",
                 "kafka": cluster.stack.kafka,
                 "zookeeper": cluster.stack.zookeeper,
             },
-            "workload": {"rate": 200, "duration": "30s", "keys": 20, "warmup": "5s"},
-            "chaos": [{"at": "12s", "fault": "kill-executor", "replica": 0}],
-        }
-        spec = parse_spec(raw, "remote.toml")
-        result = deploy(spec, None, DeployOptions(runs_root=tmp_path / "runs"))
+            chaos=[
+                {"at": "5s", "fault": "kill-executor", "replica": 0},
+                {"at": "14s", "fault": "kill-replica", "replica": 0},
+            ],
+        )
+        opts = DeployOptions(runs_root=tmp_path / "runs", master=cluster.master_url)
+        result = deploy(spec, None, opts)
         run = result.run_dir
+        journal = read_jsonl(run / "journal.jsonl")
+        apps = [e["app_id"] for e in journal if e["event"] == "replica-ready"]
+        assert len(apps) == 2 and apps[0] != apps[1], apps
+        # The master removes the dead application's executors (JVMs in the cluster's
+        # container, host processes to psutil) once its driver is gone.
+        deadline = time.monotonic() + 60
+        while executors_of_app(apps[0]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not executors_of_app(apps[0])
         logs = cluster.container.logs().decode(errors="replace")
         # The executors were launched in the container, told to reach the driver at the host's
         # address on the cluster's network (its gateway), not at loopback.
@@ -427,6 +438,20 @@ def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path:
         [rev] = [e for e in journal_events(run, "fault-reverted") if e["kind"] == "kill-executor"]
         assert rev["details"]["replacement_s"] is not None, rev
         assert "finished with state KILLED" in logs or "exitStatus 137" in logs, logs[-3000:]
+        assert result.summary["master"] == cluster.master_url
+        kinds = [e["event"] for e in journal]
+        assert kinds.count("replica-died") == 1 and kinds.count("replica-restarted") == 1
+        assert next(e for e in journal if e["event"] == "replica-died")["exit_code"] == -9
+        # Complete and exact although the restarted driver re-emitted some results.
         assert result.summary["divergent"] == 0
         check_against_offline(cluster.stack, spec, result)
+    # The restarted query continued the same checkpoint: one query id, two runs, and its first
+    # batch after the restart did not start from offset 0 again.
+    ckpt = run / "checkpoints" / "replica-0"
+    assert (ckpt / "offsets").is_dir() and (ckpt / "commits").is_dir()
+    progress = read_jsonl(run / "progress" / "replica-0.jsonl")
+    assert len({p["id"] for p in progress}) == 1
+    assert len({p["runId"] for p in progress}) == 2
+    starts = [p["sources"][0].get("startOffset") for p in progress if p.get("sources")]
+    assert starts.count(None) <= 1
     assert dk.run_leftovers(cluster.name) == []
