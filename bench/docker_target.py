@@ -1,14 +1,14 @@
 """The docker target's costs: runtime image build, container start-up, replica start-up.
 
-    .venv/bin/python bench/docker_target.py [--repeat 3] [--deploy]
+    .venv/bin/python bench/docker_target.py [--repeat 3] [--deploy ROUNDS]
 
 1. the runtime image (``docker import`` of mount points): build time (the cached tag removed
    first) and size;
 2. ``java -version`` on the host vs in a container with the host directories bind-mounted
    (create + start + exit): what a container adds to starting a JVM;
-3. with ``--deploy``: the same R=2 active-leaderless windowed pipeline as bench/startup.py,
-   ``spark.target`` local vs docker, one after the other: seconds until each replica's
-   SparkSession was up and until every replica ran a batch, and p50 latency.
+3. with ``--deploy N``: N pairs of runs (order alternating) of bench/startup.py's R=2
+   active-leaderless windowed pipeline, ``spark.target`` local vs docker: seconds until each
+   replica's SparkSession was up and until every replica ran a batch, p50 latency, CPU.
 
 Needs a docker daemon (scripts/docker-up).
 """
@@ -27,7 +27,6 @@ from typing import Any
 from _common import Column, print_table
 from startup import analyse, spec_for
 
-from arfl.configs.spec import parse_spec
 from arfl.errors import ArflError
 from arfl.faults import docker as dk
 from arfl.orchestrate.deploy import DeployOptions, deploy
@@ -82,12 +81,12 @@ def java_version(repeat: int) -> dict[str, Any]:
     }
 
 
-def deploys(runs: Path) -> list[dict[str, Any]]:
+def deploys(runs: Path, rounds: int) -> list[dict[str, Any]]:
+    """``rounds`` pairs of deploys, the order alternating (local first, then docker first)."""
     rows: list[dict[str, Any]] = []
-    for target in ("local", "docker"):
-        raw = spec_for("active-leaderless", 2, {}, "30s").model_dump(mode="json", by_alias=True)
-        raw["spark"]["target"] = target
-        spec = parse_spec(raw, "docker-bench")
+    order = [t for i in range(rounds) for t in (("local", "docker")[:: 1 if i % 2 == 0 else -1])]
+    for target in order:
+        spec = spec_for("active-leaderless", 2, {}, "30s", target)
         try:
             res = deploy(spec, None, DeployOptions(runs_root=runs))
         except ArflError as e:
@@ -107,13 +106,13 @@ def deploys(runs: Path) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--deploy", action="store_true")
+    ap.add_argument("--deploy", type=int, default=0, metavar="ROUNDS")
     ap.add_argument("--runs", type=Path, default=Path("runs/bench"))
     args = ap.parse_args(argv)
     print(json.dumps({"image": image_build(args.repeat)}), flush=True)
     print(json.dumps({"java -version": java_version(args.repeat)}), flush=True)
     if args.deploy:
-        rows = deploys(args.runs)
+        rows = deploys(args.runs, args.deploy)
         print_table(
             rows,
             Column("target", 8, "", lambda r: r["target"]),

@@ -35,7 +35,9 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
-def spec_for(mode: str, replicas: int, conf: dict[str, str], duration: str) -> Spec:
+def spec_for(
+    mode: str, replicas: int, conf: dict[str, str], duration: str, target: str = "local"
+) -> Spec:
     """The windowed demo pipeline at 200 ev/s over 2 partitions."""
     return parse_spec(
         {
@@ -57,6 +59,7 @@ def spec_for(mode: str, replicas: int, conf: dict[str, str], duration: str) -> S
             "spark": {
                 "master": "local-cluster[1,1,1024]",
                 "conf": {"spark.sql.shuffle.partitions": "2", **conf},
+                "target": target,
             },
             "workload": {"rate": 200, "duration": duration, "keys": 20, "warmup": "10s"},
         },

@@ -118,3 +118,17 @@ def test_driver_address_is_loopback_unless_the_master_is_remote() -> None:
     assert driver_address("spark://127.0.0.1:7077") == "127.0.0.1"
     assert driver_address("spark://localhost:7077") == "127.0.0.1"
     assert driver_address("spark://no-such-host.invalid:7077") == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("code", "rc"), [(137, -9), (143, -15), (130, -2), (1, 1), (0, 0), (147, 147)]
+)
+def test_the_launcher_ends_like_its_container(code: int, rc: int) -> None:
+    """A container killed by signal n exits 128 + n: its launcher dies of the same signal, so
+    the supervisor sees a SIGKILLed driver; never SIGSTOP (147), which would only stop it."""
+    import subprocess
+    import sys
+
+    prog = f"from arfl.orchestrate.launcher import exit_like; exit_like({code})"
+    done = subprocess.run([sys.executable, "-c", prog], timeout=30, check=False)
+    assert done.returncode == rc

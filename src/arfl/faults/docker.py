@@ -28,7 +28,7 @@ import ipaddress
 import os
 import tarfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,12 +50,22 @@ _RECIPE_VERSION = "2"
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 
 
+class ContainerGone(FaultError):
+    """The container does not exist (any more): removed with its run, or never created."""
+
+
+_CLIENT: list[Any] = []
+
+
 def client() -> Any:
-    """A docker client for the daemon ``DOCKER_HOST`` names (default: the local socket).
+    """A docker client for the daemon ``DOCKER_HOST`` names (default: the local socket), made
+    and pinged once per process.
 
     Raises:
         FaultError: no daemon answers (the message says where it looked and what to do).
     """
+    if _CLIENT:
+        return _CLIENT[0]
     import docker
 
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -65,18 +75,26 @@ def client() -> Any:
     except Exception as e:
         raise FaultError(
             f"docker target: no docker daemon answers at {where} ({type(e).__name__}); start "
-            "one (as root: apt-get install docker.io && dockerd &) or set DOCKER_HOST"
+            "one (as root: scripts/docker-up, or apt-get install docker.io && dockerd &) or "
+            "set DOCKER_HOST"
         ) from None
+    _CLIENT.append(c)
     return c
 
 
-def available() -> bool:
-    """True when a docker daemon answers (for ``recover`` and listings: never raises)."""
+@contextlib.contextmanager
+def sdk_errors(what: str) -> Iterator[None]:
+    """Turn the docker SDK's errors into arfl's: :class:`ContainerGone` for a missing
+    container, :class:`FaultError` naming ``what`` for anything else the daemon refused."""
+    import docker.errors
+
     try:
-        client()
-    except FaultError:
-        return False
-    return True
+        yield
+    except docker.errors.NotFound as e:
+        raise ContainerGone(f"{what}: {e.explanation or e}") from None
+    except docker.errors.DockerException as e:
+        detail = getattr(e, "explanation", None) or e
+        raise FaultError(f"{what}: the docker daemon refused: {detail}") from None
 
 
 # --- the runtime image ------------------------------------------------------------------
@@ -94,11 +112,7 @@ class ImageInfo:
 
 def _host_symlinks() -> dict[str, str]:
     """Top-level system directories that are symlinks on this host: name -> target."""
-    return {
-        d.lstrip("/"): os.readlink(d)
-        for d in (*SYSTEM_DIRS, "/sbin")
-        if os.path.islink(d) and d != "/sbin"
-    }
+    return {d.lstrip("/"): os.readlink(d) for d in SYSTEM_DIRS if os.path.islink(d)}
 
 
 def _runtime_tar() -> bytes:
@@ -146,13 +160,14 @@ def ensure_image(image: str | None = None) -> ImageInfo:
             ) from None
     t0 = time.monotonic()
     repo, version = tag.split(":")
-    c.api.import_image_from_data(
-        _runtime_tar(),
-        repository=repo,
-        tag=version,
-        changes=[f"LABEL {LABEL_KIND}=runtime"],
-    )
-    size = int(c.images.get(tag).attrs.get("Size", 0))
+    with sdk_errors(f"docker import of the runtime image {tag}"):
+        c.api.import_image_from_data(
+            _runtime_tar(),
+            repository=repo,
+            tag=version,
+            changes=[f"LABEL {LABEL_KIND}=runtime"],
+        )
+        size = int(c.images.get(tag).attrs.get("Size", 0))
     return ImageInfo(tag, built=True, build_s=time.monotonic() - t0, size_bytes=size)
 
 
@@ -255,30 +270,47 @@ def create_network(run: str, replicas: Sequence[int], image: str) -> DockerNetSt
     Raises:
         FaultError: no daemon, or no free subnet.
     """
+    import docker.errors
     import docker.types
 
     c = client()
-    taken = _taken_subnets(c)
-    for k in range(256):
-        subnet = ipaddress.ip_network(f"{SUBNET_BASE}.{k}.0/24")
-        if not any(subnet.overlaps(t) for t in taken):
-            break
-    else:
-        raise FaultError(f"docker target: no free subnet {SUBNET_BASE}.<k>.0/24")
-    hosts = list(subnet.hosts())
-    gateway = str(hosts[0])
-    bridge = f"arfl-d{k}"
-    ipam = docker.types.IPAMConfig(
-        pool_configs=[docker.types.IPAMPool(subnet=str(subnet), gateway=gateway)]
-    )
     name = network_name(run)
-    c.networks.create(
-        name,
-        driver="bridge",
-        ipam=ipam,
-        labels={LABEL_RUN: run, LABEL_KIND: "network"},
-        options={"com.docker.network.bridge.name": bridge},
-    )
+    tried: set[int] = set()
+    while True:
+        with sdk_errors("docker target: listing networks"):
+            taken = _taken_subnets(c)
+        k = next(
+            (
+                k
+                for k in range(256)
+                if k not in tried
+                and not any(
+                    ipaddress.ip_network(f"{SUBNET_BASE}.{k}.0/24").overlaps(t) for t in taken
+                )
+            ),
+            None,
+        )
+        if k is None:
+            raise FaultError(f"docker target: no free subnet {SUBNET_BASE}.<k>.0/24")
+        tried.add(k)
+        subnet = ipaddress.ip_network(f"{SUBNET_BASE}.{k}.0/24")
+        hosts = list(subnet.hosts())
+        gateway, bridge = str(hosts[0]), f"arfl-d{k}"
+        ipam = docker.types.IPAMConfig(
+            pool_configs=[docker.types.IPAMPool(subnet=str(subnet), gateway=gateway)]
+        )
+        try:
+            c.networks.create(
+                name,
+                driver="bridge",
+                ipam=ipam,
+                labels={LABEL_RUN: run, LABEL_KIND: "network"},
+                options={"com.docker.network.bridge.name": bridge},
+            )
+            break
+        except docker.errors.APIError as e:  # another run took the subnet meanwhile: next one
+            if "overlap" not in str(e).lower() and "in use" not in str(e).lower():
+                raise FaultError(f"docker target: creating network {name}: {e}") from None
     return DockerNetState(
         network=name,
         bridge=bridge,
@@ -294,20 +326,16 @@ def remove_run(run: str) -> list[str]:
     """Remove every container (unpaused first, then killed) and network labelled ``run``.
 
     Returns:
-        What was removed, for messages; empty when there was nothing (or no daemon).
+        What was removed, for messages; empty when there was nothing.
+
+    Raises:
+        FaultError: no daemon answers (nothing could be checked, so nothing is claimed).
     """
-    try:
-        c = client()
-    except FaultError:
-        return []
+    c = client()
     removed: list[str] = []
     for ctr in c.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"}):
-        with contextlib.suppress(Exception):
-            if ctr.status == "paused":
-                ctr.unpause()
-        with contextlib.suppress(Exception):
-            ctr.remove(force=True)
-            removed.append(f"container {ctr.name}")
+        remove_container(ctr.id)
+        removed.append(f"container {ctr.name}")
     for net in c.networks.list(filters={"label": f"{LABEL_RUN}={run}"}):
         with contextlib.suppress(Exception):
             net.reload()
@@ -320,11 +348,12 @@ def remove_run(run: str) -> list[str]:
 
 
 def run_leftovers(run: str) -> list[str]:
-    """Containers and networks labelled ``run`` that still exist (empty without a daemon)."""
-    try:
-        c = client()
-    except FaultError:
-        return []
+    """Containers and networks labelled ``run`` that still exist.
+
+    Raises:
+        FaultError: no daemon answers.
+    """
+    c = client()
     flt = {"label": f"{LABEL_RUN}={run}"}
     return [f"container {x.name}" for x in c.containers.list(all=True, filters=flt)] + [
         f"network {n.name}" for n in c.networks.list(filters=flt)
@@ -335,17 +364,15 @@ def run_leftovers(run: str) -> list[str]:
 
 
 def container(name: str) -> Any:
-    """The container called ``name``.
+    """The container called (or with id) ``name``.
 
     Raises:
-        FaultError: no daemon or no such container.
+        ContainerGone: no such container.
+        FaultError: no daemon.
     """
-    import docker.errors
-
-    try:
-        return client().containers.get(name)
-    except docker.errors.NotFound:
-        raise FaultError(f"docker target: container {name} does not exist") from None
+    c = client()
+    with sdk_errors(f"docker target: container {name}"):
+        return c.containers.get(name)
 
 
 def status(name: str) -> str:
@@ -354,12 +381,75 @@ def status(name: str) -> str:
     Raises:
         FaultError: no daemon.
     """
-    import docker.errors
-
     try:
-        return str(client().containers.get(name).status)
-    except docker.errors.NotFound:
+        return str(container(name).status)
+    except ContainerGone:
         return "gone"
+
+
+def create_container(
+    *,
+    name: str,
+    image: str,
+    command: Sequence[str],
+    network: str,
+    address: str,
+    labels: dict[str, str],
+    environment: dict[str, str],
+    mounts: list[Any],
+    scratch: Sequence[str] = ("/tmp",),
+    hostname: str | None = None,
+    cwd: str = "/",
+) -> str:
+    """Create (not start) a container at ``address`` on ``network``, with docker's init as
+    PID 1, ``scratch`` directories as tmpfs and this host's uid:gid (what it writes in the run
+    directory stays the deploying user's); a leftover container of the same name (its
+    launcher was killed with -9) is removed first. Returns its id.
+
+    Raises:
+        FaultError: no daemon, or the daemon refused.
+    """
+    c = client()
+    remove_container(name)
+    with sdk_errors(f"docker target: creating container {name}"):
+        host_config = c.api.create_host_config(
+            mounts=mounts,
+            tmpfs={p: "exec,mode=1777" for p in scratch},
+            init=True,
+            network_mode=network,
+        )
+        net_config = c.api.create_networking_config(
+            {network: c.api.create_endpoint_config(ipv4_address=address)}
+        )
+        created = c.api.create_container(
+            image,
+            command=list(command),
+            name=name,
+            hostname=hostname or name[-63:],
+            labels=labels,
+            environment=environment,
+            user=f"{os.getuid()}:{os.getgid()}",
+            working_dir=cwd,
+            host_config=host_config,
+            networking_config=net_config,
+        )
+    return str(created["Id"])
+
+
+def remove_container(name: str) -> None:
+    """Remove a container whatever its state (unpaused first); nothing when it is gone.
+
+    Raises:
+        FaultError: no daemon, or the daemon refused.
+    """
+    try:
+        with sdk_errors(f"docker target: removing container {name}"):
+            ctr = client().containers.get(name)
+            if ctr.status == "paused":
+                ctr.unpause()
+            ctr.remove(force=True)
+    except ContainerGone:
+        return
 
 
 def host_pids(ctr: Any) -> dict[int, str]:
@@ -398,11 +488,7 @@ def host_veth(ctr: Any) -> str:
     """
     from pyroute2 import IPRoute, NetNS
 
-    ctr.reload()
-    pid = int(ctr.attrs["State"]["Pid"])
-    if pid <= 0:
-        raise FaultError(f"docker target: container {ctr.name} is not running")
-    ns = NetNS(f"/proc/{pid}/ns/net")
+    ns = NetNS(netns_path(ctr))
     try:
         links = ns.link_lookup(ifname="eth0")
         if not links:
@@ -433,16 +519,73 @@ def netns_path(ctr: Any) -> str:
 def reconnect(network: str, name: str, address: str) -> bool:
     """Connect container ``name`` to ``network`` with ``address`` unless it is connected
     already or gone (the revert of a partition); True when it was reconnected."""
-    import docker.errors
-
+    c = client()
     try:
-        c = client()
-        ctr = c.containers.get(name)
-        net = c.networks.get(network)
-    except (FaultError, docker.errors.NotFound):
+        with sdk_errors(f"partition: reconnecting {name} to {network}"):
+            ctr = c.containers.get(name)
+            net = c.networks.get(network)
+            ctr.reload()
+            if network in (ctr.attrs.get("NetworkSettings") or {}).get("Networks", {}):
+                return False
+            net.connect(ctr, ipv4_address=address)
+    except ContainerGone:
+        return False  # removed with its run (or the network is): nothing is cut
+    return True
+
+
+def disconnect(network: str, name: str) -> None:
+    """Take container ``name`` off ``network`` (a partition).
+
+    Raises:
+        FaultError: the daemon refused (e.g. the container is not connected).
+    """
+    with sdk_errors(f"partition: disconnecting {name} from {network}"):
+        client().networks.get(network).disconnect(name)
+
+
+def kill(name: str) -> None:
+    """SIGKILL every process of container ``name`` (``container.kill``).
+
+    Raises:
+        FaultError: the container is not running, or the daemon refused.
+    """
+    with sdk_errors(f"kill-replica: container {name}"):
+        container(name).kill()
+
+
+def pause(name: str) -> None:
+    """Freeze container ``name`` (cgroup freezer).
+
+    Raises:
+        FaultError: not running, already paused, or the daemon refused.
+    """
+    with sdk_errors(f"pause: container {name}"):
+        container(name).pause()
+
+
+def unpause(name: str) -> bool:
+    """Thaw container ``name`` if it is paused; False when it is not (or is gone)."""
+    try:
+        with sdk_errors(f"pause: unpausing container {name}"):
+            ctr = container(name)
+            ctr.reload()
+            if ctr.status != "paused":
+                return False
+            ctr.unpause()
+    except ContainerGone:
         return False
-    ctr.reload()
-    if network in (ctr.attrs.get("NetworkSettings") or {}).get("Networks", {}):
+    return True
+
+
+def set_cpu_quota(name: str, period_us: int, quota_us: int) -> bool:
+    """Set container ``name``'s CFS quota (``-1``: none); False when the container is gone.
+
+    Raises:
+        FaultError: the daemon refused.
+    """
+    try:
+        with sdk_errors(f"slow: container {name}"):
+            container(name).update(cpu_period=period_us, cpu_quota=quota_us)
+    except ContainerGone:
         return False
-    net.connect(ctr, ipv4_address=address)
     return True

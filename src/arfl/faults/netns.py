@@ -140,7 +140,7 @@ def _in_namespace(name: str, fn: Callable[[Any], _T]) -> _T:
     return _in_thread(enter)
 
 
-def _used_subnets() -> set[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+def used_subnets() -> set[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     used: set[ipaddress.IPv4Network | ipaddress.IPv6Network] = set()
     with _ipr() as ipr:
         for msg in ipr.get_addr(family=2):
@@ -182,7 +182,7 @@ def create_isolation(run: str, replicas: Sequence[int]) -> IsolationState:
     """
     require_net_admin("network isolation")
     links = _link_names()
-    used = _used_subnets()
+    used = used_subnets()
     for k in range(256):
         bridge = f"arfl-br{k}"
         subnet = ipaddress.ip_network(f"{SUBNET_BASE}.{k}.0/24")
@@ -256,20 +256,22 @@ def teardown_isolation(iso: IsolationState) -> list[str]:
 
     removed: list[str] = []
     present = set(list_namespaces())
-    with _ipr() as ipr:
-        for ns in iso.namespaces.values():
-            if ns.veth_host:
-                for idx in ipr.link_lookup(ifname=ns.veth_host):
-                    ipr.link("del", index=idx)
-                    removed.append(ns.veth_host)
-            if ns.name in present:
-                netns.remove(ns.name)
-                removed.append(ns.name)
-        for idx in ipr.link_lookup(ifname=iso.bridge):
-            ipr.link("del", index=idx)
-            removed.append(iso.bridge)
-    if remove_bridge_forwarding(iso.bridge):
-        removed.append(f"iptables FORWARD rule for {iso.bridge}")
+    try:
+        with _ipr() as ipr:
+            for ns in iso.namespaces.values():
+                if ns.veth_host:
+                    for idx in ipr.link_lookup(ifname=ns.veth_host):
+                        ipr.link("del", index=idx)
+                        removed.append(ns.veth_host)
+                if ns.name in present:
+                    netns.remove(ns.name)
+                    removed.append(ns.name)
+            for idx in ipr.link_lookup(ifname=iso.bridge):
+                ipr.link("del", index=idx)
+                removed.append(iso.bridge)
+    finally:
+        if remove_bridge_forwarding(iso.bridge):
+            removed.append(f"iptables FORWARD rule for {iso.bridge}")
     return removed
 
 
@@ -291,16 +293,30 @@ def allow_bridge_forwarding(bridge: str) -> None:
     Without an ``iptables`` binary nothing is done: no docker daemon has set a ``DROP`` policy.
 
     Raises:
-        FaultError: iptables refused the rule.
+        FaultError: iptables refused the rule while bridged frames do cross a ``FORWARD``
+            chain that drops (elsewhere a refusal changes nothing and is ignored).
     """
     check = _iptables("-C", *_forward_rule(bridge))
     if check is None or check.returncode == 0:
         return
     done = _iptables("-I", *_forward_rule(bridge)[:1], "1", *_forward_rule(bridge)[1:])
-    if done is not None and done.returncode != 0:
+    if done is not None and done.returncode != 0 and _bridged_frames_dropped():
         raise FaultError(
             f"network isolation: iptables -I FORWARD for {bridge} failed: {done.stderr.strip()}"
+            " (with bridge-nf-call-iptables on and FORWARD's policy DROP, as a docker daemon "
+            "sets them, the replicas could not reach each other)"
         )
+
+
+def _bridged_frames_dropped() -> bool:
+    """True when frames between two ports of a bridge go through iptables' ``FORWARD`` and its
+    policy drops them (a running docker daemon's setting)."""
+    try:
+        nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables").read_text().strip() == "1"
+    except OSError:
+        return False
+    listing = _iptables("-S", "FORWARD")
+    return nf and listing is not None and "-P FORWARD DROP" in listing.stdout
 
 
 def remove_bridge_forwarding(bridge: str) -> bool:

@@ -368,6 +368,15 @@ def _remove_orphan_network(run_dir: Path) -> list[str]:
     return removed
 
 
+def _docker_leftovers(run: str) -> bool:
+    """True when the run's containers or network still exist, or when no daemon answers to
+    say (then recover is tried, and says why it cannot finish)."""
+    try:
+        return bool(docker.run_leftovers(run))
+    except FaultError:
+        return True
+
+
 def runs_with_pending(root: Path) -> list[Path]:
     """Run directories under ``root`` with something to recover: a pending-faults file, or,
     although the deployment is gone, processes it left running or its network isolation."""
@@ -387,7 +396,7 @@ def runs_with_pending(root: Path) -> list[Path]:
             by_session = leftovers.sessions()
         if (
             netns.namespaces_of_run(state.run)
-            or (state.docker is not None and docker.run_leftovers(state.run))
+            or (state.docker is not None and _docker_leftovers(state.run))
             or leftovers.find(run_dir, by_session)
             or leftovers.run_stack_running(run_dir)
         ):

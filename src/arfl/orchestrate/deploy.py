@@ -109,6 +109,8 @@ class Deployment:
     def resolve_stack(self) -> None:
         """ZooKeeper and Kafka (started or isolated as needed) and the connector jars."""
         info = self.net.open(self.ctx)
+        if self.net.docker is not None:
+            self.resources.containers = dict(self.net.docker.containers)
         self._jars = stack.ensure_installed().spark_kafka_jars
         spec = self.ctx.spec
         self.ctx.journal.write(
@@ -330,6 +332,11 @@ class Deployment:
         partition (and shuffle partition) has a task slot; a change or a warning is journaled."""
         spec = self.ctx.spec
         master, note = replica_master(spec, self.ctx.options.master)
+        if spec.spark.target == "docker" and not master.startswith(("local-cluster[", "local[")):
+            raise DeployError(
+                f"--master {master}: with spark.target = 'docker' each replica runs its own "
+                "local-cluster in its container; a spark:// cluster needs spark.target = 'local'"
+            )
         warning = slots_warning(spec, host_cores(), master)
         if note or warning:
             self.ctx.journal.write("replica-slots", master=master, note=note, warning=warning)

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from arfl.errors import FaultError
 from arfl.faults import docker as dk
 from arfl.run.rundir import write_json_atomic
 
@@ -49,58 +50,56 @@ def container_env(base: dict[str, str], host_runtime: bool = True) -> dict[str, 
 
 
 def run(spec: dict[str, Any], argv: Sequence[str]) -> int:
-    """Create, start and follow the container; its exit code (>128: killed by a signal)."""
-    import docker.errors
+    """Create, start and follow the container; its exit code (>128: killed by a signal).
 
+    SIGTERM/SIGINT are caught from the start: one that comes before the container runs
+    removes it and ends the launcher as if the driver had got it; one that comes later is
+    forwarded to the container (by a thread: the handler only records it).
+    """
+    received: list[int] = []
+    stopping = threading.Event()
+
+    def note(signum: int, _frame: object) -> None:
+        received.append(signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, note)
+    signal.signal(signal.SIGINT, note)
     c = dk.client()
     name = str(spec["name"])
-    try:  # a launcher killed with -9 leaves its container behind: the name is ours again
-        old = c.containers.get(name)
-        if old.status == "paused":
-            old.unpause()
-        old.remove(force=True)
-    except docker.errors.NotFound:
-        pass
     t0 = time.monotonic()
-    network = str(spec["network"])
     host_runtime = bool(spec.get("host_runtime", True))
-    host_config = c.api.create_host_config(
+    cid = dk.create_container(
+        name=name,
+        image=str(spec["image"]),
+        command=list(argv),
+        network=str(spec["network"]),
+        address=str(spec["address"]),
+        labels={str(k): str(v) for k, v in dict(spec.get("labels") or {}).items()},
+        environment=container_env(dict(os.environ), host_runtime),
         mounts=dk.mounts_for(
             spec.get("read_only", []), spec.get("writable", []), system=host_runtime
         ),
         # Scratch space: /tmp, and the Spark home's work/logs/tmp directories (local-cluster
         # workers write under SPARK_HOME/work whatever SPARK_WORKER_DIR says).
-        tmpfs={p: "exec,mode=1777" for p in ["/tmp", *spec.get("scratch", [])]},
-        init=True,
-        network_mode=network,
-    )
-    net_config = c.api.create_networking_config(
-        {network: c.api.create_endpoint_config(ipv4_address=str(spec["address"]))}
-    )
-    created = c.api.create_container(
-        str(spec["image"]),
-        command=list(argv),
-        name=name,
+        scratch=["/tmp", *spec.get("scratch", [])],
         hostname=str(spec.get("hostname") or name[-63:]),
-        labels={str(k): str(v) for k, v in dict(spec.get("labels") or {}).items()},
-        environment=container_env(dict(os.environ), host_runtime),
-        user="0:0",  # the run directory is the deploying user's; an image's USER may differ
-        working_dir=str(spec.get("cwd") or "/"),
-        host_config=host_config,
-        networking_config=net_config,
+        cwd=str(spec.get("cwd") or "/"),
     )
-    cid = str(created["Id"])
     t1 = time.monotonic()
-    stopping = threading.Event()
+    if stopping.is_set():
+        dk.remove_container(cid)
+        return 128 + received[0]
 
-    def forward(signum: int, _frame: object) -> None:
-        stopping.set()
-        with contextlib.suppress(docker.errors.APIError):
-            c.api.kill(cid, signal=signal.Signals(signum).name)
+    def forward() -> None:
+        stopping.wait()
+        what = f"launcher: forwarding a signal to {name}"
+        with contextlib.suppress(FaultError), dk.sdk_errors(what):
+            c.api.kill(cid, signal=signal.Signals(received[-1]).name)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    c.api.start(cid)
+    threading.Thread(target=forward, name="signal-forward", daemon=True).start()
+    with dk.sdk_errors(f"launcher: starting container {name}"):
+        c.api.start(cid)
     t2 = time.monotonic()
     if spec.get("timing"):
         write_json_atomic(
@@ -129,9 +128,28 @@ def run(spec: dict[str, Any], argv: Sequence[str]) -> int:
     tail.start()
     code = int(c.api.wait(cid).get("StatusCode", 1))
     tail.join(timeout=2)
-    with contextlib.suppress(docker.errors.APIError):
-        c.api.remove_container(cid, force=True)
+    dk.remove_container(cid)
     return code
+
+
+_DEATHS = frozenset(
+    {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+     signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+     signal.SIGPIPE, signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2}
+)  # fmt: skip
+"""Signals whose default action ends a process: an exit code 128 + n of one of them is
+re-enacted (never SIGSTOP and the like, which would stop the launcher instead)."""
+
+
+def exit_like(code: int) -> None:
+    """End this process the way a container that exited with ``code`` ended."""
+    if code > 128 and (code - 128) in {s.value for s in _DEATHS}:
+        sig = signal.Signals(code - 128)
+        if sig != signal.SIGKILL:  # SIGKILL's action cannot be changed (nor caught)
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        time.sleep(5)  # the signal ends us before this returns
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -145,13 +163,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ns = parser.parse_args(args[:cut])
     with open(ns.spec, encoding="utf-8") as f:
         spec = json.load(f)
-    code = run(spec, args[cut + 1 :])
-    if code > 128 and code - 128 in {s.value for s in signal.Signals}:
-        sig = code - 128
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)  # end the way the container's driver ended
-        time.sleep(1)
-    sys.exit(code)
+    exit_like(run(spec, args[cut + 1 :]))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from arfl.faults.state import IsolationState
 from arfl.orchestrate.context import RunContext
 from arfl.orchestrate.supervisor import default_command
 from arfl.paths import state_dir
-from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS
+from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS, java_home
 from arfl.stack.embedded import EmbeddedStack
 
 
@@ -126,6 +126,7 @@ class RunNetwork:
                 str(Path(__file__).resolve().parents[2]),  # the source tree (PYTHONPATH)
                 str(state_dir() / "spark-home"),
                 *jar_dirs,
+                *([jh] if (jh := java_home()) else []),  # a JDK outside /usr, /opt
             ]
             scratch = [str(state_dir() / "spark-home" / d) for d in WRITABLE_SPARK_DIRS]
         else:  # the user's image has Java, Python and arfl: only the jars and the run come in

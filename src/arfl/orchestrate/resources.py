@@ -3,20 +3,46 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping
 
 import psutil
 
+from arfl.errors import FaultError
+from arfl.faults import docker as dk
 from arfl.orchestrate.supervisor import ReplicaState
 from arfl.processes import process_tree
 
 
 class ResourceSampler:
-    """Samples each replica's process tree (a killed process keeps its last sample)."""
+    """Samples each replica's process tree (a killed process keeps its last sample); on the
+    docker target also every process of the replica's container (not the launcher's
+    descendants), listed through the daemon every :data:`CONTAINER_LIST_S` seconds."""
+
+    CONTAINER_LIST_S = 5.0
 
     def __init__(self) -> None:
         self._cpu: dict[tuple[int, float], tuple[int, float]] = {}
         self.peak_rss = 0
+        self.containers: dict[int, str] = {}
+        """Replica -> container name, set by deploy on the docker target."""
+        self._in_containers: dict[int, list[psutil.Process]] = {}
+        self._listed_at = float("-inf")
+
+    def _container_processes(self, replica: int) -> list[psutil.Process]:
+        if not self.containers:
+            return []
+        now = time.monotonic()
+        if now - self._listed_at > self.CONTAINER_LIST_S:
+            self._listed_at = now
+            for i, name in self.containers.items():
+                procs: list[psutil.Process] = []
+                with contextlib.suppress(FaultError):
+                    for pid in dk.host_pids(dk.container(name)):
+                        with contextlib.suppress(psutil.Error):
+                            procs.append(psutil.Process(pid))
+                self._in_containers[i] = procs
+        return self._in_containers.get(replica, [])
 
     def sample(self, states: Mapping[int, ReplicaState]) -> None:
         """Remember the CPU time of every process of every replica and the summed RSS."""
@@ -24,7 +50,7 @@ class ResourceSampler:
         for i, st in states.items():
             if st.pid is None:
                 continue
-            for p in process_tree(st.pid):
+            for p in [*process_tree(st.pid), *self._container_processes(i)]:
                 try:
                     t = p.cpu_times()
                     key = (p.pid, p.create_time())

@@ -107,29 +107,21 @@ class DockerSparkCluster:
             f"--cores {self.cores} --memory {self.memory} --work-dir /tmp/work "
             f"{self.master_url} & wait"
         )
-        c = dk.client()
-        scratch = [str(home / d) for d in WRITABLE_SPARK_DIRS]
-        host_config = c.api.create_host_config(
-            mounts=dk.mounts_for([sys.prefix, sys.base_prefix, home]),
-            tmpfs={p: "exec,mode=1777" for p in ["/tmp", *scratch]},
-            init=True,
-            network_mode=self.net.network,
-        )
-        net_config = c.api.create_networking_config(
-            {self.net.network: c.api.create_endpoint_config(ipv4_address=ip)}
-        )
-        created = c.api.create_container(
-            image.tag,
-            command=["/bin/bash", "-c", script],
+        cid = dk.create_container(
             name=dk.container_name(self.name, 0),
-            hostname="spark-cluster",
+            image=image.tag,
+            command=["/bin/bash", "-c", script],
+            network=self.net.network,
+            address=ip,
             labels={dk.LABEL_RUN: self.name, dk.LABEL_KIND: "spark-cluster"},
             environment=env,
-            host_config=host_config,
-            networking_config=net_config,
+            mounts=dk.mounts_for([sys.prefix, sys.base_prefix, home]),
+            scratch=["/tmp", *(str(home / d) for d in WRITABLE_SPARK_DIRS)],
+            hostname="spark-cluster",
         )
-        c.api.start(created["Id"])
-        self.container = c.containers.get(created["Id"])
+        with dk.sdk_errors(f"spark cluster container {cid[:12]}"):
+            dk.client().api.start(cid)
+        self.container = dk.container(cid)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             logs = self.container.logs().decode(errors="replace")
@@ -146,6 +138,8 @@ class DockerSparkCluster:
 
     def stop(self) -> None:
         """Remove the container and the network, stop the stack."""
-        if self.harness is not None:
-            self.harness.stop()
-        dk.remove_run(self.name)
+        try:
+            if self.harness is not None:
+                self.harness.stop()
+        finally:
+            dk.remove_run(self.name)

@@ -99,17 +99,19 @@ class Partition(FaultBase):
             }
         else:
             netns.require_net_admin("partition")
+            # By container id (a restarted replica is a new container, with routes of its
+            # own): undo finds the namespace again through the id, never through a stale pid.
             routes: list[list[str]] = []
+            own = dk.container(name).id
             for peer in self.params.from_:
                 if peer == replica or peer not in net.containers:
                     raise FaultError(
                         f"partition: from = {list(self.params.from_)}: {peer} is not another "
                         f"replica container (replicas: {sorted(net.containers)})"
                     )
-                routes.append([dk.netns_path(dk.container(name)), net.addresses[peer]])
-                peer_ns = dk.netns_path(dk.container(net.containers[peer]))
-                routes.append([peer_ns, net.addresses[replica]])
-            self.record = {"routes": routes}
+                routes.append([own, net.addresses[peer]])
+                routes.append([dk.container(net.containers[peer]).id, net.addresses[replica]])
+            self.record = {"container_routes": routes}
         self.details = {"replica": replica, "container": name, **self.record}
         return self.record
 
@@ -117,12 +119,22 @@ class Partition(FaultBase):
         """Take the link down / add the routes / disconnect the container."""
         cut = self.record.get("disconnect")
         if cut:
-            dk.client().networks.get(cut["network"]).disconnect(cut["container"])
+            dk.disconnect(str(cut["network"]), str(cut["container"]))
+            self.details["disconnected"] = True
+        for cid, dst in self.record.get("container_routes", []):
+            netns.add_blackhole(dk.netns_path(dk.container(cid)), dst)
         for link in self.record.get("links", []):
             if not netns.set_link(link, up=False):
                 raise FaultError(f"partition: link {link} does not exist")
         for ns_name, dst in self.record.get("routes", []):
             netns.add_blackhole(ns_name, dst)
+
+    def revert(self, target: Target) -> None:
+        """Undo; a container this fault did not disconnect (its inject failed) is left as it
+        is: another fault may have cut it."""
+        if "disconnect" in self.record and not self.details.get("disconnected"):
+            return
+        super().revert(target)
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
@@ -131,6 +143,16 @@ class Partition(FaultBase):
         cut = record.get("disconnect")
         if cut:
             dk.reconnect(str(cut["network"]), str(cut["container"]), str(cut["address"]))
+        for cid, dst in record.get("container_routes", []):
+            try:
+                path = dk.netns_path(dk.container(cid))
+            except dk.ContainerGone:
+                continue  # its namespace went with it
+            except FaultError as e:
+                if "not running" in str(e):
+                    continue
+                raise
+            netns.del_blackhole(path, dst)
         for link in record.get("links", []):
             netns.set_link(link, up=True)
         for ns_name, dst in record.get("routes", []):

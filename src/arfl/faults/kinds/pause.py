@@ -6,7 +6,6 @@ import signal
 import time
 from typing import Any
 
-from arfl.errors import FaultError
 from arfl.faults import docker as dk
 from arfl.faults import procs
 from arfl.faults.base import FaultBase, Target
@@ -47,7 +46,8 @@ class Pause(FaultBase):
         """SIGSTOP each recorded process (freeze the container)."""
         t0 = time.monotonic()
         if "container" in self.record:
-            dk.container(str(self.record["container"])).pause()
+            dk.pause(str(self.record["container"]))
+            self.details["paused"] = True
             self.details["stop_ms"] = _ms(t0)
             return
         stopped = procs.send(self.record["pids"], signal.SIGSTOP)
@@ -58,8 +58,9 @@ class Pause(FaultBase):
         """SIGCONT each recorded process (thaw the container)."""
         t0 = time.monotonic()
         if "container" in self.record:
-            type(self).undo(self.record)
-            self.details["cont_ms"] = _ms(t0)
+            if self.details.get("paused"):  # never thaw what another fault froze
+                type(self).undo(self.record)
+                self.details["cont_ms"] = _ms(t0)
             return
         resumed = procs.send(self.record.get("pids", []), signal.SIGCONT)
         waited = procs.wait_status(resumed, want_stopped=False)
@@ -69,18 +70,7 @@ class Pause(FaultBase):
     def undo(cls, record: dict[str, Any]) -> None:
         """SIGCONT whatever is still there (unpause the container if it is still paused)."""
         if "container" in record:
-            from docker.errors import NotFound
-
-            try:
-                ctr = dk.container(str(record["container"]))
-            except FaultError:
-                return  # removed with its run: nothing is frozen
-            ctr.reload()
-            if ctr.status == "paused":
-                try:
-                    ctr.unpause()
-                except NotFound:
-                    return
+            dk.unpause(str(record["container"]))  # gone with its run: nothing is frozen
             return
         procs.send(record.get("pids", []), signal.SIGCONT)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +64,9 @@ class Slow(FaultBase):
     def inject(self, target: Target) -> None:
         """Create the limited group and move the processes in (set the container's quota)."""
         if "container" in self.record:
-            dk.container(str(self.record["container"])).update(
-                cpu_period=CPU_PERIOD_US, cpu_quota=int(CPU_PERIOD_US * CPU_PERCENT / 100)
-            )
+            name = str(self.record["container"])
+            if not dk.set_cpu_quota(name, CPU_PERIOD_US, int(CPU_PERIOD_US * CPU_PERCENT / 100)):
+                raise FaultError(f"slow: container {name} is gone")
             return
         h = cgroups.CpuHierarchy(int(self.record["version"]), Path(self.record["mount"]))
         group = cgroups.create(h, Path(self.record["group"]).name, CPU_PERCENT)
@@ -78,9 +77,8 @@ class Slow(FaultBase):
     def undo(cls, record: dict[str, Any]) -> None:
         """Move members back to their original groups and remove the group (lift the
         container's quota)."""
-        if "container" in record:
-            with contextlib.suppress(FaultError):  # removed with its run: nothing throttled
-                dk.container(str(record["container"])).update(cpu_quota=-1)
+        if "container" in record:  # gone with its run: nothing is throttled
+            dk.set_cpu_quota(str(record["container"]), CPU_PERIOD_US, -1)
             return
         mount = Path(record["mount"])
         originals = {
