@@ -29,6 +29,10 @@ from deploy_checks import check_silent_then_resumed, journal_events
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
+from arfl.faults import netns
+from arfl.faults.base import FaultParams
+from arfl.faults.local import LocalTarget
+from arfl.faults.runner import ChaosRunner
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.report.build import build_report
 from arfl.run.rundir import read_jsonl
@@ -54,8 +58,16 @@ def _spec(name: str, duration: str, chaos: list[dict[str, Any]], warmup: str = "
         "source": {"topic": "clicks", "partitions": 2},
         "steps": [{"filter": "amount > 10"}],
         "sink": {"topic": "clicks-out"},
-        "replication": {"mode": "active", "replicas": 2},
-        "spark": {"master": "local-cluster[1,1,1024]", "target": "docker"},
+        # Real-time mode: both replicas stream every record, so the output's pace does not
+        # depend on which replica's batch ends when (micro-batch replicas interleave, and
+        # losing one doubles the output's gaps: measured here, not masked by DESIGN §4).
+        "replication": {
+            "mode": "active",
+            "replicas": 2,
+            "trigger": "realtime",
+            "trigger_interval": "5s",
+        },
+        "spark": {"master": "local-cluster[1,2,1024]", "target": "docker"},
         "workload": {"rate": 200, "duration": duration, "keys": 20, "warmup": warmup},
         "chaos": chaos,
     }
@@ -78,6 +90,7 @@ class Sampler:
 
     run: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def loop(self) -> None:
@@ -86,23 +99,26 @@ class Sampler:
         c = docker.from_env()
         while not self.stop.is_set():
             if self.run:
-                flt = {"label": f"{dk.LABEL_RUN}={self.run[0]}"}
-                for ctr in c.containers.list(all=True, filters=flt):
-                    try:
-                        attrs = ctr.attrs
-                        self.samples.append(
-                            Sample(
-                                time.time(),
-                                int(ctr.labels[dk.LABEL_REPLICA]),
-                                ctr.id,
-                                ctr.status,
-                                int(attrs["HostConfig"].get("CpuQuota") or 0),
-                                sorted(attrs["NetworkSettings"]["Networks"]),
-                            )
-                        )
-                    except (KeyError, ValueError):
-                        pass
+                try:  # a container may go between listing and inspecting (a restart)
+                    self._sample(c)
+                except Exception as e:
+                    self.errors.append(f"{time.time():.1f} {type(e).__name__}: {e}")
             self.stop.wait(0.25)
+
+    def _sample(self, c: Any) -> None:
+        flt = {"label": f"{dk.LABEL_RUN}={self.run[0]}"}
+        for ctr in c.containers.list(all=True, filters=flt):
+            attrs = ctr.attrs
+            self.samples.append(
+                Sample(
+                    time.time(),
+                    int(ctr.labels[dk.LABEL_REPLICA]),
+                    ctr.id,
+                    ctr.status,
+                    int(attrs["HostConfig"].get("CpuQuota") or 0),
+                    sorted(attrs["NetworkSettings"]["Networks"]),
+                )
+            )
 
     def of(self, replica: int, start: float, end: float) -> list[Sample]:
         return [s for s in self.samples if s.replica == replica and start <= s.t <= end]
@@ -130,15 +146,20 @@ def test_container_faults_show_their_effect_revert_and_are_masked(
     # No session stack: the docker target starts its own on the run's network.
     spec = _spec(
         "dock",
-        "82s",
-        [  # the kill after a steady phase long enough to compare with; the others once the
-            # killed replica is back (a new container starts and catches up in ~25 s here)
-            {"at": "30s", "fault": "kill-replica", "replica": 1},
-            {"at": "58s", "fault": "pause", "replica": 0, "duration": "5s"},
-            {"at": "66s", "fault": "partition", "replica": 0, "duration": "5s"},
-            {"at": "74s", "fault": "slow", "replica": 1, "duration": "4s"},
+        "92s",
+        [
+            # After a steady phase long enough to compare with (Spark's first real-time batches
+            # leave a backlog of ~30 s here: the warm-up), replica 1's container is killed for
+            # good: masked. (Restarted, its new container's JVMs take the survivor's CPU on 2
+            # cores for ~40 s and the p99 over the fault rises ~1.7x: measured, not masked.)
+            {"at": "52s", "fault": "kill-replica", "replica": 1, "restart": False},
+            {"at": "60s", "fault": "pause", "replica": 0, "duration": "4s"},
+            {"at": "68s", "fault": "partition", "replica": 0, "duration": "4s"},
+            {"at": "76s", "fault": "slow", "replica": 0, "duration": "4s"},
+            # and the survivor's container is killed: the supervisor starts a new one.
+            {"at": "84s", "fault": "kill-replica", "replica": 0},
         ],
-        warmup="20s",
+        warmup="40s",
     )
     result = deploy(
         spec,
@@ -165,27 +186,30 @@ def test_container_faults_show_their_effect_revert_and_are_masked(
     assert {t["name"] for t in timing.values()} == set(net["containers"].values())
 
     injected = journal_events(run, "fault-injected")
-    kinds = ["kill-replica", "pause", "partition", "slow"]
+    kinds = ["kill-replica", "pause", "partition", "slow", "kill-replica"]
     assert [e["kind"] for e in injected] == kinds
     assert all(e["details"].get("container") for e in injected), injected
     # pause: frozen while paused (the daemon says so), its output silent; running after.
     p0, p1 = _window(run, "pause")
-    assert {s.status for s in sampler.of(0, p0 + 0.3, p1 - 0.3)} == {"paused"}
+    during = sampler.of(0, p0 + 0.3, p1 - 0.3)
+    assert {s.status for s in during} == {"paused"}, (during, sampler.errors[-5:])
     assert {s.status for s in sampler.of(0, p1 + 1, p1 + 3)} == {"running"}
     check_silent_then_resumed(run, 0, p0, p1)
     # slow: the container's CPU quota is 10 ms per 100 ms while slowed, lifted after.
     s0, s1 = _window(run, "slow")
-    assert {s.cpu_quota for s in sampler.of(1, s0 + 0.3, s1 - 0.3)} == {10_000}
-    assert all(s.cpu_quota <= 0 for s in sampler.of(1, s1 + 1, s1 + 3))
+    assert {s.cpu_quota for s in sampler.of(0, s0 + 0.3, s1 - 0.3)} == {10_000}
+    assert all(s.cpu_quota <= 0 for s in sampler.of(0, s1 + 1, s1 + 3))
     # partition: replica 0's container is off the run's network, silent; reconnected after.
     c0, c1 = _window(run, "partition")
     assert {tuple(s.networks) for s in sampler.of(0, c0 + 0.3, c1 - 0.3)} == {()}
     assert {tuple(s.networks) for s in sampler.of(0, c1 + 1, c1 + 3)} == {(net["network"],)}
     check_silent_then_resumed(run, 0, c0, c1)
-    # kill-replica: replica 1's container was killed; the supervisor started a new one.
-    assert len(ids[1]) == 2, ids
-    died = {e["replica"] for e in journal_events(run, "replica-died")}
-    assert 1 in died and 1 in {e["replica"] for e in journal_events(run, "replica-restarted")}
+    # kill-replica: replica 1's container was killed and stayed down (restart = false);
+    # replica 0's was killed and the supervisor started a new container for it.
+    assert len(ids[1]) == 1 and len(ids[0]) == 2, ids
+    died = journal_events(run, "replica-died")
+    assert [(e["replica"], e["exit_code"]) for e in died] == [(1, -9), (0, -9)], died
+    assert [e["replica"] for e in journal_events(run, "replica-restarted")] == [0]
 
     # The output: complete, nothing twice, both replicas agree; the kill was masked and the
     # report (the same verdict 'arfl report' prints) says so.
@@ -198,8 +222,8 @@ def test_container_faults_show_their_effect_revert_and_are_masked(
     assert check["missing"] == check["duplicates"] == check["wrong"] == 0, check
     assert check["results"] == s["results"] > 0
     report = build_report(run)
-    verdicts = {f.kind: (f.masked, f.verdict) for f in report.faults}
-    assert verdicts["kill-replica"][0] is True, verdicts
+    verdicts = [(f.kind, f.masked, f.verdict) for f in report.faults]
+    assert verdicts[0][:2] == ("kill-replica", True), verdicts
 
     # Nothing of the run is left: no container, no network.
     assert dk.run_leftovers(run.name) == []
@@ -359,6 +383,24 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
         after = dk.executors_in(dk.container(names[0]))
         assert after and killed["details"]["pid"] not in after.values(), (before, after)
 
+        # partition with from: blackhole routes inside both containers' namespaces (found by
+        # container id), gone after the revert; the disconnect of replica 0 stays.
+        seen: dict[str, list[str]] = {}
+
+        def look(_: object) -> None:
+            for r in (0, 1):
+                seen[f"r{r}"] = netns.blackholes(dk.netns_path(dk.container(names[r])))
+
+        runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
+        runner.run_fault(
+            FaultParams("partition", replica=1, duration_s=0.2, from_=(0,)), on_injected=look
+        )
+        addrs = {int(k): v for k, v in st["docker"]["addresses"].items()}
+        assert seen == {"r0": [addrs[1]], "r1": [addrs[0]]}, seen
+        for r in (0, 1):
+            assert netns.blackholes(dk.netns_path(dk.container(names[r]))) == []
+        assert not c.containers.get(names[0]).attrs["NetworkSettings"]["Networks"]
+
         os.kill(arfl.pid, signal.SIGKILL)
         arfl.wait(timeout=10)
         time.sleep(1)
@@ -441,6 +483,7 @@ def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path:
         assert result.summary["master"] == cluster.master_url
         kinds = [e["event"] for e in journal]
         assert kinds.count("replica-died") == 1 and kinds.count("replica-restarted") == 1
+        assert result.summary["replica_restarts"] == 1
         assert next(e for e in journal if e["event"] == "replica-died")["exit_code"] == -9
         # Complete and exact although the restarted driver re-emitted some results.
         assert result.summary["divergent"] == 0
@@ -455,3 +498,26 @@ def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path:
     starts = [p["sources"][0].get("startOffset") for p in progress if p.get("sources")]
     assert starts.count(None) <= 1
     assert dk.run_leftovers(cluster.name) == []
+
+
+BASE_IMAGE = "python:3.11-slim-bookworm"
+
+
+def test_users_dockerfile_builds_where_its_base_image_exists(docker_daemon: None) -> None:
+    """images/Dockerfile (for ``[docker] image``) builds and has arfl and pyspark; nothing can
+    be pulled here, so only where its base image is already on the docker host."""
+    import docker
+
+    c = docker.from_env()
+    if not c.images.list(name=BASE_IMAGE):
+        pytest.skip(f"base image {BASE_IMAGE} is not on this docker host (nothing is pulled)")
+    root = Path(__file__).resolve().parents[2]
+    tag = "arfl-replica:test"
+    c.images.build(path=str(root), dockerfile="images/Dockerfile", tag=tag, rm=True)
+    try:
+        out = c.containers.run(
+            tag, ["python3", "-c", "import arfl, pyspark; print(pyspark.__version__)"], remove=True
+        )
+        assert out.decode().strip().startswith("4.")
+    finally:
+        c.images.remove(tag, force=True)
