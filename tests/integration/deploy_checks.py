@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +203,32 @@ def batch_drops(run: Path, replica: int) -> dict[str, int]:
             end = json.dumps(line["sources"][0]["endOffset"], sort_keys=True)
             out[end] = rows
     return out
+
+
+def read_state(run_dir: Path) -> dict[str, Any] | None:
+    """A run's ``state.json`` as written so far (None before deploy wrote it, or mid-write)."""
+    import json
+
+    try:
+        data = json.loads((run_dir / "state.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def wait_for(
+    what: str, check: Any, timeout_s: float, proc: subprocess.Popen[bytes], log: Path
+) -> Any:
+    """``check()``'s first true value, polled while the ``arfl deploy`` process ``proc`` runs;
+    its log's tail in the error when it exits first or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc.poll() is not None:
+            raise AssertionError(f"arfl deploy exited ({proc.returncode}) before {what}:\n"
+                                 + log.read_text(errors="replace")[-3000:])  # fmt: skip
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not reached in {timeout_s:.0f}s:\n"
+                         + log.read_text(errors="replace")[-3000:])  # fmt: skip

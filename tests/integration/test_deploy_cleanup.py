@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
+from deploy_checks import read_state, wait_for
 
 from arfl.faults.local import executors_of_app
 from arfl.faults.runner import recover, runs_with_pending
@@ -64,28 +65,6 @@ warmup = "1s"
 """
 
 
-def _state(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((run_dir / "state.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _wait(what: str, check: Any, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        if proc.poll() is not None:
-            raise AssertionError(f"arfl deploy exited ({proc.returncode}) before {what}:\n"
-                                 + log.read_text(errors="replace")[-3000:])  # fmt: skip
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not reached in {timeout_s:.0f}s:\n"
-                         + log.read_text(errors="replace")[-3000:])  # fmt: skip
-
-
 def _session(sid: int) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
@@ -118,7 +97,7 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         )
     seen: dict[int, psutil.Process] = {}
     try:
-        run_dir = _wait(
+        run_dir = wait_for(
             "the run directory",
             lambda: next((p.parent for p in runs.glob("*/state.json")), None),
             120,
@@ -127,13 +106,13 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         )
 
         def replica_processing() -> dict[str, Any] | None:
-            st = _state(run_dir)
+            st = read_state(run_dir)
             rep = (st or {}).get("replicas", {}).get("0") or {}
             ready = rep.get("state") == "running" and st and st.get("injector_pid")
             progress = read_jsonl(run_dir / "progress" / "replica-0.jsonl")
             return st if ready and progress and executors_of_app(rep["app_id"]) else None
 
-        st = _wait("replica 0 processing", replica_processing, 300, arfl, log)
+        st = wait_for("replica 0 processing", replica_processing, 300, arfl, log)
         rep = st["replicas"]["0"]
         assert st["pid"] == arfl.pid
         driver = same_process(int(rep["driver_pid"]), rep["driver_create_time"])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_checks import check_silent_then_resumed, journal_events
+from deploy_checks import check_silent_then_resumed, journal_events, read_state, wait_for
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import FaultError
@@ -233,28 +233,6 @@ def test_container_faults_show_their_effect_and_revert(
     assert journal_events(run, "docker-removed")
 
 
-def _state(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((run_dir / "state.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _wait(what: str, check: Any, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        if proc.poll() is not None:
-            raise AssertionError(f"arfl deploy exited ({proc.returncode}) before {what}:\n"
-                                 + log.read_text(errors="replace")[-3000:])  # fmt: skip
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not reached in {timeout_s:.0f}s:\n"
-                         + log.read_text(errors="replace")[-3000:])  # fmt: skip
-
-
 SPEC_TOML = """\
 name = "dock-left"
 
@@ -314,7 +292,7 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
         )
     run_dir: Path | None = None
     try:
-        run_dir = _wait(
+        run_dir = wait_for(
             "the run directory",
             lambda: next((p.parent for p in runs.glob("*/state.json")), None),
             120,
@@ -322,14 +300,14 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
             log,
         )
         assert run_dir is not None
-        _wait(
+        wait_for(
             "both faults injected",
             lambda: len(journal_events(run_dir, "fault-injected")) == 2,
             300,
             arfl,
             log,
         )
-        st = _state(run_dir)
+        st = read_state(run_dir)
         assert st is not None and st["docker"]
         names = {int(k): v for k, v in st["docker"]["containers"].items()}
         c = docker.from_env()

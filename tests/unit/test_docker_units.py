@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from arfl.configs.spec import parse_spec
-from arfl.errors import SpecError
+from arfl.errors import FaultError, SpecError
 from arfl.faults import docker as dk
 from arfl.faults.state import parse_state
 from arfl.orchestrate.launcher import container_env
@@ -132,3 +132,32 @@ def test_the_launcher_ends_like_its_container(code: int, rc: int) -> None:
     prog = f"from arfl.orchestrate.launcher import exit_like; exit_like({code})"
     done = subprocess.run([sys.executable, "-c", prog], timeout=30, check=False)
     assert done.returncode == rc
+
+
+def test_pause_retries_a_freezer_that_gave_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """runc's v1 freezer sometimes fails ("unable to freeze") on busy containers: tried again;
+    any other refusal is not."""
+    import docker.errors
+
+    calls: list[int] = []
+
+    class Ctr:
+        def __init__(self, fail: int, why: str) -> None:
+            self.fail, self.why = fail, why
+
+        def pause(self) -> None:
+            calls.append(1)
+            if len(calls) <= self.fail:
+                raise docker.errors.APIError("500", explanation=self.why)
+
+    monkeypatch.setattr(dk.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(
+        dk, "container", lambda _n: Ctr(2, "OCI runtime pause failed: unable to freeze")
+    )
+    dk.pause("c")
+    assert len(calls) == 3
+    calls.clear()
+    monkeypatch.setattr(dk, "container", lambda _n: Ctr(1, "Container c is not running"))
+    with pytest.raises(FaultError, match="not running"):
+        dk.pause("c")
+    assert len(calls) == 1
