@@ -44,12 +44,68 @@ def windowed_spec(
         },
         "workload": {"rate": 200, "duration": duration, "keys": 20, "warmup": "2s"},
     }
+    return parse_spec(_merged(raw, extra), f"{name}.toml")
+
+
+def _merged(raw: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with ``extra``'s sections: a dict merged into the section, anything else set."""
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(raw.get(key), dict):
             raw[key] = {**raw[key], **value}
         else:
             raw[key] = value
-    return parse_spec(raw, f"{name}.toml")
+    return raw
+
+
+def realtime_spec(name: str, duration: str = "15s", interval_s: float = 5.0, **extra: Any) -> Spec:
+    """Filter per record, active R=2 on Spark's real-time mode, 300 events/s over 2 partitions
+    (one task slot each: ``local-cluster[1,2,1024]``); sections in ``extra`` merge in."""
+    raw: dict[str, Any] = {
+        "name": name,
+        "source": {"topic": "clicks", "partitions": 2},
+        "steps": [{"filter": "amount > 10"}],
+        "sink": {"topic": "clicks-out"},
+        "replication": {
+            "mode": "active",
+            "replicas": 2,
+            "trigger": "realtime",
+            "trigger_interval": f"{interval_s:g}s",
+        },
+        "spark": {"master": "local-cluster[1,2,1024]"},
+        "workload": {"rate": 300, "duration": duration, "keys": 20, "warmup": "10s"},
+    }
+    return parse_spec(_merged(raw, extra), f"{name}.toml")
+
+
+def start_deploy(spec_text: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """``arfl deploy`` of ``spec_text`` as a process of its own (a test may kill -9 it): the
+    process, the runs root and its log file."""
+    import sys
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text)
+    runs, log = tmp_path / "runs", tmp_path / "deploy.log"
+    arfl = Path(sys.executable).with_name("arfl")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(arfl), "deploy", str(spec), "--no-live", "--runs", str(runs)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    return proc, runs, log
+
+
+def wait_run_dir(proc: subprocess.Popen[bytes], runs: Path, log: Path) -> Path:
+    """The run directory of the deploy ``proc`` once its ``state.json`` exists."""
+    found: Path = wait_for(
+        "the run directory",
+        lambda: next((p.parent for p in runs.glob("*/state.json")), None),
+        120,
+        proc,
+        log,
+    )
+    return found
 
 
 def read_topic(info: StackInfo, topic: str, at_least: int) -> dict[str, list[Result]]:

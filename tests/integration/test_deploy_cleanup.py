@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
-from deploy_checks import read_state, wait_for
+from deploy_checks import read_state, start_deploy, wait_for, wait_run_dir
 
 from arfl.faults.local import executors_of_app
 from arfl.faults.runner import recover, runs_with_pending
@@ -84,26 +84,10 @@ def _naming(text: str) -> list[psutil.Process]:
 
 
 def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_path: Path) -> None:
-    spec = tmp_path / "leftover.toml"
-    spec.write_text(SPEC)
-    runs = tmp_path / "runs"
-    log = tmp_path / "deploy.log"
-    with log.open("wb") as out:
-        arfl = subprocess.Popen(
-            [str(ARFL), "deploy", str(spec), "--no-live", "--runs", str(runs)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    arfl, runs, log = start_deploy(SPEC, tmp_path)
     seen: dict[int, psutil.Process] = {}
     try:
-        run_dir = wait_for(
-            "the run directory",
-            lambda: next((p.parent for p in runs.glob("*/state.json")), None),
-            120,
-            arfl,
-            log,
-        )
+        run_dir = wait_run_dir(arfl, runs, log)
 
         def replica_processing() -> dict[str, Any] | None:
             st = read_state(run_dir)

@@ -22,12 +22,13 @@ from deploy_checks import (
     check_against_offline,
     check_silent_then_resumed,
     journal_events,
+    realtime_spec,
     received_over_time,
     replica_outputs,
     windowed_spec,
 )
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.spec import Spec
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
@@ -38,22 +39,7 @@ INTERVAL_S = 5.0
 
 
 def _per_record_spec(name: str, duration: str = "15s", **extra: Any) -> Spec:
-    raw: dict[str, Any] = {
-        "name": name,
-        "source": {"topic": "clicks", "partitions": 2},
-        "steps": [{"filter": "amount > 10"}],
-        "sink": {"topic": "clicks-out"},
-        "replication": {
-            "mode": "active",
-            "replicas": 2,
-            "trigger": "realtime",
-            "trigger_interval": f"{INTERVAL_S:g}s",
-        },
-        "spark": {"master": "local-cluster[1,2,1024]"},
-        "workload": {"rate": 300, "duration": duration, "keys": 20, "warmup": "10s"},
-    }
-    raw.update(extra)
-    return parse_spec(raw, f"{name}.toml")
+    return realtime_spec(name, duration, INTERVAL_S, **extra)
 
 
 def _check_ok(result: DeployResult) -> dict[str, Any]:

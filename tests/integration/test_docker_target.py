@@ -24,9 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_checks import check_silent_then_resumed, journal_events, read_state, wait_for
+from deploy_checks import (
+    check_silent_then_resumed,
+    journal_events,
+    read_state,
+    realtime_spec,
+    start_deploy,
+    wait_for,
+    wait_run_dir,
+)
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
 from arfl.faults import netns
@@ -52,26 +60,17 @@ def docker_daemon() -> None:
         pytest.skip(str(e))
 
 
-def _spec(name: str, duration: str, chaos: list[dict[str, Any]], warmup: str = "8s") -> Spec:
-    raw: dict[str, Any] = {
-        "name": name,
-        "source": {"topic": "clicks", "partitions": 2},
-        "steps": [{"filter": "amount > 10"}],
-        "sink": {"topic": "clicks-out"},
-        # Real-time mode: both replicas stream every record, so the output goes on when one
-        # is lost. (Whether the loss is *masked* by DESIGN §4 is not asserted: on 2 cores it
-        # was not in 5 of 6 runs, in every active mode; see docs/benchmarks.md.)
-        "replication": {
-            "mode": "active",
-            "replicas": 2,
-            "trigger": "realtime",
-            "trigger_interval": "5s",
-        },
-        "spark": {"master": "local-cluster[1,2,1024]", "target": "docker"},
-        "workload": {"rate": 200, "duration": duration, "keys": 20, "warmup": warmup},
-        "chaos": chaos,
-    }
-    return parse_spec(raw, f"{name}.toml")
+def _spec(name: str, duration: str, chaos: list[dict[str, Any]], warmup: str) -> Spec:
+    # Real-time mode: both replicas stream every record, so the output goes on when one is
+    # lost. (Whether the loss is *masked* by DESIGN §4 is not asserted: on 2 cores it was not
+    # in 5 of 6 runs, in every active mode; see docs/benchmarks.md.)
+    return realtime_spec(
+        name,
+        duration,
+        spark={"target": "docker"},
+        workload={"rate": 200, "warmup": warmup},
+        chaos=chaos,
+    )
 
 
 @dataclass
@@ -279,27 +278,10 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
 ) -> None:
     import docker
 
-    spec = tmp_path / "dock-left.toml"
-    spec.write_text(SPEC_TOML)
-    runs = tmp_path / "runs"
-    log = tmp_path / "deploy.log"
-    with log.open("wb") as out:
-        arfl = subprocess.Popen(
-            [str(ARFL), "deploy", str(spec), "--no-live", "--runs", str(runs)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    arfl, runs, log = start_deploy(SPEC_TOML, tmp_path)
     run_dir: Path | None = None
     try:
-        run_dir = wait_for(
-            "the run directory",
-            lambda: next((p.parent for p in runs.glob("*/state.json")), None),
-            120,
-            arfl,
-            log,
-        )
-        assert run_dir is not None
+        run_dir = wait_run_dir(arfl, runs, log)
         wait_for(
             "both faults injected",
             lambda: len(journal_events(run_dir, "fault-injected")) == 2,
@@ -347,7 +329,8 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
 
         # kill-executor: an executor JVM among replica 0's container processes is SIGKILLed
         # and its local-cluster worker (in the container) starts a replacement.
-        before = dk.executors_in(dk.container(names[0]))
+        target = LocalTarget.from_run_dir(run_dir)
+        before = target.executor_pids(0)
         assert before, "no executor JVM in replica 0's container"
         exe = subprocess.run(
             [str(ARFL), "chaos", str(run_dir), "kill-executor", "--replica", "0"],
@@ -361,7 +344,7 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
         ]
         assert killed["details"]["pid"] in before.values()
         assert killed["details"]["container"] == names[0]
-        after = dk.executors_in(dk.container(names[0]))
+        after = target.executor_pids(0)
         assert after and killed["details"]["pid"] not in after.values(), (before, after)
 
         # partition with from: blackhole routes inside both containers' namespaces (found by

@@ -47,7 +47,6 @@ _RUNTIME_DIRS = ("tmp", "proc", "sys", "dev", "root", "run", "var", "var/tmp", "
 """Plain directories of the image. ``/sbin`` stays one (not the host's): docker mounts its
 init (``/sbin/docker-init``) there, which a read-only bind of the host's would refuse."""
 _RECIPE_VERSION = "2"
-EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 FREEZE_ATTEMPTS = 5
 
 
@@ -467,18 +466,6 @@ def host_pids(ctr: Any) -> dict[int, str]:
         with contextlib.suppress(ValueError, IndexError):
             out[int(row[pid_at])] = str(row[cmd_at])
     return out
-
-
-def executors_in(ctr: Any) -> dict[str, int]:
-    """Executor id -> host pid of every executor JVM running in the container."""
-    found: dict[str, int] = {}
-    for pid, cmd in host_pids(ctr).items():
-        if EXECUTOR_MAIN not in cmd:
-            continue
-        parts = cmd.split()
-        with contextlib.suppress(ValueError, IndexError):
-            found[parts[parts.index("--executor-id") + 1]] = pid
-    return found
 
 
 def host_veth(ctr: Any) -> str:

@@ -27,9 +27,11 @@ def restart_suppressed(run_dir: Path, replica: int) -> bool:
     return no_restart_marker(run_dir, replica).exists()
 
 
-def executors_of_app(app_id: str, keep: Callable[[int], bool] | None = None) -> dict[str, int]:
+def executors_of_app(
+    app_id: str | None, keep: Callable[[int], bool] | None = None
+) -> dict[str, int]:
     """Executor id -> pid of every ``CoarseGrainedExecutorBackend`` running for ``app_id``
-    (only pids for which ``keep`` is true, when given).
+    (any application's when None; only pids for which ``keep`` is true, when given).
 
     Spark's REST API has no pids, so command lines are matched:
     ``... CoarseGrainedExecutorBackend ... --executor-id N ... --app-id APP ...``.
@@ -42,7 +44,7 @@ def executors_of_app(app_id: str, keep: Callable[[int], bool] | None = None) -> 
         if EXECUTOR_MAIN not in " ".join(cmd[:200]):
             continue
         exe_id = _arg(cmd, "--executor-id")
-        if exe_id is None or _arg(cmd, "--app-id") != app_id:
+        if exe_id is None or (app_id is not None and _arg(cmd, "--app-id") != app_id):
             continue
         found[exe_id] = int(proc.info["pid"])
     return found
@@ -153,7 +155,8 @@ class LocalTarget:
         rep = st.replicas[replica]
         name = self.container(replica)
         if name is not None:  # the container holds this replica's JVMs and nobody else's
-            return dk.executors_in(dk.container(name))
+            mine = set(dk.host_pids(dk.container(name)))
+            return executors_of_app(rep.app_id, keep=mine.__contains__)
         if rep.app_id:
             theirs: set[int] = set()
             for other in st.replicas:

@@ -168,7 +168,7 @@ class ChaosRunner:
                 duration_s=round(outcome.reverted_at - (outcome.injected_at or start), 3),
                 started=start,
                 ended=outcome.reverted_at,
-                description=fault.describe(),
+                description=outcome.description,
                 details=dict(fault.details),
                 **({"error": error} if error else {}),
             )
