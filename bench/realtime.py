@@ -126,10 +126,17 @@ class Timing:
 
 
 def spec_for(
-    pipeline: str, mode: str, rate: int, t: Timing, fault: str | None, duration: float = 0.0
+    pipeline: str,
+    mode: str,
+    rate: int,
+    t: Timing,
+    fault: str | None,
+    duration: float = 0.0,
+    interval: str = "",
 ) -> Spec:
     """The benchmark spec: 2 partitions, every replica on ``local-cluster[1,1,1024]`` (deploy
-    gives real-time replicas a slot per partition and shuffle partition)."""
+    gives real-time replicas a slot per partition and shuffle partition); ``interval``: the
+    real-time checkpoint interval (empty: the default)."""
     m = MODES[mode]
     raw: dict[str, Any] = {
         "name": f"rt-{pipeline}-{mode}",
@@ -148,6 +155,8 @@ def spec_for(
             "warmup": f"{t.warmup:g}s",
         },
     }
+    if interval and m.trigger == "realtime":
+        raw["replication"]["trigger_interval"] = interval
     if fault is not None:
         raw["chaos"] = [{"at": f"{t.fault_at:g}s", "fault": fault, "replica": 0}]
     return parse_spec(raw, "realtime")
@@ -419,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-at", default="45s")
     ap.add_argument("--warmup", default="25s", help="excluded from every figure")
     ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--interval", default="", help="real-time checkpoint interval (e.g. 30s)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--faults", default=",".join(FAULTS))
@@ -482,7 +492,9 @@ def main(argv: list[str] | None = None) -> int:
         for fault in faults:
             for mode in modes:
                 row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
-                spec = spec_for(pipeline, mode, args.rate, t.of(pipeline), fault)
+                spec = spec_for(
+                    pipeline, mode, args.rate, t.of(pipeline), fault, interval=args.interval
+                )
                 try:
                     run_dir, summary, _, wall = run(spec, args.runs)
                     row.update(wall_s=round(wall, 1), **analyse(run_dir, summary))
@@ -493,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
                 record(row)
     for rate in rates:
         row = {"pipeline": "per-record", "fault": None, "mode": "active", "rate": rate}
-        spec = spec_for("per-record", "active", rate, t, None, t.sweep_duration)
+        spec = spec_for("per-record", "active", rate, t, None, t.sweep_duration, args.interval)
         try:
             run_dir, summary, cpu, wall = run(spec, args.runs)
             row.update(wall_s=round(wall, 1), **analyse(run_dir, summary))

@@ -48,7 +48,7 @@ from arfl.faults.local import restart_suppressed
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.processes import ManagedProcess, is_running, process_tree, signal_all, wait_until
 from arfl.replica.driver import EXIT_BAD_CONFIG, DriverConfig
-from arfl.replica.modes.base import STAGGER_REF
+from arfl.replica.modes.base import PEER_PROGRESS, STAGGER_REF
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import Journal, RunPaths
@@ -373,7 +373,15 @@ class ReplicaRunner:
             attempt=rep.attempt,
             # Replica 0's app file: where a staggered replica reads when replica 0's query
             # started (see arfl.replica.modes.active).
-            mode_options={STAGGER_REF: str(self._replicas[0].app_id_path), **self.mode_options},
+            # and the other replicas' progress files, whose batch boundaries a real-time
+            # replica keeps away from (arfl.replica.phase).
+            mode_options={
+                STAGGER_REF: str(self._replicas[0].app_id_path),
+                PEER_PROGRESS: json.dumps(
+                    [str(self.paths.progress(r.index)) for r in self._replicas if r is not rep]
+                ),
+                **self.mode_options,
+            },
         )
 
     def _spawn(self, rep: _Replica) -> None:

@@ -176,6 +176,10 @@ STAGGER_REF = "stagger_ref"
 """Mode option: replica 0's app-id file, whose ``query_started`` (epoch s) staggered replicas
 align their first batch to."""
 
+PEER_PROGRESS = "peer_progress"
+"""Mode option: the other replicas' progress files (a JSON list), whose batch starts a
+real-time replica keeps its own away from (:mod:`arfl.replica.phase`)."""
+
 
 def kafka_source(
     spark: SparkSession,

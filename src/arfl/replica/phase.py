@@ -1,0 +1,232 @@
+"""Keep real-time replicas' batch boundaries apart for the whole run (issue 11).
+
+At every boundary of a real-time batch a replica's output stalls (0.3-0.6 s here: commit,
+planning, task launch). With R replicas whose boundaries lie ``period / R`` apart, one
+replica's stall is covered by the others. A start delay sets that phase once, but it does not
+last (measured here, R=2, 5-s interval): batch lengths differ between replicas by 0.1-0.5 s
+per batch, and once two replicas' boundaries met they stayed together for the rest of the run,
+both stalling at once.
+
+So each replica's driver holds its next batch back when that batch would start too soon after
+another replica's: if a peer's boundary (read from its progress file, projected by its own
+batch length) comes less than ``period / R`` before this replica's next one, this replica
+freezes its own driver JVM (SIGSTOP, then SIGCONT) across that boundary for the difference,
+capped. The executors' tasks end on their own at the batch's end time; Spark commits, plans and
+launches the next batch only after the thaw, so that batch starts, and ends, that much later.
+Only the replica that comes too close *after* another holds back, so two replicas never both
+wait; the hold lengthens only its own stall, which the others cover. Spark offers no hook
+between two real-time batches (no ``foreachBatch``, a Kafka source, listeners run
+asynchronously and late), hence the freeze. A ``pause`` fault freezes the driver's whole process
+tree; a hold that overlaps one can thaw the driver JVM early (a window of microseconds: the
+fault signals every process at once).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+HOLD_CAP_FRACTION = 0.25
+"""Longest hold at one boundary, as a fraction of the period (the replica's output stops for
+the hold, covered by the others)."""
+TOLERANCE_FRACTION = 0.1
+"""A replica at least ``(1 - this) * period / R`` behind every other one does not hold."""
+
+
+def batch_span(progress: dict[str, Any]) -> tuple[float, float] | None:
+    """``(start, end)`` in epoch seconds of the batch a progress event reports (its
+    ``timestamp`` and ``durationMs.triggerExecution``), None when either is missing."""
+    ts = progress.get("timestamp")
+    dur = (progress.get("durationMs") or {}).get("triggerExecution")
+    if not isinstance(ts, str) or not isinstance(dur, int | float):
+        return None
+    try:
+        start = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    return start, start + dur / 1000.0
+
+
+def hold_back_s(mine: float, peer_starts: list[float], period: float, replicas: int) -> float:
+    """How long a replica whose batch boundary was at ``mine`` should hold its next batch
+    back: until ``period / replicas`` after every peer batch that started at most that long
+    before ``mine`` (capped at ``HOLD_CAP_FRACTION * period``); 0 when it is far enough behind
+    every one of them.
+
+    ``peer_starts`` are the peers' current batches' starts. A peer whose batch started after
+    ``mine`` is the one too close behind: it holds back itself, so two replicas never both
+    wait. A peer whose batch started more than ``period / replicas`` ago is far enough ahead.
+    """
+    if period <= 0 or replicas < 2:
+        return 0.0
+    spacing = period / replicas
+    need = 0.0
+    for s in peer_starts:
+        since = mine - s
+        if 0 <= since < spacing * (1 - TOLERANCE_FRACTION):
+            need = max(need, spacing - since)
+    return min(need, HOLD_CAP_FRACTION * period)
+
+
+def recent_progress(path: Path, n: int = 5) -> list[dict[str, Any]]:
+    """The last ``n`` complete progress lines of a replica's progress file, oldest first."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    out: list[dict[str, Any]] = []
+    for line in reversed(tail.splitlines()):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+            if len(out) == n:
+                break
+    return out[::-1]
+
+
+def median(values: list[float]) -> float:
+    """The (upper) median of a non-empty list."""
+    return sorted(values)[len(values) // 2]
+
+
+def boundary_before(t: float, start: float, period: float) -> float | None:
+    """The latest batch boundary at or before ``t`` of a replica whose current batch started at
+    ``start`` and whose batches last ``period`` (None if ``start`` is after ``t``)."""
+    if start > t or period <= 0:
+        return None
+    return start + math.floor((t - start) / period) * period
+
+
+MARGIN_S = 0.5
+"""The driver JVM is frozen this long before the predicted end of its batch (batch lengths
+vary by a few hundred ms), so that the end falls inside the freeze."""
+
+
+class PhaseKeeper:
+    """Holds this replica's batches back (see the module docstring).
+
+    A listener's progress event reaches the driver's Python 2-3 s after the batch ended
+    (measured here), too late to hold back the batch that follows. So the keeper predicts its
+    next boundary (the last one plus its median batch length), decides from the peers'
+    progress files whether that boundary falls too soon after one of theirs, and if so freezes
+    the driver JVM from ``MARGIN_S`` before it until the hold has passed: the tasks end on
+    their own (executors keep running), the driver commits and plans only after the thaw.
+
+    Args:
+        jvm_pid: the driver JVM's pid.
+        peers: the other replicas' progress files.
+        replicas: R.
+        log: where a hold is reported.
+    """
+
+    def __init__(
+        self, jvm_pid: int, peers: list[Path], replicas: int, log: Callable[[str], None]
+    ) -> None:
+        self.jvm_pid = jvm_pid
+        self.peers = peers
+        self.replicas = replicas
+        self.log = log
+        self.holds: list[float] = []
+        self._periods: deque[float] = deque(maxlen=5)
+        self._last_end: float | None = None
+        self._pending = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="arfl-phase", daemon=True)
+
+    def start(self) -> None:
+        """Start the keeper's thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the keeper (a freeze under way is thawed first)."""
+        self._stop.set()
+        self._pending.set()
+        self._thread.join(timeout=5)
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        """A batch of this replica ended (called from the progress listener)."""
+        span = batch_span(progress)
+        if span is None:
+            return
+        start, end = span
+        self._periods.append(end - start)
+        self._last_end = end
+        self._pending.set()
+
+    def period(self) -> float | None:
+        """This replica's batch period: the median of its last batches' lengths."""
+        return median(list(self._periods)) if self._periods else None
+
+    def peer_phases(self, now: float) -> list[tuple[float, float]]:
+        """``(current batch start, period)`` of every peer still running: the end of its last
+        reported batch and its median batch length, if that end is less than two periods ago
+        (a dead or restarting peer has no phase to keep away from)."""
+        out = []
+        for p in self.peers:
+            spans = [s for s in map(batch_span, recent_progress(p)) if s is not None]
+            if not spans:
+                continue
+            period = median([e - s for s, e in spans])
+            last_end = spans[-1][1]
+            if now - last_end < 2 * period:
+                out.append((last_end, period))
+        return out
+
+    def plan(self, now: float) -> tuple[float, float] | None:
+        """``(next boundary, hold)`` when this replica's predicted next boundary falls too
+        soon after a peer's and there is still time to freeze before it; else None."""
+        period, last_end = self.period(), self._last_end
+        if period is None or last_end is None:
+            return None
+        mine = last_end + period
+        if mine - now < MARGIN_S:
+            return None
+        peers = [boundary_before(mine, s, p) for s, p in self.peer_phases(now)]
+        hold = hold_back_s(mine, [b for b in peers if b is not None], period, self.replicas)
+        return (mine, hold) if hold > 0 else None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._pending.wait()
+            self._pending.clear()
+            if self._stop.is_set():
+                return
+            planned = self.plan(time.time())
+            if planned is None:
+                continue
+            mine, hold = planned
+            if self._stop.wait(max(0.0, mine - MARGIN_S - time.time())):
+                return
+            self._hold(MARGIN_S + hold, hold)
+
+    def _hold(self, freeze: float, hold: float) -> None:
+        """Freeze the driver JVM for ``freeze`` seconds (to hold its next batch ``hold``)."""
+        try:
+            os.kill(self.jvm_pid, signal.SIGSTOP)
+        except OSError as e:
+            self.log(f"cannot hold the next batch back: {e}")
+            return
+        try:
+            time.sleep(freeze)
+        finally:
+            os.kill(self.jvm_pid, signal.SIGCONT)
+        self.holds.append(hold)
+        self.log(
+            f"held the next batch back {hold:.2f}s (another replica's boundary came less than "
+            f"1/{self.replicas} of a period before this one's)"
+        )

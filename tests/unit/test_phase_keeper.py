@@ -1,0 +1,158 @@
+"""Keeping real-time replicas' batch boundaries apart: who holds back, how long, and that a
+hold freezes and always thaws the driver JVM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from arfl.replica import phase
+from arfl.replica.phase import HOLD_CAP_FRACTION, PhaseKeeper, batch_span, hold_back_s
+
+
+def _progress(start: float, dur_ms: int) -> dict[str, object]:
+    ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(start)) + f".{int(start % 1 * 1000):03d}Z"
+    return {"timestamp": ts, "durationMs": {"triggerExecution": dur_ms}, "batchId": 1}
+
+
+def test_batch_span_reads_start_and_length() -> None:
+    span = batch_span(_progress(1000.25, 5300))
+    assert span is not None
+    assert span[0] == pytest.approx(1000.25, abs=1e-3)
+    assert span[1] == pytest.approx(1005.55, abs=1e-3)
+    assert batch_span({"timestamp": "x", "durationMs": {"triggerExecution": 1}}) is None
+    assert batch_span({"durationMs": {}}) is None
+
+
+def test_the_replica_too_close_behind_holds_for_the_difference() -> None:
+    # Period 5 s, R=2: boundaries should lie 2.5 s apart. A peer started 0.5 s before mine.
+    assert hold_back_s(100.0, [99.5], 5.0, 2) == pytest.approx(HOLD_CAP_FRACTION * 5.0)
+    assert hold_back_s(100.0, [98.0], 5.0, 2) == pytest.approx(0.5)
+
+
+def test_the_replica_ahead_or_far_enough_does_not_hold() -> None:
+    assert hold_back_s(100.0, [100.3], 5.0, 2) == 0.0  # the peer started after mine: it holds
+    assert hold_back_s(100.0, [97.6], 5.0, 2) == 0.0  # 2.4 s: within the tolerance
+    assert hold_back_s(100.0, [96.0], 5.0, 2) == 0.0  # 4 s behind the peer: far enough
+    assert hold_back_s(100.0, [], 5.0, 2) == 0.0
+    assert hold_back_s(100.0, [99.9], 5.0, 1) == 0.0
+
+
+def test_of_two_replicas_at_the_same_boundary_only_one_holds() -> None:
+    a, b = 100.0, 100.05
+    assert hold_back_s(a, [b], 5.0, 2) == 0.0
+    assert hold_back_s(b, [a], 5.0, 2) > 0.0
+
+
+def test_three_replicas_keep_a_third_apart() -> None:
+    assert hold_back_s(100.0, [99.0, 97.0], 6.0, 3) == pytest.approx(1.0)
+    assert hold_back_s(100.0, [98.0, 96.0], 6.0, 3) == 0.0
+
+
+def test_recent_progress_skips_a_torn_last_line(tmp_path: Path) -> None:
+    f = tmp_path / "replica-1.jsonl"
+    lines = [json.dumps({"batchId": i}) for i in range(8)]
+    f.write_text("\n".join(lines) + '\n{"batchId": 8, "timest')
+    assert [p["batchId"] for p in phase.recent_progress(f, 3)] == [5, 6, 7]
+    assert phase.recent_progress(tmp_path / "missing.jsonl") == []
+
+
+def test_boundary_before_projects_a_peer_by_its_own_period() -> None:
+    assert phase.boundary_before(112.0, 100.0, 5.0) == pytest.approx(110.0)
+    assert phase.boundary_before(100.0, 100.0, 5.0) == pytest.approx(100.0)
+    assert phase.boundary_before(99.0, 100.0, 5.0) is None
+
+
+def _write(path: Path, spans: list[tuple[float, int]]) -> None:
+    path.write_text("".join(json.dumps(_progress(s, d)) + "\n" for s, d in spans))
+
+
+def test_a_dead_peer_is_not_kept_away_from(tmp_path: Path) -> None:
+    peer = tmp_path / "replica-1.jsonl"
+    now = time.time()
+    _write(peer, [(now - 70, 5000), (now - 65, 5000)])
+    keeper = PhaseKeeper(0, [peer], 2, lambda m: None)
+    assert keeper.peer_phases(now) == []
+    _write(peer, [(now - 11.5, 5500), (now - 6, 5000)])
+    [(start, period)] = keeper.peer_phases(now)
+    assert start == pytest.approx(now - 1, abs=0.01) and period == pytest.approx(5.5)
+
+
+def test_plan_holds_the_next_boundary_when_it_follows_a_peers_too_soon(tmp_path: Path) -> None:
+    peer = tmp_path / "replica-0.jsonl"
+    keeper = PhaseKeeper(0, [peer], 2, lambda m: None)
+    now = time.time()
+    # This replica: 5 s batches, the last ended 2 s ago -> next boundary in 3 s.
+    for k in range(3):
+        keeper.on_progress(_progress(now - 2 - 5 * (3 - k), 5000))
+    # The peer's current batch started 2.5 s ago (5 s batches): its next boundary comes
+    # 0.5 s before this replica's.
+    _write(peer, [(now - 7.5, 5000)])
+    planned = keeper.plan(now)
+    assert planned is not None
+    mine, hold = planned
+    assert mine == pytest.approx(now + 3, abs=0.01)
+    assert hold == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
+    # 3.5 s apart: nothing to do. Nor when the peer's boundary follows this one's: it holds.
+    _write(peer, [(now - 5.5, 5000)])
+    assert keeper.plan(now) is None
+    _write(peer, [(now - 6.8, 5000)])
+    assert keeper.plan(now) is None
+    # Too late to freeze before the boundary.
+    assert keeper.plan(now + 2.8) is None
+
+
+def test_a_hold_freezes_the_jvm_and_thaws_it(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc = psutil.Process(child.pid)
+        logs: list[str] = []
+        keeper = PhaseKeeper(child.pid, [tmp_path / "replica-0.jsonl"], 2, logs.append)
+        holding = threading.Thread(target=keeper._hold, args=(1.0, 0.5))
+        holding.start()
+        seen = set()
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:
+            seen.add(proc.status())
+            time.sleep(0.01)
+        holding.join()
+        assert psutil.STATUS_STOPPED in seen
+        assert proc.status() != psutil.STATUS_STOPPED
+        assert keeper.holds == [0.5] and "held the next batch back 0.50s" in logs[0]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+
+
+def test_the_keeper_freezes_from_before_the_boundary_it_holds(tmp_path: Path) -> None:
+    peer = tmp_path / "replica-0.jsonl"
+    held: list[tuple[float, float, float]] = []
+
+    class Recording(PhaseKeeper):
+        def _hold(self, freeze: float, hold: float) -> None:
+            held.append((time.time(), freeze, hold))
+
+    keeper = Recording(0, [peer], 2, lambda m: None)
+    keeper.start()
+    try:
+        now = time.time()
+        _write(peer, [(now - 5.0 - 0.4 + 1.5 - 5, 5000)])  # peer boundary 0.4 s before mine
+        for k in range(3):
+            keeper.on_progress(_progress(now + 1.5 - 5 * (4 - k), 5000))  # mine at now + 1.5
+        deadline = time.monotonic() + 5
+        while not held and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        keeper.stop()
+    [(at, freeze, hold)] = held
+    assert at == pytest.approx(now + 1.5 - phase.MARGIN_S, abs=0.1)
+    assert hold == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
+    assert freeze == pytest.approx(phase.MARGIN_S + hold)
