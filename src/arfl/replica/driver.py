@@ -264,7 +264,11 @@ def _phase_keeper(spark: Any, spec: Spec, ctx: ReplicaContext) -> PhaseKeeper | 
     peers = json.loads(ctx.options.get(PEER_PROGRESS, "[]"))
     if spec.replication.trigger != "realtime" or not peers:
         return None
-    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    try:
+        jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception as e:  # only keeps the stagger: the query runs without it
+        _log(f"no phase keeper: the driver JVM's pid is unknown ({type(e).__name__}: {e})")
+        return None
     return PhaseKeeper(jvm_pid, [Path(p) for p in peers], spec.replication.replicas, _log)
 
 

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import threading
 import time
 from collections import deque
@@ -57,10 +58,10 @@ def batch_span(progress: dict[str, Any]) -> tuple[float, float] | None:
 
 
 def hold_back_s(mine: float, peer_starts: list[float], period: float, replicas: int) -> float:
-    """How long a replica whose batch boundary was at ``mine`` should hold its next batch
-    back: until ``period / replicas`` after every peer batch that started at most that long
-    before ``mine`` (capped at ``HOLD_CAP_FRACTION * period``); 0 when it is far enough behind
-    every one of them.
+    """How long a replica whose next batch would start at ``mine`` should hold it back:
+    until ``period / replicas`` after every peer batch that started at most that long before
+    ``mine`` (capped at ``HOLD_CAP_FRACTION * period``); 0 when it is far enough behind every
+    one of them.
 
     ``peer_starts`` are the peers' current batches' starts. A peer whose batch started after
     ``mine`` is the one too close behind: it holds back itself, so two replicas never both
@@ -97,11 +98,6 @@ def recent_progress(path: Path, n: int = 5) -> list[dict[str, Any]]:
             if len(out) == n:
                 break
     return out[::-1]
-
-
-def median(values: list[float]) -> float:
-    """The (upper) median of a non-empty list."""
-    return sorted(values)[len(values) // 2]
 
 
 def boundary_before(t: float, start: float, period: float) -> float | None:
@@ -170,7 +166,7 @@ class PhaseKeeper:
 
     def period(self) -> float | None:
         """This replica's batch period: the median of its last batches' lengths."""
-        return median(list(self._periods)) if self._periods else None
+        return statistics.median_high(self._periods) if self._periods else None
 
     def peer_phases(self, now: float) -> list[tuple[float, float]]:
         """``(current batch start, period)`` of every peer still running: the end of its last
@@ -181,7 +177,7 @@ class PhaseKeeper:
             spans = [s for s in map(batch_span, recent_progress(p)) if s is not None]
             if not spans:
                 continue
-            period = median([e - s for s, e in spans])
+            period = statistics.median_high([e - s for s, e in spans])
             last_end = spans[-1][1]
             if now - last_end < 2 * period:
                 out.append((last_end, period))
