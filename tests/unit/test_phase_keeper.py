@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -156,3 +157,39 @@ def test_the_keeper_freezes_from_before_the_boundary_it_holds(tmp_path: Path) ->
     assert at == pytest.approx(now + 1.5 - phase.MARGIN_S, abs=0.1)
     assert hold == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
     assert freeze == pytest.approx(phase.MARGIN_S + hold)
+
+
+def test_stagger_false_starts_replicas_together_without_a_keeper() -> None:
+    from arfl.configs.spec import parse_spec
+    from arfl.replica.driver import _phase_keeper
+    from arfl.replica.modes.active import ActiveReplication
+    from arfl.replica.modes.base import PEER_PROGRESS, STAGGER_REF, ReplicaContext
+
+    def spec(stagger: bool) -> Any:
+        return parse_spec(
+            {
+                "name": "s",
+                "source": {"topic": "in", "partitions": 2},
+                "sink": {"topic": "out"},
+                "replication": {
+                    "mode": "active",
+                    "replicas": 2,
+                    "trigger": "realtime",
+                    "stagger": stagger,
+                },
+            },
+            "stagger",
+        )
+
+    ctx = ReplicaContext(
+        replica=1,
+        bootstrap="b",
+        output_topic="out.r1",
+        checkpoint_dir=Path("/nonexistent"),
+        attempt=0,
+        options={STAGGER_REF: "/nonexistent/app.json", PEER_PROGRESS: '["/x/replica-0.jsonl"]'},
+    )
+    off = spec(False)
+    assert ActiveReplication().start_delay(off, ctx) == 0.0
+    assert _phase_keeper(object(), off, ctx) is None
+    assert spec(True).replication.stagger is True

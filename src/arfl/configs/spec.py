@@ -229,6 +229,10 @@ class Replication(_Model):
     max_records_per_batch: int = Field(100_000, ge=1)
     trigger: Literal["micro-batch", "realtime"] = "micro-batch"
     trigger_interval: Duration = 0.0
+    stagger: bool = True
+    """``active`` on real-time mode: keep the replicas' batch boundaries ``interval / R`` apart
+    (a start delay, then :mod:`arfl.replica.phase`); false starts them together and lets them
+    drift (for comparison)."""
     restart: bool = True
     """Restart a replica whose driver died (from its checkpoint where it has one)."""
 

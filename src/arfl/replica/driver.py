@@ -262,7 +262,7 @@ def _warm_up(spark: Any, sink_options: dict[str, str], tasks: int) -> None:
 def _phase_keeper(spark: Any, spec: Spec, ctx: ReplicaContext) -> PhaseKeeper | None:
     """A real-time replica with peers keeps its batch boundaries away from theirs."""
     peers = json.loads(ctx.options.get(PEER_PROGRESS, "[]"))
-    if spec.replication.trigger != "realtime" or not peers:
+    if spec.replication.trigger != "realtime" or not spec.replication.stagger or not peers:
         return None
     try:
         jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())

@@ -75,7 +75,12 @@ class ActiveReplication(ModeBase):
         """Real-time mode, first start of replica i > 0: until ``interval * i / R`` after
         replica 0's query started (or the next such phase); 0 otherwise."""
         ref = ctx.options.get(STAGGER_REF)
-        if spec.replication.trigger != "realtime" or ctx.attempt > 0 or ctx.replica == 0:
+        if (
+            spec.replication.trigger != "realtime"
+            or not spec.replication.stagger
+            or ctx.attempt > 0
+            or ctx.replica == 0
+        ):
             return 0.0
         t0 = _query_started(Path(ref), REF_WAIT_S) if ref else None
         if t0 is None:
