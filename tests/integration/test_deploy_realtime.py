@@ -122,18 +122,13 @@ def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path:
     # checkpoint, no "latest").
     [offsets] = journal_events(result.run_dir, "starting-offsets")
     assert set(offsets["offsets"]) == {"0", "1"}
-    # The executors were warmed up before each replica's first query start (not on the
-    # restart), and so the first batch that saw records streamed them. Cold, it read one record
-    # per partition and idled for the rest of its interval (Spark 4.3, measured here).
+    # The executors were warmed up before each replica's first query start (a Kafka write and
+    # read back through Spark, on the replica's own warm-up topic), not on the restart. What it
+    # buys (a steady state that is no backlog) is measured in docs/benchmarks.md, not here.
     for i in (0, 1):
         log = (result.run_dir / "logs" / f"replica-{i}.log").read_text()
         assert log.count("executors warmed up in") == 1, log
-        rows = [
-            p["numInputRows"]
-            for p in read_jsonl(result.run_dir / "progress" / f"replica-{i}.jsonl")
-        ]
-        first = next(n for n in rows if n > 0)
-        assert first > spec.source.partitions, (i, rows[:4])
+        assert f"(200 records on {spec.sink.topic}" in log and f".r{i}.warmup" in log, log
     # Staggered: replica 1's first batch started about half an interval after replica 0's.
     s0, s1 = _batch_starts(result.run_dir, 0), _batch_starts(result.run_dir, 1)
     assert s0 and s1
