@@ -99,8 +99,9 @@ def test_none_uses_a_temporary_checkpoint_and_passive_the_runner_one(tmp_path: P
 
 def test_sink_and_triggers(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
-    opts = get_mode("passive").sink_options(ctx)
+    opts = get_mode("passive").sink_options(ctx, _spec())  # type: ignore[arg-type]
     assert opts["topic"] == "out.r1" and opts["kafka.bootstrap.servers"] == "127.0.0.1:9"
+    assert opts["kafka.linger.ms"] == "0"
     assert get_mode("passive").trigger(_spec()) == {"processingTime": "0 milliseconds"}  # type: ignore[arg-type]
     assert get_mode("none").trigger(_spec(trigger_interval="250ms")) == {  # type: ignore[arg-type]
         "processingTime": "250 milliseconds"
@@ -108,3 +109,17 @@ def test_sink_and_triggers(tmp_path: Path) -> None:
     assert get_mode("passive").trigger(_spec(trigger="realtime")) == {  # type: ignore[arg-type]
         "realTime": "5000 milliseconds"
     }
+
+
+def test_sink_options_of_the_spec_override_the_producer_defaults(tmp_path: Path) -> None:
+    spec = parse_spec(
+        {
+            "name": "m",
+            "source": {"topic": "in"},
+            "sink": {"topic": "out", "options": {"kafka.linger.ms": 2, "kafka.acks": "1"}},
+            "replication": {"mode": "passive"},
+        }
+    )
+    opts = get_mode("passive").sink_options(_ctx(tmp_path), spec)
+    assert opts["kafka.linger.ms"] == "2" and opts["kafka.acks"] == "1"
+    assert opts["topic"] == "out.r1"

@@ -115,6 +115,30 @@ def _check_topic(v: str) -> str:
     return v
 
 
+_ARFL_KAFKA_KEYS = frozenset({"kafka.bootstrap.servers"})
+
+
+def _check_kafka_options(
+    v: dict[str, str | int | float | bool],
+) -> dict[str, str | int | float | bool]:
+    """Kafka client settings passed to Spark as ``kafka.*`` options: only those, and not the
+    ones arfl sets itself."""
+    bad = sorted(k for k in v if not k.startswith("kafka.") or k == "kafka.")
+    if bad:
+        raise ValueError(
+            f"only Kafka client settings, spelled 'kafka.<setting>' as Spark takes them: {bad}"
+        )
+    own = sorted(k for k in v if k in _ARFL_KAFKA_KEYS)
+    if own:
+        raise ValueError(f"set by arfl (the run's Kafka): {own}")
+    return v
+
+
+def kafka_options(v: dict[str, str | int | float | bool]) -> dict[str, str]:
+    """``[source]``/``[sink]`` options as the strings Spark takes (TOML booleans lower-case)."""
+    return {k: str(x).lower() if isinstance(x, bool) else str(x) for k, x in v.items()}
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -131,6 +155,16 @@ class Source(_Model):
     replay: Replay | None = None
     """``[source.replay]``: replay an existing topic instead of generating (see
     :mod:`arfl.configs.replay`)."""
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Consumer settings of Spark's Kafka source in the replicas (``kafka.*`` keys, e.g.
+    ``kafka.fetch.max.wait.ms``); not for the agreed-batch modes, whose own source reads."""
+
+    @field_validator("options")
+    @classmethod
+    def _options(
+        cls, v: dict[str, str | int | float | bool]
+    ) -> dict[str, str | int | float | bool]:
+        return _check_kafka_options(v)
 
     @field_validator("topic")
     @classmethod
@@ -206,6 +240,16 @@ class Sink(_Model):
     """The final output topic (written by the merger)."""
 
     topic: str
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Producer settings of the replicas' Kafka sink (``kafka.*`` keys, e.g.
+    ``kafka.linger.ms``)."""
+
+    @field_validator("options")
+    @classmethod
+    def _options(
+        cls, v: dict[str, str | int | float | bool]
+    ) -> dict[str, str | int | float | bool]:
+        return _check_kafka_options(v)
 
     @field_validator("topic")
     @classmethod
@@ -516,6 +560,14 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 out.append(
                     (f"replication.{key}", "only for mode " + ", ".join(f"'{m}'" for m in owners))
                 )
+        if info.agreed_batches and _get(raw, "source", "options"):
+            out.append(
+                (
+                    "source.options",
+                    f"mode {mode!r} reads the input with arfl's own source, not Spark's Kafka "
+                    "source: its consumer settings are arfl's",
+                )
+            )
         trigger = repl.get("trigger", "micro-batch")
         if isinstance(trigger, str) and trigger not in info.triggers:
             owners = [m for m in MODES.names() if trigger in MODES.info(m).triggers]

@@ -338,7 +338,7 @@ def run(cfg: DriverConfig) -> int:
                 .outputMode(query.output_mode(spec))
                 .trigger(**trigger)
             )
-            for k, v in (mode.sink_options(ctx) | writer_options(spec)).items():
+            for k, v in (mode.sink_options(ctx, spec) | writer_options(spec)).items():
                 writer = writer.option(k, v)
         except (ArflError, PySparkException) as e:
             # The pipeline cannot be built (bad expression, transform, column): restarting
@@ -349,7 +349,7 @@ def run(cfg: DriverConfig) -> int:
         if spec.replication.trigger == "realtime" and cfg.attempt == 0:
             # Not on a restart: there the warm-up (12-13 s measured) cost more than the one
             # cold batch it saves (one interval), and the replica is late already.
-            _warm_up(spark, mode.sink_options(ctx), sc.defaultParallelism)
+            _warm_up(spark, mode.sink_options(ctx, spec), sc.defaultParallelism)
         delay = mode.start_delay(spec, ctx)
         if delay > 0:
             _log(f"waiting {delay:.1f}s before starting the query (staggered batch boundaries)")

@@ -6,7 +6,7 @@ A mode decides three things for one replica's Spark application:
   ``partition``, ``offset``); it is where active modes put their coordinated batch boundaries
   (a Python ``DataSourceStreamReader`` whose ``latestOffset()`` all replicas agree on);
 * ``checkpoint(ctx)``: where Spark keeps offsets and state, and whether that survives a stop;
-* ``sink_options(ctx)`` and ``trigger(spec)``: options of the Kafka sink and the trigger.
+* ``sink_options(ctx, spec)`` and ``trigger(spec)``: options of the Kafka sink and the trigger.
 
 Modes register themselves with ``@MODES.register("name", ModeInfo(...))`` (:mod:`arfl.registry`),
 each with its own batch-boundary policy (``boundary_policy``); every module of this package is
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from arfl.configs.spec import Spec
+from arfl.configs.spec import Spec, kafka_options
 from arfl.errors import DeployError
 from arfl.registry import MODES, UnknownKind
 
@@ -82,7 +82,7 @@ class ReplicationMode(Protocol):
         """The checkpoint location and its policy."""
         ...
 
-    def sink_options(self, ctx: ReplicaContext) -> dict[str, str]:
+    def sink_options(self, ctx: ReplicaContext, spec: Spec) -> dict[str, str]:
         """Options of the Kafka sink writing ``ctx.output_topic``."""
         ...
 
@@ -145,9 +145,9 @@ class ModeBase:
         """Durable: a restarted replica resumes from its own checkpoint."""
         return Checkpoint(location=ctx.checkpoint_dir, durable=True)
 
-    def sink_options(self, ctx: ReplicaContext) -> dict[str, str]:
+    def sink_options(self, ctx: ReplicaContext, spec: Spec) -> dict[str, str]:
         """Kafka sink on the replica's own topic."""
-        return kafka_sink_options(ctx)
+        return kafka_sink_options(ctx, spec)
 
     def trigger(self, spec: Spec) -> dict[str, str]:
         """Micro-batches (``replication.trigger_interval``, default as fast as possible), or
@@ -211,7 +211,7 @@ def kafka_source(
     )
     if limit_batches:
         reader = reader.option("maxOffsetsPerTrigger", str(spec.replication.max_records_per_batch))
-    for k, v in ctx.options.items():
+    for k, v in (kafka_options(spec.source.options) | ctx.options).items():
         if k.startswith("kafka."):
             reader = reader.option(k, v)
     return reader.load().select("value", "partition", "offset")
@@ -248,14 +248,16 @@ def arfl_source_options(
     return SourceOptions.parse(base.to_options() | passthrough(ctx.options))
 
 
-def kafka_sink_options(ctx: ReplicaContext) -> dict[str, str]:
-    """Options of the Kafka sink: idempotent-friendly producer writing ``ctx.output_topic``."""
+def kafka_sink_options(ctx: ReplicaContext, spec: Spec) -> dict[str, str]:
+    """Options of the Kafka sink: idempotent-friendly producer writing ``ctx.output_topic``;
+    the spec's ``[sink] options`` (``kafka.*``) override the producer defaults."""
     return {
-        "kafka.bootstrap.servers": ctx.bootstrap,
-        "topic": ctx.output_topic,
         # Low-latency producer: do not wait to fill batches.
         "kafka.linger.ms": "0",
         "kafka.acks": "all",
+        **kafka_options(spec.sink.options),
+        "kafka.bootstrap.servers": ctx.bootstrap,
+        "topic": ctx.output_topic,
     }
 
 
