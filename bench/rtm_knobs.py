@@ -1,0 +1,99 @@
+"""Real-time mode's Kafka knobs: the replicas' sink linger and the source's fetch batching,
+measured on active RTM R=2 per-record (fault-free), one run per variant in one invocation.
+
+    .venv/bin/python bench/rtm_knobs.py --runs /tmp/knobs --out /tmp/knobs/knobs.json
+
+The machine saturates at 1,000 ev/s with two RTM replicas (docs/benchmarks.md): each RTM task
+polls Kafka hundreds of times a second and each replica's producer sends with ``linger.ms`` 0,
+so the broker is the busiest process. The variants trade a few ms of batching for fewer
+requests; the table says what each did to p50, p99 and the cores used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from realtime import Timing, analyse, run, spec_for, sweep_cpu
+
+from arfl.configs.spec import Spec
+from arfl.errors import ArflError
+from arfl.units import parse_duration
+
+VARIANTS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    # name: (source options, sink options)
+    "default": ({}, {}),
+    "sink linger 2 ms": ({}, {"kafka.linger.ms": "2"}),
+    "source fetch >= 4 KB or 5 ms": (
+        {"kafka.fetch.min.bytes": "4096", "kafka.fetch.max.wait.ms": "5"},
+        {},
+    ),
+    "both": (
+        {"kafka.fetch.min.bytes": "4096", "kafka.fetch.max.wait.ms": "5"},
+        {"kafka.linger.ms": "2"},
+    ),
+}
+
+
+def variant_spec(base: Spec, source: dict[str, str], sink: dict[str, str]) -> Spec:
+    """``base`` with the variant's ``[source]``/``[sink]`` options."""
+    return base.model_copy(
+        update={
+            "source": base.source.model_copy(update={"options": source}),
+            "sink": base.sink.model_copy(update={"options": sink}),
+        }
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--duration", default="60s")
+    ap.add_argument("--warmup", default="25s")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--runs", type=Path, default=Path("runs/bench"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/knobs.json"))
+    args = ap.parse_args(argv)
+    duration, warmup = parse_duration(args.duration), parse_duration(args.warmup)
+    t = Timing(duration, duration, warmup, duration)
+    args.runs.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for name in args.variants.split(","):
+        source, sink = VARIANTS[name]
+        spec = variant_spec(
+            spec_for("per-record", "active", args.rate, t, None, duration), source, sink
+        )
+        row: dict[str, Any] = {"variant": name, "source": source, "sink": sink}
+        try:
+            run_dir, summary, cpu, _ = run(spec, args.runs)
+            row.update(analyse(run_dir, summary))
+            row.update(sweep_cpu(run_dir, cpu, warmup))
+        except ArflError as e:
+            row["error"] = str(e)
+            print(f"{name}: failed: {e}", file=sys.stderr)
+        rows.append(row)
+        args.out.write_text(json.dumps(rows, indent=1, default=str))
+    print(f"\nactive RTM R=2 per-record, {args.rate} ev/s, after a {args.warmup} warm-up")
+    print(
+        f"{'variant':30} {'p50 ms':>7} {'p99 ms':>8} {'host':>5} {'kafka':>6} "
+        f"{'executors':>9} {'merger':>6} {'miss':>4}"
+    )
+    for r in rows:
+        if "error" in r:
+            print(f"{r['variant']:30} failed: {r['error'][:60]}")
+            continue
+        pc = r.get("process_cores", {})
+        execs = sum(v for k, v in pc.items() if "executor" in k)
+        print(
+            f"{r['variant']:30} {r['overall_p50']:7.1f} {r['overall_p99']:8.1f} "
+            f"{r.get('host_cores_busy', float('nan')):5.2f} {pc.get('kafka', float('nan')):6.2f} "
+            f"{execs:9.2f} {pc.get('merger', float('nan')):6.2f} {r['missing']:4}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
