@@ -354,11 +354,12 @@ class Deployment:
         """Block until every replica's query has reported a batch (the pipeline runs); in
         real-time mode, until every replica's query has started.
 
-        A real-time batch reports progress only when it ends, and a batch that began with its
-        partitions empty reads about one record per partition and then idles until its
-        interval ends (Spark 4.3, measured here). Starting the load as soon as the queries run
-        means the first batches idle for at most one interval (the warm-up) and every batch
-        after them begins with records waiting, which stream.
+        A real-time batch reports progress only when it ends, so the load starts as soon as
+        the queries run. Each real-time replica's driver warmed its executors up before its
+        query started (:mod:`arfl.replica.warmup`: cold, the first data batch read one record
+        per partition and lost its interval); a replica whose first batch began before the
+        load can still read little in that batch (measured here), which the spec's warm-up
+        covers.
         """
         assert self.runner is not None
         n = self.ctx.spec.replication.replicas
