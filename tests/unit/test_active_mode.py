@@ -14,7 +14,7 @@ from arfl.replica.modes.active import stagger_delay
 from arfl.replica.modes.base import STAGGER_REF, ReplicaContext, get_mode, trigger_of
 
 
-def _spec(trigger: str = "realtime", replicas: int = 2) -> Spec:
+def _spec(trigger: str = "realtime", replicas: int = 2, stagger: bool = True) -> Spec:
     return parse_spec(
         {
             "name": "a",
@@ -25,6 +25,7 @@ def _spec(trigger: str = "realtime", replicas: int = 2) -> Spec:
                 "replicas": replicas,
                 "trigger": trigger,
                 "trigger_interval": "10s",
+                "stagger": stagger,
             },
         }
     )
@@ -136,3 +137,20 @@ def test_executor_kill_targets_the_replicas_own_executor_when_app_ids_collide(
             for c in children:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     c.kill()
+
+
+def test_stagger_false_starts_replicas_together_without_a_keeper() -> None:
+    from arfl.replica.driver import _phase_keeper
+    from arfl.replica.modes.base import PEER_PROGRESS
+
+    ctx = ReplicaContext(
+        replica=1,
+        bootstrap="b",
+        output_topic="o.r1",
+        checkpoint_dir=Path("/nonexistent"),
+        options={STAGGER_REF: "/nonexistent/app.json", PEER_PROGRESS: '["/x/replica-0.jsonl"]'},
+    )
+    off = _spec(stagger=False)
+    assert get_mode("active").start_delay(off, ctx) == 0.0
+    assert _phase_keeper(object(), off, ctx) is None
+    assert _spec().replication.stagger is True

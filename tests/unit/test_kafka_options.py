@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from arfl.configs.spec import kafka_options, parse_spec
+from arfl.configs.spec import option_strings, parse_spec
 from arfl.errors import SpecError
 
 
@@ -30,11 +30,11 @@ def test_kafka_settings_pass_as_strings() -> None:
             sink={"options": {"kafka.linger.ms": "2"}},
         )
     )
-    assert kafka_options(spec.source.options) == {
+    assert option_strings(spec.source.options) == {
         "kafka.fetch.max.wait.ms": "5",
         "kafka.check.crcs": "false",
     }
-    assert kafka_options(spec.sink.options) == {"kafka.linger.ms": "2"}
+    assert option_strings(spec.sink.options) == {"kafka.linger.ms": "2"}
 
 
 def test_every_bad_option_is_named_with_its_key_path() -> None:

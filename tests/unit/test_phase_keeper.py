@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -58,57 +57,61 @@ def test_three_replicas_keep_a_third_apart() -> None:
     assert hold_back_s(100.0, [98.0, 96.0], 6.0, 3) == 0.0
 
 
-def test_recent_progress_skips_a_torn_last_line(tmp_path: Path) -> None:
-    f = tmp_path / "replica-1.jsonl"
-    lines = [json.dumps({"batchId": i}) for i in range(8)]
-    f.write_text("\n".join(lines) + '\n{"batchId": 8, "timest')
-    assert [p["batchId"] for p in phase.recent_progress(f, 3)] == [5, 6, 7]
-    assert phase.recent_progress(tmp_path / "missing.jsonl") == []
-
-
 def test_boundary_before_projects_a_peer_by_its_own_period() -> None:
     assert phase.boundary_before(112.0, 100.0, 5.0) == pytest.approx(110.0)
     assert phase.boundary_before(100.0, 100.0, 5.0) == pytest.approx(100.0)
     assert phase.boundary_before(99.0, 100.0, 5.0) is None
 
 
-def _write(path: Path, spans: list[tuple[float, int]]) -> None:
-    path.write_text("".join(json.dumps(_progress(s, d)) + "\n" for s, d in spans))
+def _append(path: Path, spans: list[tuple[float, int]]) -> None:
+    """Progress lines as a peer's listener appends them."""
+    with path.open("a", encoding="utf-8") as f:
+        f.write("".join(json.dumps(_progress(s, d)) + "\n" for s, d in spans))
 
 
 def test_a_dead_peer_is_not_kept_away_from(tmp_path: Path) -> None:
     peer = tmp_path / "replica-1.jsonl"
     now = time.time()
-    _write(peer, [(now - 70, 5000), (now - 65, 5000)])
+    _append(peer, [(now - 70, 5000), (now - 65, 5000)])
     keeper = PhaseKeeper(0, [peer], 2, lambda m: None)
     assert keeper.peer_phases(now) == []
-    _write(peer, [(now - 11.5, 5500), (now - 6, 5000)])
+    # A torn last line (still being written) waits for its newline.
+    _append(peer, [(now - 12, 5500)])
+    with peer.open("a") as f:
+        f.write('{"timestamp": "2026-')
+    [(start, period)] = keeper.peer_phases(now)
+    assert start == pytest.approx(now - 6.5, abs=0.01)
+    with peer.open("a") as f:
+        f.write('x"}\n')  # completed: not a progress event, skipped
+    _append(peer, [(now - 6.5, 5500)])
     [(start, period)] = keeper.peer_phases(now)
     assert start == pytest.approx(now - 1, abs=0.01) and period == pytest.approx(5.5)
 
 
-def test_plan_holds_the_next_boundary_when_it_follows_a_peers_too_soon(tmp_path: Path) -> None:
-    peer = tmp_path / "replica-0.jsonl"
+def _planner(tmp_path: Path, name: str, peer_start: float, now: float) -> PhaseKeeper:
+    """A keeper with 5 s batches whose last ended 2 s before ``now`` (next boundary in 3 s),
+    and one peer whose current 5 s batch started at ``peer_start``."""
+    peer = tmp_path / f"{name}.jsonl"
+    _append(peer, [(peer_start - 5, 5000)])
     keeper = PhaseKeeper(0, [peer], 2, lambda m: None)
-    now = time.time()
-    # This replica: 5 s batches, the last ended 2 s ago -> next boundary in 3 s.
     for k in range(3):
         keeper.on_progress(_progress(now - 2 - 5 * (3 - k), 5000))
-    # The peer's current batch started 2.5 s ago (5 s batches): its next boundary comes
-    # 0.5 s before this replica's.
-    _write(peer, [(now - 7.5, 5000)])
-    planned = keeper.plan(now)
+    return keeper
+
+
+def test_plan_holds_the_next_boundary_when_it_follows_a_peers_too_soon(tmp_path: Path) -> None:
+    now = time.time()
+    # The peer's next boundary comes 0.5 s before this replica's.
+    planned = _planner(tmp_path, "close", now - 2.5, now).plan(now)
     assert planned is not None
     mine, hold = planned
     assert mine == pytest.approx(now + 3, abs=0.01)
     assert hold == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
     # 3.5 s apart: nothing to do. Nor when the peer's boundary follows this one's: it holds.
-    _write(peer, [(now - 5.5, 5000)])
-    assert keeper.plan(now) is None
-    _write(peer, [(now - 6.8, 5000)])
-    assert keeper.plan(now) is None
+    assert _planner(tmp_path, "apart", now - 0.5, now).plan(now) is None
+    assert _planner(tmp_path, "after", now - 1.8, now).plan(now) is None
     # Too late to freeze before the boundary.
-    assert keeper.plan(now + 2.8) is None
+    assert _planner(tmp_path, "late", now - 2.5, now).plan(now + 2.8) is None
 
 
 def test_a_hold_freezes_the_jvm_and_thaws_it(tmp_path: Path) -> None:
@@ -145,7 +148,7 @@ def test_the_keeper_freezes_from_before_the_boundary_it_holds(tmp_path: Path) ->
     keeper.start()
     try:
         now = time.time()
-        _write(peer, [(now - 5.0 - 0.4 + 1.5 - 5, 5000)])  # peer boundary 0.4 s before mine
+        _append(peer, [(now - 5.0 - 0.4 + 1.5 - 5, 5000)])  # peer boundary 0.4 s before mine
         for k in range(3):
             keeper.on_progress(_progress(now + 1.5 - 5 * (4 - k), 5000))  # mine at now + 1.5
         deadline = time.monotonic() + 5
@@ -157,39 +160,3 @@ def test_the_keeper_freezes_from_before_the_boundary_it_holds(tmp_path: Path) ->
     assert at == pytest.approx(now + 1.5 - phase.MARGIN_S, abs=0.1)
     assert hold == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
     assert freeze == pytest.approx(phase.MARGIN_S + hold)
-
-
-def test_stagger_false_starts_replicas_together_without_a_keeper() -> None:
-    from arfl.configs.spec import parse_spec
-    from arfl.replica.driver import _phase_keeper
-    from arfl.replica.modes.active import ActiveReplication
-    from arfl.replica.modes.base import PEER_PROGRESS, STAGGER_REF, ReplicaContext
-
-    def spec(stagger: bool) -> Any:
-        return parse_spec(
-            {
-                "name": "s",
-                "source": {"topic": "in", "partitions": 2},
-                "sink": {"topic": "out"},
-                "replication": {
-                    "mode": "active",
-                    "replicas": 2,
-                    "trigger": "realtime",
-                    "stagger": stagger,
-                },
-            },
-            "stagger",
-        )
-
-    ctx = ReplicaContext(
-        replica=1,
-        bootstrap="b",
-        output_topic="out.r1",
-        checkpoint_dir=Path("/nonexistent"),
-        attempt=0,
-        options={STAGGER_REF: "/nonexistent/app.json", PEER_PROGRESS: '["/x/replica-0.jsonl"]'},
-    )
-    off = spec(False)
-    assert ActiveReplication().start_delay(off, ctx) == 0.0
-    assert _phase_keeper(object(), off, ctx) is None
-    assert spec(True).replication.stagger is True

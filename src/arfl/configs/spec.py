@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -134,8 +135,13 @@ def _check_kafka_options(
     return v
 
 
-def kafka_options(v: dict[str, str | int | float | bool]) -> dict[str, str]:
-    """``[source]``/``[sink]`` options as the strings Spark takes (TOML booleans lower-case)."""
+KafkaOptions = Annotated[dict[str, str | int | float | bool], AfterValidator(_check_kafka_options)]
+"""``[source] options`` / ``[sink] options``: ``kafka.*`` client settings."""
+
+
+def option_strings(v: dict[str, str | int | float | bool]) -> dict[str, str]:
+    """Spec options (``[source]``/``[sink] options``, ``[spark] conf``) as the strings Spark
+    takes (TOML booleans lower-case)."""
     return {k: str(x).lower() if isinstance(x, bool) else str(x) for k, x in v.items()}
 
 
@@ -155,16 +161,9 @@ class Source(_Model):
     replay: Replay | None = None
     """``[source.replay]``: replay an existing topic instead of generating (see
     :mod:`arfl.configs.replay`)."""
-    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    options: KafkaOptions = Field(default_factory=dict)
     """Consumer settings of Spark's Kafka source in the replicas (``kafka.*`` keys, e.g.
     ``kafka.fetch.max.wait.ms``); not for the agreed-batch modes, whose own source reads."""
-
-    @field_validator("options")
-    @classmethod
-    def _options(
-        cls, v: dict[str, str | int | float | bool]
-    ) -> dict[str, str | int | float | bool]:
-        return _check_kafka_options(v)
 
     @field_validator("topic")
     @classmethod
@@ -240,16 +239,9 @@ class Sink(_Model):
     """The final output topic (written by the merger)."""
 
     topic: str
-    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    options: KafkaOptions = Field(default_factory=dict)
     """Producer settings of the replicas' Kafka sink (``kafka.*`` keys, e.g.
     ``kafka.linger.ms``)."""
-
-    @field_validator("options")
-    @classmethod
-    def _options(
-        cls, v: dict[str, str | int | float | bool]
-    ) -> dict[str, str | int | float | bool]:
-        return _check_kafka_options(v)
 
     @field_validator("topic")
     @classmethod

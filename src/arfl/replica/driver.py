@@ -30,7 +30,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from arfl.configs.realtime import DEFAULT_SHUFFLE_PARTITIONS
-from arfl.configs.spec import Spec
+from arfl.configs.spec import Spec, option_strings
 from arfl.errors import ArflError
 from arfl.replica import query
 from arfl.replica.modes.base import (
@@ -183,11 +183,7 @@ def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
     if cfg.jars:
         conf["spark.jars"] = ",".join(cfg.jars)
     conf.update(
-        {
-            k: str(v).lower() if isinstance(v, bool) else str(v)
-            for k, v in spec.spark.conf.items()
-            if not k.startswith("arfl.")
-        }
+        option_strings({k: v for k, v in spec.spark.conf.items() if not k.startswith("arfl.")})
     )
     conf.update(cfg.conf)
     return conf

@@ -23,7 +23,6 @@ fault signals every process at once).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -35,6 +34,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from arfl.run.streams import JsonlTail
 
 HOLD_CAP_FRACTION = 0.25
 """Longest hold at one boundary, as a fraction of the period (the replica's output stops for
@@ -78,28 +79,6 @@ def hold_back_s(mine: float, peer_starts: list[float], period: float, replicas: 
     return min(need, HOLD_CAP_FRACTION * period)
 
 
-def recent_progress(path: Path, n: int = 5) -> list[dict[str, Any]]:
-    """The last ``n`` complete progress lines of a replica's progress file, oldest first."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 65536))
-            tail = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return []
-    out: list[dict[str, Any]] = []
-    for line in reversed(tail.splitlines()):
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-            if len(out) == n:
-                break
-    return out[::-1]
-
-
 def boundary_before(t: float, start: float, period: float) -> float | None:
     """The latest batch boundary at or before ``t`` of a replica whose current batch started at
     ``start`` and whose batches last ``period`` (None if ``start`` is after ``t``)."""
@@ -139,6 +118,9 @@ class PhaseKeeper:
         self.log = log
         self.holds: list[float] = []
         self._periods: deque[float] = deque(maxlen=5)
+        # Each peer's progress file, read incrementally; its last few batches kept.
+        self._peer_tails = [JsonlTail(p) for p in peers]
+        self._peer_spans: list[deque[tuple[float, float]]] = [deque(maxlen=5) for _ in peers]
         self._last_end: float | None = None
         self._pending = threading.Event()
         self._stop = threading.Event()
@@ -173,8 +155,8 @@ class PhaseKeeper:
         reported batch and its median batch length, if that end is less than two periods ago
         (a dead or restarting peer has no phase to keep away from)."""
         out = []
-        for p in self.peers:
-            spans = [s for s in map(batch_span, recent_progress(p)) if s is not None]
+        for tail, spans in zip(self._peer_tails, self._peer_spans, strict=True):
+            spans.extend(s for s in map(batch_span, tail.read_new()) if s is not None)
             if not spans:
                 continue
             period = statistics.median_high([e - s for s, e in spans])

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from arfl.configs.spec import Spec, kafka_options
+from arfl.configs.spec import Spec, option_strings
 from arfl.errors import DeployError
 from arfl.registry import MODES, UnknownKind
 
@@ -211,7 +211,7 @@ def kafka_source(
     )
     if limit_batches:
         reader = reader.option("maxOffsetsPerTrigger", str(spec.replication.max_records_per_batch))
-    for k, v in (kafka_options(spec.source.options) | ctx.options).items():
+    for k, v in (option_strings(spec.source.options) | ctx.options).items():
         if k.startswith("kafka."):
             reader = reader.option(k, v)
     return reader.load().select("value", "partition", "offset")
@@ -255,7 +255,7 @@ def kafka_sink_options(ctx: ReplicaContext, spec: Spec) -> dict[str, str]:
         # Low-latency producer: do not wait to fill batches.
         "kafka.linger.ms": "0",
         "kafka.acks": "all",
-        **kafka_options(spec.sink.options),
+        **option_strings(spec.sink.options),
         "kafka.bootstrap.servers": ctx.bootstrap,
         "topic": ctx.output_topic,
     }
