@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from arfl.configs.spec import Spec, parse_spec
+from arfl.errors import StackError
+from arfl.faults import netns
+from arfl.faults.state import IsolationState
 from arfl.measure.histogram import read_latency_log
 from arfl.orchestrate.deploy import DeployResult, scoped
 from arfl.replica import offline
@@ -15,6 +21,7 @@ from arfl.run.records import Result, final_values, replica_topic, split_update
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import MonitorSnapshot
 from arfl.stack import StackInfo, ensure_installed
+from arfl.stack.lifecycle import layout_of, load_state
 from arfl.testing.spark import ResultReader
 
 
@@ -288,3 +295,59 @@ def wait_for(
         time.sleep(0.5)
     raise AssertionError(f"{what} not reached in {timeout_s:.0f}s:\n"
                          + log.read_text(errors="replace")[-3000:])  # fmt: skip
+
+
+def kill_deploy_while_its_stack_starts(
+    spec_text: str, tmp_path: Path
+) -> tuple[Path, Path, list[Any]]:
+    """``arfl deploy`` of a spec that gets a ZooKeeper + Kafka of the run's own (network faults,
+    the docker target), ``kill -9``-ed once that Kafka's process exists but before the stack
+    answered: the run's namespaces or docker network and its own stack are all that exist.
+    Returns the runs root, the run directory and the stack's process records."""
+    proc, runs, log = start_deploy(spec_text, tmp_path)
+    try:
+
+        def kafka_spawned() -> tuple[Path, list[Any]] | None:
+            for run_dir in runs.glob("*"):
+                try:
+                    st = load_state(layout_of(run_dir / "stack"))
+                except StackError:
+                    continue  # mid-write
+                if st is not None and "kafka" in st.services:
+                    return run_dir, list(st.services.values())
+            return None
+
+        deadline = time.monotonic() + 120
+        found = kafka_spawned()
+        while found is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            found = kafka_spawned()
+        if found is None:
+            raise AssertionError("the run's own Kafka never started:\n" + log.read_text()[-3000:])
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    run_dir, records = found
+    # What makes this the early window: the stack had not answered when arfl died.
+    assert not journal_events(run_dir, "run-stack-started"), "killed too late"
+    return runs, run_dir, records
+
+
+def forward_rules(bridge: str) -> list[str]:
+    """iptables FORWARD rules arfl added for ``bridge``."""
+    if shutil.which("iptables") is None:
+        return []
+    out = subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if f"arfl:{bridge}" in line]
+
+
+def left_behind(iso: IsolationState) -> list[str]:
+    """What of ``iso`` still exists: links, namespaces, the bridge's FORWARD rule."""
+    links = {iso.bridge} | {ns.veth_host or "" for ns in iso.namespaces.values()}
+    names = {ns.name for ns in iso.namespaces.values()}
+    present = netns._link_names()
+    return sorted(
+        (links & present) | (names & set(netns.list_namespaces())) | set(forward_rules(iso.bridge))
+    )

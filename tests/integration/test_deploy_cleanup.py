@@ -21,10 +21,19 @@ from typing import Any
 
 import psutil
 import pytest
-from deploy_checks import read_state, start_deploy, wait_for, wait_run_dir
+from deploy_checks import (
+    kill_deploy_while_its_stack_starts,
+    left_behind,
+    read_state,
+    start_deploy,
+    wait_for,
+    wait_run_dir,
+)
 
+from arfl.faults import netns
 from arfl.faults.local import executors_of_app
 from arfl.faults.runner import recover, runs_with_pending
+from arfl.faults.state import load_state as load_run_state
 from arfl.processes import is_running, process_tree, same_process, stop_pid
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
@@ -185,3 +194,40 @@ def test_recover_stops_the_run_stack_of_a_dead_isolated_deployment(tmp_path: Pat
         assert runs_with_pending(tmp_path / "runs") == []
     finally:
         harness.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_recover_after_kill_9_while_the_isolated_stack_starts(tmp_path: Path) -> None:
+    # A partition fault isolates the replicas: namespaces + bridge first, then the run's own
+    # ZooKeeper + Kafka (seconds). arfl is killed before that stack answers; 'recover' over the
+    # runs root must find the run and remove all of it. (Before the fix state.json was first
+    # written after the stack started, and none of this was found.)
+    spec = SPEC.replace('name = "leftover"', 'name = "early-kill"') + (
+        '\n[[chaos]]\nat = "5m"\nfault = "partition"\nreplica = 0\nduration = "1s"\n'
+    )
+    runs, run_dir, records = kill_deploy_while_its_stack_starts(spec, tmp_path)
+    state = load_run_state(run_dir)
+    iso = state.isolation
+    try:
+        assert iso is not None, "state.json does not record the isolation"
+        assert left_behind(iso), "nothing of the isolation existed when arfl died"
+        assert netns.namespaces_of_run(state.run)
+        assert any(is_alive(rec) for rec in records), "no process of the run's stack left"
+        assert runs_with_pending(runs) == [run_dir]
+        r = subprocess.run(
+            [str(ARFL), "chaos", "recover", "--runs", str(runs)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "stopped the run's own" in r.stdout, r.stdout
+        assert left_behind(iso) == [] and not netns.namespaces_of_run(state.run)
+        assert not any(is_alive(rec) for rec in records), r.stdout
+        assert runs_with_pending(runs) == []
+    finally:
+        if iso is not None:
+            netns.teardown_isolation(iso)
+        for rec in records:
+            with contextlib.suppress(psutil.Error):
+                stop_pid(rec.pid, rec.create_time, grace_s=2.0)

@@ -27,6 +27,7 @@ import pytest
 from deploy_checks import (
     check_silent_then_resumed,
     journal_events,
+    kill_deploy_while_its_stack_starts,
     read_state,
     realtime_spec,
     start_deploy,
@@ -396,6 +397,39 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
             subprocess.run([str(ARFL), "chaos", "recover", "--force", str(run_dir)],
                            capture_output=True, timeout=180, check=False)  # fmt: skip
             dk.remove_run(run_dir.name)
+
+
+def test_recover_after_kill_9_while_the_run_stack_starts(
+    docker_daemon: None, tmp_path: Path
+) -> None:
+    # The docker network exists, the run's own stack is starting on its gateway, no container
+    # yet: recover over the runs root finds the run, removes the network (by label) and stops
+    # the stack. (Before, state.json was first written after the stack started.)
+    from arfl.faults.state import load_state as load_run_state
+    from arfl.processes import stop_pid
+    from arfl.stack.processes import is_alive
+
+    spec = SPEC_TOML.replace('name = "dock-left"', 'name = "dock-early"')
+    runs, run_dir, records = kill_deploy_while_its_stack_starts(spec, tmp_path)
+    try:
+        state = load_run_state(run_dir)
+        assert state.docker is not None and state.on_docker
+        assert dk.run_leftovers(state.run), "no docker network existed when arfl died"
+        assert any(is_alive(rec) for rec in records), "no process of the run's stack left"
+        r = subprocess.run(
+            [str(ARFL), "chaos", "recover", "--runs", str(runs)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "stopped the run's own" in r.stdout, r.stdout
+        assert dk.run_leftovers(state.run) == [], r.stdout
+        assert not any(is_alive(rec) for rec in records)
+    finally:
+        dk.remove_run(run_dir.name)
+        for rec in records:
+            stop_pid(rec.pid, rec.create_time, grace_s=2.0)
 
 
 def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from deploy_checks import forward_rules, left_behind
 
 from arfl.errors import FaultError
 from arfl.faults import netns
@@ -73,26 +74,6 @@ class Net:
     host_ip: str
 
 
-def _ours(iso: IsolationState) -> tuple[set[str], set[str]]:
-    links = {iso.bridge} | {ns.veth_host or "" for ns in iso.namespaces.values()}
-    return links, {ns.name for ns in iso.namespaces.values()}
-
-
-def _forward_rules(bridge: str) -> list[str]:
-    if shutil.which("iptables") is None:
-        return []
-    out = subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True)
-    return [line for line in out.stdout.splitlines() if f"arfl:{bridge}" in line]
-
-
-def _left_behind(iso: IsolationState) -> list[str]:
-    links, names = _ours(iso)
-    present = netns._link_names()
-    return sorted(
-        (links & present) | (names & set(netns.list_namespaces())) | set(_forward_rules(iso.bridge))
-    )
-
-
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     iso = netns.create_isolation(RUN, [0, 1])
@@ -115,7 +96,7 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     finally:
         harness.stop()
         netns.teardown_isolation(iso)
-    assert _left_behind(iso) == []
+    assert left_behind(iso) == []
 
 
 def _kafka_ok(ns: str, bootstrap: str) -> bool:
@@ -147,7 +128,7 @@ def test_isolation_layout(net: Net) -> None:
     assert "127.0.0.1" in r.stdout and ns0.address in r.stdout
     assert _kafka_ok(ns0.name, net.kafka)
     if shutil.which("iptables"):  # the bridge's own ACCEPT rule, ahead of a docker DROP policy
-        assert len(_forward_rules(net.iso.bridge)) == 1
+        assert len(forward_rules(net.iso.bridge)) == 1
     # the host-side default route is not reachable from inside
     host = socket.gethostbyname(socket.gethostname())
     if not host.startswith("127."):
@@ -312,7 +293,7 @@ def test_recover_removes_isolation_of_a_dead_deployment(tmp_path: Path) -> None:
         report = recover(run_dir, force=True)
         assert len(report.reverted) == 1
         assert set(report.removed_network) >= {iso.bridge, iso.namespaces[0].name}
-        assert _left_behind(iso) == []
+        assert left_behind(iso) == []
         assert runs_with_pending(tmp_path) == []
     finally:
         netns.teardown_isolation(iso)
@@ -334,7 +315,7 @@ def test_bare_recover_finds_isolation_of_a_dead_deployment(tmp_path: Path) -> No
         )
         assert r.returncode == 0, r.stderr
         assert iso.bridge in r.stdout
-        assert _left_behind(iso) == []
+        assert left_behind(iso) == []
     finally:
         netns.teardown_isolation(iso)
 
@@ -362,7 +343,7 @@ def test_stack_down_undoes_a_dead_deployments_partition_and_network(tmp_path: Pa
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "reverted partition" in r.stdout and iso.bridge in r.stdout
-        assert _left_behind(iso) == []
+        assert left_behind(iso) == []
         assert runs_with_pending(tmp_path) == []
     finally:
         netns.teardown_isolation(iso)

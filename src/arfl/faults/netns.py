@@ -171,8 +171,15 @@ def list_namespaces() -> list[str]:
     return sorted(str(n) for n in netns.listnetns())
 
 
-def create_isolation(run: str, replicas: Sequence[int]) -> IsolationState:
+def create_isolation(
+    run: str,
+    replicas: Sequence[int],
+    on_planned: Callable[[IsolationState], None] | None = None,
+) -> IsolationState:
     """Create a bridge and one namespace per replica for ``run``.
+
+    ``on_planned`` gets the description before the first link or namespace exists, so that a
+    caller can record it first (a ``kill -9`` half-way then leaves a record recover can use).
 
     Returns:
         The ``isolation`` description deploy writes into ``state.json``.
@@ -210,6 +217,8 @@ def create_isolation(run: str, replicas: Sequence[int]) -> IsolationState:
             for r in replicas
         },
     )
+    if on_planned is not None:
+        on_planned(iso)
     try:
         with _ipr() as ipr:
             ipr.link("add", ifname=bridge, kind="bridge")

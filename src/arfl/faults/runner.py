@@ -356,7 +356,7 @@ def _remove_orphan_network(run_dir: Path) -> list[str]:
     if not _deployment_gone(run_dir):
         return []
     removed: list[str] = []
-    if state.docker is not None:  # the docker target: its containers and network, by label
+    if state.on_docker:  # the docker target: its containers and network, by label
         removed += docker.remove_run(state.run)
     if state.isolation is not None:
         removed += netns.teardown_isolation(state.isolation)
@@ -396,7 +396,7 @@ def runs_with_pending(root: Path) -> list[Path]:
             by_session = leftovers.sessions()
         if (
             netns.namespaces_of_run(state.run)
-            or (state.docker is not None and _docker_leftovers(state.run))
+            or (state.on_docker and _docker_leftovers(state.run))
             or leftovers.find(run_dir, by_session)
             or leftovers.run_stack_running(run_dir)
         ):

@@ -91,7 +91,16 @@ class RunState:
     leader_path: str | None
     isolation: IsolationState | None
     docker: DockerNetState | None = None
-    """The docker target's network and containers (None: replicas are local processes)."""
+    """The docker target's network and containers (None: replicas are local processes, or
+    the network is not created yet)."""
+    target: str = "local"
+    """``spark.target``: ``docker`` when the run's containers and network are to be found by
+    label, even before ``docker`` is recorded."""
+
+    @property
+    def on_docker(self) -> bool:
+        """The run's replicas are (or were about to be) containers."""
+        return self.docker is not None or self.target == "docker"
 
 
 def parse_isolation(raw: Any) -> IsolationState | None:
@@ -141,6 +150,7 @@ def parse_state(raw: dict[str, Any], *, source: str = STATE_FILE) -> RunState:
             leader_path=opt_str(raw.get("leader_path")),
             isolation=parse_isolation(raw.get("isolation")),
             docker=DockerNetState.from_json(raw.get("docker")),
+            target=str(raw.get("target") or "local"),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise FaultError(

@@ -108,7 +108,11 @@ class Deployment:
 
     def resolve_stack(self) -> None:
         """ZooKeeper and Kafka (started or isolated as needed) and the connector jars."""
-        info = self.net.open(self.ctx)
+        # First state.json before anything exists: what follows (namespaces, a docker network,
+        # the run's own stack) is found by a later 'arfl chaos recover' through it, whenever
+        # this arfl dies.
+        self.write_state()
+        info = self.net.open(self.ctx, on_change=self.write_state)
         if self.net.docker is not None:
             self.resources.containers = dict(self.net.docker.containers)
         self._jars = stack.ensure_installed().spark_kafka_jars

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from arfl import stack
@@ -52,16 +52,20 @@ class RunNetwork:
         self._run: str | None = None
         self._run_dir: Path | None = None
 
-    def open(self, ctx: RunContext) -> stack.StackInfo:
+    def open(self, ctx: RunContext, on_change: Callable[[], None] | None = None) -> stack.StackInfo:
         """Resolve (or start) the stack the run uses; isolate the replicas if faults need it.
+
+        ``on_change`` is called once the namespaces or the docker network are planned, before
+        they are created (deploy records them in ``state.json`` then).
 
         Raises:
             StackError: the stack is not available.
             DeployError: network faults with an external stack.
         """
         spec = ctx.spec
+        changed = on_change or (lambda: None)
         if spec.spark.target == "docker":
-            return self._open_docker(ctx)
+            return self._open_docker(ctx, changed)
         if not needs_isolation(c.fault for c in spec.chaos):
             self.info = stack.resolve(spec.stack, state=ctx.options.stack_state)
             return self.info
@@ -71,14 +75,19 @@ class RunNetwork:
                 "ZooKeeper and Kafka on the replicas' bridge; an external stack is out of reach"
             )
         require_net_admin("network faults (partition, delay)")
-        self.isolation = create_isolation(ctx.run_id, range(spec.replication.replicas))
+
+        def planned(iso: IsolationState) -> None:
+            self.isolation = iso
+            changed()
+
+        self.isolation = create_isolation(ctx.run_id, range(spec.replication.replicas), planned)
         ctx.journal.write("isolation-created", **self.isolation.to_json())
         self.run_stack = EmbeddedStack(ctx.dir / "stack", host=self.isolation.host_ip)
         self.info = self.run_stack.start()
         ctx.journal.write("run-stack-started", kafka=self.info.kafka, zookeeper=self.info.zookeeper)
         return self.info
 
-    def _open_docker(self, ctx: RunContext) -> stack.StackInfo:
+    def _open_docker(self, ctx: RunContext, changed: Callable[[], None]) -> stack.StackInfo:
         """The run's docker network, the image, and the run's own stack on the gateway.
 
         Raises:
@@ -98,6 +107,7 @@ class RunNetwork:
             self.docker = dk.create_network(ctx.run_id, range(spec.replication.replicas), image.tag)
         except FaultError as e:
             raise DeployError(str(e)) from None
+        changed()
         ctx.journal.write("docker-network-created", **self.docker.to_json())
         self.run_stack = EmbeddedStack(ctx.dir / "stack", host=self.docker.gateway)
         self.info = self.run_stack.start()

@@ -32,9 +32,12 @@ def write_state(
     merger: ManagedProcess | None,
     injector: ManagedProcess | None,
 ) -> None:
-    """Write ``state.json`` atomically (nothing before the stack is known)."""
-    if net.info is None:
-        return
+    """Write ``state.json`` atomically.
+
+    The first one is written before anything is created (``stack`` null until the stack is
+    known), and again as soon as the run's namespaces or docker network are planned: a
+    ``kill -9`` of arfl at any moment leaves a file that ``arfl chaos recover`` finds them by.
+    """
     iso = net.isolation
     replicas: dict[str, Any] = {}
     if runner is not None:
@@ -60,7 +63,12 @@ def write_state(
             "pid_create_time": _OWN_CREATE_TIME,
             "mode": ctx.spec.replication.mode,
             "spec_name": ctx.spec.name,
-            "stack": {"kafka": net.info.kafka, "zookeeper": net.info.zookeeper},
+            "target": ctx.spec.spark.target,
+            "stack": (
+                {"kafka": net.info.kafka, "zookeeper": net.info.zookeeper}
+                if net.info is not None
+                else None
+            ),
             "topics": {
                 "source": ctx.rspec.source.topic,
                 "sink": ctx.rspec.sink.topic,
