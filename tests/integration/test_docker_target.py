@@ -11,6 +11,7 @@ tests skip, unless ``ARFL_REQUIRE_DOCKER=1`` (set by ``.ci/run``) makes that a f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -347,6 +348,30 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
         assert killed["details"]["container"] == names[0]
         after = target.executor_pids(0)
         assert after and killed["details"]["pid"] not in after.values(), (before, after)
+
+        # kill-replica of the partitioned replica 0: its restarted container (a new one, same
+        # name) starts cut off, as a restarted replica in a namespace does, and holds the cut.
+        old_id = c.containers.get(names[0]).id
+        kill = subprocess.run(
+            [str(ARFL), "chaos", str(run_dir), "kill-replica", "--replica", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert kill.returncode == 0, kill.stdout + kill.stderr
+
+        def restarted() -> Any:
+            with contextlib.suppress(docker.errors.NotFound):
+                ctr = c.containers.get(names[0])
+                return ctr if ctr.id != old_id and ctr.status == "running" else None
+            return None
+
+        new = wait_for("replica 0's container restarted", restarted, 120, arfl, log)
+        assert [e["replica"] for e in journal_events(run_dir, "replica-restarted")] == [0]
+        time.sleep(2)
+        new.reload()
+        assert not new.attrs["NetworkSettings"]["Networks"], new.attrs["NetworkSettings"]
+        assert "starts partitioned" in (run_dir / "logs" / "replica-0.log").read_text()
 
         # partition with from: blackhole routes inside both containers' namespaces (found by
         # container id), gone after the revert; the disconnect of replica 0 stays.

@@ -161,3 +161,93 @@ def test_pause_retries_a_freezer_that_gave_up(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(FaultError, match="not running"):
         dk.pause("c")
     assert len(calls) == 1
+
+
+class _FakeNet:
+    """The daemon's view of which containers are on which network (disconnect/reconnect)."""
+
+    def __init__(self) -> None:
+        self.on: set[tuple[str, str]] = set()
+        self.calls: list[str] = []
+
+    def disconnect(self, network: str, name: str) -> None:
+        if (network, name) not in self.on:
+            raise FaultError(f"{name} is not connected to {network}")
+        self.on.discard((network, name))
+        self.calls.append(f"disconnect {name}")
+
+    def reconnect(self, network: str, name: str, address: str) -> bool:
+        if (network, name) in self.on:
+            return False
+        self.on.add((network, name))
+        self.calls.append(f"reconnect {name}")
+        return True
+
+    def connected(self, network: str, name: str) -> bool | None:
+        return (network, name) in self.on
+
+
+@pytest.fixture()
+def fake_net(monkeypatch: pytest.MonkeyPatch) -> _FakeNet:
+    net = _FakeNet()
+    for fn in ("disconnect", "reconnect", "connected"):
+        monkeypatch.setattr(dk, fn, getattr(net, fn))
+    return net
+
+
+def _partition(tmp_path: Path) -> tuple[object, object, str]:
+    from arfl.faults.base import FaultParams, make_fault
+    from arfl.faults.pending import PendingFaults
+
+    fault = make_fault(FaultParams("partition", replica=0, duration_s=1.0))
+    record = {"disconnect": {"network": "n", "container": "c0", "address": "10.214.0.2"}}
+    fault.record = record  # type: ignore[attr-defined]
+    entry = PendingFaults(tmp_path).add("partition", 0, record)
+    return fault, PendingFaults(tmp_path), entry
+
+
+def test_a_replica_restarted_during_a_partition_starts_cut(
+    tmp_path: Path, fake_net: _FakeNet
+) -> None:
+    from arfl.faults.kinds.partition import keep_cut
+
+    fault, pending, entry = _partition(tmp_path)
+    fake_net.on = {("n", "c0"), ("n", "c1")}
+    fault.inject(None)  # type: ignore[attr-defined]
+    # the restarted container (same name) comes up connected; the launcher cuts it again
+    fake_net.on.add(("n", "c0"))
+    assert keep_cut(tmp_path, "n", "c0") and ("n", "c0") not in fake_net.on
+    assert not keep_cut(tmp_path, "n", "c1")  # only the partitioned replica
+    # the revert heals it, and once the entry is gone a restart is not cut any more
+    fault.revert(None)  # type: ignore[attr-defined]
+    pending.remove(entry)  # type: ignore[attr-defined]
+    fake_net.on.discard(("n", "c0"))
+    fake_net.reconnect("n", "c0", "")
+    assert not keep_cut(tmp_path, "n", "c0") and ("n", "c0") in fake_net.on
+
+
+def test_a_restart_racing_the_revert_is_reconnected_by_settle(
+    tmp_path: Path, fake_net: _FakeNet
+) -> None:
+    from arfl.faults.kinds.partition import keep_cut
+
+    fault, pending, entry = _partition(tmp_path)
+    fake_net.on = {("n", "c0")}
+    fault.inject(None)  # type: ignore[attr-defined]
+    fault.revert(None)  # type: ignore[attr-defined]  # reconnected ...
+    fake_net.on.discard(("n", "c0"))  # ... the container restarts, connected, and the
+    fake_net.on.add(("n", "c0"))  # launcher, still seeing the entry, cuts it
+    assert keep_cut(tmp_path, "n", "c0") and ("n", "c0") not in fake_net.on
+    pending.remove(entry)  # type: ignore[attr-defined]
+    fault.settle(None)  # type: ignore[attr-defined]
+    assert ("n", "c0") in fake_net.on, fake_net.calls
+
+
+def test_a_partition_whose_container_restarted_cut_before_the_inject_owns_the_cut(
+    tmp_path: Path, fake_net: _FakeNet
+) -> None:
+    fault, _, _ = _partition(tmp_path)
+    fake_net.on = set()  # the launcher cut the restarted container on the pending entry
+    fault.inject(None)  # type: ignore[attr-defined]
+    fault.revert(None)  # type: ignore[attr-defined]
+    assert ("n", "c0") in fake_net.on

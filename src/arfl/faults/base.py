@@ -152,6 +152,11 @@ class Fault(Protocol):
         """Undo the fault (idempotent; safe after a failed or partial inject)."""
         ...
 
+    def settle(self, target: Target) -> None:
+        """After the revert's pending entry is gone: undo what a replica restart may have
+        re-applied meanwhile from that entry (a container re-cut while it started)."""
+        ...
+
     def describe(self) -> str:
         """One line for humans and the journal."""
         ...
@@ -199,6 +204,10 @@ class FaultBase:
         """Undo through :meth:`undo` with the record from :meth:`prepare`."""
         if self.record:
             type(self).undo(self.record)
+
+    def settle(self, target: Target) -> None:
+        """Nothing is re-applied from a pending entry by default."""
+        return None
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:

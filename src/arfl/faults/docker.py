@@ -521,6 +521,16 @@ def reconnect(network: str, name: str, address: str) -> bool:
     return True
 
 
+def connected(network: str, name: str) -> bool | None:
+    """Whether container ``name`` is on ``network`` (None: the container is gone)."""
+    try:
+        with sdk_errors(f"looking at {name}'s networks"):
+            ctr = client().containers.get(name)
+    except ContainerGone:
+        return None
+    return network in (ctr.attrs.get("NetworkSettings") or {}).get("Networks", {})
+
+
 def disconnect(network: str, name: str) -> None:
     """Take container ``name`` off ``network`` (a partition).
 

@@ -54,6 +54,13 @@ class PendingFaults:
         else:
             self.path.unlink(missing_ok=True)
 
+    @contextmanager
+    def holding(self) -> Iterator[list[dict[str, Any]]]:
+        """Every pending entry, with the lock held until the block ends: no entry is added or
+        removed meanwhile (what a restarting replica re-applies stays consistent)."""
+        with self._locked():
+            yield self._read()
+
     def entries(self) -> list[dict[str, Any]]:
         """Every pending entry."""
         with self._locked():

@@ -160,6 +160,10 @@ class ChaosRunner:
             outcome.details = dict(fault.details)
             if entry is not None and error is None:
                 self.pending.remove(entry)
+                try:
+                    fault.settle(self.target)
+                except Exception as e:
+                    error = f"{type(e).__name__}: {e}"
             self.journal.write(
                 "fault-reverted",
                 kind=params.kind,

@@ -11,7 +11,7 @@ The spec file (JSON, written by :class:`arfl.orchestrate.network.RunNetwork`)::
 
     {"name": "arfl-<run>-r0", "image": "arfl-runtime:…", "network": "arfl-<run>",
      "address": "10.214.0.2", "labels": {...}, "read_only": [...], "writable": [...],
-     "scratch": ["<spark home>/work", ...], "cwd": "<run dir>",
+     "scratch": ["<spark home>/work", ...], "cwd": "<run dir>", "run_dir": "<run dir>",
      "timing": "<run dir>/replicas/replica-0.container.json"}
 
 ``timing`` receives ``{"container": id, "create_s": …, "start_s": …}`` once it runs.
@@ -33,6 +33,7 @@ from typing import Any
 
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
+from arfl.faults.kinds.partition import keep_cut
 from arfl.run.rundir import write_json_atomic
 
 _DROP_ENV = ("HOSTNAME", "DOCKER_HOST")
@@ -90,6 +91,9 @@ def run(spec: dict[str, Any], argv: Sequence[str]) -> int:
     if stopping.is_set():
         dk.remove_container(cid)
         return 128 + received[0]
+    if spec.get("run_dir") and keep_cut(Path(spec["run_dir"]), str(spec["network"]), name):
+        print(f"arfl launcher: {name} starts partitioned (a partition of it is pending)",
+              flush=True)  # fmt: skip
 
     def forward() -> None:
         stopping.wait()

@@ -158,6 +158,7 @@ class RunNetwork:
             "writable": [str(self._run_dir)],
             "scratch": scratch,
             "cwd": str(self._run_dir),
+            "run_dir": str(self._run_dir),  # pending faults that outlive a restart
             "timing": str(config.with_name(f"replica-{replica}.container.json")),
         }
         spec_path = config.with_name(f"replica-{replica}.launch.json")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
 from arfl.faults import netns
 from arfl.faults.base import FaultBase, Target
+from arfl.faults.pending import PendingFaults
 from arfl.faults.state import IsolationState, NamespaceState
 from arfl.registry import FAULTS, FaultInfo
 
@@ -119,7 +121,14 @@ class Partition(FaultBase):
         """Take the link down / add the routes / disconnect the container."""
         cut = self.record.get("disconnect")
         if cut:
-            dk.disconnect(str(cut["network"]), str(cut["container"]))
+            network, name = str(cut["network"]), str(cut["container"])
+            try:
+                dk.disconnect(network, name)
+            except FaultError:
+                # A restart between the pending entry and this call was started cut already
+                # (keep_cut): the cut is this fault's. Anything else is an error.
+                if dk.connected(network, name) is not False:
+                    raise
             self.details["disconnected"] = True
         for cid, dst in self.record.get("container_routes", []):
             netns.add_blackhole(dk.netns_path(dk.container(cid)), dst)
@@ -135,6 +144,13 @@ class Partition(FaultBase):
         if "disconnect" in self.record and not self.details.get("disconnected"):
             return
         super().revert(target)
+
+    def settle(self, target: Target) -> None:
+        """Reconnect the container again if a restart racing the revert started it cut
+        (:func:`keep_cut` ran before the pending entry was removed)."""
+        cut = self.record.get("disconnect")
+        if cut and self.details.get("disconnected"):
+            dk.reconnect(str(cut["network"]), str(cut["container"]), str(cut["address"]))
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
@@ -157,3 +173,23 @@ class Partition(FaultBase):
             netns.set_link(link, up=True)
         for ns_name, dst in record.get("routes", []):
             netns.del_blackhole(ns_name, dst)
+
+
+def keep_cut(run_dir: Path, network: str, container: str) -> bool:
+    """Disconnect replica container ``container`` (created, not started) from ``network`` if a
+    pending ``partition`` cut it: a replica restarted during the fault stays partitioned, as it
+    does in a network namespace. True when it was cut.
+
+    Runs with the pending-faults lock held; the fault's revert reconnects, removes its entry,
+    then reconnects again if needed (:meth:`Partition.settle`), so a restart racing the revert
+    is never left cut.
+    """
+    with PendingFaults(run_dir).holding() as entries:
+        for e in entries:
+            if e.get("kind") != "partition":
+                continue
+            cut = (e.get("record") or {}).get("disconnect")
+            if cut and cut.get("container") == container and cut.get("network") == network:
+                dk.disconnect(network, container)
+                return True
+    return False
