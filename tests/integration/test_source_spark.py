@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,29 @@ def test_leaderless_replicas_agree_drop_markers_and_replay_after_restart(
         print(f"\nleaderless r0: {stats(r0.all_progress())}")
         print(f"leaderless r1: {stats(r1.all_progress())}")
 
+        # A replica that starts with all of it in the log (far behind), catching up by merging
+        # (max_epochs_per_batch 0: what a stateless pipeline gets): the same rows in far fewer
+        # batches, each ending on an agreed cut of the log's time index.
+        late = Replica(
+            spark, replace(opts(2), max_epochs_per_batch=0, heartbeat=False), tmp_path / "r2"
+        )
+        try:
+            wait_until(lambda: late.count() >= n, 120, rows_of(n, late))
+            e2 = {e.batch: e for e in ends(late.all_progress()).values()}
+            assert late.count() == n
+            assert len(e2) < len(cuts0) // 2, (len(e2), len(cuts0))
+            log = TopicLog(stack.kafka, topic_name)
+            try:
+                index = EpochCuts(log, round(INTERVAL_S * 1000))
+                for j, e in e2.items():
+                    probe = index.probe(j, BatchOffset(NO_BATCH, dict.fromkeys(e.offsets, 0)))
+                    assert probe.final and probe.cut == dict(e.offsets), (j, e, probe)
+            finally:
+                log.close()
+            print(f"leaderless late r2 (merging): {stats(late.all_progress())}")
+        finally:
+            late.stop()
+
         # Restart replica 0 on its checkpoint with the last batch uncommitted: Spark re-runs
         # that batch from its offset log, and the boundaries it replays are the same.
         r0.stop()
@@ -280,6 +304,20 @@ def test_leader_replicas_apply_the_same_decisions(
         assert len(ks) >= n // 40
         assert r0.count() == r1.count() == n
         print(f"\nleader r0: {stats(r0.all_progress())}\nleader r1: {stats(r1.all_progress())}")
+        # A replica that starts when every decision is made (far behind) on a stateless
+        # pipeline merges the ready decisions (merge_decisions, up to its own batch cap): far
+        # fewer batches, the same rows, and it ends exactly where the others end.
+        merging = replace(opts(2), merge_decisions=True, max_records_per_batch=10_000)
+        late = Replica(spark, merging, tmp_path / "r2")
+        try:
+            wait_until(lambda: late.count() >= n, 120, rows_of(n, late))
+            e2 = ends(late.all_progress())
+            assert late.count() == n
+            assert e2[max(e2)] == e0[max(e0)], (e2, e0)
+            assert len(e2) < len(e0) // 2, (len(e2), len(e0))
+            print(f"leader late r2 (merging): {stats(late.all_progress())}")
+        finally:
+            late.stop()
     finally:
         zk.stop()
         zk.close()

@@ -73,7 +73,12 @@ class FakeElection:
 
 
 def policy(
-    topic: list[Decision], hw: dict[int, int], leader: bool, replica: int = 0, cap: int = 1000
+    topic: list[Decision],
+    hw: dict[int, int],
+    leader: bool,
+    replica: int = 0,
+    cap: int = 1000,
+    merge: bool = False,
 ) -> tuple[LeaderPolicy, FakeDecisionLog, FakeInput]:
     opts = SourceOptions(
         bootstrap="b:1",
@@ -83,6 +88,7 @@ def policy(
         zookeeper="z:1",
         decision_topic="decisions",
         max_records_per_batch=cap,
+        merge_decisions=merge,
     )
     dlog = FakeDecisionLog(topic)
     inp = FakeInput(hw)
@@ -234,3 +240,67 @@ def test_two_runs_of_one_spec_elect_their_leaders_apart() -> None:
     assert a0.election_path != b0.election_path
     assert a0.election_path.startswith("/arfl/clicks/")
     assert leader_path("clicks", "x y/z") == "/arfl/clicks/x_y_z/leader"
+
+
+def test_a_follower_behind_merges_the_ready_decisions_only_when_asked() -> None:
+    # Stateless pipelines (merge_decisions): a follower that fell behind runs every decision
+    # that is ready as one batch, ending exactly where the newest one ends; the others keep
+    # one decision per batch. Both end at the same offsets.
+    topic: list[Decision] = []
+    lead, _, inp = policy(topic, {0: 5, 1: 3}, leader=True, replica=0)
+    for hw in ({0: 5, 1: 3}, {0: 9, 1: 4}, {0: 12, 1: 10}):
+        inp.hw = hw
+        decide(lead)
+    aligned, _, _ = policy(topic, {}, leader=False, replica=1)
+    merging, _, _ = policy(topic, {}, leader=False, replica=2, merge=True)
+    assert aligned.next_end(START, None) == BatchOffset(0, {0: 5, 1: 3})
+    caught_up = merging.next_end(START, None)
+    assert caught_up == BatchOffset(2, {0: 12, 1: 10})
+    # and it goes on with decision 3 like everyone else
+    inp.hw = {0: 13, 1: 10}
+    decide(lead)
+    assert merging.next_end(caught_up, None) == BatchOffset(3, {0: 13, 1: 10})
+
+
+def test_merged_decisions_stay_within_the_batch_cap() -> None:
+    topic: list[Decision] = []
+    lead, _, inp = policy(topic, {0: 4, 1: 4}, leader=True, cap=10)
+    for hw in ({0: 4, 1: 4}, {0: 6, 1: 6}, {0: 8, 1: 8}):
+        inp.hw = hw
+        decide(lead)
+    merging, _, _ = policy(topic, {}, leader=False, replica=1, cap=10, merge=True)
+    # 8 positions in decision 0, +4 in decision 1 would be 12 > 10: decision 0 alone
+    assert merging.next_end(START, None) == BatchOffset(0, {0: 4, 1: 4})
+
+
+@pytest.mark.parametrize(
+    ("steps", "catch_up", "merges"),
+    [
+        ([{"filter": "amount > 10"}, {"select": ["user", "amount"]}], "auto", True),
+        ([{"filter": "amount > 10"}], "aligned", False),
+        ([{"window": {"size": "2s", "key": "user", "agg": {"n": "count(*)"}}}], "auto", False),
+        ([{"transform": "mod:fn"}], "auto", False),
+    ],
+)
+def test_only_a_stateless_pipeline_catches_up_by_merging_agreed_batches(
+    steps: list[dict[str, object]], catch_up: str, merges: bool
+) -> None:
+    from pathlib import Path
+
+    from arfl.configs.spec import parse_spec
+    from arfl.replica.modes import leader, leaderless
+    from arfl.replica.modes.base import ReplicaContext
+
+    def spec(mode: str) -> object:
+        return parse_spec(
+            {"name": "c", "source": {"topic": "in", "event_time": "ts"}, "steps": steps,
+             "sink": {"topic": "out"},
+             "replication": {"mode": mode, "replicas": 2, "catch_up": catch_up}}
+        )  # fmt: skip
+
+    ctx = ReplicaContext(0, "127.0.0.1:9092", "out-r", Path("/nonexistent"),
+                         options={"zookeeper": "127.0.0.1:2181", "run_id": "r"})  # fmt: skip
+    lo = leaderless.source_options(spec("active-leaderless"), ctx)  # type: ignore[arg-type]
+    le = leader.source_options(spec("active-leader"), ctx)  # type: ignore[arg-type]
+    assert (lo.max_epochs_per_batch == 0) == merges and lo.max_epochs_per_batch in (0, 1)
+    assert le.merge_decisions == merges

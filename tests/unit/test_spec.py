@@ -128,6 +128,16 @@ def test_every_problem_is_reported_at_once() -> None:
             "replication.session_timeout",
             "active-leader",
         ),
+        (
+            {"replication": {"mode": "active", "replicas": 2, "catch_up": "aligned"}},
+            "replication.catch_up",
+            "only for mode 'active-leader', 'active-leaderless'",
+        ),
+        (
+            {"replication": {"mode": "active-leader", "replicas": 2, "catch_up": "merge"}},
+            "replication.catch_up",
+            "'auto' or 'aligned'",
+        ),
         ({"workload": {"duration": "10s", "warmup": "20s"}}, "workload", "warmup"),
         ({"workload": {"rate": 0}}, "workload.rate", "greater than or equal to 1"),
         ({"report": {"percentiles": [50, 101]}}, "report.percentiles", "(0, 100]"),

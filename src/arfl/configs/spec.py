@@ -40,7 +40,7 @@ Duration = Annotated[
 ]
 """Seconds, written in the spec with a unit ("20ms", "10s")."""
 
-_MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout", "batch_interval"})
+MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout", "batch_interval", "catch_up"})
 """``[replication]`` keys that only some modes take (each mode lists its own in ``ModeInfo``)."""
 AGG_FUNCTIONS = ("count", "sum", "avg", "min", "max")
 DEFAULT_HEARTBEAT_INTERVAL_S = 0.5
@@ -262,6 +262,12 @@ class Replication(_Model):
     """active-leader: the leader decides one batch per interval; active-leaderless: the length
     of one batch's aligned group of epochs (a multiple of ``heartbeat_interval``)."""
     session_timeout: Duration | None = None
+    catch_up: Literal["auto", "aligned"] = "auto"
+    """active-leader/-leaderless: how a replica that fell behind catches up. ``aligned``: it
+    runs the same agreed batches as the others, one per Spark batch (only faster). ``auto``
+    (default): the same, unless every step is stateless (filter, select): then it runs every
+    agreed batch that is ready as one Spark batch — no result can depend on the grouping, and
+    the per-batch cost is paid once (:attr:`Spec.merges_agreed_batches`)."""
     max_records_per_batch: int = Field(100_000, ge=1)
     trigger: Literal["micro-batch", "realtime"] = "micro-batch"
     trigger_interval: Duration = 0.0
@@ -432,6 +438,18 @@ class Spec(_Model):
         return v
 
     @property
+    def stateless(self) -> bool:
+        """Every step is a filter or a select: a record's results depend on that record only
+        (a window keeps state; a transform may)."""
+        return all(s.filter is not None or s.select is not None for s in self.steps)
+
+    @property
+    def merges_agreed_batches(self) -> bool:
+        """An agreed-batch replica that fell behind runs the ready agreed batches as one:
+        ``replication.catch_up = "auto"`` on a :attr:`stateless` pipeline."""
+        return self.replication.catch_up == "auto" and self.stateless
+
+    @property
     def has_window(self) -> bool:
         """True when the pipeline aggregates (results are keyed by window and key)."""
         return any(s.window is not None for s in self.steps)
@@ -546,7 +564,7 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 )
             )
     if info is not None:
-        for key in sorted(_MODE_OPTIONS):
+        for key in sorted(MODE_OPTIONS):
             if key in repl and key not in info.options:
                 owners = [m for m in MODES.names() if key in MODES.info(m).options]
                 out.append(

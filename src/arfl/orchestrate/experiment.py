@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.spec import MODE_OPTIONS, Spec, parse_spec
 from arfl.errors import ArflError, SpecError, StackError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, Tick, deploy
-from arfl.registry import mode_names
+from arfl.registry import MODES, mode_names
 from arfl.run.rundir import write_json_atomic
 
 if TYPE_CHECKING:
@@ -73,7 +73,10 @@ def mode_spec(spec: Spec, mode: str, origin: str = "<spec>") -> tuple[Spec, list
     repl = raw["replication"]
     repl["mode"] = mode
     repl["replicas"] = n
-    # Mode-specific settings: kept for their own mode (when the spec set it), else defaults.
+    # Mode-specific settings: kept for their own mode (when the spec set it), else defaults;
+    # none where the mode does not take them.
+    for key in MODE_OPTIONS - MODES.info(mode).options:
+        repl.pop(key, None)
     for key, owner in (("heartbeat_interval", "active-leaderless"),
                        ("session_timeout", "active-leader")):  # fmt: skip
         if mode != owner or spec.replication.mode != owner:

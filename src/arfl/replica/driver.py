@@ -114,9 +114,7 @@ def async_progress(spec: Spec) -> bool:
     Spark allows it only for stateless micro-batch queries writing to Kafka: a spec whose steps
     are all filters and selects (a window is stateful; a transform may be).
     """
-    eligible = spec.replication.trigger == "micro-batch" and all(
-        s.filter is not None or s.select is not None for s in spec.steps
-    )
+    eligible = spec.replication.trigger == "micro-batch" and spec.stateless
     if not eligible:
         return False
     value = spec.spark.conf.get(ASYNC_PROGRESS_KEY, ASYNC_PROGRESS_DEFAULT)

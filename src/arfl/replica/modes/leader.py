@@ -481,6 +481,11 @@ class Decider:
             self._thread.join(timeout=DECISION_WAIT_S)
 
 
+def _span(start: Mapping[int, int], end: Mapping[int, int]) -> int:
+    """Log positions from ``start`` to ``end`` over every partition."""
+    return sum(max(0, off - start.get(p, off)) for p, off in end.items())
+
+
 class LeaderPolicy:
     """``active-leader``: the next batch is the first decision for it in the log.
 
@@ -543,7 +548,18 @@ class LeaderPolicy:
                 f"replica is at {dict(start.offsets)}: replicas disagree on their start; use "
                 "the same starting offsets and a fresh decision topic per run"
             )
-        return BatchOffset(k, d.end)
+        if not self._opts.merge_decisions:
+            return BatchOffset(k, d.end)
+        # Catch up (stateless pipelines): every further decision that is here and continues
+        # this one joins the batch, up to the per-batch cap.
+        last, end = k, dict(d.end)
+        budget = self._opts.max_records_per_batch - _span(start.offsets, end)
+        while (nxt := self.decisions.book.get(last + 1)) is not None and dict(nxt.start) == end:
+            budget -= _span(end, nxt.end)
+            if budget < 0:
+                break
+            last, end = last + 1, dict(nxt.end)
+        return BatchOffset(last, end)
 
     @property
     def proposed(self) -> int:
@@ -590,6 +606,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         decision_topic=decision_topic(spec.name, run_id),
         election_path=leader_path(spec.name, run_id),
         batch_interval_s=spec.replication.agreed_batch_interval,
+        merge_decisions=spec.merges_agreed_batches,
     )
 
 
@@ -599,7 +616,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         "R replicas applying a ZooKeeper-elected leader's batch decisions from a Kafka log",
         min_replicas=2,
         max_replicas=None,
-        options=frozenset({"session_timeout", "batch_interval"}),
+        options=frozenset({"session_timeout", "batch_interval", "catch_up"}),
         active=True,
         leader=True,
         order=3,

@@ -19,10 +19,12 @@ late-data drops and window emission agree too. The price: a replica whose batche
 than ``batch_interval`` falls further and further behind, so ``batch_interval`` must exceed the
 batch time (``replication.batch_interval``, default :data:`DEFAULT_BATCH_INTERVAL_S`).
 
-``max_epochs_per_batch = 0`` (opt-in, not deterministic) ends a batch at the *newest* final
-aligned boundary instead: every boundary is still an agreed cut, but which cuts a replica uses
-depends on when it triggers, so replicas group epochs differently and their watermarks and late
-drops may differ (``n`` > 1: at most ``n`` groups).
+``max_epochs_per_batch = 0`` ends a batch at the *newest* final aligned boundary instead:
+every boundary is still an agreed cut, but which cuts a replica uses depends on when it
+triggers, so replicas group epochs differently and their watermarks and late drops may differ
+(``n`` > 1: at most ``n`` groups). The mode uses it only for stateless pipelines
+(``replication.catch_up = "auto"``, :attr:`arfl.configs.spec.Spec.merges_agreed_batches`),
+whose results cannot depend on the grouping: a replica behind then catches up in one batch.
 """
 
 from __future__ import annotations
@@ -379,6 +381,8 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         "active-leaderless",
         heartbeat_interval_s=interval,
         batch_epochs=batch_epochs(batch, interval),
+        # A stateless pipeline's results do not depend on the grouping: catch up by merging.
+        max_epochs_per_batch=0 if spec.merges_agreed_batches else 1,
     )
 
 
@@ -388,7 +392,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         "R replicas, batches cut at heartbeat epochs found in the input log; no coordination",
         min_replicas=2,
         max_replicas=None,
-        options=frozenset({"heartbeat_interval", "batch_interval"}),
+        options=frozenset({"heartbeat_interval", "batch_interval", "catch_up"}),
         active=True,
         order=4,
     ),

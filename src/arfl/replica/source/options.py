@@ -43,7 +43,8 @@ class SourceOptions:
         max_epochs_per_batch: active-leaderless: 1 = one aligned group of epochs per batch
             (identical batches on every replica, the default); 0 = up to the newest final
             aligned boundary (catches up after a stall; boundaries still agreed epoch cuts, but
-            replicas group them differently); n = at most n groups.
+            replicas group them differently: the modes use it for stateless pipelines only);
+            n = at most n groups.
         batch_epochs: active-leaderless: ``G``, epochs per aligned group (batches end only at
             epoch boundaries ``j`` with ``j % G == 0``).
         heartbeat: run this replica's heartbeat ticker (active-leaderless).
@@ -61,6 +62,9 @@ class SourceOptions:
         read_tasks: at most this many read tasks per batch, Kafka partitions dealt among them
             (0: one task per partition); the modes set it to the executors' task slots.
         follower_wait_s: how long a follower waits for the next decision per trigger.
+        merge_decisions: active-leader: a replica that fell behind runs every decided batch
+            that is ready as one Spark batch (ending at the newest decision; only where the
+            grouping cannot change a result, :attr:`arfl.configs.spec.Spec.merges_agreed_batches`).
     """
 
     bootstrap: str
@@ -83,6 +87,7 @@ class SourceOptions:
     batch_interval_s: float = DEFAULT_BATCH_INTERVAL_S
     read_tasks: int = 0
     follower_wait_s: float = 0.05
+    merge_decisions: bool = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
