@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from arfl.configs.spec import parse_spec
 from arfl.replica.driver import C1_ONLY_JIT, DriverConfig, spark_conf
 
@@ -66,3 +68,19 @@ def test_async_progress_only_for_stateless_micro_batches_and_never_passed_to_spa
     assert not async_progress(_spec([{"transform": "m:f"}], on))  # may be stateful
     assert not async_progress(_spec(per_record, on, trigger="realtime"))
     assert ASYNC_PROGRESS_KEY not in _conf({"conf": on})
+
+
+@pytest.mark.parametrize(
+    ("mode", "replicas", "default"),
+    [("none", 1, True), ("active", 2, True), ("passive", 1, False),
+     ("active-leader", 2, False), ("active-leaderless", 2, False)],
+)  # fmt: skip
+def test_async_progress_is_on_by_default_where_a_restart_may_replay(
+    mode: str, replicas: int, default: bool
+) -> None:
+    from arfl.replica.driver import ASYNC_PROGRESS_KEY, async_progress
+
+    per_record = [{"filter": "amount > 10"}]
+    assert async_progress(_spec(per_record, mode=mode, replicas=replicas)) == default
+    off = {ASYNC_PROGRESS_KEY: "false"}
+    assert not async_progress(_spec(per_record, off, mode=mode, replicas=replicas))
