@@ -15,9 +15,10 @@ episode lasted and its largest lag. Once per episode, a replica that has been be
 over those seconds nor over their second half, gets a ``warning``: it is not catching up.
 Once the input has ended, records appended after it (the leaderless mode's heartbeats) no longer
 count.
-In the agreed-batch modes (``active-leader``, ``active-leaderless``) a replica runs one batch per
-agreed batch, never merging them, so a batch that costs longer than ``replication.batch_interval``
-never catches up; the warning says so.
+In the agreed-batch modes (``active-leader``, ``active-leaderless``) a replica of a pipeline with
+state runs one batch per agreed batch, never merging them, so a batch that costs longer than
+``replication.batch_interval`` never catches up; the warning says so (a stateless pipeline's
+replica merges the ready batches, ``replication.catch_up``).
 
 Real-time-mode replicas are not watched: their progress comes at the end of each long batch, so
 their offsets say nothing about their lag in between.
@@ -95,7 +96,10 @@ class LagWatch:
     ) -> None:
         self.journal = journal
         self.threshold = threshold_s(spec)
-        self.agreed = MODES.info(spec.replication.mode).agreed_batches
+        # One agreed batch per Spark batch, never merged (a stateless pipeline's are).
+        self.agreed = (
+            MODES.info(spec.replication.mode).agreed_batches and not spec.merges_agreed_batches
+        )
         self.batch_interval = cadence_s(spec)
         self.enabled = spec.replication.trigger != "realtime"
         self._input_ends = input_ends
