@@ -134,10 +134,12 @@ def spec_for(
     duration: float = 0.0,
     interval: str = "",
     stagger: bool = True,
+    target: str = "local",
 ) -> Spec:
     """The benchmark spec: 2 partitions, every replica on ``local-cluster[1,1,1024]`` (deploy
     gives real-time replicas a slot per partition and shuffle partition); ``interval``: the
-    real-time checkpoint interval (empty: the default)."""
+    real-time checkpoint interval (empty: the default); ``target``: ``spark.target`` (``docker``:
+    each replica in a container of its own)."""
     m = MODES[mode]
     raw: dict[str, Any] = {
         "name": f"rt-{pipeline}-{mode}",
@@ -148,6 +150,7 @@ def spec_for(
         "spark": {
             "master": "local-cluster[1,1,1024]",
             "conf": {"spark.sql.shuffle.partitions": "2"},
+            "target": target,
         },
         "workload": {
             "rate": rate,
@@ -444,6 +447,12 @@ def main(argv: list[str] | None = None) -> int:
         default="on",
         help="sweep with the replicas' batch boundaries kept apart, started together, or both",
     )
+    ap.add_argument(
+        "--target",
+        choices=("local", "docker"),
+        default="local",
+        help="spark.target of every run (docker: needs a daemon, scripts/docker-up)",
+    )
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--faults", default=",".join(FAULTS))
@@ -508,7 +517,13 @@ def main(argv: list[str] | None = None) -> int:
             for mode in modes:
                 row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
                 spec = spec_for(
-                    pipeline, mode, args.rate, t.of(pipeline), fault, interval=args.interval
+                    pipeline,
+                    mode,
+                    args.rate,
+                    t.of(pipeline),
+                    fault,
+                    interval=args.interval,
+                    target=args.target,
                 )
                 try:
                     run_dir, summary, _, wall = run(spec, args.runs)
@@ -528,8 +543,9 @@ def main(argv: list[str] | None = None) -> int:
             "stagger": stagger,
         }
         spec = spec_for(
-            "per-record", "active", rate, t, None, t.sweep_duration, args.interval, stagger
-        )
+            "per-record", "active", rate, t, None, t.sweep_duration, args.interval, stagger,
+            args.target,
+        )  # fmt: skip
         try:
             run_dir, summary, cpu, wall = run(spec, args.runs)
             row.update(wall_s=round(wall, 1), **analyse(run_dir, summary))
