@@ -55,8 +55,9 @@ class RunNetwork:
     def open(self, ctx: RunContext, on_change: Callable[[], None] | None = None) -> stack.StackInfo:
         """Resolve (or start) the stack the run uses; isolate the replicas if faults need it.
 
-        ``on_change`` is called once the namespaces or the docker network are planned, before
-        they are created (deploy records them in ``state.json`` then).
+        ``on_change`` is called when there is something new to record in ``state.json``: the
+        namespaces once planned, before they exist; the docker network once created (until
+        then ``state.json``'s ``target`` lets recover find it by its label).
 
         Raises:
             StackError: the stack is not available.
