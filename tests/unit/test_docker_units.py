@@ -239,8 +239,43 @@ def test_a_restart_racing_the_revert_is_reconnected_by_settle(
     fake_net.on.add(("n", "c0"))  # launcher, still seeing the entry, cuts it
     assert keep_cut(tmp_path, "n", "c0") and ("n", "c0") not in fake_net.on
     pending.remove(entry)  # type: ignore[attr-defined]
-    fault.settle(None)  # type: ignore[attr-defined]
+    type(fault).settle(tmp_path, fault.record)  # type: ignore[attr-defined]
     assert ("n", "c0") in fake_net.on, fake_net.calls
+
+
+def test_a_restart_that_failed_the_inject_is_reconnected_by_settle(
+    tmp_path: Path, fake_net: _FakeNet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arfl.faults.kinds.partition import keep_cut
+
+    fault, pending, entry = _partition(tmp_path)
+
+    def gone(network: str, name: str) -> None:
+        raise dk.ContainerGone(f"{name}: no such container")
+
+    monkeypatch.setattr(dk, "disconnect", gone)  # the old container is being replaced
+    monkeypatch.setattr(dk, "connected", lambda network, name: None)
+    with pytest.raises(FaultError):
+        fault.inject(None)  # type: ignore[attr-defined]
+    monkeypatch.setattr(dk, "disconnect", fake_net.disconnect)
+    monkeypatch.setattr(dk, "connected", fake_net.connected)
+    fake_net.on = {("n", "c0")}  # the new one starts, and is cut on the pending entry
+    assert keep_cut(tmp_path, "n", "c0")
+    fault.revert(None)  # type: ignore[attr-defined]  # its inject cut nothing: no-op
+    pending.remove(entry)  # type: ignore[attr-defined]
+    type(fault).settle(tmp_path, fault.record)  # type: ignore[attr-defined]
+    assert ("n", "c0") in fake_net.on, fake_net.calls
+
+
+def test_settle_leaves_a_container_another_pending_partition_cuts(
+    tmp_path: Path, fake_net: _FakeNet
+) -> None:
+    fault, pending, entry = _partition(tmp_path)
+    pending.add("partition", 0, fault.record)  # type: ignore[attr-defined]  # a second one
+    fake_net.on = set()
+    pending.remove(entry)  # type: ignore[attr-defined]
+    type(fault).settle(tmp_path, fault.record)  # type: ignore[attr-defined]
+    assert ("n", "c0") not in fake_net.on
 
 
 def test_a_partition_whose_container_restarted_cut_before_the_inject_owns_the_cut(
@@ -251,3 +286,35 @@ def test_a_partition_whose_container_restarted_cut_before_the_inject_owns_the_cu
     fault.inject(None)  # type: ignore[attr-defined]
     fault.revert(None)  # type: ignore[attr-defined]
     assert ("n", "c0") in fake_net.on
+
+
+def test_a_docker_run_that_died_before_its_network_is_nothing_to_recover_without_a_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # deploy writes state.json (target docker) before it asks the daemon for anything; with no
+    # daemon the deploy fails there, and recover must not keep failing on that run.
+    import json
+    import subprocess
+    import sys
+
+    from arfl.faults.runner import recover, runs_with_pending
+
+    monkeypatch.setattr(dk, "_CLIENT", [])
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    run_dir = tmp_path / "runs" / "dock-20261127-010000"
+    run_dir.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    state = {"run": run_dir.name, "pid": dead.pid, "target": "docker", "stack": None,
+             "replicas": {}, "docker": None}  # fmt: skip
+    (run_dir / "state.json").write_text(json.dumps(state))
+    assert runs_with_pending(tmp_path / "runs") == []
+    assert recover(run_dir).removed_network == []
+    # A recorded network is different: recover says it cannot reach the daemon.
+    state["docker"] = {"network": f"arfl-{run_dir.name}", "bridge": "arfl-d0",
+                       "subnet": "10.214.0.0/24", "gateway": "10.214.0.1", "image": "i",
+                       "containers": {"0": "c0"}, "addresses": {"0": "10.214.0.2"}}  # fmt: skip
+    (run_dir / "state.json").write_text(json.dumps(state))
+    assert runs_with_pending(tmp_path / "runs") == [run_dir]
+    with pytest.raises(FaultError, match="no docker daemon answers"):
+        recover(run_dir)

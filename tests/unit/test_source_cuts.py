@@ -163,6 +163,17 @@ def test_catch_up_ends_at_the_newest_final_boundary_which_is_still_an_agreed_cut
     capped = run_all(EpochCuts(FakeLog(dict(full)), IV, max_epochs=3, clock=lambda: 2000), START)
     assert capped == strict[2::3] + ([strict[-1]] if len(strict) % 3 else [])
     assert all(c in strict for c in capped)
+    # The record cap: merged batches stop before the group that would pass it, each still a
+    # strict cut; a first group larger than the cap is taken whole.
+    by_records = run_all(
+        EpochCuts(FakeLog(dict(full)), IV, max_epochs=0, clock=lambda: 2000, max_records=60),
+        START,
+    )
+    assert all(c in strict for c in by_records) and by_records[-1] == strict[-1]
+    sizes = [a.records_until(b) for a, b in zip([START, *by_records], by_records, strict=False)]
+    assert max(sizes) <= 60 and 1 < len(by_records) < len(strict), sizes
+    tiny = EpochCuts(FakeLog(dict(full)), IV, max_epochs=0, clock=lambda: 2000, max_records=1)
+    assert run_all(tiny, START) == strict
 
 
 START = BatchOffset(NO_BATCH, {0: 0, 1: 0})

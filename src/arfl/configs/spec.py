@@ -265,9 +265,10 @@ class Replication(_Model):
     catch_up: Literal["auto", "aligned"] = "auto"
     """active-leader/-leaderless: how a replica that fell behind catches up. ``aligned``: it
     runs the same agreed batches as the others, one per Spark batch (only faster). ``auto``
-    (default): the same, unless every step is stateless (filter, select): then it runs every
-    agreed batch that is ready as one Spark batch — no result can depend on the grouping, and
-    the per-batch cost is paid once (:attr:`Spec.merges_agreed_batches`)."""
+    (default): the same, unless every step is stateless (filter, select): then it runs the
+    agreed batches that are ready as one Spark batch, up to ``max_records_per_batch`` — no
+    result can depend on the grouping, and the per-batch cost is paid once
+    (:attr:`Spec.merges_agreed_batches`)."""
     max_records_per_batch: int = Field(100_000, ge=1)
     trigger: Literal["micro-batch", "realtime"] = "micro-batch"
     trigger_interval: Duration = 0.0

@@ -138,6 +138,7 @@ class Fault(Protocol):
 
     kind: ClassVar[str]
     params: FaultParams
+    record: dict[str, Any]
     details: dict[str, Any]
 
     def prepare(self, target: Target) -> dict[str, Any]:
@@ -152,9 +153,10 @@ class Fault(Protocol):
         """Undo the fault (idempotent; safe after a failed or partial inject)."""
         ...
 
-    def settle(self, target: Target) -> None:
-        """After the revert's pending entry is gone: undo what a replica restart may have
-        re-applied meanwhile from that entry (a container re-cut while it started)."""
+    @classmethod
+    def settle(cls, run_dir: Path, record: dict[str, Any]) -> None:
+        """After a revert's pending entry is gone (runner and recover): undo what a replica
+        restart may have re-applied from that entry meanwhile (a container started cut)."""
         ...
 
     def describe(self) -> str:
@@ -205,7 +207,8 @@ class FaultBase:
         if self.record:
             type(self).undo(self.record)
 
-    def settle(self, target: Target) -> None:
+    @classmethod
+    def settle(cls, run_dir: Path, record: dict[str, Any]) -> None:
         """Nothing is re-applied from a pending entry by default."""
         return None
 

@@ -507,17 +507,13 @@ def netns_path(ctr: Any) -> str:
 def reconnect(network: str, name: str, address: str) -> bool:
     """Connect container ``name`` to ``network`` with ``address`` unless it is connected
     already or gone (the revert of a partition); True when it was reconnected."""
-    c = client()
+    if connected(network, name) is not False:
+        return False  # connected, or removed with its run: nothing is cut
     try:
         with sdk_errors(f"partition: reconnecting {name} to {network}"):
-            ctr = c.containers.get(name)
-            net = c.networks.get(network)
-            ctr.reload()
-            if network in (ctr.attrs.get("NetworkSettings") or {}).get("Networks", {}):
-                return False
-            net.connect(ctr, ipv4_address=address)
+            client().networks.get(network).connect(name, ipv4_address=address)
     except ContainerGone:
-        return False  # removed with its run (or the network is): nothing is cut
+        return False  # the network (or the container) went with its run meanwhile
     return True
 
 

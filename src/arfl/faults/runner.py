@@ -16,6 +16,7 @@ wall-clock start and end of the action.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -28,6 +29,7 @@ from typing import Any
 import psutil
 
 from arfl import stack
+from arfl.coerce import opt_int
 from arfl.errors import FaultError, StackError
 from arfl.faults import docker, leftovers, netns
 from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fault
@@ -161,9 +163,10 @@ class ChaosRunner:
             if entry is not None and error is None:
                 self.pending.remove(entry)
                 try:
-                    fault.settle(self.target)
-                except Exception as e:
+                    type(fault).settle(self.target.run_dir, fault.record)
+                except Exception as e:  # owed again: recover can finish it
                     error = f"{type(e).__name__}: {e}"
+                    self.pending.add(params.kind, outcome.replica, fault.record)
             self.journal.write(
                 "fault-reverted",
                 kind=params.kind,
@@ -286,12 +289,19 @@ def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
             report.skipped.append(f"{label}: injector pid {entry.get('owner_pid')} still runs")
             continue
         start = time.time()
+        kind, record = implementation(str(entry["kind"])), dict(entry.get("record") or {})
         try:
-            implementation(str(entry["kind"])).undo(dict(entry.get("record") or {}))
+            kind.undo(record)
         except Exception as e:
             report.failed.append(f"{label}: {e}")
             continue
         pending.remove(str(entry["id"]))
+        try:
+            kind.settle(run_dir, record)
+        except Exception as e:
+            pending.add(str(entry["kind"]), opt_int(entry.get("replica")), record)
+            report.failed.append(f"{label}: {e}")
+            continue
         report.reverted.append(label)
         journal.write(
             "fault-reverted",
@@ -360,8 +370,11 @@ def _remove_orphan_network(run_dir: Path) -> list[str]:
     if not _deployment_gone(run_dir):
         return []
     removed: list[str] = []
-    if state.on_docker:  # the docker target: its containers and network, by label
+    if state.docker is not None:  # the docker target: its containers and network, by label
         removed += docker.remove_run(state.run)
+    elif state.on_docker:  # died before its network was recorded: whatever was made, if any
+        with contextlib.suppress(FaultError):  # no daemon: nothing of it can exist either
+            removed += docker.remove_run(state.run)
     if state.isolation is not None:
         removed += netns.teardown_isolation(state.isolation)
     from pyroute2 import netns as pr_netns
@@ -372,13 +385,13 @@ def _remove_orphan_network(run_dir: Path) -> list[str]:
     return removed
 
 
-def _docker_leftovers(run: str) -> bool:
-    """True when the run's containers or network still exist, or when no daemon answers to
-    say (then recover is tried, and says why it cannot finish)."""
+def _docker_leftovers(run: str, recorded: bool) -> bool:
+    """True when the run's containers or network still exist; when no daemon answers to say,
+    the ``recorded`` ones (then recover is tried, and says why it cannot finish)."""
     try:
         return bool(docker.run_leftovers(run))
     except FaultError:
-        return True
+        return recorded
 
 
 def runs_with_pending(root: Path) -> list[Path]:
@@ -400,7 +413,7 @@ def runs_with_pending(root: Path) -> list[Path]:
             by_session = leftovers.sessions()
         if (
             netns.namespaces_of_run(state.run)
-            or (state.on_docker and _docker_leftovers(state.run))
+            or (state.on_docker and _docker_leftovers(state.run, state.docker is not None))
             or leftovers.find(run_dir, by_session)
             or leftovers.run_stack_running(run_dir)
         ):

@@ -91,9 +91,14 @@ def run(spec: dict[str, Any], argv: Sequence[str]) -> int:
     if stopping.is_set():
         dk.remove_container(cid)
         return 128 + received[0]
-    if spec.get("run_dir") and keep_cut(Path(spec["run_dir"]), str(spec["network"]), name):
-        print(f"arfl launcher: {name} starts partitioned (a partition of it is pending)",
-              flush=True)  # fmt: skip
+    try:
+        if spec.get("run_dir") and keep_cut(Path(spec["run_dir"]), str(spec["network"]), name):
+            print(f"arfl launcher: {name} starts partitioned (a partition of it is pending)",
+                  flush=True)  # fmt: skip
+    except FaultError as e:  # never start a replica that should be cut off uncut
+        print(f"arfl launcher: {e}; container {name} not started", file=sys.stderr, flush=True)
+        dk.remove_container(cid)
+        return 1
 
     def forward() -> None:
         stopping.wait()

@@ -35,8 +35,9 @@ def write_state(
     """Write ``state.json`` atomically.
 
     The first one is written before anything is created (``stack`` null until the stack is
-    known), and again as soon as the run's namespaces or docker network are planned: a
-    ``kill -9`` of arfl at any moment leaves a file that ``arfl chaos recover`` finds them by.
+    known, ``target`` says whether containers may follow), again once the run's namespaces are
+    planned and once its docker network exists: a ``kill -9`` of arfl at any moment leaves a
+    file through which ``arfl chaos recover`` finds them.
     """
     iso = net.isolation
     replicas: dict[str, Any] = {}

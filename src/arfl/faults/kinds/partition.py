@@ -145,12 +145,18 @@ class Partition(FaultBase):
             return
         super().revert(target)
 
-    def settle(self, target: Target) -> None:
-        """Reconnect the container again if a restart racing the revert started it cut
-        (:func:`keep_cut` ran before the pending entry was removed)."""
-        cut = self.record.get("disconnect")
-        if cut and self.details.get("disconnected"):
-            dk.reconnect(str(cut["network"]), str(cut["container"]), str(cut["address"]))
+    @classmethod
+    def settle(cls, run_dir: Path, record: dict[str, Any]) -> None:
+        """Reconnect the container if a restart racing the revert started it cut (:func:`keep_cut`
+        saw the entry before it was removed, or the inject failed on the old container) —
+        unless another pending partition still cuts it."""
+        cut = record.get("disconnect")
+        if not cut:
+            return
+        network, name = str(cut["network"]), str(cut["container"])
+        with PendingFaults(run_dir).holding() as entries:
+            if _cutting(entries, network, name) is None:
+                dk.reconnect(network, name, str(cut["address"]))
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
@@ -185,11 +191,16 @@ def keep_cut(run_dir: Path, network: str, container: str) -> bool:
     is never left cut.
     """
     with PendingFaults(run_dir).holding() as entries:
-        for e in entries:
-            if e.get("kind") != "partition":
-                continue
-            cut = (e.get("record") or {}).get("disconnect")
-            if cut and cut.get("container") == container and cut.get("network") == network:
-                dk.disconnect(network, container)
-                return True
-    return False
+        if _cutting(entries, network, container) is None:
+            return False
+        dk.disconnect(network, container)
+        return True
+
+
+def _cutting(entries: list[dict[str, Any]], network: str, container: str) -> str | None:
+    """The id of a pending partition entry that disconnects ``container`` from ``network``."""
+    for e in entries:
+        cut = (e.get("record") or {}).get("disconnect") if e.get("kind") == "partition" else None
+        if cut and cut.get("container") == container and cut.get("network") == network:
+            return str(e.get("id"))
+    return None

@@ -481,11 +481,6 @@ class Decider:
             self._thread.join(timeout=DECISION_WAIT_S)
 
 
-def _span(start: Mapping[int, int], end: Mapping[int, int]) -> int:
-    """Log positions from ``start`` to ``end`` over every partition."""
-    return sum(max(0, off - start.get(p, off)) for p, off in end.items())
-
-
 class LeaderPolicy:
     """``active-leader``: the next batch is the first decision for it in the log.
 
@@ -528,7 +523,9 @@ class LeaderPolicy:
             raise
 
     def next_end(self, start: BatchOffset, max_records: int | None) -> BatchOffset:
-        """The decided end of batch ``start.batch + 1``; ``start`` while none is decided.
+        """The decided end of batch ``start.batch + 1``; ``start`` while none is decided. With
+        ``merge_decisions`` (stateless pipelines) the end of the newest decision that continues
+        it without a gap, within ``max_records_per_batch`` (the batch index is that decision's).
 
         Raises:
             DeployError: the decision's start differs from ours (a different initial offset or
@@ -552,14 +549,15 @@ class LeaderPolicy:
             return BatchOffset(k, d.end)
         # Catch up (stateless pipelines): every further decision that is here and continues
         # this one joins the batch, up to the per-batch cap.
-        last, end = k, dict(d.end)
-        budget = self._opts.max_records_per_batch - _span(start.offsets, end)
-        while (nxt := self.decisions.book.get(last + 1)) is not None and dict(nxt.start) == end:
-            budget -= _span(end, nxt.end)
-            if budget < 0:
+        merged = BatchOffset(k, d.end)
+        while (nxt := self.decisions.book.get(merged.batch + 1)) is not None and dict(
+            nxt.start
+        ) == dict(merged.offsets):
+            longer = BatchOffset(nxt.k, nxt.end)
+            if start.records_until(longer) > self._opts.max_records_per_batch:
                 break
-            last, end = last + 1, dict(nxt.end)
-        return BatchOffset(last, end)
+            merged = longer
+        return merged
 
     @property
     def proposed(self) -> int:

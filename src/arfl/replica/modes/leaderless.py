@@ -101,6 +101,8 @@ class EpochCuts:
             not deterministic).
         group: ``G``, epochs per group: batches end only at boundaries ``j`` with
             ``j % G == 0``.
+        max_records: a batch that merges groups stops before the group that would take it
+            past this many log positions (its first group is always whole).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class EpochCuts:
         clock: Clock = now_ms,
         max_epochs: int = 1,
         group: int = 1,
+        max_records: int | None = None,
     ) -> None:
         if interval_ms <= 0:
             raise ValueError(f"epoch interval must be positive, got {interval_ms} ms")
@@ -121,6 +124,7 @@ class EpochCuts:
         self.interval_ms = interval_ms
         self.max_epochs = max_epochs
         self.group = group
+        self.max_records = max_records
         self._clock = clock
         self.probes = 0
         # (start, j): every boundary < j is final and its cut equals start (nothing to read).
@@ -186,24 +190,30 @@ class EpochCuts:
         return start
 
     def _extend(self, first: Probe, start: BatchOffset, hi: int) -> BatchOffset:
-        """End at ``first``, or (catch-up) at the newest final aligned boundary within the cap
-        (``hi`` and the search are group indices)."""
+        """End at ``first``, or (catch-up) at the newest final aligned boundary within the caps
+        of groups and records (``hi`` and the search are group indices)."""
         g = self.group
         first_m = first.epoch // g
         upper = hi if self.max_epochs == 0 else min(hi, first_m + self.max_epochs - 1)
         best = first
         left, right = first_m + 1, upper
         while left <= right:
-            # Finality only switches off as m grows: bisect for the last final boundary,
+            # Finality and the record cap only switch off as m grows: bisect for the last one,
             # trying the top first (the common case when catching up is "all of it").
             mid = right if best is first and right == upper else (left + right) // 2
             pr = self.probe(mid * g, start)
-            if pr.final:
+            if pr.final and self._within(start, pr):
                 best = pr
                 left = mid + 1
             else:
                 right = mid - 1
         return BatchOffset(best.epoch, best.cut)
+
+    def _within(self, start: BatchOffset, pr: Probe) -> bool:
+        """The batch from ``start`` to ``pr`` stays within ``max_records`` (cuts only grow)."""
+        if self.max_records is None:
+            return True
+        return start.records_until(BatchOffset(pr.epoch, pr.cut)) <= self.max_records
 
 
 class HeartbeatTicker:
@@ -342,6 +352,7 @@ class LeaderlessPolicy:
             clock,
             max_epochs=opts.max_epochs_per_batch,
             group=opts.batch_epochs,
+            max_records=opts.max_records_per_batch,
         )
         self.ticker: HeartbeatTicker | None = None
         if opts.heartbeat:

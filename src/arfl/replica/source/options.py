@@ -62,9 +62,10 @@ class SourceOptions:
         read_tasks: at most this many read tasks per batch, Kafka partitions dealt among them
             (0: one task per partition); the modes set it to the executors' task slots.
         follower_wait_s: how long a follower waits for the next decision per trigger.
-        merge_decisions: active-leader: a replica that fell behind runs every decided batch
-            that is ready as one Spark batch (ending at the newest decision; only where the
-            grouping cannot change a result, :attr:`arfl.configs.spec.Spec.merges_agreed_batches`).
+        merge_decisions: active-leader: a replica that fell behind runs the decided batches
+            that are ready and contiguous as one Spark batch, within ``max_records_per_batch``
+            (only where the grouping cannot change a result,
+            :attr:`arfl.configs.spec.Spec.merges_agreed_batches`).
     """
 
     bootstrap: str
