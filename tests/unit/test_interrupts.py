@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from arfl.configs.spec import parse_spec
 from arfl.orchestrate.context import DeployOptions, create_run
 from arfl.orchestrate.deploy import Deployment
@@ -91,3 +93,33 @@ def test_a_second_ctrl_c_does_not_abandon_the_deployments_processes(tmp_path: Pa
     assert runner.stopped and alive == []
     events = [e["event"] for e in read_jsonl(d.ctx.paths.journal)]
     assert "run-stopped" in events
+
+
+def test_the_chaos_schedule_and_the_injector_share_one_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fault 'at = 6s' comes 6 s after the input's first event: deploy gives the injector a
+    # schedule start a moment ahead (its process start-up took over a second on a loaded host,
+    # and faults landed early by that much) and times the chaos schedule from the same t0.
+    from arfl.orchestrate.deploy import INJECTOR_LEAD_S
+    from arfl.stack import StackInfo
+
+    spec = parse_spec(
+        {"name": "lead", "source": {"topic": "in"}, "sink": {"topic": "out"},
+         "workload": {"rate": 10, "duration": "10s", "warmup": "1s"}}
+    )  # fmt: skip
+    dep = Deployment(create_run(spec, None, DeployOptions(runs_root=tmp_path)))
+    dep.net.info = StackInfo(kafka="127.0.0.1:9", zookeeper="127.0.0.1:8")
+    spawned: list[list[str]] = []
+    monkeypatch.setattr(dep, "_spawn", lambda name, argv: spawned.append(argv) or _FakeProc())
+    before = time.time()
+    dep.start_load()
+    (argv,) = spawned
+    start_at = float(argv[argv.index("--start-at") + 1])
+    assert dep.t0 == start_at
+    assert before + INJECTOR_LEAD_S <= start_at <= time.time() + INJECTOR_LEAD_S
+
+
+class _FakeProc:
+    pid = 0
+    create_time = 0.0

@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,10 @@ __all__ = [
     "drain_seconds",
     "scoped",
 ]
+
+
+INJECTOR_LEAD_S = 2.0
+"""How far ahead of its spawn the injector's schedule starts (its process start-up)."""
 
 
 @dataclass(frozen=True)
@@ -188,18 +192,25 @@ class Deployment:
         if self.ctx.spec.source.replay is not None:
             self._start_replay()
             return
-        cfg = InjectorConfig.from_workload(
-            self.ctx.spec.workload,
-            bootstrap=self.kafka,
-            topic=self.ctx.rspec.source.topic,
-            stats_path=self.ctx.injector_stats,
-            journal_path=self.ctx.paths.journal,
-            shape=EventShape.from_spec(self.ctx.spec),
+        # The schedule starts a moment from now, in the injector and for the chaos schedule
+        # alike: a fault 'at = 6s' comes 6 s after the input's first event, however long the
+        # injector process takes to start (over a second on a loaded host).
+        t0 = time.time() + INJECTOR_LEAD_S
+        cfg = replace(
+            InjectorConfig.from_workload(
+                self.ctx.spec.workload,
+                bootstrap=self.kafka,
+                topic=self.ctx.rspec.source.topic,
+                stats_path=self.ctx.injector_stats,
+                journal_path=self.ctx.paths.journal,
+                shape=EventShape.from_spec(self.ctx.spec),
+            ),
+            start_at=t0,
         )
         self.injector = self._spawn(
             "injector", [PYTHON, "-m", "arfl.workload.injector", *cfg.argv()]
         )
-        self.t0 = time.time()
+        self.t0 = t0
         workload = self.ctx.spec.workload
         self.ctx.journal.write("workload-started", rate=workload.rate, duration_s=workload.duration)
         self.write_state()

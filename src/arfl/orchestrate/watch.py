@@ -318,7 +318,7 @@ class Watcher:
             if on_tick is not None:
                 on_tick(
                     Tick(
-                        elapsed_s=time.time() - self.started_at,
+                        elapsed_s=max(0.0, time.time() - self.started_at),
                         phase=phase,
                         snapshot=snap,
                         injector=inj.latest,
