@@ -351,3 +351,13 @@ def left_behind(iso: IsolationState) -> list[str]:
     return sorted(
         (links & present) | (names & set(netns.list_namespaces())) | set(forward_rules(iso.bridge))
     )
+
+
+def arfl_ok(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``arfl <args>`` as a process of its own; asserts it exited 0 (its output otherwise)."""
+    import sys
+
+    arfl = Path(sys.executable).with_name("arfl")
+    r = subprocess.run([str(arfl), *args], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r

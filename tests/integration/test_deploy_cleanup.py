@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 import pytest
 from deploy_checks import (
+    arfl_ok,
     kill_deploy_while_its_stack_starts,
     left_behind,
     read_state,
@@ -214,13 +215,7 @@ def test_recover_after_kill_9_while_the_isolated_stack_starts(tmp_path: Path) ->
         assert netns.namespaces_of_run(state.run)
         assert any(is_alive(rec) for rec in records), "no process of the run's stack left"
         assert runs_with_pending(runs) == [run_dir]
-        r = subprocess.run(
-            [str(ARFL), "chaos", "recover", "--runs", str(runs)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert r.returncode == 0, r.stdout + r.stderr
+        r = arfl_ok("chaos", "recover", "--runs", str(runs))
         assert "stopped the run's own" in r.stdout, r.stdout
         assert left_behind(iso) == [] and not netns.namespaces_of_run(state.run)
         assert not any(is_alive(rec) for rec in records), r.stdout

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from deploy_checks import (
+    arfl_ok,
     check_silent_then_resumed,
     journal_events,
     kill_deploy_while_its_stack_starts,
@@ -334,13 +335,7 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
         target = LocalTarget.from_run_dir(run_dir)
         before = target.executor_pids(0)
         assert before, "no executor JVM in replica 0's container"
-        exe = subprocess.run(
-            [str(ARFL), "chaos", str(run_dir), "kill-executor", "--replica", "0"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert exe.returncode == 0, exe.stdout + exe.stderr
+        arfl_ok("chaos", str(run_dir), "kill-executor", "--replica", "0")
         [killed] = [
             e for e in journal_events(run_dir, "fault-injected") if e["kind"] == "kill-executor"
         ]
@@ -352,13 +347,7 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
         # kill-replica of the partitioned replica 0: its restarted container (a new one, same
         # name) starts cut off, as a restarted replica in a namespace does, and holds the cut.
         old_id = c.containers.get(names[0]).id
-        kill = subprocess.run(
-            [str(ARFL), "chaos", str(run_dir), "kill-replica", "--replica", "0"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert kill.returncode == 0, kill.stdout + kill.stderr
+        arfl_ok("chaos", str(run_dir), "kill-replica", "--replica", "0")
 
         def restarted() -> Any:
             with contextlib.suppress(docker.errors.NotFound):
@@ -441,13 +430,7 @@ def test_recover_after_kill_9_while_the_run_stack_starts(
         assert state.docker is not None and state.on_docker
         assert dk.run_leftovers(state.run), "no docker network existed when arfl died"
         assert any(is_alive(rec) for rec in records), "no process of the run's stack left"
-        r = subprocess.run(
-            [str(ARFL), "chaos", "recover", "--runs", str(runs)],
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert r.returncode == 0, r.stdout + r.stderr
+        r = arfl_ok("chaos", "recover", "--runs", str(runs), timeout=180)
         assert "stopped the run's own" in r.stdout, r.stdout
         assert dk.run_leftovers(state.run) == [], r.stdout
         assert not any(is_alive(rec) for rec in records)
