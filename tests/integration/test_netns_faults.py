@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from deploy_checks import forward_rules, left_behind
 
-from arfl.errors import FaultError
+from arfl.errors import ExitCode, FaultError
 from arfl.faults import netns
 from arfl.faults.base import FaultParams
 from arfl.faults.local import LocalTarget
@@ -237,6 +237,16 @@ def _start_partition(run_dir: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
+def _second_partition(run_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``arfl chaos inject RUN partition -r0 --duration 1s`` while one is in place."""
+    arfl = Path(sys.executable).with_name("arfl")
+    cmd = [str(arfl), "chaos", "inject", str(run_dir), "partition", "-r0", "--duration", "1s"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == ExitCode.FAULT, r.stdout + r.stderr
+    assert "refused, replica 0 is already under a partition that holds the same link" in r.stderr
+    return r
+
+
 def test_sigkilled_injector_then_recover_heals(net: Net) -> None:
     ns0 = net.iso.namespaces[0]
     proc = _start_partition(net.run_dir)
@@ -249,6 +259,11 @@ def test_sigkilled_injector_then_recover_heals(net: Net) -> None:
             proc.kill()
             proc.wait(10)
     # the injector is gone and the fault is still in place, owed in the pending file
+    assert netns.link_is_up(ns0.veth_host or "") is False
+    assert [e["kind"] for e in PendingFaults(net.run_dir).entries()] == ["partition"]
+    # a second partition of the replica would be lifted by the first's revert: refused, and
+    # the user is told how to lift the one left behind
+    assert f"arfl chaos recover {net.run_dir}" in _second_partition(net.run_dir).stderr
     assert netns.link_is_up(ns0.veth_host or "") is False
     assert [e["kind"] for e in PendingFaults(net.run_dir).entries()] == ["partition"]
     report = recover(net.run_dir)
@@ -264,6 +279,8 @@ def test_sigterm_reverts(net: Net) -> None:
     ns0 = net.iso.namespaces[0]
     proc = _start_partition(net.run_dir)
     assert netns.link_is_up(ns0.veth_host or "") is False
+    assert f"(pid {proc.pid}) reverts it" in _second_partition(net.run_dir).stderr
+    assert netns.link_is_up(ns0.veth_host or "") is False  # the refusal lifted nothing
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 130
     assert netns.link_is_up(ns0.veth_host or "") is True

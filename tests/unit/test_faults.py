@@ -91,6 +91,10 @@ class Recording(FaultBase):
         CALLS.append(f"undo {record['replica']}")
         Path(record["marker"]).write_text("x")
 
+    @classmethod
+    def claims(cls, record: dict[str, Any]) -> frozenset[str]:
+        return frozenset({f"thing:{record['replica']}"})
+
 
 @pytest.fixture
 def fake_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -209,6 +213,61 @@ def test_schedule_runs_at_times_and_stop_reverts_early(fake_kind: None, tmp_path
     assert time.monotonic() - t0 < 5  # durations of 30 s were cut short
     assert not PendingFaults(tmp_path).path.exists()
     assert threading.active_count() >= 1
+
+
+def test_a_fault_on_what_a_pending_fault_holds_is_refused(fake_kind: None, tmp_path: Path) -> None:
+    runner = ChaosRunner(FakeTarget(tmp_path))
+    runner.start_schedule([FaultParams("test-fault", replica=0, duration_s=30.0)])
+    t0 = time.monotonic()
+    while not CALLS:
+        assert time.monotonic() - t0 < 5
+        time.sleep(0.01)
+    first = PendingFaults(tmp_path).entries()[0]["id"]
+    with pytest.raises(FaultError) as ei:
+        runner.run_fault(FaultParams("test-fault", replica=0, duration_s=0.1))
+    why = str(ei.value)
+    assert "refused, replica 0 is already under a test-fault that holds the same thing 0" in why
+    assert f"pending fault {first}" in why and f"(pid {os.getpid()}) reverts it" in why
+    assert CALLS == ["inject 0 0.0"]  # the refused fault injected and reverted nothing
+    assert [e["id"] for e in PendingFaults(tmp_path).entries()] == [first]
+    assert runner.outcomes[-1].error and "refused" in runner.outcomes[-1].error
+    runner.run_fault(FaultParams("test-fault", replica=1, duration_s=0.05))  # another thing
+    runner.stop()
+    assert CALLS == ["inject 0 0.0", "inject 1 0.0", "undo 1", "undo 0"]
+    # an injector killed mid-fault left it in place: the message says how to lift it
+    pending = PendingFaults(tmp_path)
+    pending.add("test-fault", 0, {"replica": 0, "marker": str(tmp_path / "m")})
+    data = json.loads(pending.path.read_text())
+    data["faults"][0]["owner_pid"] = 2**22 + 12345  # nobody
+    pending.path.write_text(json.dumps(data))
+    with pytest.raises(FaultError, match=f"is gone .* run 'arfl chaos recover {tmp_path}'"):
+        ChaosRunner(FakeTarget(tmp_path)).run_fault(FaultParams("test-fault", replica=0))
+
+
+def test_claims_meet_where_one_revert_would_lift_another_fault() -> None:
+    from arfl.faults.base import implementation
+
+    part, pause = implementation("partition"), implementation("pause")
+    slow, delay = implementation("slow"), implementation("delay")
+    # "0 from 1" and "1 from 0" add the same two routes
+    r01 = {"routes": [["ns0", "10.0.0.3"], ["ns1", "10.0.0.2"]]}
+    r10 = {"routes": [["ns1", "10.0.0.2"], ["ns0", "10.0.0.3"]]}
+    assert part.claims(r01) & part.claims(r10)
+    assert not part.claims({"links": ["v0"]}) & part.claims(r01)  # link down vs routes
+    cut = {"disconnect": {"network": "n", "container": "c0", "address": "a"}}
+    other = {"disconnect": {"network": "n", "container": "c1", "address": "b"}}
+    assert part.claims(cut) & part.claims(dict(cut)) and not part.claims(cut) & part.claims(other)
+    assert pause.claims({"pids": [[5, 1.0]]}) & pause.claims({"pids": [[6, 2.0], [5, 1.0]]})
+    assert pause.claims({"container": "c0"}) & pause.claims({"container": "c0"})
+    assert not pause.claims({"container": "c0"}) & pause.claims({"container": "c1"})
+    assert slow.claims({"container": "c0"}) & slow.claims({"container": "c0"})
+    assert slow.claims({"group": "/g/r0", "pids": [7]}) & slow.claims({"group": "/g/r0"})
+    assert delay.claims({"link": "v0"}) & delay.claims({"link": "v0"})
+    # instantaneous kinds hold nothing; every lasting kind holds something
+    for kind in FAULTS.names():
+        record = {"link": "v", "links": ["v"], "container": "c", "pids": [[1, 0]]}
+        has = bool(implementation(kind).claims(record))
+        assert has == FAULTS.info(kind).takes_duration, kind
 
 
 def test_recover_undoes_only_orphans(fake_kind: None, tmp_path: Path) -> None:

@@ -198,6 +198,31 @@ def test_single_problem_has_key_path(sections: dict[str, object], path: str, fra
     assert any(fragment in p for p in matching), problems
 
 
+def test_overlapping_faults_on_one_thing_are_named_each() -> None:
+    def c(at: str, fault: str, replica: object, duration: str, **kw: object) -> dict[str, object]:
+        return {"at": at, "fault": fault, "replica": replica, "duration": duration, **kw}
+
+    raw = _with(
+        replication={"mode": "active", "replicas": 3},
+        chaos=[
+            c("10s", "pause", 0, "10s"),
+            c("15s", "pause", 0, "2s"),  # inside chaos[0]
+            c("20s", "pause", 0, "5s"),  # starts as chaos[0] ends: fine
+            c("12s", "pause", 1, "5s"),  # another replica: fine
+            c("12s", "slow", 0, "5s"),  # another kind: fine
+            c("10s", "partition", 1, "5s", **{"from": [2]}),
+            c("11s", "partition", 2, "5s", **{"from": [1]}),  # the same routes, both ways
+            c("11s", "partition", 0, "5s", **{"from": [2]}),  # other routes: fine
+            c("12s", "kill-executor", 0, None),  # instantaneous: never stacks
+        ],
+    )
+    raw["chaos"][-1].pop("duration")  # type: ignore[index]
+    stacked = [p for p in _problems(raw) if "do not stack" in p]
+    assert [p.split(": ")[1] for p in stacked] == ["chaos[1]", "chaos[6]"], stacked
+    assert "overlaps chaos[0] (pause of replica 0 from 10s to 20s)" in stacked[0]
+    assert "overlaps chaos[5]" in stacked[1]
+
+
 def test_missing_sections_are_named() -> None:
     problems = _problems({"name": "x"})
     assert "t.toml: source: required key is missing" in problems

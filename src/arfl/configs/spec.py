@@ -657,6 +657,44 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         if kind and not kind.targets_leader and target is None:
             out.append((f"chaos[{i}].replica", 'which replica? set replica = N or "leader"'))
+    out.extend(_stacked_faults(chaos))
+    return out
+
+
+def _stacked_faults(chaos: list[Any]) -> list[tuple[str, str]]:
+    """Lasting faults whose windows overlap on the same thing: the first revert would lift both
+    (the runner refuses the second at run time; here every such pair is named at once). What a
+    fault holds mirrors the kinds' ``claims``: a partition the replica's link, or with ``from``
+    the routes between the replica and each peer (both directions); the other kinds the replica.
+    """
+    out: list[tuple[str, str]] = []
+    seen: list[tuple[int, float, float, set[tuple[Any, ...]]]] = []
+    for i, c in enumerate(chaos):
+        fault = str(c.get("fault")) if isinstance(c, dict) else ""
+        if fault not in FAULTS or not FAULTS.info(fault).takes_duration:
+            continue
+        assert isinstance(c, dict)
+        at, length = _safe_duration(c.get("at")), _safe_duration(c.get("duration"))
+        target = c.get("replica")
+        if at is None or length is None or target is None or isinstance(target, bool):
+            continue
+        peers = c.get("from") if fault == "partition" else None
+        held: set[tuple[Any, ...]]
+        if isinstance(peers, list) and peers:
+            held = {(fault, "route", a, b) for p in peers for a, b in ((target, p), (p, target))}
+        else:
+            held = {(fault, target)}
+        for j, start, end, theirs in seen:
+            if at < end and start < at + length and held & theirs:
+                out.append(
+                    (
+                        f"chaos[{i}]",
+                        f"overlaps chaos[{j}] ({fault} of replica {target} from {start:g}s to "
+                        f"{end:g}s): faults of one kind on one replica do not stack (the first "
+                        "revert would lift both); let one end before the other starts",
+                    )
+                )
+        seen.append((i, at, at + length, held))
     return out
 
 

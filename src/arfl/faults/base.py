@@ -159,6 +159,13 @@ class Fault(Protocol):
         restart may have re-applied from that entry meanwhile (a container started cut)."""
         ...
 
+    @classmethod
+    def claims(cls, record: dict[str, Any]) -> frozenset[str]:
+        """What the fault holds while it lasts (a link, a route, a container's network, frozen
+        pids, a cgroup): two pending faults whose claims meet would undo each other — the first
+        revert lifts the second's effect — so the runner refuses the second."""
+        ...
+
     def describe(self) -> str:
         """One line for humans and the journal."""
         ...
@@ -211,6 +218,11 @@ class FaultBase:
     def settle(cls, run_dir: Path, record: dict[str, Any]) -> None:
         """Nothing is re-applied from a pending entry by default."""
         return None
+
+    @classmethod
+    def claims(cls, record: dict[str, Any]) -> frozenset[str]:
+        """Nothing held by default (kills are over once injected)."""
+        return frozenset()
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:

@@ -12,13 +12,14 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from arfl.errors import FaultError
 from arfl.run.rundir import write_json_atomic
 
 PENDING_FILE = "pending-faults.json"
@@ -66,8 +67,22 @@ class PendingFaults:
         with self._locked():
             return self._read()
 
-    def add(self, kind: str, replica: int | None, record: dict[str, Any]) -> str:
-        """Persist a revert owed; returns its id."""
+    def add(
+        self,
+        kind: str,
+        replica: int | None,
+        record: dict[str, Any],
+        refuse: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> str:
+        """Persist a revert owed; returns its id.
+
+        Args:
+            refuse: asked about every entry already pending, under the same lock as the
+                write; a reason returned means the new entry must not be added.
+
+        Raises:
+            FaultError: ``refuse`` gave a reason (nothing was added).
+        """
         me = psutil.Process()
         entry = {
             "id": uuid.uuid4().hex[:12],
@@ -80,6 +95,10 @@ class PendingFaults:
         }
         with self._locked():
             entries = self._read()
+            for other in entries:
+                why = refuse(other) if refuse is not None else None
+                if why:
+                    raise FaultError(why)
             entries.append(entry)
             self._write(entries)
         return str(entry["id"])

@@ -113,7 +113,15 @@ class ChaosRunner:
         outcome.replica = replica
         if fault.details.get("container"):  # the docker target: say which container it hits
             outcome.description = f"{fault.describe()} (container {fault.details['container']})"
-        entry = self.pending.add(params.kind, replica, record) if record else None
+        try:
+            entry = (
+                self.pending.add(params.kind, replica, record, refuse=self._clash(fault, record))
+                if record
+                else None
+            )
+        except FaultError as e:
+            outcome.error = f"{type(e).__name__}: {e}"
+            raise
         inject_start = time.time()
         try:
             try:
@@ -143,6 +151,37 @@ class ChaosRunner:
             with _signals_blocked():
                 self._revert(fault, params, outcome, entry)
         return outcome
+
+    def _clash(
+        self, fault: Fault, record: dict[str, Any]
+    ) -> Callable[[dict[str, Any]], str | None]:
+        """Why a pending entry forbids this fault: both hold the same link, route, container
+        or pids, so the first revert would lift the other's effect (faults do not stack)."""
+        mine = type(fault).claims(record)
+
+        def refuse(entry: dict[str, Any]) -> str | None:
+            try:
+                theirs = implementation(str(entry.get("kind"))).claims(entry.get("record") or {})
+            except FaultError:
+                return None
+            if not mine & theirs:
+                return None
+            pid = entry.get("owner_pid")
+            if owner_alive(entry):
+                until = f"its injector (pid {pid}) reverts it when its duration ends"
+            else:
+                until = (
+                    f"its injector (pid {pid}) is gone and the fault is still in place: "
+                    f"run 'arfl chaos recover {self.target.run_dir}'"
+                )
+            return (
+                f"{fault.describe()}: refused, replica {entry.get('replica')} is already under "
+                f"a {entry.get('kind')} that holds the same {_held(mine & theirs)} (pending "
+                f"fault {entry.get('id')}); faults on one resource do not stack (the first "
+                f"revert would lift both) — {until}"
+            )
+
+        return refuse
 
     def _revert(
         self, fault: Fault, params: FaultParams, outcome: FaultOutcome, entry: str | None
@@ -419,3 +458,9 @@ def runs_with_pending(root: Path) -> list[Path]:
         ):
             found.add(run_dir)
     return sorted(found)
+
+
+def _held(claims: frozenset[str]) -> str:
+    """``link arfl-ab-r0h, route arfl-ab-r1:10.213.0.2`` from claim keys."""
+    shown = sorted(c.replace(":", " ", 1) for c in claims)
+    return ", ".join(shown[:3]) + (f" (+{len(shown) - 3} more)" if len(shown) > 3 else "")

@@ -59,6 +59,11 @@ class Delay(FaultBase):
             type(self).undo(self.record)
 
     @classmethod
+    def claims(cls, record: dict[str, Any]) -> frozenset[str]:
+        """The link's root qdisc."""
+        return frozenset({f"qdisc:{record.get('link')}"})
+
+    @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
         """Delete the netem root qdisc."""
         if netns.root_qdisc(str(record["link"])) == "netem":

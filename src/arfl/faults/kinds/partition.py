@@ -159,6 +159,17 @@ class Partition(FaultBase):
                 dk.reconnect(network, name, str(cut["address"]))
 
     @classmethod
+    def claims(cls, record: dict[str, Any]) -> frozenset[str]:
+        """The container's place on its network, each link, each route (by namespace or
+        container and destination: ``0 from 1`` and ``1 from 0`` add the same routes)."""
+        cut = record.get("disconnect")
+        held = {f"network:{cut['network']}:{cut['container']}"} if cut else set()
+        held.update(f"link:{link}" for link in record.get("links", []))
+        for where, dst in [*record.get("routes", []), *record.get("container_routes", [])]:
+            held.add(f"route:{where}:{dst}")
+        return frozenset(held)
+
+    @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
         """Heal: links up, routes deleted, the container reconnected (if it still exists and
         is not connected)."""

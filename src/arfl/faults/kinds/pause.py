@@ -67,6 +67,13 @@ class Pause(FaultBase):
         self.details["cont_ms"] = _ms(t0) if waited is not None else None
 
     @classmethod
+    def claims(cls, record: dict[str, Any]) -> frozenset[str]:
+        """The frozen container, or each stopped pid."""
+        if "container" in record:
+            return frozenset({f"freezer:{record['container']}"})
+        return frozenset(f"stopped:{int(p[0])}" for p in record.get("pids", []))
+
+    @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
         """SIGCONT whatever is still there (unpause the container if it is still paused)."""
         if "container" in record:

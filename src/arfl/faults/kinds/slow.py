@@ -74,6 +74,15 @@ class Slow(FaultBase):
             cgroups.move(group, int(pid))
 
     @classmethod
+    def claims(cls, record: dict[str, Any]) -> frozenset[str]:
+        """The container's CPU quota, or the limited group and each process moved into it."""
+        if "container" in record:
+            return frozenset({f"cpu:{record['container']}"})
+        held = {f"cpu-group:{record.get('group')}"}
+        held.update(f"cpu-pid:{int(pid)}" for pid in record.get("pids", []))
+        return frozenset(held)
+
+    @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
         """Move members back to their original groups and remove the group (lift the
         container's quota)."""
