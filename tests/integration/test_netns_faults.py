@@ -278,10 +278,12 @@ def test_sigkilled_injector_then_recover_heals(net: Net) -> None:
 def test_sigterm_reverts(net: Net) -> None:
     ns0 = net.iso.namespaces[0]
     proc = _start_partition(net.run_dir)
-    assert netns.link_is_up(ns0.veth_host or "") is False
-    assert f"(pid {proc.pid}) reverts it" in _second_partition(net.run_dir).stderr
-    assert netns.link_is_up(ns0.veth_host or "") is False  # the refusal lifted nothing
-    proc.send_signal(signal.SIGTERM)
+    try:
+        assert netns.link_is_up(ns0.veth_host or "") is False
+        assert f"(pid {proc.pid}) reverts it" in _second_partition(net.run_dir).stderr
+        assert netns.link_is_up(ns0.veth_host or "") is False  # the refusal lifted nothing
+    finally:
+        proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 130
     assert netns.link_is_up(ns0.veth_host or "") is True
     assert not PendingFaults(net.run_dir).path.exists()
