@@ -57,7 +57,8 @@ def _spec(steps: list[dict[str, Any]], conf: dict[str, Any] | None = None, **rep
 
 
 def test_async_progress_only_for_stateless_micro_batches_and_never_passed_to_spark() -> None:
-    from arfl.replica.driver import ASYNC_PROGRESS_KEY, async_progress, writer_options
+    from arfl.configs.spec import ASYNC_PROGRESS_KEY
+    from arfl.replica.driver import async_progress, writer_options
 
     on = {ASYNC_PROGRESS_KEY: True}
     per_record = [{"filter": "amount > 10"}, {"select": ["user"]}]
@@ -78,7 +79,8 @@ def test_async_progress_only_for_stateless_micro_batches_and_never_passed_to_spa
 def test_async_progress_is_on_by_default_where_a_restart_may_replay(
     mode: str, replicas: int, default: bool
 ) -> None:
-    from arfl.replica.driver import ASYNC_PROGRESS_KEY, async_progress
+    from arfl.configs.spec import ASYNC_PROGRESS_KEY
+    from arfl.replica.driver import async_progress
 
     per_record = [{"filter": "amount > 10"}]
     assert async_progress(_spec(per_record, mode=mode, replicas=replicas)) == default

@@ -198,6 +198,16 @@ def test_single_problem_has_key_path(sections: dict[str, object], path: str, fra
     assert any(fragment in p for p in matching), problems
 
 
+def test_an_arfl_key_in_spark_conf_is_checked_not_passed_on_silently() -> None:
+    raw = _with(spark={"conf": {"arfl.asyncProgresTracking": False, "spark.x": "1"}})
+    (problem,) = [p for p in _problems(raw) if p.startswith("t.toml: spark.conf: ")]
+    assert "unknown arfl key 'arfl.asyncProgresTracking'" in problem
+    assert "arfl reads only arfl.asyncProgressTracking" in problem
+    raw = _with(spark={"conf": {"arfl.asyncProgressTracking": "sometimes"}})
+    assert any("must be true or false, got 'sometimes'" in p for p in _problems(raw))
+    parse_spec(_with(spark={"conf": {"arfl.asyncProgressTracking": "False"}}), "t.toml")
+
+
 def test_overlapping_faults_on_one_thing_are_named_each() -> None:
     def c(at: str, fault: str, replica: object, duration: str, **kw: object) -> dict[str, object]:
         return {"at": at, "fault": fault, "replica": replica, "duration": duration, **kw}

@@ -314,6 +314,13 @@ class Replication(_Model):
         return v
 
 
+ASYNC_PROGRESS_KEY = "arfl.asyncProgressTracking"
+"""``[spark.conf]`` key read by arfl, not passed to Spark: ``true`` or ``false`` turns Spark's
+asynchronous progress tracking on or off (default: ``replica/driver.async_progress``)."""
+ARFL_CONF_KEYS = frozenset({ASYNC_PROGRESS_KEY})
+"""The ``arfl.*`` keys of ``[spark.conf]``: arfl reads them and Spark never sees them."""
+
+
 class Spark(_Model):
     """Where replicas run."""
 
@@ -332,6 +339,22 @@ class Spark(_Model):
                 f"unknown master {v!r}: use local[N], local-cluster[workers,cores,memMB], "
                 "spark://host:port or k8s://..."
             )
+        return v
+
+    @field_validator("conf")
+    @classmethod
+    def _conf(cls, v: dict[str, str | int | float | bool]) -> dict[str, str | int | float | bool]:
+        problems = [
+            f"unknown arfl key {k!r} (arfl reads only {', '.join(sorted(ARFL_CONF_KEYS))}; "
+            "every other key goes to Spark as it is)"
+            for k in v
+            if k.startswith("arfl.") and k not in ARFL_CONF_KEYS
+        ]
+        flag = v.get(ASYNC_PROGRESS_KEY)
+        if flag is not None and str(flag).lower() not in ("true", "false"):
+            problems.append(f"{ASYNC_PROGRESS_KEY} must be true or false, got {flag!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
         return v
 
 

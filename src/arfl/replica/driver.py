@@ -30,7 +30,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from arfl.configs.realtime import DEFAULT_SHUFFLE_PARTITIONS
-from arfl.configs.spec import Spec, option_strings
+from arfl.configs.spec import ARFL_CONF_KEYS, ASYNC_PROGRESS_KEY, Spec, option_strings
 from arfl.errors import ArflError
 from arfl.replica import query
 from arfl.replica.modes.base import (
@@ -102,9 +102,6 @@ C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
 """JVM option of arfl's default replica JVMs (see :func:`spark_conf`)."""
 
 
-ASYNC_PROGRESS_KEY = "arfl.asyncProgressTracking"
-"""``[spark.conf]`` key read by arfl, not passed to Spark: ``true`` or ``false`` turns Spark's
-asynchronous progress tracking on or off (default: see :func:`async_progress`)."""
 ASYNC_PROGRESS_MODES = frozenset({"none", "active"})
 """Modes whose eligible queries track progress asynchronously unless the spec says ``false``:
 those on Spark's Kafka source where a restart's extra replay is harmless (the merger drops
@@ -191,7 +188,7 @@ def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
     if cfg.jars:
         conf["spark.jars"] = ",".join(cfg.jars)
     conf.update(
-        option_strings({k: v for k, v in spec.spark.conf.items() if not k.startswith("arfl.")})
+        option_strings({k: v for k, v in spec.spark.conf.items() if k not in ARFL_CONF_KEYS})
     )
     conf.update(cfg.conf)
     return conf
