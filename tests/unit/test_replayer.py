@@ -197,6 +197,7 @@ def test_the_replayer_keeps_keys_and_fields_and_the_recorded_spacing(tmp_path: P
     tail = InjectorStatsTail(tmp_path / "injector.jsonl")
     seconds = tail.poll()
     assert sum(s.sent for s in seconds) == 700 and tail.summary is not None
+    assert tail.summary.bad == 1 and tail.summary.to_dict()["bad"] == 1  # into summary.json
     assert tail.t0 == summary.t0
     journal = read_jsonl(tmp_path / "journal.jsonl")
     started = next(e for e in journal if e["event"] == "injector_started")

@@ -162,6 +162,9 @@ class InjectorSummary:
     max_behind_ms: float
     duration_s: float
     stopped_early: bool
+    bad: int | None = None
+    """Replay only: records of the recorded topic skipped as unusable (not a JSON object, no
+    recorded time); None for the generator."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> InjectorSummary:
@@ -177,6 +180,7 @@ class InjectorSummary:
             max_behind_ms=float(d["max_behind_ms"]),
             duration_s=float(d["duration_s"]),
             stopped_early=bool(d.get("stopped_early", False)),
+            bad=None if d.get("bad") is None else int(d["bad"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,6 +196,7 @@ class InjectorSummary:
             "max_behind_ms": self.max_behind_ms,
             "duration_s": self.duration_s,
             "stopped_early": self.stopped_early,
+            **({} if self.bad is None else {"bad": self.bad}),
         }
 
 
