@@ -135,12 +135,16 @@ def spec_for(
     interval: str = "",
     stagger: bool = True,
     target: str = "local",
+    replicas: int | None = None,
 ) -> Spec:
     """The benchmark spec: 2 partitions, every replica on ``local-cluster[1,1,1024]`` (deploy
     gives real-time replicas a slot per partition and shuffle partition); ``interval``: the
     real-time checkpoint interval (empty: the default); ``target``: ``spark.target`` (``docker``:
-    each replica in a container of its own)."""
+    each replica in a container of its own); ``replicas``: R of the replicated modes instead
+    of 2."""
     m = MODES[mode]
+    if replicas is not None and m.replicas > 1:
+        m = Mode(m.mode, replicas, m.trigger)
     raw: dict[str, Any] = {
         "name": f"rt-{pipeline}-{mode}",
         "source": {"topic": "rt", "partitions": 2, "event_time": "ts"},
@@ -324,7 +328,8 @@ def sweep_cpu(run_dir: Path, cpu: ProcessCpu, warmup_s: float) -> dict[str, Any]
 
 
 def _variant(r: dict[str, Any]) -> str:
-    return f"{r['pipeline']} {r['fault']} {r['mode']}"
+    more = f" R={r['replicas']}" if r.get("replicas") else ""
+    return f"{r['pipeline']} {r['fault']} {r['mode']}{more}"
 
 
 def _num(v: Any) -> float:
@@ -453,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
         default="local",
         help="spark.target of every run (docker: needs a daemon, scripts/docker-up)",
     )
+    ap.add_argument(
+        "--replicas", type=int, default=None, help="R of the replicated modes (default 2)"
+    )
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--faults", default=",".join(FAULTS))
@@ -512,27 +520,29 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row, default=str), flush=True)
         write_rows(args.out, [*rows, *sweep])
 
-    for pipeline in pipelines:
-        for fault in faults:
-            for mode in modes:
-                row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
-                spec = spec_for(
-                    pipeline,
-                    mode,
-                    args.rate,
-                    t.of(pipeline),
-                    fault,
-                    interval=args.interval,
-                    target=args.target,
-                )
-                try:
-                    run_dir, summary, _, wall = run(spec, args.runs)
-                    row.update(wall_s=round(wall, 1), **analyse(run_dir, summary))
-                except ArflError as e:
-                    print(f"{_variant(row)}: failed: {e}", file=sys.stderr)
-                    row["error"] = str(e)
-                rows.append(row)
-                record(row)
+    variants = [(p, f, m) for p in pipelines for f in faults for m in modes]
+    for pipeline, fault, mode in variants:
+        row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
+        if MODES[mode].replicas > 1 and args.replicas is not None:
+            row["replicas"] = args.replicas
+        spec = spec_for(
+            pipeline,
+            mode,
+            args.rate,
+            t.of(pipeline),
+            fault,
+            interval=args.interval,
+            target=args.target,
+            replicas=args.replicas,
+        )
+        try:
+            run_dir, summary, _, wall = run(spec, args.runs)
+            row.update(wall_s=round(wall, 1), **analyse(run_dir, summary))
+        except ArflError as e:
+            print(f"{_variant(row)}: failed: {e}", file=sys.stderr)
+            row["error"] = str(e)
+        rows.append(row)
+        record(row)
     staggers = {"on": [True], "off": [False], "both": [False, True]}[args.stagger]
     for rate, stagger in ((r, g) for r in rates for g in staggers):
         row = {
