@@ -37,6 +37,7 @@ invocation only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -144,7 +145,7 @@ def spec_for(
     of 2."""
     m = MODES[mode]
     if replicas is not None and m.replicas > 1:
-        m = Mode(m.mode, replicas, m.trigger)
+        m = dataclasses.replace(m, replicas=replicas)
     raw: dict[str, Any] = {
         "name": f"rt-{pipeline}-{mode}",
         "source": {"topic": "rt", "partitions": 2, "event_time": "ts"},
@@ -490,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         help="deploy nothing: re-analyse the runs of an earlier --out and print the tables",
     )
     args = ap.parse_args(argv)
+    if args.replicas is not None and args.replicas < 2:
+        ap.error("--replicas: the replicated modes need at least 2")
     if args.again is not None:
         return reanalyse(args.again)
     d = parse_duration
@@ -554,8 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         spec = spec_for(
             "per-record", "active", rate, t, None, t.sweep_duration, args.interval, stagger,
-            args.target,
+            args.target, args.replicas,
         )  # fmt: skip
+        if args.replicas is not None:
+            row["replicas"] = args.replicas
         try:
             run_dir, summary, cpu, wall = run(spec, args.runs)
             row.update(wall_s=round(wall, 1), **analyse(run_dir, summary))

@@ -100,7 +100,7 @@ def test_a_replayed_topic_is_processed_completely_at_its_recorded_pace(
     journal = read_jsonl(run / "journal.jsonl")
     finished = next(e for e in journal if e.get("event") == "injector_finished")
     assert (finished["produced"], finished["bad"], finished["capped"]) == (GOOD, bad, False)
-    assert result.summary["bad_input"] == result.summary["injector"]["bad"] == bad
+    assert result.summary["replay_skipped"] == result.summary["injector"]["bad"] == bad
     assert finished["end_of_input_markers"] == 2
     warnings = [e["message"] for e in journal if e.get("event") == "warning"]
     assert any(f"{bad} records of {ext} skipped" in w for w in warnings), warnings

@@ -244,6 +244,31 @@ def test_a_fault_on_what_a_pending_fault_holds_is_refused(fake_kind: None, tmp_p
         ChaosRunner(FakeTarget(tmp_path)).run_fault(FaultParams("test-fault", replica=0))
 
 
+def test_a_scheduled_fault_starting_as_another_ends_waits_for_its_revert(
+    fake_kind: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow_undo = Recording.undo.__func__  # type: ignore[attr-defined]
+
+    def undo(cls: type[Recording], record: dict[str, Any]) -> None:
+        time.sleep(0.3)  # a revert takes time (docker unpause, reconnect)
+        slow_undo(cls, record)
+
+    monkeypatch.setattr(Recording, "undo", classmethod(undo))
+    runner = ChaosRunner(FakeTarget(tmp_path))
+    runner.start_schedule(
+        [
+            FaultParams("test-fault", replica=0, at_s=0.0, duration_s=0.2),
+            FaultParams("test-fault", replica=0, at_s=0.25, duration_s=0.1),  # back to back
+        ]
+    )
+    time.sleep(0.1)
+    runner.wait(timeout_s=10)
+    assert CALLS == ["inject 0 0.0", "undo 0", "inject 0 0.25", "undo 0"]
+    assert [o.error for o in runner.outcomes] == [None, None]
+    events = [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")]
+    assert "fault-failed" not in events
+
+
 def test_claims_meet_where_one_revert_would_lift_another_fault() -> None:
     from arfl.faults.base import implementation
 
@@ -263,6 +288,10 @@ def test_claims_meet_where_one_revert_would_lift_another_fault() -> None:
     assert slow.claims({"container": "c0"}) & slow.claims({"container": "c0"})
     assert slow.claims({"group": "/g/r0", "pids": [7]}) & slow.claims({"group": "/g/r0"})
     assert delay.claims({"link": "v0"}) & delay.claims({"link": "v0"})
+    # docker: a disconnect replaces the container's veth, and a delay's qdisc with it
+    assert delay.claims({"link": "v0", "container": "c0"}) & part.claims(cut)
+    assert not delay.claims({"link": "v0"}) & part.claims({"links": ["v0"]})  # netns: kept
+    assert not pause.claims({"pids": [[5, 1.0]]}) & pause.claims({"pids": [[5, 9.0]]})  # reused
     # instantaneous kinds hold nothing; every lasting kind holds something
     for kind in FAULTS.names():
         record = {"link": "v", "links": ["v"], "container": "c", "pids": [[1, 0]]}

@@ -689,9 +689,15 @@ def _stacked_faults(chaos: list[Any]) -> list[tuple[str, str]]:
     (the runner refuses the second at run time; here every such pair is named at once). What a
     fault holds mirrors the kinds' ``claims``: a partition the replica's link, or with ``from``
     the routes between the replica and each peer (both directions); the other kinds the replica.
+    The replica is compared as written (``"leader"`` is not matched with an index, which the
+    leader may be at run time); the runner's check at injection is the one that decides.
     """
+
+    def index(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
     out: list[tuple[str, str]] = []
-    seen: list[tuple[int, float, float, set[tuple[Any, ...]]]] = []
+    seen: list[tuple[int, float, float, str, set[tuple[Any, ...]]]] = []
     for i, c in enumerate(chaos):
         fault = str(c.get("fault")) if isinstance(c, dict) else ""
         if fault not in FAULTS or not FAULTS.info(fault).takes_duration:
@@ -699,25 +705,27 @@ def _stacked_faults(chaos: list[Any]) -> list[tuple[str, str]]:
         assert isinstance(c, dict)
         at, length = _safe_duration(c.get("at")), _safe_duration(c.get("duration"))
         target = c.get("replica")
-        if at is None or length is None or target is None or isinstance(target, bool):
+        if at is None or length is None or not (index(target) or target == "leader"):
             continue
         peers = c.get("from") if fault == "partition" else None
         held: set[tuple[Any, ...]]
-        if isinstance(peers, list) and peers:
+        what = f"{fault} of replica {target}"
+        if isinstance(peers, list) and peers and all(index(p) for p in peers):
             held = {(fault, "route", a, b) for p in peers for a, b in ((target, p), (p, target))}
+            what += f" from {peers}"
         else:
             held = {(fault, target)}
-        for j, start, end, theirs in seen:
+        for j, start, end, theirs_what, theirs in seen:
             if at < end and start < at + length and held & theirs:
                 out.append(
                     (
                         f"chaos[{i}]",
-                        f"overlaps chaos[{j}] ({fault} of replica {target} from {start:g}s to "
-                        f"{end:g}s): faults of one kind on one replica do not stack (the first "
-                        "revert would lift both); let one end before the other starts",
+                        f"overlaps chaos[{j}] ({theirs_what}, {start:g}s to {end:g}s): "
+                        "faults of one kind on one replica do not stack (the first revert "
+                        "would lift both); let one end before the other starts",
                     )
                 )
-        seen.append((i, at, at + length, held))
+        seen.append((i, at, at + length, what, held))
     return out
 
 

@@ -17,6 +17,7 @@ wall-clock start and end of the action.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -114,11 +115,7 @@ class ChaosRunner:
         if fault.details.get("container"):  # the docker target: say which container it hits
             outcome.description = f"{fault.describe()} (container {fault.details['container']})"
         try:
-            entry = (
-                self.pending.add(params.kind, replica, record, refuse=self._clash(fault, record))
-                if record
-                else None
-            )
+            entry = self._add_pending(fault, params.kind, replica, record) if record else None
         except FaultError as e:
             outcome.error = f"{type(e).__name__}: {e}"
             raise
@@ -152,23 +149,47 @@ class ChaosRunner:
                 self._revert(fault, params, outcome, entry)
         return outcome
 
+    def _add_pending(
+        self, fault: Fault, kind: str, replica: int | None, record: dict[str, Any]
+    ) -> str:
+        """Persist the revert unless a pending fault holds what this one would (refused). A
+        clash with a fault of this very process is waited out for up to
+        :data:`OWN_REVERT_WAIT_S`: a schedule's fault that starts as another ends finds the
+        other still reverting (its duration is counted from the end of its inject)."""
+        deadline = time.monotonic() + OWN_REVERT_WAIT_S
+        while True:
+            owners: list[int] = []
+            try:
+                return self.pending.add(
+                    kind, replica, record, refuse=self._clash(fault, record, owners)
+                )
+            except FaultError:
+                mine = owners and all(o == os.getpid() for o in owners)
+                if not mine or time.monotonic() > deadline or self._stop.wait(0.05):
+                    raise
+
     def _clash(
-        self, fault: Fault, record: dict[str, Any]
+        self, fault: Fault, record: dict[str, Any], owners: list[int]
     ) -> Callable[[dict[str, Any]], str | None]:
         """Why a pending entry forbids this fault: both hold the same link, route, container
-        or pids, so the first revert would lift the other's effect (faults do not stack)."""
+        or pids, so the first revert would lift the other's effect (faults do not stack). The
+        owner pid of each clashing entry is appended to ``owners``."""
         mine = type(fault).claims(record)
 
         def refuse(entry: dict[str, Any]) -> str | None:
             try:
                 theirs = implementation(str(entry.get("kind"))).claims(entry.get("record") or {})
-            except FaultError:
-                return None
+            except (FaultError, KeyError, TypeError, ValueError, IndexError):
+                return None  # a record this version cannot read holds nothing it knows of
             if not mine & theirs:
                 return None
             pid = entry.get("owner_pid")
+            owners.append(pid if isinstance(pid, int) else -1)
             if owner_alive(entry):
-                until = f"its injector (pid {pid}) reverts it when its duration ends"
+                until = (
+                    f"its injector (pid {pid}) reverts it when its duration ends (if that "
+                    f"revert failed: 'arfl chaos recover --force {self.target.run_dir}')"
+                )
             else:
                 until = (
                     f"its injector (pid {pid}) is gone and the fault is still in place: "
@@ -458,6 +479,10 @@ def runs_with_pending(root: Path) -> list[Path]:
         ):
             found.add(run_dir)
     return sorted(found)
+
+
+OWN_REVERT_WAIT_S = 10.0
+"""How long a fault waits for a clashing fault of the same process to finish its revert."""
 
 
 def _held(claims: frozenset[str]) -> str:

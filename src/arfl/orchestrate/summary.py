@@ -40,7 +40,7 @@ def summarise(ctx: RunContext, resources: ResourceSampler, master: str) -> dict[
         "duplicates_dropped": merged.get("duplicates"),
         "divergent": merged.get("divergent"),
         "bad_records": merged.get("bad"),
-        "bad_input": inj.summary.bad if inj.summary else None,
+        "replay_skipped": inj.summary.bad if inj.summary else None,
         "latency_ms": merged.get("latency_ms"),
         "longest_gap_ms": merged.get("longest_gap_ms"),
         "replica_restarts": restarts,

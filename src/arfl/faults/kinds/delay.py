@@ -44,6 +44,7 @@ class Delay(FaultBase):
         self.record = {"link": link}
         self.details = {"replica": replica, "link": link, "delay_s": self.params.delay_s}
         if name is not None:
+            self.record["container"] = name
             self.details["container"] = name
         return self.record
 
@@ -60,8 +61,12 @@ class Delay(FaultBase):
 
     @classmethod
     def claims(cls, record: dict[str, Any]) -> frozenset[str]:
-        """The link's root qdisc."""
-        return frozenset({f"qdisc:{record.get('link')}"})
+        """The link's root qdisc; on the docker target also the container's veth, which a
+        ``partition`` that disconnects the container replaces (the qdisc would go with it)."""
+        held = {f"qdisc:{record.get('link')}"}
+        if record.get("container"):
+            held.add(f"veth:{record['container']}")
+        return frozenset(held)
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:

@@ -160,10 +160,13 @@ class Partition(FaultBase):
 
     @classmethod
     def claims(cls, record: dict[str, Any]) -> frozenset[str]:
-        """The container's place on its network, each link, each route (by namespace or
-        container and destination: ``0 from 1`` and ``1 from 0`` add the same routes)."""
+        """The container's place on its network and its veth, each link, each route (by
+        namespace or container and destination: ``0 from 1`` and ``1 from 0`` add the same
+        routes)."""
         cut = record.get("disconnect")
         held = {f"network:{cut['network']}:{cut['container']}"} if cut else set()
+        if cut:  # a reconnect gives the container a new veth: a delay on the old one ends
+            held.add(f"veth:{cut['container']}")
         held.update(f"link:{link}" for link in record.get("links", []))
         for where, dst in [*record.get("routes", []), *record.get("container_routes", [])]:
             held.add(f"route:{where}:{dst}")

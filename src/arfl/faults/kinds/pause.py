@@ -68,10 +68,11 @@ class Pause(FaultBase):
 
     @classmethod
     def claims(cls, record: dict[str, Any]) -> frozenset[str]:
-        """The frozen container, or each stopped pid."""
+        """The frozen container, or each stopped process (pid and create time: a reused pid
+        is another process)."""
         if "container" in record:
             return frozenset({f"freezer:{record['container']}"})
-        return frozenset(f"stopped:{int(p[0])}" for p in record.get("pids", []))
+        return frozenset(f"stopped:{int(p[0])}@{p[1]}" for p in record.get("pids", []))
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
