@@ -81,6 +81,22 @@ def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watch, "QUIET_S", 0.2)
 
 
+def test_last_progress_is_the_newest_line_read_incrementally(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    w = _watcher(ctx, {0: ReplicaState(0, "running", pid=1)})
+    assert w.last_progress(0) is None
+    _progress(ctx, 0, {0: 1, 1: 1})
+    _progress(ctx, 0, {0: 5, 1: 5})
+    first = w.last_progress(0)
+    assert first is not None and first["sources"][0]["endOffset"]["offsets"] == {"0": 5, "1": 5}
+    assert w.last_progress(0) is first  # nothing new: the kept line, the file not re-read
+    _progress(ctx, 0, END)
+    newest = w.last_progress(0)
+    assert newest is not None and newest["sources"][0]["endOffset"]["offsets"] == {
+        str(p): o for p, o in END.items()
+    }
+
+
 def test_caught_up_leaves_out_the_replicas_given_up_on(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
     _progress(ctx, 0, END)

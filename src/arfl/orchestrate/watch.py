@@ -218,6 +218,10 @@ class Watcher:
         src = ctx.rspec.source
         self._probe: EndOffsetProbe | None = None
         self._probe_args = (kafka, src.topic, src.partitions)
+        self._progress_tails = {
+            i: JsonlTail(ctx.paths.progress(i)) for i in range(ctx.spec.replication.replicas)
+        }
+        self._newest_progress: dict[int, dict[str, Any]] = {}
         self.lag = LagWatch(ctx.journal, ctx.spec, self.source_end_offsets, self.last_progress)
 
     def source_end_offsets(self) -> dict[int, int]:
@@ -228,9 +232,12 @@ class Watcher:
         return self._probe()
 
     def last_progress(self, replica: int) -> dict[str, Any] | None:
-        """The newest ``StreamingQueryProgress`` of a replica."""
-        progress = read_jsonl(self.ctx.paths.progress(replica))
-        return progress[-1] if progress else None
+        """The newest ``StreamingQueryProgress`` of a replica (its file read incrementally:
+        the lag and rejoin watches ask every tick, and the file grows all run)."""
+        new = self._progress_tails[replica].read_new()
+        if new:
+            self._newest_progress[replica] = new[-1]
+        return self._newest_progress.get(replica)
 
     def run(self, on_tick: Callable[[Tick], None] | None) -> None:
         """Until the input has ended and the output has drained (or the drain cap passed).
