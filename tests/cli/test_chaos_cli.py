@@ -193,6 +193,18 @@ def test_dry_run_injects_nothing(
     assert not (run_dir / "journal.jsonl").exists()
 
 
+def test_dry_run_says_a_fault_would_be_refused(
+    run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a pause of the same processes is pending (its injector runs: this test)
+    PendingFaults(run_dir).add("pause", 0, {"pids": identify([sleeper.pid])})
+    assert main(["chaos", "inject", str(run_dir), "pause", "-r", "0", "--dry-run"]) == 5
+    out, err = capsys.readouterr()
+    assert "dry run" in out
+    assert "it would be refused" in err and "already under a pause" in err
+    assert psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED
+
+
 def test_pause_by_hand_blocks_then_reverts(
     run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:

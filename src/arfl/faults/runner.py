@@ -149,6 +149,11 @@ class ChaosRunner:
                 self._revert(fault, params, outcome, entry)
         return outcome
 
+    def refusal(self, fault: Fault, record: dict[str, Any]) -> str | None:
+        """Why a planned fault (:meth:`plan`) would be refused now, or None (``--dry-run``)."""
+        refuse = self._clash(fault, record, [])
+        return next((why for e in self.pending.entries() if (why := refuse(e))), None)
+
     def _add_pending(
         self, fault: Fault, kind: str, replica: int | None, record: dict[str, Any]
     ) -> str:

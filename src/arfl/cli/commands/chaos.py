@@ -237,6 +237,9 @@ def inject_cmd(
         planned, record = runner.plan(params)
         out.print(f"[bold]dry run[/] {planned.describe()} on run {target.run}", highlight=False)
         out.print(json.dumps({"details": planned.details, "undo": record}, indent=2, default=str))
+        why = runner.refusal(planned, record)
+        if why:
+            raise FaultError(f"it would be refused: {why}")
         return
     ChaosRunner.handle_signals()
 
