@@ -101,9 +101,10 @@ def test_caught_up_leaves_out_the_replicas_given_up_on(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
     _progress(ctx, 0, END)
     _progress(ctx, 1, {0: 10, 1: 10})  # stopped early: it was killed for good
-    assert not caught_up(ctx, END)
-    assert caught_up(ctx, END, without={1})
-    assert not caught_up(ctx, END, without={0})
+    last = _watcher(ctx, {}).last_progress
+    assert not caught_up(ctx.spec, last, END)
+    assert caught_up(ctx.spec, last, END, without={1})
+    assert not caught_up(ctx.spec, last, END, without={0})
 
 
 def test_drain_does_not_wait_for_a_replica_that_gave_up(tmp_path: Path) -> None:

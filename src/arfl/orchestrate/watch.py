@@ -35,7 +35,7 @@ from arfl.processes import ManagedProcess
 from arfl.registry import MODES
 from arfl.run.names import leader_path
 from arfl.run.progress import LATE_DROP_EVENT, from_journal, late_drops, reached
-from arfl.run.rundir import Journal, RunPaths, read_jsonl
+from arfl.run.rundir import Journal, RunPaths
 from arfl.run.streams import (
     InjectorSecond,
     InjectorStatsTail,
@@ -77,24 +77,30 @@ def drain_seconds(spec: Spec) -> float:
     return 120.0 + extra
 
 
-def caught_up(ctx: RunContext, input_end: dict[int, int], without: Collection[int] = ()) -> bool:
+def caught_up(
+    spec: Spec,
+    last_progress: Callable[[int], dict[str, Any] | None],
+    input_end: dict[int, int],
+    without: Collection[int] = (),
+) -> bool:
     """Every replica's last batch reached the input's end and the one after it ran empty.
 
     The empty (no-data) batch is the one that advances the watermark and emits the windows
     it closed; per-record pipelines need none, but it costs nothing to wait for.
 
     Args:
-        ctx: the run.
+        spec: the run's spec.
+        last_progress: a replica's newest progress line (:meth:`Watcher.last_progress`).
         input_end: the input topic's end offset per partition.
         without: replicas left out (the supervisor gave up on them: they never catch up).
     """
-    for i in range(ctx.spec.replication.replicas):
+    for i in range(spec.replication.replicas):
         if i in without:
             continue
-        progress = read_jsonl(ctx.paths.progress(i))
-        if not progress or not reached(progress[-1], input_end):
+        last = last_progress(i)
+        if last is None or not reached(last, input_end):
             return False
-        if ctx.spec.has_window and progress[-1].get("numInputRows", 0) != 0:
+        if spec.has_window and last.get("numInputRows", 0) != 0:
             return False
     return True
 
@@ -400,4 +406,4 @@ class Watcher:
                 f"ended ({behind or 'lag unknown'}); stopping anyway (results may be missing)",
             )
             return True
-        return quiet >= QUIET_S and caught_up(self.ctx, input_end, gone)
+        return quiet >= QUIET_S and caught_up(self.ctx.spec, self.last_progress, input_end, gone)
