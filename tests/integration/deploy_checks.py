@@ -237,22 +237,6 @@ def check_silent_then_resumed(run: Path, replica: int, start: float, end: float)
     assert after and after[-1] > max(during), "no output after the fault was reverted"
 
 
-def batches_with_data(run: Path, replica: int) -> dict[str, str]:
-    """A replica's micro-batches that read input, from its progress lines: source end offset
-    (JSON, the batch boundary) -> the watermark the batch ran with. A batch re-run after a
-    restart appears once (it must have the same watermark: asserted)."""
-    import json
-
-    out: dict[str, str] = {}
-    for line in read_jsonl(run / "progress" / f"replica-{replica}.jsonl"):
-        if not line.get("numInputRows"):
-            continue
-        end = json.dumps(line["sources"][0]["endOffset"], sort_keys=True)
-        mark = str((line.get("eventTime") or {}).get("watermark"))
-        assert out.setdefault(end, mark) == mark, (replica, end, out[end], mark)
-    return out
-
-
 def batch_drops(run: Path, replica: int) -> dict[str, int]:
     """Rows a replica's batches dropped behind the watermark, by batch end offset (JSON)."""
     import json

@@ -8,6 +8,7 @@ across queries show the agreement; a restart on a checkpoint shows the replay.
 from __future__ import annotations
 
 import json
+import random
 import sys
 import threading
 import time
@@ -82,16 +83,23 @@ class Replica:
     too loaded for Spark's planner process to connect back within Spark's fixed 10 s (seen at
     load average 15 on 2 cores; DESIGN.md §3) — any other failure fails the test."""
 
-    def __init__(self, spark: Any, opts: SourceOptions, base: Path) -> None:
-        self.spark, self.opts = spark, opts
+    def __init__(
+        self,
+        spark: Any,
+        opts: SourceOptions,
+        base: Path,
+        build: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.spark, self.opts, self.build = spark, opts, build
         self.ckpt, self.out = base / "checkpoint", base / "out"
         self.progress: list[dict[str, Any]] = []
         self.restarts = 0
         self.q = self._start()
 
     def _start(self) -> Any:
+        df = read_stream(self.spark, self.opts)
         return (
-            read_stream(self.spark, self.opts)
+            (df if self.build is None else self.build(df))
             .writeStream.format("parquet")
             .option("path", str(self.out))
             .option("checkpointLocation", str(self.ckpt))
@@ -110,7 +118,8 @@ class Replica:
         self.q = self._start()
 
     def rows(self) -> Any:
-        return self.spark.read.schema(SCHEMA).parquet(str(self.out))
+        schema = SCHEMA if self.build is None else "key string, value string"
+        return self.spark.read.schema(schema).parquet(str(self.out))
 
     def count(self) -> int:
         self.check()
@@ -323,3 +332,125 @@ def test_leader_replicas_apply_the_same_decisions(
         zk.close()
         r0.stop()
         r1.stop()
+
+
+def _disordered(bootstrap: str, topic: str, n: int, rate: float) -> None:
+    """``n`` events over 2 partitions, event time up to 3 s behind the send time (seeded)."""
+    rnd = random.Random(7)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(n):
+        now = int(time.time() * 1000)
+        event = {"seq": i, "ts": now, "user": f"u{i % 4}", "amount": 1.0,
+                 "et": now - rnd.randint(0, 3000)}  # fmt: skip
+        p.produce(topic, value=json.dumps(event).encode(), partition=i % 2)
+        p.poll(0)
+        time.sleep(1 / rate)
+    p.flush(10)
+
+
+def _late_drops(progress: list[dict[str, Any]]) -> int:
+    """Rows dropped behind a watermark: Spark's own count plus the agreed watermark's."""
+    spark_own = sum(
+        int(o.get("numRowsDroppedByWatermark") or 0)
+        for p in progress
+        for o in p.get("stateOperators") or []
+    )
+    # (Spark's in-process progress gives each observed metric as a Row.)
+    observed = [(p.get("observedMetrics") or {}).get("arfl_late") for p in progress]
+    agreed = sum(int(m["rows"] or 0) for m in observed if m is not None)
+    return spark_own + agreed
+
+
+def test_leaderless_windows_drop_the_same_late_rows_however_batches_run(
+    spark: Any, stack: StackInfo, topic_name: str, tmp_path: Path
+) -> None:
+    """Issue 13: a windowed replica that keeps up and two that start with the whole input in
+    the log — one running the agreed batches one by one, one merging them — drop the same late
+    rows and emit the same windows (before the agreed watermark the merging one kept rows the
+    others dropped: Spark drops by the previous Spark batch's watermark)."""
+    from arfl.configs.spec import parse_spec
+    from arfl.replica.query import apply_steps, parse_events, shape_results
+
+    ensure_topic(stack.kafka, topic_name, 2, log_append_time=True)
+    spec = parse_spec(
+        {
+            "name": "latewin",
+            "source": {"topic": topic_name, "partitions": 2, "event_time": "et"},
+            "steps": [
+                {
+                    "window": {
+                        "size": "1s",
+                        "key": "user",
+                        "watermark": "500ms",
+                        "agg": {"n": "count(*)", "total": "sum(amount)"},
+                    }
+                }
+            ],
+            "sink": {"topic": "latewin-out"},
+            "replication": {"mode": "active-leaderless", "replicas": 2},
+        }
+    )
+
+    def build(df: Any) -> Any:
+        return shape_results(apply_steps(parse_events(df, spec), spec), spec, 0)
+
+    def opts(r: int, **kw: Any) -> SourceOptions:
+        # What the mode configures for this spec (the agreed watermark), 1-s agreed batches.
+        return SourceOptions(
+            bootstrap=stack.kafka, topic=topic_name, mode="active-leaderless", replica=r,
+            heartbeat_interval_s=INTERVAL_S, event_time_field="et", watermark_delay_ms=500,
+            **kw,
+        )  # fmt: skip
+
+    def windows(r: Replica) -> dict[str, str]:
+        return {row["key"]: json.loads(row["value"])["hash"] for row in r.rows().collect()}
+
+    n = 1000
+    live = Replica(spark, opts(0), tmp_path / "r0", build)
+    try:
+        _disordered(stack.kafka, topic_name, n, 100)
+        log = TopicLog(stack.kafka, topic_name)
+        try:
+            hw = log.high_watermarks()
+        finally:
+            log.close()
+
+        def read_all(r: Replica) -> Callable[[], bool]:
+            def done() -> bool:
+                r.check()
+                e = ends(r.all_progress())
+                return bool(e) and all(e[max(e)].offsets.get(p, 0) >= hw[p] for p in hw)
+
+            return done
+
+        wait_until(read_all(live), 120, lambda: f"the live replica to read {hw}")
+        behind = {
+            "aligned": Replica(spark, opts(1, heartbeat=False), tmp_path / "r1", build),
+            "merging": Replica(
+                spark, opts(2, heartbeat=False, max_epochs_per_batch=0), tmp_path / "r2", build
+            ),
+        }
+        try:
+            for name, r in behind.items():
+                wait_until(read_all(r), 120, lambda name=name: f"the {name} replica to read {hw}")
+            time.sleep(3)  # the batches that emit what the last watermark closed
+            got = {"live": windows(live)} | {name: windows(r) for name, r in behind.items()}
+            progress = {"live": live.all_progress()} | {
+                name: r.all_progress() for name, r in behind.items()
+            }
+        finally:
+            for r in behind.values():
+                r.stop()
+        drops = {name: _late_drops(p) for name, p in progress.items()}
+        batches = {name: sum(1 for x in p if x["numInputRows"]) for name, p in progress.items()}
+        print(f"\nwindows {dict((k, len(v)) for k, v in got.items())}, late drops {drops}, "
+              f"batches {batches}")  # fmt: skip
+        assert len(got["live"]) > 10
+        assert drops["live"] > 0 and len(set(drops.values())) == 1, drops
+        assert batches["merging"] < batches["aligned"] // 2, batches
+        for name in behind:
+            a, b = got["live"], got[name]
+            differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            assert not differ, (name, [(k, a.get(k), b.get(k)) for k in differ[:5]])
+    finally:
+        live.stop()

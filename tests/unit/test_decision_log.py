@@ -7,7 +7,8 @@ import pytest
 from arfl.errors import DeployError
 from arfl.replica.modes.leader import Decider, Decision, DecisionBook, LeaderPolicy
 from arfl.replica.source import BatchOffset, SourceOptions
-from arfl.replica.source.offsets import NO_BATCH
+from arfl.replica.source.late import LateRule
+from arfl.replica.source.offsets import NO_BATCH, AgreedGroup
 from arfl.run.names import decision_topic, leader_path
 
 
@@ -255,7 +256,9 @@ def test_a_follower_behind_merges_the_ready_decisions_only_when_asked() -> None:
     merging, _, _ = policy(topic, {}, leader=False, replica=2, merge=True)
     assert aligned.next_end(START, None) == BatchOffset(0, {0: 5, 1: 3})
     caught_up = merging.next_end(START, None)
-    assert caught_up == BatchOffset(2, {0: 12, 1: 10})
+    assert caught_up.batch == 2 and caught_up.same_position(BatchOffset(2, {0: 12, 1: 10}))
+    # It names where each merged decision begins (the agreed watermark is per decision).
+    assert caught_up.groups == (AgreedGroup({0: 5, 1: 3}), AgreedGroup({0: 9, 1: 4}))
     # and it goes on with decision 3 like everyone else
     inp.hw = {0: 13, 1: 10}
     decide(lead)
@@ -278,11 +281,12 @@ def test_merged_decisions_stay_within_the_batch_cap() -> None:
     [
         ([{"filter": "amount > 10"}, {"select": ["user", "amount"]}], "auto", True),
         ([{"filter": "amount > 10"}], "aligned", False),
-        ([{"window": {"size": "2s", "key": "user", "agg": {"n": "count(*)"}}}], "auto", False),
+        ([{"window": {"size": "2s", "key": "user", "agg": {"n": "count(*)"}}}], "auto", True),
+        ([{"window": {"size": "2s", "key": "user", "agg": {"n": "count(*)"}}}], "aligned", False),
         ([{"transform": "mod:fn"}], "auto", False),
     ],
 )
-def test_only_a_stateless_pipeline_catches_up_by_merging_agreed_batches(
+def test_filters_selects_and_windows_catch_up_by_merging_agreed_batches(
     steps: list[dict[str, object]], catch_up: str, merges: bool
 ) -> None:
     from pathlib import Path
@@ -304,3 +308,9 @@ def test_only_a_stateless_pipeline_catches_up_by_merging_agreed_batches(
     le = leader.source_options(spec("active-leader"), ctx)  # type: ignore[arg-type]
     assert (lo.max_epochs_per_batch == 0) == merges and lo.max_epochs_per_batch in (0, 1)
     assert le.merge_decisions == merges
+    # A window's replicas drop late rows by the agreed watermark, merging or not.
+    windowed = any("window" in s for s in steps)
+    for opts in (lo, le):
+        assert (opts.late_rule is not None) == windowed
+        if windowed:
+            assert opts.late_rule == LateRule("ts", 0)

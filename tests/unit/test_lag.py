@@ -144,10 +144,11 @@ def test_a_replica_catching_up_slowly_is_not_warned(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("stateful", [True, False])
 def test_agreed_batch_warning_names_the_batch_interval(tmp_path: Path, stateful: bool) -> None:
-    # Only where a replica runs one agreed batch at a time (a window): a stateless pipeline's
-    # replica merges the ready ones, and the batch interval is not what holds it back.
+    # Only where a replica runs one agreed batch at a time (catch_up = "aligned"): with the
+    # default a replica merges the ready ones, and the batch interval is not what holds it back.
     w = _World()
-    spec = _spec("active-leaderless", 2, WINDOW if stateful else None, batch_interval="5s")
+    catch_up = "aligned" if stateful else "auto"
+    spec = _spec("active-leaderless", 2, WINDOW, batch_interval="5s", catch_up=catch_up)
     assert threshold_s(spec) == 15.0
     lw, j = _watch(tmp_path, spec, w)
     w.caught_up(0)

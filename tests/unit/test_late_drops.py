@@ -23,7 +23,7 @@ from arfl.orchestrate.supervisor import ReplicaState
 from arfl.orchestrate.watch import LateDropWatch, Watcher
 from arfl.report import build_report
 from arfl.report.html import correctness_rows, render_html
-from arfl.run.progress import batch_late_drop, from_journal, late_drops
+from arfl.run.progress import AGREED_WATERMARK, batch_late_drop, from_journal, late_drops
 from arfl.run.rundir import Journal, RunPaths, read_jsonl
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
@@ -91,6 +91,22 @@ def test_lines_without_drops_or_unreadable_drop_nothing() -> None:
                                             {"numRowsDroppedByWatermark": 2}]}  # fmt: skip
     drop = batch_late_drop(odd, 0)
     assert drop is not None and drop.operators == {2: 2} and drop.operator_name is None
+
+
+def test_rows_the_agreed_watermark_dropped_count_as_late_drops() -> None:
+    # The window step's observed metric (arfl.replica.source.late): Spark's own operators then
+    # see no late row.
+    line = {**_line(3, 0), "observedMetrics": {"arfl_late": {"rows": 6}, "arfl_input": {"rows": 9}}}
+    drop = batch_late_drop(line, 0)
+    assert drop is not None and drop.rows == 6 and drop.operators == {AGREED_WATERMARK: 6}
+    assert drop.operator_name == "agreed watermark"
+    assert "every replica drops the same ones" in drop.journal_fields()["message"]
+    both = batch_late_drop({**_line(3, 2), "observedMetrics": {"arfl_late": {"rows": 1}}}, 0)
+    assert both is not None and both.rows == 3 and both.operators == {AGREED_WATERMARK: 1, 0: 2}
+    assert (
+        batch_late_drop({**_line(3, 0), "observedMetrics": {"arfl_late": {"rows": 0}}}, 0) is None
+    )
+    assert batch_late_drop({**_line(3, 0), "observedMetrics": {"arfl_late": "x"}}, 0) is None
 
 
 def test_journal_event_reads_back() -> None:

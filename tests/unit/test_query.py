@@ -443,3 +443,31 @@ def test_offline_recomputation_counts_markers_and_windows_that_cannot_be_final(
     assert marked.not_final == frozenset()
     assert marked.final == set(marked.results) == set(without.results)
     assert marked.data == without.data
+
+
+def test_the_agreed_watermark_drops_rows_whose_window_ended_before_it(
+    spark: SparkSession,
+) -> None:
+    # The arfl-kafka source's late_before column (the agreed watermark of the row's agreed
+    # batch): a row goes into a window only if that window ends after it. Per window, like
+    # Spark's own watermark: with sliding windows a row may count in one window and not in
+    # another.
+    spec = _spec(
+        [{"window": {"size": "2s", "slide": "1s", "key": "user", "agg": {"n": "count(*)"}}}]
+    )
+    events = [_event(0, "a", 1.0, 1500), _event(1, "a", 1.0, 1600), _event(2, "a", 1.0, 2500)]
+    late: list[int | None] = [None, 2000, 2000]
+    rows = [(v.encode(), 0, i, late[i]) for i, v in enumerate(events)]
+    raw = spark.createDataFrame(rows, "value binary, partition int, offset long, late_before long")
+    res = _results(raw, spec)
+    counts = {rid: r.data["n"] for rid, r in res.items()}
+    # 1500 and 1600 are in [0, 2000) and [1000, 3000); 2500 in [1000, 3000) and [2000, 4000).
+    # Window [0, 2000) ends at 2000, not after the threshold: only the row without one counts.
+    assert counts == {"0-2000:a": 1, "1000-3000:a": 3, "2000-4000:a": 1}
+    # Without the column (Spark's Kafka source, the offline recomputation) nothing is dropped.
+    plain = _results(_raw(spark, events), spec)
+    assert {rid: r.data["n"] for rid, r in plain.items()} == {
+        "0-2000:a": 2,
+        "1000-3000:a": 3,
+        "2000-4000:a": 1,
+    }

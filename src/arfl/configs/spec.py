@@ -265,10 +265,10 @@ class Replication(_Model):
     catch_up: Literal["auto", "aligned"] = "auto"
     """active-leader/-leaderless: how a replica that fell behind catches up. ``aligned``: it
     runs the same agreed batches as the others, one per Spark batch (only faster). ``auto``
-    (default): the same, unless every step is stateless (filter, select): then it runs the
+    (default): the same, unless every step is a filter, select or window: then it runs the
     agreed batches that are ready as one Spark batch, up to ``max_records_per_batch`` — no
-    result can depend on the grouping, and the per-batch cost is paid once
-    (:attr:`Spec.merges_agreed_batches`)."""
+    result can depend on the grouping (a window's late rows are dropped per agreed batch by
+    the source), and the per-batch cost is paid once (:attr:`Spec.merges_agreed_batches`)."""
     max_records_per_batch: int = Field(100_000, ge=1)
     trigger: Literal["micro-batch", "realtime"] = "micro-batch"
     trigger_interval: Duration = 0.0
@@ -470,8 +470,10 @@ class Spec(_Model):
     @property
     def merges_agreed_batches(self) -> bool:
         """An agreed-batch replica that fell behind runs the ready agreed batches as one:
-        ``replication.catch_up = "auto"`` on a :attr:`stateless` pipeline."""
-        return self.replication.catch_up == "auto" and self.stateless
+        ``replication.catch_up = "auto"`` and every step a filter, select or window (a window's
+        late rows are dropped by the agreed watermark, :mod:`arfl.replica.source.late`, and its
+        aggregates do not depend on the order rows are added in; a transform might)."""
+        return self.replication.catch_up == "auto" and all(s.transform is None for s in self.steps)
 
     @property
     def has_window(self) -> bool:

@@ -96,7 +96,7 @@ class LagWatch:
     ) -> None:
         self.journal = journal
         self.threshold = threshold_s(spec)
-        # One agreed batch per Spark batch, never merged (a stateless pipeline's are).
+        # One agreed batch per Spark batch, never merged (Spec.merges_agreed_batches).
         self.agreed = (
             MODES.info(spec.replication.mode).agreed_batches and not spec.merges_agreed_batches
         )

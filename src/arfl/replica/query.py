@@ -26,6 +26,10 @@ Hidden columns start with ``__`` and never appear in a result's ``data``:
 * ``__wstart``, ``__wend`` (ms) and ``__key`` (string): set by the window step (its rid).
 * ``__n``: records aggregated into the window so far (only when the window emits updates,
   ``Spec.emits_updates``: real-time mode, one update per input record, rid ``<window>#<n>``).
+* ``__late``: the agreed watermark of the row's agreed batch (the source's ``late_before``,
+  :mod:`arfl.replica.source.late`; only when the source has the column): the window step
+  aggregates a row only if its window ends after it, and counts the others in the
+  ``arfl_late`` observed metric (``rows``).
 
 End-of-input markers advance the watermark, so that a finite input ends with every window
 emitted (docs/design.md §4 "complete"), and are then dropped by a filter right above the watermark.
@@ -54,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from arfl.configs.spec import Spec, Step, Window
 from arfl.configs.workload import FieldType, Workload, field_types
 from arfl.errors import DeployError
+from arfl.run.progress import LATE_METRICS
 from arfl.run.records import END_OF_INPUT_FIELD, UPDATE_SEP
 
 if TYPE_CHECKING:
@@ -65,6 +70,8 @@ TS_FIELD = "ts"
 """Input field holding the intended send time in epoch ms (``src_ts`` derives from it)."""
 SENT_FIELD = "sent_ms"
 """Input field holding the actual send time in epoch ms (``sent_ts`` derives from it)."""
+LATE_SOURCE_COLUMN = "late_before"
+"""The arfl-kafka source's per-row agreed watermark (epoch ms, null: none)."""
 INPUT_METRICS = "arfl_input"
 """Name of the ``observe()`` metric with ``rows``, ``bad`` (unparseable) and ``markers``
 (end-of-input) input counts; it appears in each progress event's ``observedMetrics``."""
@@ -147,10 +154,12 @@ def parse_input(raw: DataFrame, spec: Spec) -> DataFrame:
         if own_flag
         else schema
     )
+    late = spec.has_window and LATE_SOURCE_COLUMN in raw.columns
     parsed = raw.select(
         F.from_json(F.col("value").cast("string"), parse_schema).alias("__e"),
         F.col("partition").cast("int").alias("__partition"),
         F.col("offset").cast("long").alias("__offset"),
+        *([F.col(LATE_SOURCE_COLUMN).cast("long").alias("__late")] if late else []),
     )
     marker: Column = (
         F.coalesce(F.col(f"__e.{END_OF_INPUT_FIELD}"), F.lit(False)) if own_flag else F.lit(False)
@@ -174,6 +183,7 @@ def parse_input(raw: DataFrame, spec: Spec) -> DataFrame:
         F.col(f"__e.{TS_FIELD}").alias("__ts"),
         F.col(f"__e.{SENT_FIELD}").cast("long").alias("__sent"),
         "__eoi",
+        *(["__late"] if late else []),
     ]
     if event_time is not None:
         et = F.when(F.col("__eoi"), F.col(f"__e.{TS_FIELD}")).otherwise(F.col(f"__e.{event_time}"))
@@ -334,9 +344,17 @@ def _window(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
     aggs = [_deterministic_agg(df, e).alias(name) for name, e in w.agg.items()]
     if spec.emits_updates:
         aggs.append(F.count(F.lit(1)).alias("__n"))
+    windowed = df.withColumn("__w", win)
+    if "__late" in df.columns:
+        # The agreed watermark (arfl.replica.source.late): per window, as Spark's own.
+        keep = F.col("__late").isNull() | (F.unix_millis(F.col("__w.end")) > F.col("__late"))
+        windowed = windowed.withColumn("__keep", keep).observe(
+            LATE_METRICS, F.sum(F.when(F.col("__keep"), 0).otherwise(1)).alias("rows")
+        )
+        windowed = windowed.filter(F.col("__keep"))
     # __eoi (false for every row that gets here) groups too, so that a later filter step
     # that Spark pushes below the aggregation can still let markers through.
-    grouped = df.groupBy(win.alias("__w"), F.col(_quote(w.key)).alias(w.key), "__eoi").agg(
+    grouped = windowed.groupBy("__w", F.col(_quote(w.key)).alias(w.key), "__eoi").agg(
         *aggs, F.max("__ts").alias("__ts"), F.max("__sent").alias("__sent")
     )
     return grouped.select(

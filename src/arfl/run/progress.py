@@ -105,6 +105,14 @@ def reached(progress: Mapping[str, Any], ends: Mapping[int, int]) -> bool:
     return all(got.get(p, 0) >= off for p, off in ends.items())
 
 
+LATE_METRICS = "arfl_late"
+"""Name of the ``observe()`` metric (in a progress line's ``observedMetrics``) with ``rows``:
+the (row, window) pairs a windowed query dropped behind the agreed watermark
+(:mod:`arfl.replica.source.late`), before Spark's own watermark saw them."""
+AGREED_WATERMARK = -1
+""":attr:`LateDrop.operators` key of the rows the agreed watermark dropped."""
+
+
 @dataclass(frozen=True)
 class LateDrop:
     """Rows one batch of one replica dropped because they were older than its watermark.
@@ -114,7 +122,8 @@ class LateDrop:
         batch: the batch id (``batchId``; it continues from the checkpoint after a restart).
         rows: rows dropped in the batch, every stateful operator together.
         operators: stateful operator index (in ``stateOperators``) -> rows it dropped, for
-            each operator that dropped any.
+            each operator that dropped any; :data:`AGREED_WATERMARK` for the rows the agreed
+            watermark dropped (observed metric :data:`LATE_METRICS`).
         operator_name: the name of the first operator that dropped (``stateStoreSave``, ...).
         watermark: the batch's watermark (``eventTime.watermark``), when the line has one.
         timestamp: when the batch's trigger fired (``timestamp``), when the line has one.
@@ -147,6 +156,12 @@ class LateDrop:
             fields["watermark"] = self.watermark
         if self.timestamp is not None:
             fields["batch_timestamp"] = self.timestamp
+        if self.operators.keys() == {AGREED_WATERMARK}:
+            fields["message"] = (
+                f"replica {self.replica} batch {self.batch}: {self.rows} row(s) dropped behind "
+                "the agreed watermark (every replica drops the same ones)"
+            )
+            return fields
         where = f"operator {self.operator}" + (
             f" ({self.operator_name})" if self.operator_name else ""
         )
@@ -177,6 +192,16 @@ def batch_late_drop(progress: Mapping[str, Any], replica: int) -> LateDrop | Non
             operators[i] = rows
             if name is None and op.get("operatorName") is not None:
                 name = str(op["operatorName"])
+    observed = progress.get("observedMetrics")
+    agreed = observed.get(LATE_METRICS) if isinstance(observed, Mapping) else None
+    if isinstance(agreed, Mapping):
+        try:
+            rows = int(agreed.get("rows") or 0)
+        except (TypeError, ValueError):
+            rows = 0
+        if rows > 0:
+            operators[AGREED_WATERMARK] = rows
+            name = name or "agreed watermark"
     if not operators:
         return None
     event_time = progress.get("eventTime")

@@ -234,6 +234,17 @@ def arfl_source_options(
     from arfl.configs.realtime import declared_slots
     from arfl.replica.source.options import SourceOptions, passthrough
 
+    # Windowed pipelines: every replica drops the same late rows, whatever its batches
+    # (arfl.replica.source.late).
+    window = next((s.window for s in spec.steps if s.window is not None), None)
+    late: dict[str, Any] = (
+        {}
+        if window is None or not spec.source.event_time
+        else {
+            "event_time_field": spec.source.event_time,
+            "watermark_delay_ms": round(float(window.watermark) * 1000),
+        }
+    )
     base = SourceOptions(
         bootstrap=ctx.bootstrap,
         topic=spec.source.topic,
@@ -243,6 +254,7 @@ def arfl_source_options(
         max_records_per_batch=spec.replication.max_records_per_batch,
         # As many read tasks as the executors have slots: more would only queue.
         read_tasks=declared_slots(spec.spark.master) or 0,
+        **late,
         **mode_options,
     )
     return SourceOptions.parse(base.to_options() | passthrough(ctx.options))

@@ -34,7 +34,7 @@ from arfl.registry import MODES, ModeInfo
 from arfl.replica.modes.base import ModeBase, ReplicaContext, arfl_source_options
 from arfl.replica.source import read_stream
 from arfl.replica.source.kafka import REQUEST_TIMEOUT_S, PartitionLog, retry
-from arfl.replica.source.offsets import BatchOffset
+from arfl.replica.source.offsets import AgreedGroup, BatchOffset
 from arfl.replica.source.options import (
     DEFAULT_SESSION_TIMEOUT_S,
     SourceOptions,
@@ -547,13 +547,16 @@ class LeaderPolicy:
             )
         if not self._opts.merge_decisions:
             return BatchOffset(k, d.end)
-        # Catch up (stateless pipelines): every further decision that is here and continues
-        # this one joins the batch, up to the per-batch cap.
+        # Catch up (Spec.merges_agreed_batches): every further decision that is here and
+        # continues this one joins the batch, up to the per-batch cap; where each begins is
+        # kept (the agreed watermark of a windowed pipeline is per decision).
         merged = BatchOffset(k, d.end)
         while (nxt := self.decisions.book.get(merged.batch + 1)) is not None and dict(
             nxt.start
         ) == dict(merged.offsets):
-            longer = BatchOffset(nxt.k, nxt.end)
+            longer = BatchOffset(
+                nxt.k, nxt.end, groups=(*merged.groups, AgreedGroup(dict(nxt.start)))
+            )
             if start.records_until(longer) > self._opts.max_records_per_batch:
                 break
             merged = longer

@@ -21,10 +21,11 @@ batch time (``replication.batch_interval``, default :data:`DEFAULT_BATCH_INTERVA
 
 ``max_epochs_per_batch = 0`` ends a batch at the *newest* final aligned boundary instead:
 every boundary is still an agreed cut, but which cuts a replica uses depends on when it
-triggers, so replicas group epochs differently and their watermarks and late drops may differ
-(``n`` > 1: at most ``n`` groups). The mode uses it only for stateless pipelines
-(``replication.catch_up = "auto"``, :attr:`arfl.configs.spec.Spec.merges_agreed_batches`),
-whose results cannot depend on the grouping: a replica behind then catches up in one batch.
+triggers, so replicas group epochs differently (``n`` > 1: at most ``n`` groups). The mode
+uses it where results cannot depend on the grouping (``replication.catch_up = "auto"``,
+:attr:`arfl.configs.spec.Spec.merges_agreed_batches`: filters, selects and windows, whose late
+rows the agreed watermark drops alike, :mod:`arfl.replica.source.late`; a merged batch then
+names where each group began): a replica behind then catches up in one batch.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from arfl.replica.modes.base import ModeBase, ReplicaContext, arfl_source_option
 from arfl.replica.source import read_stream
 from arfl.replica.source.kafka import PartitionLog, TopicLog
 from arfl.replica.source.markers import heartbeat
-from arfl.replica.source.offsets import BatchOffset
+from arfl.replica.source.offsets import AgreedGroup, BatchOffset
 from arfl.replica.source.options import (
     DEFAULT_HEARTBEAT_INTERVAL_S,
     SourceOptions,
@@ -103,6 +104,8 @@ class EpochCuts:
             ``j % G == 0``.
         max_records: a batch that merges groups stops before the group that would take it
             past this many log positions (its first group is always whole).
+        with_groups: a batch that merges groups names where each further group begins
+            (``BatchOffset.groups``; one more probe per group), for the agreed watermark.
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class EpochCuts:
         max_epochs: int = 1,
         group: int = 1,
         max_records: int | None = None,
+        with_groups: bool = False,
     ) -> None:
         if interval_ms <= 0:
             raise ValueError(f"epoch interval must be positive, got {interval_ms} ms")
@@ -125,6 +129,7 @@ class EpochCuts:
         self.max_epochs = max_epochs
         self.group = group
         self.max_records = max_records
+        self.with_groups = with_groups
         self._clock = clock
         self.probes = 0
         # (start, j): every boundary < j is final and its cut equals start (nothing to read).
@@ -207,7 +212,13 @@ class EpochCuts:
                 left = mid + 1
             else:
                 right = mid - 1
-        return BatchOffset(best.epoch, best.cut)
+        if not self.with_groups or best is first:
+            return BatchOffset(best.epoch, best.cut)
+        # Where each merged group begins: the first's end, then every aligned boundary up to the
+        # last group's start (an empty group begins where the next does: harmless).
+        starts = [first.cut]
+        starts += [self.probe(m * g, start).cut for m in range(first_m + 1, best.epoch // g)]
+        return BatchOffset(best.epoch, best.cut, groups=tuple(AgreedGroup(c) for c in starts))
 
     def _within(self, start: BatchOffset, pr: Probe) -> bool:
         """The batch from ``start`` to ``pr`` stays within ``max_records`` (cuts only grow)."""
@@ -353,6 +364,7 @@ class LeaderlessPolicy:
             max_epochs=opts.max_epochs_per_batch,
             group=opts.batch_epochs,
             max_records=opts.max_records_per_batch,
+            with_groups=opts.late_rule is not None,
         )
         self.ticker: HeartbeatTicker | None = None
         if opts.heartbeat:

@@ -5,8 +5,10 @@ JVM, one per query): ``initialOffset``/``latestOffset`` ask a :class:`BoundaryPo
 where the replicas agree on batch boundaries. Executor side: ``read`` fetches exactly
 ``[start, end)`` of one Kafka partition with a cached consumer and drops marker records.
 
-Rows: ``key string, value string, topic string, partition int, offset long, timestamp long``
-(the record's timestamp in epoch ms; the broker's append time on topics arfl creates).
+Rows: ``key string, value string, topic string, partition int, offset long, timestamp long,
+late_before long`` (the record's timestamp in epoch ms, the broker's append time on topics arfl
+creates; ``late_before``: the agreed watermark of the row's agreed batch,
+:mod:`arfl.replica.source.late`, null where it is off).
 """
 
 from __future__ import annotations
@@ -21,12 +23,16 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from arfl.replica.source.fetch import Range, read_batches
 from arfl.replica.source.kafka import TopicLog
+from arfl.replica.source.late import annotate, group_maxes, thresholds
 from arfl.replica.source.offsets import NO_BATCH, BatchOffset
 from arfl.replica.source.options import SourceOptions
 from arfl.replica.source.policy import BoundaryPolicy, build_policy, initial_offsets
 from arfl.run.names import SOURCE_NAME
 
-SCHEMA = "key string, value string, topic string, partition int, offset long, timestamp long"
+SCHEMA = (
+    "key string, value string, topic string, partition int, offset long, timestamp long, "
+    "late_before long"
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +101,12 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
         """Ask the policy where the batch starting at ``start`` ends."""
         t0 = time.perf_counter()
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = self._plan()[1].next_end(BatchOffset.from_dict(start), max_records)
+        begin = BatchOffset.from_dict(start)
+        end = self._plan()[1].next_end(begin, max_records)
+        rule = self.opts.late_rule
+        if rule is not None and not end.same_position(begin):
+            maxes = group_maxes(self.opts.bootstrap, self.opts.topic, begin, end, rule.field)
+            end = annotate(begin, end, maxes)
         ms = (time.perf_counter() - t0) * 1000
         self.latest_offset_ms.append(ms)
         if len(self.latest_offset_ms) > 10_000:
@@ -111,12 +122,14 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
         input partitions (:func:`group_ranges`)."""
         s = BatchOffset.from_dict(start)
         e = BatchOffset.from_dict(end)
+        rule = self.opts.late_rule
         ranges = []
         for p in sorted(e.offsets):
             lo = s.offsets.get(p, e.offsets[p])
             hi = e.offsets[p]
             if hi > lo:
-                ranges.append(Range(self.opts.bootstrap, self.opts.topic, p, lo, hi))
+                late = () if rule is None else thresholds(rule, s, e, p)
+                ranges.append(Range(self.opts.bootstrap, self.opts.topic, p, lo, hi, late))
         return [RangePartition(g) for g in group_ranges(ranges, self.opts.read_tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -20,8 +20,8 @@ FETCH_TIMEOUT_S = 30.0
 """A range that cannot be fetched within this time fails the task (Spark retries it)."""
 BATCH_SIZE = 2000
 
-Row = tuple[str | None, str | None, str, int, int, int]
-"""(key, value, topic, partition, offset, timestamp ms) — the source's schema."""
+Row = tuple[str | None, str | None, str, int, int, int, int | None]
+"""(key, value, topic, partition, offset, timestamp ms, late_before) — the source's schema."""
 
 _cache: dict[str, Any] = {}
 _cache_lock = threading.Lock()
@@ -30,13 +30,17 @@ _stats = {"consumers_created": 0, "reads": 0}
 
 @dataclass(frozen=True, slots=True)
 class Range:
-    """One input partition of a batch: ``[start, end)`` of one Kafka partition."""
+    """One input partition of a batch: ``[start, end)`` of one Kafka partition.
+
+    ``late``: ``(first offset, threshold)`` of each agreed batch in the range, for the
+    ``late_before`` column (:mod:`arfl.replica.source.late`); empty: the column is null."""
 
     bootstrap: str
     topic: str
     partition: int
     start: int
     end: int
+    late: tuple[tuple[int, int | None], ...] = ()
 
 
 def consumer_for(bootstrap: str) -> Any:
@@ -72,7 +76,7 @@ def _text(b: bytes | None) -> str | None:
     return None if b is None else b.decode("utf-8", errors="replace")
 
 
-def _records(r: Range, timeout_s: float) -> Iterator[list[Any]]:
+def records(r: Range, timeout_s: float = FETCH_TIMEOUT_S) -> Iterator[list[Any]]:
     """Chunks of the range's non-marker messages, in offset order."""
     from confluent_kafka import KafkaError, TopicPartition
 
@@ -137,8 +141,11 @@ def read_range(r: Range, timeout_s: float = FETCH_TIMEOUT_S) -> Iterator[Row]:
         RuntimeError: the range could not be read within ``timeout_s`` (records deleted by
             retention, broker down); Spark fails the task and retries it.
     """
-    for chunk in _records(r, timeout_s):
-        for m in chunk:
+    from arfl.replica.source.late import row_thresholds
+
+    for chunk in records(r, timeout_s):
+        late = row_thresholds([m.offset() for m in chunk], r.late)
+        for m, before in zip(chunk, late, strict=True):
             yield (
                 _text(m.key()),
                 _text(m.value()),
@@ -146,6 +153,7 @@ def read_range(r: Range, timeout_s: float = FETCH_TIMEOUT_S) -> Iterator[Row]:
                 r.partition,
                 m.offset(),
                 m.timestamp()[1],
+                before,
             )
 
 
@@ -157,16 +165,20 @@ def read_batches(r: Range, timeout_s: float = FETCH_TIMEOUT_S) -> Iterator[Any]:
     """
     import pyarrow as pa
 
-    for chunk in _records(r, timeout_s):
+    from arfl.replica.source.late import row_thresholds
+
+    for chunk in records(r, timeout_s):
         n = len(chunk)
+        offsets = [m.offset() for m in chunk]
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array([_text(m.key()) for m in chunk], pa.string()),
                 pa.array([_text(m.value()) for m in chunk], pa.string()),
                 pa.array([r.topic] * n, pa.string()),
                 pa.array([r.partition] * n, pa.int32()),
-                pa.array([m.offset() for m in chunk], pa.int64()),
+                pa.array(offsets, pa.int64()),
                 pa.array([m.timestamp()[1] for m in chunk], pa.int64()),
+                pa.array(row_thresholds(offsets, r.late), pa.int64()),
             ],
             schema=arrow_schema(),
         )
@@ -184,5 +196,6 @@ def arrow_schema() -> Any:
             ("partition", pa.int32()),
             ("offset", pa.int64()),
             ("timestamp", pa.int64()),
+            ("late_before", pa.int64()),
         ]
     )

@@ -10,6 +10,17 @@ strings (JSON has no integer keys)::
 batches: the epoch index of the cut (active-leaderless), the decision number ``k``
 (active-leader) or a plain counter. ``-1`` marks a start position that closes no batch (the
 topic's beginning or a user-given start).
+
+Where the reader applies the agreed watermark (:mod:`arfl.replica.source.late`, windowed
+pipelines in the agreed-batch modes) an end also carries ``event_max``, the newest event time
+(ms) of every record before it (null: none yet), and ``groups``: where the second, third, ...
+agreed batch inside a batch that merged several begins, each with the ``event_max`` before it::
+
+    {"batch": 21, "offsets": {...}, "event_max": 1764230401250,
+     "groups": [{"offsets": {"0": 1100, "1": 1090}, "event_max": 1764230399800}]}
+
+Both are functions of the log alone, so every replica's offset log agrees on them, and a
+restarted driver continues from the checkpoint's.
 """
 
 from __future__ import annotations
@@ -34,13 +45,21 @@ class BatchOffset:
 
     batch: int
     offsets: Mapping[int, int] = field(default_factory=dict)
+    tracked: bool = False
+    """True when this position carries :attr:`event_max` (the agreed watermark is on)."""
+    event_max: int | None = None
+    """Newest event time (ms) of every record before this position; None: no event yet."""
+    groups: tuple[AgreedGroup, ...] = ()
+    """Agreed batches after the first inside the batch that ends here (merged catch-up)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical dict Spark serialises into its offset log."""
-        return {
-            "batch": self.batch,
-            "offsets": {str(p): int(self.offsets[p]) for p in sorted(self.offsets)},
-        }
+        out: dict[str, Any] = {"batch": self.batch, "offsets": _offsets(self.offsets)}
+        if self.tracked:
+            out["event_max"] = self.event_max
+            if self.groups:
+                out["groups"] = [g.to_dict() for g in self.groups]
+        return out
 
     def to_json(self) -> str:
         """Canonical JSON of :meth:`to_dict`."""
@@ -59,12 +78,21 @@ class BatchOffset:
             if not isinstance(raw, Mapping):
                 raise TypeError("offsets is not an object")
             offsets = {int(p): int(o) for p, o in raw.items()}
-        except (KeyError, TypeError, ValueError) as e:
+            tracked = "event_max" in data
+            event_max = _optional_int(data.get("event_max"))
+            groups = tuple(
+                AgreedGroup(
+                    {int(p): int(o) for p, o in g["offsets"].items()},
+                    _optional_int(g.get("event_max")),
+                )
+                for g in data.get("groups") or ()
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(
                 f"not an arfl source offset ({e}): {json.dumps(data)[:200]}; was the checkpoint "
                 "written by another source? Use a fresh checkpoint directory"
             ) from None
-        return cls(batch=batch, offsets=offsets)
+        return cls(batch, offsets, tracked, event_max, groups)
 
     @classmethod
     def from_json(cls, text: str) -> BatchOffset:
@@ -85,6 +113,31 @@ class BatchOffset:
     def records_until(self, end: BatchOffset) -> int:
         """Number of log positions between this start and ``end`` (markers included)."""
         return sum(max(0, end.offsets.get(p, o) - o) for p, o in self.offsets.items())
+
+
+@dataclass(frozen=True, slots=True)
+class AgreedGroup:
+    """Where one agreed batch begins inside a merged batch, and the newest event time before it.
+
+    Attributes:
+        offsets: partition -> the group's first offset.
+        event_max: newest event time (ms) of every record before ``offsets``; None: none yet.
+    """
+
+    offsets: Mapping[int, int]
+    event_max: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical dict (as in an end offset's ``groups``)."""
+        return {"offsets": _offsets(self.offsets), "event_max": self.event_max}
+
+
+def _offsets(offsets: Mapping[int, int]) -> dict[str, int]:
+    return {str(p): int(offsets[p]) for p in sorted(offsets)}
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def parse_partition_offsets(text: str) -> dict[int, int]:

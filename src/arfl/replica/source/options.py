@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from arfl.configs.spec import DEFAULT_BATCH_INTERVAL_S, DEFAULT_HEARTBEAT_INTERVAL_S
 from arfl.errors import DeployError
 from arfl.registry import MODES
+from arfl.replica.source.late import LateRule
 from arfl.run.names import SOURCE_NAME
 
 __all__ = [
@@ -43,7 +44,8 @@ class SourceOptions:
         max_epochs_per_batch: active-leaderless: 1 = one aligned group of epochs per batch
             (identical batches on every replica, the default); 0 = up to the newest final
             aligned boundary (catches up after a stall; boundaries still agreed epoch cuts, but
-            replicas group them differently: the modes use it for stateless pipelines only);
+            replicas group them differently: the modes use it where the grouping cannot change
+            a result, :attr:`arfl.configs.spec.Spec.merges_agreed_batches`);
             n = at most n groups.
         batch_epochs: active-leaderless: ``G``, epochs per aligned group (batches end only at
             epoch boundaries ``j`` with ``j % G == 0``).
@@ -66,6 +68,10 @@ class SourceOptions:
             that are ready and contiguous as one Spark batch, within ``max_records_per_batch``
             (only where the grouping cannot change a result,
             :attr:`arfl.configs.spec.Spec.merges_agreed_batches`).
+        event_time_field: windowed pipelines in the agreed-batch modes: the input's event-time
+            field; with ``watermark_delay_ms`` >= 0 the reader applies the agreed watermark
+            (:mod:`arfl.replica.source.late`). Empty: off (the ``late_before`` column is null).
+        watermark_delay_ms: the window's watermark delay (with ``event_time_field``).
     """
 
     bootstrap: str
@@ -89,6 +95,15 @@ class SourceOptions:
     read_tasks: int = 0
     follower_wait_s: float = 0.05
     merge_decisions: bool = False
+    event_time_field: str = ""
+    watermark_delay_ms: int = -1
+
+    @property
+    def late_rule(self) -> LateRule | None:
+        """The agreed watermark of this reader, or None when it is off."""
+        if not self.event_time_field or self.watermark_delay_ms < 0:
+            return None
+        return LateRule(self.event_time_field, self.watermark_delay_ms)
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
