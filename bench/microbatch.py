@@ -1,10 +1,12 @@
 """Micro-batch speed (issue 13): where a batch's time goes, and what each setting buys.
 
     .venv/bin/python bench/microbatch.py [--variants none,active-leaderless,active-leader]
-        [--duration 45s] [--warmup 20s] [--rate 1000] [--event-log] [--runs DIR] [--out F]
+        [--duration 45s] [--warmup 20s] [--rate 1000] [--windowed] [--event-log] [--runs DIR]
+        [--out F]
 
 One invocation deploys every variant, one after another, on the per-record pipeline (filter
-``amount > 10``), 2 partitions, every replica on ``local-cluster[1,1,1024]``. A variant is a
+``amount > 10``; ``--windowed``: then a 1 s tumbling window per user, watermark 500 ms, count
+and sum), 2 partitions, every replica on ``local-cluster[1,1,1024]``. A variant is a
 mode (``none`` 1 replica; ``passive`` 1; ``active-leaderless`` / ``active-leader`` 2) followed by
 ``+knob`` settings, e.g. ``none+c2``, ``active-leader+bi=1s``:
 
@@ -15,10 +17,12 @@ mode (``none`` 1 replica; ``passive`` 1; ``active-leaderless`` / ``active-leader
 * a name from :data:`KNOBS` (a named set of Spark conf entries).
 
 Figures: the steady phase's p50/p99 end to end (the run's report: end of the warm-up to the end
-of the output), each replica's batch duration (``durationMs.triggerExecution``), ``addBatch``,
-``walCommit``, ``commitOffsets``, ``latestOffset`` and ``queryPlanning`` (medians over the
-batches that started after the warm-up, every replica pooled), batches per second of one
-replica, and the CPU seconds of the replicas.
+of the output), the largest lag of any replica behind the input (``max_lag_s``, the lag
+watch), the rows dropped behind a watermark (every replica together), each replica's batch
+duration (``durationMs.triggerExecution``), ``addBatch``, ``walCommit``, ``commitOffsets``,
+``latestOffset`` and ``queryPlanning`` (medians over the batches that started after the
+warm-up, every replica pooled), batches per second of one replica, and the CPU seconds of the
+replicas.
 With ``--event-log`` every replica writes a Spark event log and the table adds the medians of
 its tasks after the warm-up: executor run time, deserialisation, scheduler delay (launch to
 finish minus everything the executor reports), result serialisation, and the job's wall time
@@ -131,7 +135,22 @@ class Variant:
         return cls(text, mode, conf, repl)
 
 
-def spec_for(v: Variant, rate: int, duration: float, warmup: float, event_log: Path | None) -> Spec:
+WINDOW = {
+    "size": "1s",
+    "key": "user",
+    "watermark": "500ms",
+    "agg": {"n": "count(*)", "total": "sum(amount)"},
+}
+
+
+def spec_for(
+    v: Variant,
+    rate: int,
+    duration: float,
+    warmup: float,
+    event_log: Path | None,
+    windowed: bool = False,
+) -> Spec:
     """The benchmark spec of variant ``v``."""
     conf: dict[str, str] = {"spark.sql.shuffle.partitions": "2", **v.conf}
     master = conf.pop("spark.master", "local-cluster[1,1,1024]")
@@ -146,7 +165,7 @@ def spec_for(v: Variant, rate: int, duration: float, warmup: float, event_log: P
     raw: dict[str, Any] = {
         "name": f"mb-{safe}",
         "source": {"topic": "mb", "partitions": 2, "event_time": "ts"},
-        "steps": [{"filter": "amount > 10"}],
+        "steps": [{"filter": "amount > 10"}, *([{"window": WINDOW}] if windowed else [])],
         "sink": {"topic": "mb-out"},
         "replication": {"mode": v.mode, "replicas": REPLICAS[v.mode], **v.replication},
         "spark": {"master": master, "conf": conf},
@@ -274,6 +293,8 @@ def analyse(
         "results": c.results,
         "missing": c.missing,
         "divergent": c.divergent,
+        "late_drops": report.late_drops.rows,
+        "max_lag_s": max((summary.get("max_lag_s") or {}).values(), default=None),
         "cpu_s": summary.get("cpu_s_total"),
         **batch_figures(run_dir, after),
     }
@@ -312,6 +333,8 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         Column("rows", 6, ".0f", lambda r: _num(r["rows_per_batch"])),
         Column("miss", 5, "", lambda r: str(r["missing"])),
         Column("div", 4, "", lambda r: str(r["divergent"])),
+        Column("late", 5, "", lambda r: str(r.get("late_drops", "-"))),
+        Column("lag s", 6, ".1f", lambda r: _num(r.get("max_lag_s"))),
         Column("cpu s", 6, ".0f", lambda r: _num(r["cpu_s"])),
     ]
     if any("task_task_ms" in r for r in rows):
@@ -338,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", default="45s")
     ap.add_argument("--warmup", default="20s", help="excluded from every figure")
     ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--windowed", action="store_true", help="add a 1 s window per user")
     ap.add_argument("--event-log", action="store_true", help="Spark event logs: task metrics")
     ap.add_argument("--runs", type=Path, default=Path("runs/bench"))
     ap.add_argument("--out", type=Path, default=Path("runs/bench/microbatch.json"))
@@ -364,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     for v in variants:
         row: dict[str, Any] = {"variant": v.name}
         try:
-            spec = spec_for(v, args.rate, duration, warmup, event_log)
+            spec = spec_for(v, args.rate, duration, warmup, event_log, args.windowed)
             run_dir, summary, wall = run(spec, args.runs)
             row.update(wall_s=round(wall, 1), **analyse(run_dir, summary, warmup, event_log))
         except ArflError as e:
@@ -373,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row, default=str), flush=True)
         write_rows(args.out, rows)
-    print(f"\n{args.rate} ev/s per-record, 2 partitions, {duration:g}s runs, warm-up {warmup:g}s")
+    shape = "windowed" if args.windowed else "per-record"
+    print(f"\n{args.rate} ev/s {shape}, 2 partitions, {duration:g}s runs, warm-up {warmup:g}s")
     print_rows(rows)
     return 0
 

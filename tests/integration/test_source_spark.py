@@ -223,28 +223,7 @@ def test_leaderless_replicas_agree_drop_markers_and_replay_after_restart(
         print(f"\nleaderless r0: {stats(r0.all_progress())}")
         print(f"leaderless r1: {stats(r1.all_progress())}")
 
-        # A replica that starts with all of it in the log (far behind), catching up by merging
-        # (max_epochs_per_batch 0: what a stateless pipeline gets): the same rows in far fewer
-        # batches, each ending on an agreed cut of the log's time index.
-        late = Replica(
-            spark, replace(opts(2), max_epochs_per_batch=0, heartbeat=False), tmp_path / "r2"
-        )
-        try:
-            wait_until(lambda: late.count() >= n, 120, rows_of(n, late))
-            e2 = {e.batch: e for e in ends(late.all_progress()).values()}
-            assert late.count() == n
-            assert len(e2) < len(cuts0) // 2, (len(e2), len(cuts0))
-            log = TopicLog(stack.kafka, topic_name)
-            try:
-                index = EpochCuts(log, round(INTERVAL_S * 1000))
-                for j, e in e2.items():
-                    probe = index.probe(j, BatchOffset(NO_BATCH, dict.fromkeys(e.offsets, 0)))
-                    assert probe.final and probe.cut == dict(e.offsets), (j, e, probe)
-            finally:
-                log.close()
-            print(f"leaderless late r2 (merging): {stats(late.all_progress())}")
-        finally:
-            late.stop()
+        # (A replica far behind that merges epochs: the windowed test below.)
 
         # Restart replica 0 on its checkpoint with the last batch uncommitted: Spark re-runs
         # that batch from its offset log, and the boundaries it replays are the same.
@@ -348,8 +327,8 @@ def _disordered(bootstrap: str, topic: str, n: int, rate: float) -> None:
     p.flush(10)
 
 
-def _late_drops(progress: list[dict[str, Any]]) -> int:
-    """Rows dropped behind a watermark: Spark's own count plus the agreed watermark's."""
+def _late_drops(progress: list[dict[str, Any]]) -> tuple[int, int]:
+    """Rows dropped behind a watermark: (Spark's own count, the agreed watermark's)."""
     spark_own = sum(
         int(o.get("numRowsDroppedByWatermark") or 0)
         for p in progress
@@ -358,7 +337,7 @@ def _late_drops(progress: list[dict[str, Any]]) -> int:
     # (Spark's in-process progress gives each observed metric as a Row.)
     observed = [(p.get("observedMetrics") or {}).get("arfl_late") for p in progress]
     agreed = sum(int(m["rows"] or 0) for m in observed if m is not None)
-    return spark_own + agreed
+    return spark_own, agreed
 
 
 def test_leaderless_windows_drop_the_same_late_rows_however_batches_run(
@@ -405,7 +384,7 @@ def test_leaderless_windows_drop_the_same_late_rows_however_batches_run(
     def windows(r: Replica) -> dict[str, str]:
         return {row["key"]: json.loads(row["value"])["hash"] for row in r.rows().collect()}
 
-    n = 1000
+    n = 600
     live = Replica(spark, opts(0), tmp_path / "r0", build)
     try:
         _disordered(stack.kafka, topic_name, n, 100)
@@ -446,7 +425,10 @@ def test_leaderless_windows_drop_the_same_late_rows_however_batches_run(
         print(f"\nwindows {dict((k, len(v)) for k, v in got.items())}, late drops {drops}, "
               f"batches {batches}")  # fmt: skip
         assert len(got["live"]) > 10
-        assert drops["live"] > 0 and len(set(drops.values())) == 1, drops
+        # The agreed watermark dropped the same rows in all three, and Spark's own dropped
+        # nothing more (its threshold never passes the agreed one).
+        assert drops["live"][1] > 0 and len(set(drops.values())) == 1, drops
+        assert all(own == 0 for own, _ in drops.values()), drops
         assert batches["merging"] < batches["aligned"] // 2, batches
         for name in behind:
             a, b = got["live"], got[name]

@@ -234,6 +234,7 @@ def test_report_counts_late_drops_per_replica(tmp_path: Path) -> None:
     assert doc == {
         "rows": 11,
         "batches": 3,
+        "agreed": False,
         "replicas": {
             "0": {"rows": 5, "batches": 1, "first_batch": 20, "last_batch": 20},
             "1": {"rows": 6, "batches": 2, "first_batch": 10, "last_batch": 12},
@@ -249,9 +250,30 @@ def test_report_counts_late_drops_per_replica(tmp_path: Path) -> None:
     assert "<td>r0 5, r1 6</td>" in html and "numRowsDroppedByWatermark" in html
 
 
+def test_report_says_when_every_drop_was_the_agreed_watermarks(tmp_path: Path) -> None:
+    run = _copy_run(tmp_path)
+    agreed = {"observedMetrics": {"arfl_late": {"rows": 3}}}
+    for r in (0, 1):
+        _append(run / "progress" / f"replica-{r}.jsonl", {**_line(30, 0), **agreed})
+    rep = build_report(run)
+    assert rep.late_drops.agreed and rep.to_dict()["late_drops"]["agreed"] is True
+    (warning,) = [w for w in rep.warnings if "watermark" in w]
+    assert "6 row(s) in 2 batch(es) dropped behind the agreed watermark" in warning
+    assert "same rows in every replica" in warning and "may differ" not in warning
+    html = render_html(rep, tmp_path / "report.html").read_text()
+    assert "Every replica drops the same rows" in html
+    # One drop by Spark's own watermark and the run is no longer all agreed.
+    _append(run / "progress" / "replica-1.jsonl", _line(31, 2))
+    mixed = build_report(run)
+    assert not mixed.late_drops.agreed
+    assert any("replicas' results may differ" in w for w in mixed.warnings)
+
+
 def test_report_without_progress_says_unknown() -> None:
     rep = build_report(RUNS / "real-none-noresults")  # a run without progress files
     assert rep.late_drops.rows is None
-    assert rep.to_dict()["late_drops"] == {"rows": None, "batches": None, "replicas": {"0": None}}
+    assert rep.to_dict()["late_drops"] == {
+        "rows": None, "batches": None, "agreed": False, "replicas": {"0": None},
+    }  # fmt: skip
     headers, (row,) = correctness_rows(rep)
     assert row[headers.index("late drops")] == "unknown"

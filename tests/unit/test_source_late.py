@@ -23,11 +23,13 @@ RULE = LateRule("et", 500)
     ("value", "expected"),
     [
         (b'{"et": 1700, "ts": 2000}', 1700),
-        ('{"et": 1700.9}', 1700),
+        ('{"et": 1700.9, "ts": 1}', 1700),
         (b'{"eoi": true, "ts": 9000, "et": 1}', 9000),  # a marker counts with its ts
-        (b'{"eoi": false, "et": 5}', 5),
-        (b'{"et": "1700"}', None),
-        (b'{"et": true}', None),
+        (b'{"eoi": false, "et": 5, "ts": 1}', 5),
+        (b'{"et": 1700}', None),  # no ts: the query's parse drops it as bad
+        (b'{"et": 1700, "ts": "1"}', None),
+        (b'{"et": "1700", "ts": 1}', None),
+        (b'{"et": true, "ts": 1}', None),
         (b"[1, 2]", None),
         (b"not json", None),
         (None, None),

@@ -52,7 +52,7 @@ from arfl.report.model import (
 )
 from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos
-from arfl.run.progress import NOT_CATCHING_UP, batch_ends
+from arfl.run.progress import AGREED_WATERMARK, NOT_CATCHING_UP, batch_ends
 from arfl.units import percentile_key
 
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -277,7 +277,13 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         )
     overall = b.stats("overall", "overall", warm_stop, b.out_end)
     drops = late_drops(data)
-    if drops.rows and data.spec.replication.replicas > 1:
+    if drops.rows and drops.agreed:
+        warnings.append(
+            f"{drops.rows:,} row(s) in {drops.batches} batch(es) dropped behind the agreed "
+            "watermark (late drops, the same rows in every replica): raise the window's "
+            "watermark to keep rows that late"
+        )
+    elif drops.rows and data.spec.replication.replicas > 1:
         warnings.append(
             f"{drops.rows:,} row(s) in {drops.batches} batch(es) dropped behind the watermark "
             "(late drops): a replica whose batches end elsewhere may have kept them, so the "
@@ -329,7 +335,7 @@ def lag_warnings(data: RunData) -> list[str]:
 
 def late_drops(data: RunData) -> LateDrops:
     """Rows each replica of the spec dropped behind the watermark (progress files and journal;
-    :meth:`RunData.late_drops`)."""
+    :meth:`RunData.late_drops`); ``agreed`` when every drop was the agreed watermark's."""
     found = data.late_drops()
     per: dict[int, ReplicaLateDrops | None] = {}
     for r in sorted({*range(data.spec.replication.replicas), *found}):
@@ -343,7 +349,9 @@ def late_drops(data: RunData) -> LateDrops:
             first_batch=ds[0].batch if ds else None,
             last_batch=ds[-1].batch if ds else None,
         )
-    return LateDrops(per)
+    drops = [d for ds in found.values() for d in ds]
+    agreed = bool(drops) and all(set(d.operators) == {AGREED_WATERMARK} for d in drops)
+    return LateDrops(per, agreed)
 
 
 def _fault_phases(

@@ -497,7 +497,14 @@ def report_body(report: Report, first_plot: bool = True, id_suffix: str = "") ->
             "per key, which a compacted topic keeps); <code>docs/report-json.md</code> shows "
             "how to read them.</p>"
         )
-    if report.late_drops.rows:
+    if report.late_drops.rows and report.late_drops.agreed:
+        parts.append(
+            "<p class='note'>Late drops: rows dropped behind the agreed watermark (a row whose "
+            "window ended before the newest event time ahead of its agreed batch, minus the "
+            "window's watermark; journal <code>late-drop</code>). Every replica drops the same "
+            "rows, however its batches run.</p>"
+        )
+    elif report.late_drops.rows:
         parts.append(
             "<p class='note'>Late drops: rows a replica's stateful operators dropped as older "
             "than its watermark (Spark's <code>numRowsDroppedByWatermark</code>, per batch; "

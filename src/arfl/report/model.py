@@ -294,9 +294,12 @@ class LateDrops:
     Attributes:
         replicas: replica index -> its drops; None when nothing is known of it (no progress
             recorded). Every replica of the spec is a key.
+        agreed: every drop was the agreed watermark's (:mod:`arfl.replica.source.late`): the
+            same rows in every replica, whatever their batches.
     """
 
     replicas: dict[int, ReplicaLateDrops | None] = field(default_factory=dict)
+    agreed: bool = False
 
     @property
     def rows(self) -> int | None:
@@ -315,6 +318,7 @@ class LateDrops:
         return {
             "rows": self.rows,
             "batches": self.batches,
+            "agreed": self.agreed,
             "replicas": {
                 str(i): None if r is None else r.to_dict() for i, r in sorted(self.replicas.items())
             },

@@ -23,9 +23,11 @@ gets the threshold of every agreed batch in its range (:func:`thresholds`) and e
 as the ``late_before`` column; the window step filters on it (:mod:`arfl.replica.query`) and
 counts what it drops in the ``arfl_late`` observed metric.
 
-The scan counts an event time wherever Spark could: a JSON object's numeric event-time field, or
-an end-of-input marker's ``ts``. It may count more than Spark (a record Spark refuses as bad),
-never less, which keeps Spark's threshold at or below this one.
+The scan counts an event time wherever Spark could: a JSON object with a numeric ``ts`` and a
+numeric event-time field, or an end-of-input marker's ``ts``. It may count more than Spark (a
+record Spark refuses as bad), never less, which keeps Spark's threshold at or below this one.
+It counts no more than the independent check's lateness model does (every record appended before
+a row), so the windows it cuts short are among those the check does not judge.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from arfl.replica.query import TS_FIELD
 from arfl.replica.source.fetch import Range, records
@@ -60,19 +63,23 @@ class LateRule:
 
 
 def event_time(value: bytes | str | None, field: str) -> int | None:
-    """The event time a record contributes to the watermark (see the module docstring)."""
+    """The event time a record contributes to the watermark (see the module docstring): a JSON
+    object's numeric event-time field, or an end-of-input marker's ``ts``; every record needs a
+    numeric ``ts``, as the query's parse does."""
     if value is None:
         return None
     try:
         data = json.loads(value)
     except ValueError:
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not _number(data.get(TS_FIELD)):
         return None
-    t = data.get(TS_FIELD) if data.get(END_OF_INPUT_FIELD) is True else data.get(field)
-    if isinstance(t, bool) or not isinstance(t, int | float):
-        return None
-    return int(t)
+    t = data[TS_FIELD] if data.get(END_OF_INPUT_FIELD) is True else data.get(field)
+    return int(t) if _number(t) else None
+
+
+def _number(v: object) -> TypeGuard[int | float]:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def _newest(a: int | None, b: int | None) -> int | None:
