@@ -144,7 +144,8 @@ class ModeInfo:
 
     @property
     def agreed_batches(self) -> bool:
-        """Active replicas that run the same, agreed batches (one at a time, never merged)."""
+        """Active replicas that run the same, agreed batches (one per Spark batch, or several
+        merged where the grouping cannot change a result: ``Spec.merges_agreed_batches``)."""
         return self.active and not self.coordination_free
 
 

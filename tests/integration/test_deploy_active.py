@@ -132,9 +132,9 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
         else {}
     )
     # 4-s agreed batches: on 2 cores a batch of two replicas' worth of JVMs costs ~2 s even when
-    # empty, so with the 2-s default a replica that fell behind (the restarted one, and replica 0
-    # after its executor died) never catches up: one batch per group, no merging (CI saw both
-    # replicas ~50 s behind, the restarted one still behind when the drain cap hit).
+    # empty; with the 2-s default and one batch per group (before windows merged agreed
+    # batches) CI saw both replicas ~50 s behind, the restarted one still behind when the drain
+    # cap hit.
     spec = windowed_spec(
         f"actk-{mode[7:]}",
         mode=mode,
@@ -196,6 +196,10 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
         common = sorted(set(cuts[0]) & set(cuts[1]))
         assert len(common) >= 3, (sorted(cuts[0])[:3], sorted(cuts[1])[:3])
         assert [cuts[0][c] for c in common] == [cuts[1][c] for c in common]
+        # The restarted replica came back behind and merged agreed batches to catch up.
+        lines = read_jsonl(result.run_dir / "progress" / f"replica-{killed}.jsonl")
+        merged = [x for x in lines if (x["sources"][0]["endOffset"] or {}).get("groups")]
+        assert merged, f"replica {killed} never merged agreed batches"
         # Rows fell behind the watermark: the same rows in both replicas, however each grouped
         # the agreed batches (the restarted one merged them to catch up), all dropped by the
         # agreed watermark before Spark's own saw them.

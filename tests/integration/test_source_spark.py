@@ -292,8 +292,8 @@ def test_leader_replicas_apply_the_same_decisions(
         assert len(ks) >= n // 40
         assert r0.count() == r1.count() == n
         print(f"\nleader r0: {stats(r0.all_progress())}\nleader r1: {stats(r1.all_progress())}")
-        # A replica that starts when every decision is made (far behind) on a stateless
-        # pipeline merges the ready decisions (merge_decisions, up to its own batch cap): far
+        # A replica that starts when every decision is made (far behind) merges the ready
+        # decisions (merge_decisions, up to its own batch cap): far
         # fewer batches, the same rows, and it ends exactly where the others end.
         merging = replace(opts(2), merge_decisions=True, max_records_per_batch=10_000)
         late = Replica(spark, merging, tmp_path / "r2")

@@ -244,7 +244,7 @@ def test_two_runs_of_one_spec_elect_their_leaders_apart() -> None:
 
 
 def test_a_follower_behind_merges_the_ready_decisions_only_when_asked() -> None:
-    # Stateless pipelines (merge_decisions): a follower that fell behind runs every decision
+    # merge_decisions (filters, selects, windows): a follower that fell behind runs every decision
     # that is ready as one batch, ending exactly where the newest one ends; the others keep
     # one decision per batch. Both end at the same offsets.
     topic: list[Decision] = []

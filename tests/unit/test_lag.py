@@ -142,12 +142,12 @@ def test_a_replica_catching_up_slowly_is_not_warned(tmp_path: Path) -> None:
     assert _events(j, "replica-back")
 
 
-@pytest.mark.parametrize("stateful", [True, False])
-def test_agreed_batch_warning_names_the_batch_interval(tmp_path: Path, stateful: bool) -> None:
+@pytest.mark.parametrize("aligned", [True, False])
+def test_agreed_batch_warning_names_the_batch_interval(tmp_path: Path, aligned: bool) -> None:
     # Only where a replica runs one agreed batch at a time (catch_up = "aligned"): with the
     # default a replica merges the ready ones, and the batch interval is not what holds it back.
     w = _World()
-    catch_up = "aligned" if stateful else "auto"
+    catch_up = "aligned" if aligned else "auto"
     spec = _spec("active-leaderless", 2, WINDOW, batch_interval="5s", catch_up=catch_up)
     assert threshold_s(spec) == 15.0
     lw, j = _watch(tmp_path, spec, w)
@@ -161,8 +161,8 @@ def test_agreed_batch_warning_names_the_batch_interval(tmp_path: Path, stateful:
         lw.observe(t, {0: 0.0, 1: 0.0})
     assert [e["replica"] for e in _events(j, "replica-behind")] == [0]
     (warning,) = _events(j, "warning")
-    assert ("one agreed batch per 5 s" in warning["message"]) == stateful
-    assert ("replication.batch_interval" in warning["message"]) == stateful
+    assert ("one agreed batch per 5 s" in warning["message"]) == aligned
+    assert ("replication.batch_interval" in warning["message"]) == aligned
     lw.finish(t)
     (end,) = _events(j, "replica-behind-at-end")
     assert end["replica"] == 0 and end["lag_s"] > 40.0

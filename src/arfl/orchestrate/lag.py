@@ -15,10 +15,11 @@ episode lasted and its largest lag. Once per episode, a replica that has been be
 over those seconds nor over their second half, gets a ``warning``: it is not catching up.
 Once the input has ended, records appended after it (the leaderless mode's heartbeats) no longer
 count.
-In the agreed-batch modes (``active-leader``, ``active-leaderless``) a replica of a pipeline with
-state runs one batch per agreed batch, never merging them, so a batch that costs longer than
-``replication.batch_interval`` never catches up; the warning says so (a stateless pipeline's
-replica merges the ready batches, ``replication.catch_up``).
+In the agreed-batch modes (``active-leader``, ``active-leaderless``) a replica that runs one Spark
+batch per agreed batch (``replication.catch_up = "aligned"``, or a ``transform`` step) never
+catches up when a batch costs longer than ``replication.batch_interval``; the warning says so
+(with the default ``"auto"`` a replica of filters, selects and windows merges the ready batches,
+:attr:`arfl.configs.spec.Spec.merges_agreed_batches`).
 
 Real-time-mode replicas are not watched: their progress comes at the end of each long batch, so
 their offsets say nothing about their lag in between.

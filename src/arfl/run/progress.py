@@ -139,8 +139,10 @@ class LateDrop:
 
     @property
     def operator(self) -> int:
-        """The index of the first stateful operator that dropped rows."""
-        return min(self.operators)
+        """The index of the first stateful operator that dropped rows
+        (:data:`AGREED_WATERMARK` when only the agreed watermark did)."""
+        spark_own = [i for i in self.operators if i != AGREED_WATERMARK]
+        return min(spark_own) if spark_own else AGREED_WATERMARK
 
     def journal_fields(self) -> dict[str, Any]:
         """The fields of the ``late-drop`` journal event (see :func:`from_journal`)."""

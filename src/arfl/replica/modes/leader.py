@@ -524,8 +524,9 @@ class LeaderPolicy:
 
     def next_end(self, start: BatchOffset, max_records: int | None) -> BatchOffset:
         """The decided end of batch ``start.batch + 1``; ``start`` while none is decided. With
-        ``merge_decisions`` (stateless pipelines) the end of the newest decision that continues
-        it without a gap, within ``max_records_per_batch`` (the batch index is that decision's).
+        ``merge_decisions`` (``Spec.merges_agreed_batches``) the end of the newest decision
+        that continues it without a gap, within ``max_records_per_batch`` (the batch index is
+        that decision's).
 
         Raises:
             DeployError: the decision's start differs from ours (a different initial offset or

@@ -404,7 +404,8 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         "active-leaderless",
         heartbeat_interval_s=interval,
         batch_epochs=batch_epochs(batch, interval),
-        # A stateless pipeline's results do not depend on the grouping: catch up by merging.
+        # Where results cannot depend on the grouping (windows: the agreed watermark), a replica
+        # behind catches up by merging.
         max_epochs_per_batch=0 if spec.merges_agreed_batches else 1,
     )
 

@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from arfl.errors import DeployError
 from arfl.replica.source.fetch import Range, read_batches
 from arfl.replica.source.kafka import TopicLog
 from arfl.replica.source.late import annotate, group_maxes, thresholds
@@ -104,6 +105,12 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
         begin = BatchOffset.from_dict(start)
         end = self._plan()[1].next_end(begin, max_records)
         rule = self.opts.late_rule
+        if rule is not None and begin.batch != NO_BATCH and not begin.tracked:
+            raise DeployError(
+                f"{SOURCE_NAME} source: the checkpoint's last batch has no newest event time "
+                f"(written before the agreed watermark, or by another mode): its watermark "
+                f"would start over; use a fresh checkpoint directory"
+            )
         if rule is not None and not end.same_position(begin):
             maxes = group_maxes(self.opts.bootstrap, self.opts.topic, begin, end, rule.field)
             end = annotate(begin, end, maxes)

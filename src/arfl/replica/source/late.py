@@ -23,11 +23,17 @@ gets the threshold of every agreed batch in its range (:func:`thresholds`) and e
 as the ``late_before`` column; the window step filters on it (:mod:`arfl.replica.query`) and
 counts what it drops in the ``arfl_late`` observed metric.
 
-The scan counts an event time wherever Spark could: a JSON object with a numeric ``ts`` and a
-numeric event-time field, or an end-of-input marker's ``ts``. It may count more than Spark (a
-record Spark refuses as bad), never less, which keeps Spark's threshold at or below this one.
-It counts no more than the independent check's lateness model does (every record appended before
-a row), so the windows it cuts short are among those the check does not judge.
+The scan must count at least every event time Spark counts (else Spark's threshold could pass
+this one). It counts a JSON object with a numeric ``ts`` and a numeric event-time field, or an
+end-of-input marker's ``ts``, reading the value as Spark's ``from_json`` does: the text the
+source hands Spark (invalid UTF-8 replaced), the first JSON value of it, and with the query's
+parse set to refuse single-quoted JSON where the agreed watermark is on (Spark's default
+accepts it, Python's parser does not; :func:`arfl.replica.query.parse_input`). It may count more
+than Spark (a float or an out-of-range number Spark refuses), which only raises the threshold
+alike on every replica. It counts no more than the independent check's lateness model (every
+record appended before a row) as long as no batch is capped by ``max_records_per_batch`` (which
+can cut one partition short while another goes on; docs/correctness.md names that caveat), so
+the windows it cuts short are among those the check does not judge.
 """
 
 from __future__ import annotations
@@ -35,9 +41,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeGuard
 
 from arfl.replica.query import TS_FIELD
 from arfl.replica.source.fetch import Range, records
@@ -62,24 +68,39 @@ class LateRule:
         return None if event_max is None else event_max - self.delay_ms
 
 
+INT64_MAX = 2**63 - 1
+
+
 def event_time(value: bytes | str | None, field: str) -> int | None:
     """The event time a record contributes to the watermark (see the module docstring): a JSON
     object's numeric event-time field, or an end-of-input marker's ``ts``; every record needs a
-    numeric ``ts``, as the query's parse does."""
+    numeric ``ts``, as the query's parse does. Read as Spark's ``from_json`` reads it: bytes
+    decoded with replacement characters (the source hands Spark the same text), the first JSON
+    value of the text (what follows it is ignored), numbers that fit a long. Never raises."""
     if value is None:
         return None
+    text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
     try:
-        data = json.loads(value)
-    except ValueError:
+        data, _ = _DECODER.raw_decode(text.lstrip(" \t\n\r"))
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(data, dict) or not _number(data.get(TS_FIELD)):
+    if not isinstance(data, dict) or _long(data.get(TS_FIELD)) is None:
         return None
-    t = data[TS_FIELD] if data.get(END_OF_INPUT_FIELD) is True else data.get(field)
-    return int(t) if _number(t) else None
+    return _long(data[TS_FIELD] if data.get(END_OF_INPUT_FIELD) is True else data.get(field))
 
 
-def _number(v: object) -> TypeGuard[int | float]:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+_DECODER = json.JSONDecoder()
+
+
+def _long(v: object) -> int | None:
+    """``v`` as a long (a float truncated, as Python's ``int``); None for anything else: bools,
+    NaN, infinities, numbers beyond 64 bits."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    n = int(v)
+    return n if -INT64_MAX - 1 <= n <= INT64_MAX else None
 
 
 def _newest(a: int | None, b: int | None) -> int | None:
@@ -101,13 +122,25 @@ def group_maxes(
             continue
         cuts = [s.get(p, lo) for s in starts]
         for chunk in records(Range(bootstrap, topic, p, lo, hi)):
-            for m in chunk:
-                t = event_time(m.value(), field)
-                if t is None:
-                    continue
-                g = bisect.bisect_right(cuts, m.offset()) - 1
-                out[g] = _newest(out[g], t)
+            newest_by_group(((m.offset(), m.value()) for m in chunk), cuts, field, out)
     return out
+
+
+def newest_by_group(
+    rows: Iterable[tuple[int, bytes | str | None]],
+    cuts: Sequence[int],
+    field: str,
+    out: list[int | None],
+) -> None:
+    """Fold ``(offset, value)`` rows of one partition into ``out[g]``, the newest event time of
+    agreed batch ``g``; ``cuts[g]`` is where ``g`` begins in this partition (non-decreasing). A
+    row belongs to the last batch beginning at or before it: of several batches beginning at one
+    offset (the earlier ones empty here) the last, as :func:`row_thresholds` attributes it."""
+    for offset, value in rows:
+        t = event_time(value, field)
+        if t is not None:
+            g = bisect.bisect_right(cuts, offset) - 1
+            out[g] = _newest(out[g], t)
 
 
 def annotate(start: BatchOffset, end: BatchOffset, maxes: Sequence[int | None]) -> BatchOffset:
