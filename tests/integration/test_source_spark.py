@@ -327,6 +327,9 @@ def _disordered(bootstrap: str, topic: str, n: int, rate: float) -> None:
     p.flush(10)
 
 
+LATE_WINDOW = {"size": "1s", "key": "user", "watermark": "500ms"}
+
+
 def _late_drops(progress: list[dict[str, Any]]) -> tuple[int, int]:
     """Rows dropped behind a watermark: (Spark's own count, the agreed watermark's)."""
     spark_own = sum(
@@ -347,27 +350,19 @@ def test_leaderless_windows_drop_the_same_late_rows_however_batches_run(
     the log — one running the agreed batches one by one, one merging them — drop the same late
     rows and emit the same windows (before the agreed watermark the merging one kept rows the
     others dropped: Spark drops by the previous Spark batch's watermark)."""
-    from arfl.configs.spec import parse_spec
+    from deploy_checks import windowed_spec
+
     from arfl.replica.query import apply_steps, parse_events, shape_results
 
     ensure_topic(stack.kafka, topic_name, 2, log_append_time=True)
-    spec = parse_spec(
-        {
-            "name": "latewin",
-            "source": {"topic": topic_name, "partitions": 2, "event_time": "et"},
-            "steps": [
-                {
-                    "window": {
-                        "size": "1s",
-                        "key": "user",
-                        "watermark": "500ms",
-                        "agg": {"n": "count(*)", "total": "sum(amount)"},
-                    }
-                }
-            ],
-            "sink": {"topic": "latewin-out"},
-            "replication": {"mode": "active-leaderless", "replicas": 2},
-        }
+    # deploy_checks' windowed pipeline (its 1 s window per user, watermark 500 ms, count) without
+    # its filter, on this topic, event time "et".
+    spec = windowed_spec(
+        "latewin",
+        mode="active-leaderless",
+        replicas=2,
+        source={"topic": topic_name, "event_time": "et"},
+        steps=[{"window": {**LATE_WINDOW, "agg": {"n": "count(*)"}}}],
     )
 
     def build(df: Any) -> Any:
