@@ -478,7 +478,12 @@ class Spec(_Model):
     @property
     def has_window(self) -> bool:
         """True when the pipeline aggregates (results are keyed by window and key)."""
-        return any(s.window is not None for s in self.steps)
+        return self.window is not None
+
+    @property
+    def window(self) -> Window | None:
+        """The pipeline's (first) window step, or None."""
+        return next((s.window for s in self.steps if s.window is not None), None)
 
     @property
     def emits_updates(self) -> bool:

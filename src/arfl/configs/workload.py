@@ -220,7 +220,7 @@ def late_lag_ms(spec: Spec) -> int | None:
     """
     if not spec.workload.late or spec.workload.event_time_field() is None:
         return None
-    window = next((s.window for s in spec.steps if s.window is not None), None)
+    window = spec.window
     held = window.size + window.watermark if window is not None else 0.0
     return round(1000 * (held + spec.workload.disorder + LATE_MARGIN_S))
 

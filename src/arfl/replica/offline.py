@@ -131,7 +131,7 @@ def recompute_rows(raw: DataFrame, spec: Spec) -> Recomputed:
         except BadRecord as e:  # cannot happen unless query.py is broken
             raise DeployError(f"offline recompute produced a bad record: {e}") from None
         results[res.rid] = res
-    window = next((s.window for s in spec.steps if s.window is not None), None)
+    window = spec.window
     # The replicas' watermark operator sees the markers too: the maximum includes them.
     rows = query.parse_input(raw, spec)
     aggs = [F.sum(F.col("__eoi").cast("long")).alias("markers")]

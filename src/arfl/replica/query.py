@@ -55,7 +55,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from arfl.configs.spec import Spec, Step, Window
+from arfl.configs.spec import Spec, Step
 from arfl.configs.workload import FieldType, Workload, field_types
 from arfl.errors import DeployError
 from arfl.run.progress import LATE_METRICS
@@ -211,7 +211,7 @@ def parse_events(raw: DataFrame, spec: Spec) -> DataFrame:
     from pyspark.sql import functions as F
 
     events = parse_input(raw, spec)
-    window = _window_of(spec)
+    window = spec.window
     if window is None:
         # Nothing waits for a watermark: a marker only has to yield no result.
         return events.filter(~F.col("__eoi"))
@@ -469,13 +469,6 @@ _STEPS: dict[str, Callable[[DataFrame, Step, Spec, int], DataFrame]] = {
     "window": _window,
     "transform": _transform,
 }
-
-
-def _window_of(spec: Spec) -> Window | None:
-    for s in spec.steps:
-        if s.window is not None:
-            return s.window
-    return None
 
 
 def _interval(seconds: float | None) -> str:

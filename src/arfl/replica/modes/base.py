@@ -236,7 +236,7 @@ def arfl_source_options(
 
     # Windowed pipelines: every replica drops the same late rows, whatever its batches
     # (arfl.replica.source.late).
-    window = next((s.window for s in spec.steps if s.window is not None), None)
+    window = spec.window
     late: dict[str, Any] = (
         {}
         if window is None or not spec.source.event_time

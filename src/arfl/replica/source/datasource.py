@@ -103,7 +103,6 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
         t0 = time.perf_counter()
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         begin = BatchOffset.from_dict(start)
-        end = self._plan()[1].next_end(begin, max_records)
         rule = self.opts.late_rule
         if rule is not None and begin.batch != NO_BATCH and not begin.tracked:
             raise DeployError(
@@ -111,6 +110,7 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
                 f"(written before the agreed watermark, or by another mode): its watermark "
                 f"would start over; use a fresh checkpoint directory"
             )
+        end = self._plan()[1].next_end(begin, max_records)
         if rule is not None and not end.same_position(begin):
             maxes = group_maxes(self.opts.bootstrap, self.opts.topic, begin, end, rule.field)
             end = annotate(begin, end, maxes)
