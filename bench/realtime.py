@@ -3,15 +3,18 @@
     .venv/bin/python bench/realtime.py [--duration 75s] [--fault-at 45s] [--warmup 25s]
         [--windowed-later 20s] [--rate 1000] [--modes none,passive,active,active-leaderless]
         [--pipelines per-record,windowed] [--faults kill-executor,kill-replica]
-        [--sweep 1000,2500,5000] [--sweep-duration 50s] [--quick] [--runs DIR] [--out F]
+        [--sweep 1000,2500,5000] [--sweep-duration 50s] [--sweep-modes active]
+        [--stagger on|off|both] [--jit c1|c2|both] [--quick] [--runs DIR] [--out F]
 
 One invocation runs every (pipeline, fault, mode) variant on 2 partitions, one after another,
 then a rate sweep of active RTM R=2 on the per-record pipeline without faults. Modes:
 ``none`` (micro-batch, 1 replica), ``passive`` (RTM, 1 replica), ``active`` (RTM, 2 replicas,
-no coordination), ``active-leaderless`` (micro-batch, 2 replicas). Pipelines: ``per-record``
-(filter ``amount > 10``) and ``windowed`` (the same filter, then a 1 s tumbling window keyed by
-user: count + sum, watermark 500 ms). Faults, on replica 0 at ``--fault-at``: ``kill-executor``
-and ``kill-replica``.
+no coordination), ``active-leaderless`` (micro-batch, 2 replicas). ``--sweep-modes`` picks the
+sweep's modes (``passive``: one real-time replica, whose every batch-boundary stall shows);
+``--jit`` runs each sweep rate with arfl's C1-only JIT (``c1``, the default), HotSpot's tiered
+C1 + C2 (``c2``), or both. Pipelines: ``per-record`` (filter ``amount > 10``) and ``windowed``
+(the same filter, then a 1 s tumbling window keyed by user: count + sum, watermark 500 ms).
+Faults, on replica 0 at ``--fault-at``: ``kill-executor`` and ``kill-replica``.
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import statistics
@@ -57,6 +61,7 @@ from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.report.build import build_report
 from arfl.report.model import PhaseStats, Report
+from arfl.run.progress import batch_timing
 from arfl.run.rundir import read_jsonl
 from arfl.units import parse_duration
 
@@ -93,6 +98,10 @@ PIPELINES: dict[str, list[dict[str, Any]]] = {
     "windowed": [FILTER, WINDOW],
 }
 FAULTS = ("kill-executor", "kill-replica")
+JIT_C2 = {"spark.driver.extraJavaOptions": "", "spark.executor.extraJavaOptions": ""}
+"""``[spark.conf]`` of ``--jit c2``: empty JVM options give HotSpot's default tiered JIT back."""
+BOUNDARY_PHASES = ("latestOffset", "queryPlanning", "walCommit", "commitOffsets")
+"""Progress ``durationMs`` entries around a real-time batch boundary (medians per run)."""
 
 
 @dataclass(frozen=True)
@@ -137,12 +146,14 @@ def spec_for(
     stagger: bool = True,
     target: str = "local",
     replicas: int | None = None,
+    jit: str = "c1",
 ) -> Spec:
     """The benchmark spec: 2 partitions, every replica on ``local-cluster[1,1,1024]`` (deploy
     gives real-time replicas a slot per partition and shuffle partition); ``interval``: the
     real-time checkpoint interval (empty: the default); ``target``: ``spark.target`` (``docker``:
     each replica in a container of its own); ``replicas``: R of the replicated modes instead
-    of 2."""
+    of 2; ``jit``: ``c2`` gives replica JVMs HotSpot's default tiered JIT instead of arfl's
+    C1-only default."""
     m = MODES[mode]
     if replicas is not None and m.replicas > 1:
         m = dataclasses.replace(m, replicas=replicas)
@@ -165,6 +176,8 @@ def spec_for(
         },
     }
     raw["replication"]["stagger"] = stagger
+    if jit == "c2":
+        raw["spark"]["conf"].update(JIT_C2)
     if interval and m.trigger == "realtime":
         raw["replication"]["trigger_interval"] = interval
     if fault is not None:
@@ -213,6 +226,33 @@ def stagger_s(report: Report, phase: PhaseStats | None) -> float | None:
         if phase.start_s <= t < phase.end_s
     ]
     return statistics.median(dist) if dist else None
+
+
+def boundary_ms(run_dir: Path, report: Report, phase: PhaseStats | None) -> dict[str, Any]:
+    """Medians, over every replica's batches that started in ``phase``, of the progress
+    ``durationMs`` entries a real-time boundary waits for (:data:`BOUNDARY_PHASES`), and of the
+    idle time between two batches (the next one's start minus the end of its trigger)."""
+    if phase is None or report.input_start is None:
+        return {}
+    lo, hi = report.input_start + phase.start_s, report.input_start + phase.end_s
+    values: dict[str, list[float]] = {k: [] for k in (*BOUNDARY_PHASES, "between")}
+    for path in sorted((run_dir / "progress").glob("replica-*.jsonl")):
+        spans = []
+        for p in read_jsonl(path):
+            t = batch_timing(p)
+            if t is None or not lo <= t[0] < hi:
+                continue
+            spans.append(t)
+            d = p.get("durationMs") or {}
+            for k in BOUNDARY_PHASES:
+                if isinstance(d.get(k), int | float):
+                    values[k].append(float(d[k]))
+        spans.sort()
+        values["between"] += [b[0] - (a[0] + a[1] / 1000) for a, b in itertools.pairwise(spans)]
+    out = {f"{k}_ms": statistics.median(v) for k, v in values.items() if v and k != "between"}
+    if values["between"]:
+        out["between_ms"] = 1000 * statistics.median(values["between"])
+    return out
 
 
 def _events(journal: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -273,6 +313,7 @@ def analyse(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         ],
         "cpu_s": summary.get("cpu_s_total"),
         "warnings": report.warnings,
+        **boundary_ms(run_dir, report, steady),
     }
     if report.faults:
         f = report.faults[0]
@@ -388,8 +429,9 @@ def sweep_table(rows: Sequence[dict[str, Any]]) -> None:
     """The rate sweep: latency, whether the injector kept up, who used the CPU."""
     print_table(
         rows,
-        Column("active RTM R=2 per-record", 26, "", lambda r: f"{r['rate']} ev/s"),
+        Column("RTM per-record", 26, "", _sweep_variant),
         [
+            Column("jit", 3, "", lambda r: r.get("jit", "c1")),
             Column("stagger", 7, "", lambda r: "off" if r.get("stagger") is False else "on"),
             Column("stag s", 6, ".1f", lambda r: _num(r.get("overall_stagger_s"))),
             Column("p50", 7, ".1f", lambda r: _num(r["overall_p50"])),
@@ -401,9 +443,23 @@ def sweep_table(rows: Sequence[dict[str, Any]]) -> None:
             Column("cores", 5, ".2f", lambda r: _num(r.get("top_cores"))),
             Column("miss", 4, "", lambda r: _cnt(r["missing"])),
             Column("div", 4, "", lambda r: _cnt(r["divergent"])),
+            Column("plan", 5, ".0f", lambda r: _num(r.get("queryPlanning_ms"))),
+            Column("wal", 5, ".0f", lambda r: _num(r.get("walCommit_ms"))),
+            Column("commit", 6, ".0f", lambda r: _num(r.get("commitOffsets_ms"))),
+            Column("betw", 5, ".0f", lambda r: _num(r.get("between_ms"))),
         ],
         error_chars=60,
     )
+    print(
+        "(plan / wal / commit: medians of the steady batches' queryPlanning, walCommit and "
+        "commitOffsets ms; betw: median idle ms between a batch's end and the next one's start)"
+    )
+
+
+def _sweep_variant(r: dict[str, Any]) -> str:
+    mode = r.get("mode", "active")
+    reps = r.get("replicas") or MODES[mode].replicas
+    return f"{mode} R={reps} {r['rate']} ev/s"
 
 
 def print_tables(rows: Sequence[dict[str, Any]], sweep: Sequence[dict[str, Any]]) -> None:
@@ -415,11 +471,14 @@ def print_tables(rows: Sequence[dict[str, Any]], sweep: Sequence[dict[str, Any]]
         ok = [
             r["rate"]
             for r in sweep
-            if r.get("stagger", True) and _num(r.get("overall_p99")) < P99_LIMIT_MS
+            if r.get("stagger", True)
+            and r.get("mode", "active") == "active"
+            and r.get("jit", "c1") == "c1"
+            and _num(r.get("overall_p99")) < P99_LIMIT_MS
         ]
         rates = ", ".join(str(r["rate"]) for r in sweep)
         print(
-            f"highest rate with p99 < {P99_LIMIT_MS:.0f} ms: "
+            f"highest rate of active RTM (C1 JIT, staggered) with p99 < {P99_LIMIT_MS:.0f} ms: "
             f"{max(ok) if ok else 'none'} ev/s (of {rates})"
         )
         for r in sweep:
@@ -472,6 +531,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--sweep-duration", default="50s")
     ap.add_argument(
+        "--sweep-modes",
+        default="active",
+        help="modes of the fault-free sweep (real-time ones: active, passive)",
+    )
+    ap.add_argument(
+        "--jit",
+        choices=("c1", "c2", "both"),
+        default="c1",
+        help="sweep with arfl's C1-only JIT, HotSpot's tiered C1 + C2, or both",
+    )
+    ap.add_argument(
         "--windowed-later",
         default="20s",
         help="windowed runs: added to --duration, --fault-at and --warmup (slower catch-up)",
@@ -510,7 +580,13 @@ def main(argv: list[str] | None = None) -> int:
     modes, pipelines = args.modes.split(","), args.pipelines.split(",")
     faults = args.faults.split(",") if args.faults else []
     rates = [int(r) for r in args.sweep.split(",") if r]
-    for name, known in ((modes, MODES), (pipelines, PIPELINES), (faults, FAULTS)):
+    sweep_modes = args.sweep_modes.split(",")
+    for name, known in (
+        (modes, MODES),
+        (pipelines, PIPELINES),
+        (faults, FAULTS),
+        (sweep_modes, {"active": 0, "passive": 0}),
+    ):
         bad = [n for n in name if n not in known]
         if bad:
             ap.error(f"unknown {', '.join(bad)} (known: {', '.join(known)})")
@@ -547,31 +623,39 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         record(row)
     staggers = {"on": [True], "off": [False], "both": [False, True]}[args.stagger]
-    for rate, stagger in ((r, g) for r in rates for g in staggers):
+    jits = {"c1": ["c1"], "c2": ["c2"], "both": ["c1", "c2"]}[args.jit]
+    sweep_modes = args.sweep_modes.split(",")
+    done: set[tuple[str, str, bool]] = set()  # (mode, jit, stagger) past the p99 bar
+    for rate, mode, jit, stagger in (
+        (r, m, j, g) for r in rates for m in sweep_modes for j in jits for g in staggers
+    ):
+        if (mode, jit, stagger) in done:
+            continue
         row = {
             "pipeline": "per-record",
             "fault": None,
-            "mode": "active",
+            "mode": mode,
             "rate": rate,
             "stagger": stagger,
+            "jit": jit,
         }
         spec = spec_for(
-            "per-record", "active", rate, t, None, t.sweep_duration, args.interval, stagger,
-            args.target, args.replicas,
+            "per-record", mode, rate, t, None, t.sweep_duration, args.interval, stagger,
+            args.target, args.replicas, jit,
         )  # fmt: skip
-        if args.replicas is not None:
+        if args.replicas is not None and MODES[mode].replicas > 1:
             row["replicas"] = args.replicas
         try:
             run_dir, summary, cpu, wall = run(spec, args.runs)
             row.update(wall_s=round(wall, 1), **analyse(run_dir, summary))
             row.update(sweep_cpu(run_dir, cpu, t.warmup))
         except ArflError as e:
-            print(f"sweep {rate} ev/s: failed: {e}", file=sys.stderr)
+            print(f"sweep {mode} {jit} {rate} ev/s: failed: {e}", file=sys.stderr)
             row["error"] = str(e)
         sweep.append(row)
         record(row)
-        if stagger and ("error" in row or _num(row.get("overall_p99")) >= P99_LIMIT_MS):
-            break
+        if "error" in row or _num(row.get("overall_p99")) >= P99_LIMIT_MS:
+            done.add((mode, jit, stagger))
     if rows:
         print(f"\n{args.rate} ev/s, 2 partitions, fault on replica 0")
         for pipeline in pipelines:

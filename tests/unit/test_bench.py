@@ -3,6 +3,9 @@ compute from a recorded run)."""
 
 from __future__ import annotations
 
+import itertools
+import statistics
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -33,3 +36,28 @@ def test_latency_floor_warmup_counts_from_the_input_start() -> None:
     assert 0 < after < sum(iv.count for iv in intervals)
     got = latency_floor.steady_percentiles(RUN, warmup)
     assert got["count"] == after
+
+
+def test_realtime_boundary_medians_count_only_the_phase_batches() -> None:
+    import realtime
+
+    from arfl.report.build import build_report
+    from arfl.run.progress import batch_timing
+    from arfl.run.rundir import read_jsonl
+
+    report = build_report(RUN)
+    steady = next(p for p in report.phases if p.name == "steady")
+    assert report.input_start is not None
+    lo, hi = report.input_start + steady.start_s, report.input_start + steady.end_s
+    lines = read_jsonl(RUN / "progress" / "replica-0.jsonl")
+    inside = [p for p in lines if lo <= datetime.fromisoformat(p["timestamp"]).timestamp() < hi]
+    # The fixture's steady phase holds some of its batches, not all: the filter matters.
+    assert 2 < len(inside) < len(lines)
+    got = realtime.boundary_ms(RUN, report, steady)
+    assert got["queryPlanning_ms"] == statistics.median(
+        p["durationMs"]["queryPlanning"] for p in inside
+    )
+    spans = sorted(t for t in map(batch_timing, inside) if t is not None)
+    idle = [b[0] - a[0] - a[1] / 1000 for a, b in itertools.pairwise(spans)]
+    assert got["between_ms"] == pytest.approx(1000 * statistics.median(idle), abs=0.01)
+    assert realtime.boundary_ms(RUN, report, None) == {}
