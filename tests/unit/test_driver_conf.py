@@ -74,7 +74,7 @@ def test_async_progress_only_for_stateless_micro_batches_and_never_passed_to_spa
 @pytest.mark.parametrize(
     ("mode", "replicas", "default"),
     [("none", 1, True), ("active", 2, True), ("passive", 1, False),
-     ("active-leader", 2, False), ("active-leaderless", 2, False)],
+     ("active-leader", 2, True), ("active-leaderless", 2, True)],
 )  # fmt: skip
 def test_async_progress_is_on_by_default_where_a_restart_may_replay(
     mode: str, replicas: int, default: bool

@@ -60,7 +60,7 @@ def cadence_s(spec: Spec) -> float:
     """How often a replica starts a batch when it keeps up: the agreed batch interval, else the
     trigger interval (0 for as-fast-as-possible micro-batches)."""
     if MODES.info(spec.replication.mode).agreed_batches:
-        return spec.replication.agreed_batch_interval
+        return spec.agreed_batch_interval
     return float(spec.replication.trigger_interval or 0.0)
 
 

@@ -102,14 +102,14 @@ C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
 """JVM option of arfl's default replica JVMs (see :func:`spark_conf`)."""
 
 
-ASYNC_PROGRESS_MODES = frozenset({"none", "active"})
+ASYNC_PROGRESS_MODES = frozenset({"none", "active", "active-leader", "active-leaderless"})
 """Modes whose eligible queries track progress asynchronously unless the spec says ``false``:
-those on Spark's Kafka source where a restart's extra replay is harmless (the merger drops
-results it has by id). It takes the offset-log write and the commit (~190 ms of every ~1 s
-micro-batch here, docs/benchmarks.md) off the critical path. Not ``passive``: its restart from
-the checkpoint is the recovery under study, and would replay up to a second more; not the
-agreed-batch modes (arfl's own source; one invocation measured them slower with it, not
-understood yet)."""
+those where a restart's extra replay is harmless (the merger drops results it has by id, and
+an agreed-batch replica replays the same agreed batches). It takes the offset-log write and the
+commit (~170-190 ms of every 0.4-0.7 s micro-batch here) off the critical path
+(docs/benchmarks.md "Shorter agreed batches": active-leaderless p50 0.92x). Not ``passive``:
+its restart from the checkpoint is the recovery under study, and would replay up to a second
+more."""
 
 
 def async_progress(spec: Spec) -> bool:

@@ -607,7 +607,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         session_timeout_s=spec.replication.session_timeout or DEFAULT_SESSION_TIMEOUT_S,
         decision_topic=decision_topic(spec.name, run_id),
         election_path=leader_path(spec.name, run_id),
-        batch_interval_s=spec.replication.agreed_batch_interval,
+        batch_interval_s=spec.agreed_batch_interval,
         merge_decisions=spec.merges_agreed_batches,
     )
 

@@ -397,7 +397,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
     ``source.heartbeat_skip_active = "false"``) override the rest.
     """
     interval = spec.replication.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
-    batch = spec.replication.agreed_batch_interval
+    batch = spec.agreed_batch_interval
     return arfl_source_options(
         spec,
         ctx,
