@@ -252,11 +252,13 @@ def test_real_time_mode_is_not_watched(tmp_path: Path) -> None:
 
 def test_the_cadence_is_the_agreed_batch_interval_the_replicas_use() -> None:
     assert cadence_s(_spec()) == 0.0
-    # Replicas that merge ready agreed batches (filters, selects, windows) cut them every
-    # second by default; one agreed batch per Spark batch needs the longer default.
+    # Filter/select replicas that merge ready agreed batches cut them every second by default;
+    # windows (slower batches) and one agreed batch per Spark batch need the longer default.
     assert cadence_s(_spec("active-leader", 2)) == 1.0
     assert cadence_s(_spec("active-leader", 2, catch_up="aligned")) == 2.0
     assert cadence_s(_spec("active-leaderless", 2, [{"transform": "mod:fn"}])) == 2.0
+    window = {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}
+    assert cadence_s(_spec("active-leaderless", 2, [window])) == 2.0
     assert cadence_s(_spec("active-leaderless", 2, heartbeat_interval="3s")) == 3.0
     assert cadence_s(_spec("active-leaderless", 2, batch_interval="4s")) == 4.0
     assert threshold_s(_spec("active-leader", 2, batch_interval="6s")) == 18.0

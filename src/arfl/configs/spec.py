@@ -46,15 +46,16 @@ AGG_FUNCTIONS = ("count", "sum", "avg", "min", "max")
 DEFAULT_HEARTBEAT_INTERVAL_S = 0.5
 """active-leaderless: the epoch length when ``replication.heartbeat_interval`` is not given."""
 DEFAULT_BATCH_INTERVAL_S = 2.0
-"""active-leader/-leaderless: ``replication.batch_interval`` when not given and a replica runs
-one agreed batch per Spark batch (a ``transform`` step, or ``catch_up = "aligned"``): above the
-1-2 s a micro-batch takes on this kind of machine (docs/benchmarks.md), so replicas keep up
-with the agreed batches."""
-DEFAULT_MERGING_BATCH_INTERVAL_S = 1.0
-"""The same where a replica merges the ready agreed batches (:attr:`Spec.merges_agreed_batches`):
-a replica slower than the interval runs several agreed batches per Spark batch instead of
-falling behind, so the interval only sets how long a result waits for its batch to close
-(docs/benchmarks.md "Shorter agreed batches": p50 halved against 2 s at 1,000 ev/s)."""
+"""active-leader/-leaderless: ``replication.batch_interval`` when not given (but see
+:data:`DEFAULT_STATELESS_BATCH_INTERVAL_S`): above the 1-2 s a micro-batch takes on this kind
+of machine (docs/benchmarks.md), so replicas keep up with the agreed batches."""
+DEFAULT_STATELESS_BATCH_INTERVAL_S = 1.0
+"""The same for filter/select pipelines whose replicas merge ready agreed batches: their
+batches take ~0.5 s here, so 1-s agreed batches keep up, and a replica that does not merges
+instead of falling behind; a result waits half as long for its batch to close
+(docs/benchmarks.md "Shorter agreed batches": p50 0.6x of 2 s at 1,000 ev/s). Not windows: a
+windowed batch takes ~1.2 s here, and with 1-s agreed batches the replicas ran behind, merging,
+at 1.2-1.4x the p50 of 2 s."""
 
 # Spark SQL functions whose result depends on when or where a row is processed: replicas
 # would disagree, so deduplication by result id would keep arbitrary copies.
@@ -474,17 +475,14 @@ class Spec(_Model):
     @property
     def agreed_batch_interval(self) -> float:
         """active-leader/-leaderless: seconds per agreed batch: ``replication.batch_interval``,
-        else :data:`DEFAULT_MERGING_BATCH_INTERVAL_S` where replicas merge agreed batches
-        (:attr:`merges_agreed_batches`) and :data:`DEFAULT_BATCH_INTERVAL_S` where they do
-        not; at least one epoch of ``heartbeat_interval``."""
+        else :data:`DEFAULT_STATELESS_BATCH_INTERVAL_S` for a filter/select pipeline whose
+        replicas merge agreed batches (:attr:`merges_agreed_batches`), else
+        :data:`DEFAULT_BATCH_INTERVAL_S`; at least one epoch of ``heartbeat_interval``."""
         repl = self.replication
         if repl.batch_interval is not None:
             return float(repl.batch_interval)
-        default = (
-            DEFAULT_MERGING_BATCH_INTERVAL_S
-            if self.merges_agreed_batches
-            else DEFAULT_BATCH_INTERVAL_S
-        )
+        short = self.stateless and self.merges_agreed_batches
+        default = DEFAULT_STATELESS_BATCH_INTERVAL_S if short else DEFAULT_BATCH_INTERVAL_S
         return max(default, repl.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S)
 
     @property
