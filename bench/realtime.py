@@ -476,14 +476,14 @@ def print_tables(rows: Sequence[dict[str, Any]], sweep: Sequence[dict[str, Any]]
             and r.get("jit", "c1") == "c1"
             and _num(r.get("overall_p99")) < P99_LIMIT_MS
         ]
-        rates = ", ".join(str(r["rate"]) for r in sweep)
+        rates = ", ".join(str(r) for r in sorted({r["rate"] for r in sweep}))
         print(
             f"highest rate of active RTM (C1 JIT, staggered) with p99 < {P99_LIMIT_MS:.0f} ms: "
             f"{max(ok) if ok else 'none'} ev/s (of {rates})"
         )
         for r in sweep:
             if "saturated" in r:
-                print(f"  {r['rate']} ev/s: saturated: {r['saturated']}")
+                print(f"  {_sweep_variant(r)} {r.get('jit', 'c1')}: saturated: {r['saturated']}")
 
 
 def reanalyse(path: Path) -> int:
