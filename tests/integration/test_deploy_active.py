@@ -319,7 +319,8 @@ def test_per_record_leaderless_defaults_replica_killed_output_complete(
             for p in read_jsonl(result.run_dir / "progress" / f"replica-{r}.jsonl")
             if p.get("numInputRows")
         ]
-        assert len(busy) >= 5, r
+        # (The restarted replica merges what it missed into a few batches.)
+        assert len(busy) >= (5 if r == 0 else 1), r
         # Every batch ends on a 1-s boundary (an even epoch of 500 ms).
         ends = [p["sources"][0]["endOffset"]["batch"] for p in busy]
         assert all(j % 2 == 0 for j in ends), ends
