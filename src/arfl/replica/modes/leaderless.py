@@ -17,7 +17,8 @@ exactly the same sequence of batches, whatever its trigger timing or lag — a r
 behind (restart, GC pause, slow batch) runs the same batches, only faster — so watermarks,
 late-data drops and window emission agree too. The price: a replica whose batches take longer
 than ``batch_interval`` falls further and further behind, so ``batch_interval`` must exceed the
-batch time (``replication.batch_interval``, default :data:`DEFAULT_BATCH_INTERVAL_S`).
+batch time (``replication.batch_interval``, default :attr:`Spec.agreed_batch_interval`), unless
+it merges ready agreed batches (``catch_up``, below).
 
 ``max_epochs_per_batch = 0`` ends a batch at the *newest* final aligned boundary instead:
 every boundary is still an agreed cut, but which cuts a replica uses depends on when it
@@ -392,7 +393,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
     """The reader options of one active-leaderless replica.
 
     ``replication.heartbeat_interval`` (default 0.5 s) is the epoch length,
-    ``replication.batch_interval`` (default :data:`DEFAULT_BATCH_INTERVAL_S`) the length of a
+    ``replication.batch_interval`` (default :attr:`Spec.agreed_batch_interval`) the length of a
     batch's aligned group of epochs; mode options ``source.<option>`` (e.g.
     ``source.heartbeat_skip_active = "false"``) override the rest.
     """
