@@ -98,6 +98,8 @@ PIPELINES: dict[str, list[dict[str, Any]]] = {
     "windowed": [FILTER, WINDOW],
 }
 FAULTS = ("kill-executor", "kill-replica")
+SWEEP_MODES = ("active", "passive")
+"""Modes the fault-free sweep can run (real-time ones)."""
 JIT_C2 = {"spark.driver.extraJavaOptions": "", "spark.executor.extraJavaOptions": ""}
 """``[spark.conf]`` of ``--jit c2``: empty JVM options give HotSpot's default tiered JIT back."""
 BOUNDARY_PHASES = ("latestOffset", "queryPlanning", "walCommit", "commitOffsets")
@@ -585,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         (modes, MODES),
         (pipelines, PIPELINES),
         (faults, FAULTS),
-        (sweep_modes, {"active": 0, "passive": 0}),
+        (sweep_modes, SWEEP_MODES),
     ):
         bad = [n for n in name if n not in known]
         if bad:
@@ -624,7 +626,6 @@ def main(argv: list[str] | None = None) -> int:
         record(row)
     staggers = {"on": [True], "off": [False], "both": [False, True]}[args.stagger]
     jits = {"c1": ["c1"], "c2": ["c2"], "both": ["c1", "c2"]}[args.jit]
-    sweep_modes = args.sweep_modes.split(",")
     done: set[tuple[str, str, bool]] = set()  # (mode, jit, stagger) past the p99 bar
     for rate, mode, jit, stagger in (
         (r, m, j, g) for r in rates for m in sweep_modes for j in jits for g in staggers
