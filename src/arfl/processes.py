@@ -95,6 +95,26 @@ def signal_all(procs: Iterable[psutil.Process], sig: int) -> list[int]:
     return done
 
 
+def set_nice(procs: Iterable[psutil.Process], value: int) -> bool:
+    """Set the scheduling niceness of every thread of ``procs`` (Linux keeps it per thread: a
+    JVM's threads took their creator's at birth, so setting the process's alone changes one
+    thread). True when every live thread took it; lowering it needs root (CAP_SYS_NICE)."""
+    ok = True
+    for p in procs:
+        try:
+            tids = [t.id for t in p.threads()]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, value)
+            except ProcessLookupError:
+                continue
+            except OSError:
+                ok = False
+    return ok
+
+
 def _reap(pid: int) -> None:
     # Our own children must be waited for, or they linger as zombies until we exit.
     with contextlib.suppress(ChildProcessError, OSError):

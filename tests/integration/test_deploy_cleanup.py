@@ -62,6 +62,7 @@ topic = "leftover-out"
 [replication]
 mode = "none"
 replicas = 1
+standby = 1
 
 [spark]
 master = "local-cluster[1,1,1024]"
@@ -114,7 +115,18 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         injector = same_process(int(st["injector_pid"]), st["injector_create_time"])
         assert driver is not None and merger is not None and injector is not None
         executors = executors_of_app(rep["app_id"])
-        for p in [*process_tree(driver.pid), *_session(driver.pid), merger, injector]:
+        # The standby driver (ready before the load started) is recorded too.
+        sb = st["standbys"]["0"]
+        standby = same_process(int(sb["pid"]), sb["create_time"])
+        assert standby is not None and sb["ready"] is True
+        for p in [
+            *process_tree(driver.pid),
+            *_session(driver.pid),
+            *process_tree(standby.pid),
+            *_session(standby.pid),
+            merger,
+            injector,
+        ]:
             seen[p.pid] = p
 
         os.kill(arfl.pid, signal.SIGKILL)
@@ -149,7 +161,7 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         # The merger ends by itself once its owner is gone (``--owner-pid``); recover stops it
         # only if it had not noticed yet. Either way exactly one of the two happened.
         processes = {e["process"] for e in stopped}
-        assert processes - {"merger"} == {"replica-0", "injector"}
+        assert processes - {"merger"} == {"replica-0", "standby-0", "injector"}
         assert ("merger" in processes) != bool(orphaned), (processes, orphaned)
         # Nothing is left to recover, and a second recover says so.
         again = subprocess.run(

@@ -172,3 +172,49 @@ def test_pause_slow_partition_show_their_effect_and_revert(
     assert result.summary["replica_restarts"] == 0
     assert result.summary["divergent"] == 0
     _check_ok(result)
+
+
+def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_path: Path) -> None:
+    """``replication.standby = 1``: a spare driver (session up, executors warmed, niced) waits;
+    deploy starts the load once it is ready; the killed replica's place goes to it, which runs
+    the replica's query from its checkpoint without a new Spark application."""
+    spec = _per_record_spec(
+        "rtm-standby",
+        duration="25s",
+        replication={"standby": 1},
+        chaos=[{"at": "8s", "fault": "kill-replica", "replica": 1}],
+    )
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    run = result.run_dir
+    (started,) = [e for e in journal_events(run, "standby-started") if e["standby"] == 0]
+    (ready,) = journal_events(run, "standby-ready")
+    assert ready["standby"] == 0 and ready["pid"] == started["pid"]
+    assert journal_events(run, "standbys-ready"), "the load started before the standby was up"
+    if os.geteuid() == 0:
+        assert started["nice"] == 19
+    (restarted,) = journal_events(run, "replica-restarted")
+    assert restarted["replica"] == 1 and restarted["standby"] == 0
+    assert restarted["pid"] == started["pid"]
+    took = [e for e in journal_events(run, "replica-started") if e.get("standby") == 0]
+    assert took and took[0]["replica"] == 1 and took[0]["attempt"] == 1
+    if os.geteuid() == 0:
+        assert took[0]["reniced"] is True
+    # The standby's own Spark application became replica 1's: no new one was started.
+    standby_app = json.loads((run / "replicas" / "standby-0.app.json").read_text())["app_id"]
+    replica_app = json.loads((run / "replicas" / "replica-1.app.json").read_text())
+    assert replica_app["app_id"] == standby_app and replica_app["attempt"] == 1
+    (ready1,) = [e for e in journal_events(run, "replica-ready") if e["attempt"] == 1]
+    assert ready1["app_id"] == standby_app
+    log = (run / "logs" / "standby-0.log").read_text()
+    assert log.index("takes over replica 1") < log.index("query started"), log
+    assert log.count("executors warmed up in") == 1, log  # while it waited, not on take-over
+    assert "takes over" in (run / "logs" / "replica-1.log").read_text()
+    # It resumed from replica 1's checkpoint: a batch after the restart, caught up, and the
+    # output is complete, duplicate-free, equal in both replicas and to the recomputation.
+    caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
+    assert 1 in caught_up
+    assert not journal_events(run, "replica-gave-up")
+    assert result.summary["divergent"] == 0
+    check_against_offline(stack, spec, result)
+    _check_ok(result)
+    _both_replicas_agree(stack, result)

@@ -71,6 +71,9 @@ class _SlowRunner:
     def states(self) -> dict[int, object]:
         return {}
 
+    def standby_states(self) -> list[object]:
+        return []
+
 
 def test_a_second_ctrl_c_does_not_abandon_the_deployments_processes(tmp_path: Path) -> None:
     spec = parse_spec({"name": "s", "source": {"topic": "in"}, "sink": {"topic": "out"}})

@@ -392,6 +392,13 @@ def test_plan_describes_what_a_spec_asks_for(free_mode: str) -> None:
     assert cluster.describe() == (
         "1 replica \u00d7 spark://h:7077 (micro-batch: the cluster's task slots) on 2 cores"
     )
+    spare = _spec(mode="active", replicas=2, trigger="realtime", partitions=1, master="local[2]")
+    spare = spare.model_copy(
+        update={"replication": spare.replication.model_copy(update={"standby": 1})}
+    )
+    assert plan_slots(spare, 2).describe() == (
+        "2 replicas + 1 standby \u00d7 local[2] (RTM: 1 partition = 1 task slot each) on 2 cores"
+    )
 
 
 def test_mode_active_is_held_to_the_coordination_free_rules() -> None:

@@ -294,3 +294,125 @@ def test_ctrl_c_while_stopping_does_not_abandon_the_drivers(tmp_path: Path) -> N
     assert ignored["signals"] == ["SIGINT"]
     # And the handler is back: Ctrl-C interrupts again after the stop.
     assert signal.getsignal(signal.SIGINT) is handler
+
+
+# A fake driver that also plays a standby: a standby reports itself ready, waits for its
+# assignment and then becomes that replica (its app file, its child), as the real driver does.
+FAKE_STANDBY_DRIVER = r"""
+import json, os, signal, subprocess, sys, time
+cfg = json.load(open(sys.argv[1]))
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+if cfg.get("standby"):
+    with open(cfg["app_id_file"], "w") as f:
+        json.dump({"app_id": "app-standby-%d" % cfg["replica"], "ready": time.time()}, f)
+    while not os.path.exists(cfg["assignment_file"]):
+        time.sleep(0.02)
+    cfg = json.load(open(cfg["assignment_file"]))
+with open(cfg["app_id_file"] + ".child", "w") as f:
+    f.write(str(child.pid))
+with open(cfg["app_id_file"], "w") as f:
+    json.dump({"app_id": "app-fake-%d" % cfg["attempt"], "pid": os.getpid()}, f)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def _standby_spec(standby: int = 1) -> Spec:
+    return parse_spec(
+        {
+            "name": "fake",
+            "source": {"topic": "in"},
+            "sink": {"topic": "out"},
+            "replication": {"mode": "active", "replicas": 2, "standby": standby},
+        }
+    )
+
+
+def _fake_standby(tmp_path: Path) -> Callable[[int, Path], list[str]]:
+    script = tmp_path / "fake_standby_driver.py"
+    script.write_text(FAKE_STANDBY_DRIVER)
+    return lambda replica, config: [sys.executable, str(script), str(config)]
+
+
+def _nice(pid: int) -> int:
+    return psutil.Process(pid).nice()
+
+
+def test_killed_replica_is_taken_over_by_the_ready_standby(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("arfl.orchestrate.supervisor.STANDBY_RESPAWN_DELAY_S", 0.3)
+    r = _runner(_standby_spec(), tmp_path, _fake_standby(tmp_path))
+    r.start()
+    try:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        (sb,) = r.standby_states()
+        assert sb.standby == 0
+        # Waiting at low priority, so that the replicas keep the CPU.
+        assert _nice(sb.pid) == 19
+        killed = r.kill(1)
+        _wait(lambda: r.states()[1].app_id == "app-fake-1")
+        st = r.states()[1]
+        # The standby's process is now replica 1: no new driver was started for it.
+        assert st.pid == sb.pid
+        assert st.restarts == 1 and st.pid != killed
+        cfg = json.loads((r.paths.root / "replicas" / "standby-0.assign.json").read_text())
+        assert cfg["replica"] == 1 and cfg["attempt"] == 1
+        assert cfg["output_topic"] == "out.r1"
+        assert cfg["checkpoint_dir"].endswith("checkpoints/replica-1")
+        (restarted,) = _events(r.paths.root, "replica-restarted")
+        assert restarted["standby"] == 0 and restarted["pid"] == sb.pid
+        if os.geteuid() == 0:  # lowering a niceness needs root
+            assert restarted["pid"] == sb.pid and _nice(sb.pid) == 0
+            child = int((r.paths.root / "replicas" / "replica-1.app.json.child").read_text())
+            assert _nice(child) == 0
+        # A successor standby follows (after STANDBY_RESPAWN_DELAY_S), in its own files.
+        _wait(lambda: [s.standby for s in r.standby_states() if s.ready] == [1])
+        started = _events(r.paths.root, "standby-started")
+        assert [e["standby"] for e in started] == [0, 1]
+        assert (r.paths.root / "logs" / "standby-1.log").exists()
+        log = (r.paths.root / "logs" / "replica-1.log").read_text()
+        assert "standby 0" in log and "takes over" in log
+        pids = [r.states()[0].pid, r.states()[1].pid] + [s.pid for s in r.standby_states()]
+    finally:
+        r.stop()
+    assert r.standby_states() == []
+    assert not any(p is not None and psutil.pid_exists(p) for p in pids)
+
+
+def test_without_a_ready_standby_a_new_driver_is_started(tmp_path: Path) -> None:
+    r = _runner(_spec(replicas=2), tmp_path, _fake_standby(tmp_path))
+    r.start()
+    try:
+        r.wait_ready(timeout_s=20)
+        assert r.standby_states() == []
+        killed = r.kill(0)
+        _wait(lambda: r.states()[0].app_id == "app-fake-1")
+        (restarted,) = _events(r.paths.root, "replica-restarted")
+        assert "standby" not in restarted
+        assert r.states()[0].pid not in (killed, None)
+    finally:
+        r.stop()
+
+
+def test_standbys_that_keep_dying_are_given_up(tmp_path: Path) -> None:
+    crash = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    fake = _fake_standby(tmp_path)
+
+    def command(replica: int, config: Path) -> list[str]:
+        return crash if replica < 0 else fake(replica, config)
+
+    r = _runner(_standby_spec(), tmp_path, command)
+    r.start()
+    try:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: bool(_events(r.paths.root, "standby-gave-up")))
+        assert len(_events(r.paths.root, "standby-died")) == 3
+        time.sleep(0.3)
+        assert len(_events(r.paths.root, "standby-started")) == 3
+        # The replicas are untouched.
+        assert all(s.status == "running" for s in r.states().values())
+    finally:
+        r.stop()

@@ -346,3 +346,25 @@ def test_generator_feeding_a_window_is_accepted() -> None:
     assert spec.has_window
     # json_tuple is a generator too, but it emits exactly one row per input row.
     parse_spec(_with(steps=[{"select": ["json_tuple(user, 'a') AS (a)"]}]))
+
+
+def test_standby_is_refused_where_it_cannot_take_a_replica_over() -> None:
+    repl = {"mode": "active", "replicas": 2, "standby": 1}
+    assert parse_spec(_with(replication=repl), "t.toml").replication.standby == 1
+    problems = _problems(
+        _with(
+            replication=repl | {"restart": False},
+            spark={"master": "spark://10.0.0.1:7077"},
+            chaos=[{"at": "5s", "fault": "partition", "replica": 0, "duration": "2s"}],
+        )
+    )
+    standby = [p for p in problems if "replication.standby:" in p]
+    assert len(standby) == 3, problems
+    assert any("restart = false" in p for p in standby)
+    assert any("local master" in p for p in standby)
+    assert any("network faults (partition)" in p for p in standby)
+    docker = _problems(_with(replication=repl, spark={"target": "docker"}))
+    assert any("replication.standby:" in p and "docker" in p for p in docker)
+    assert any(
+        "replication.standby" in p for p in _problems(_with(replication=repl | {"standby": -1}))
+    )

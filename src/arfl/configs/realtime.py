@@ -378,6 +378,8 @@ class SlotPlan:
         host_cores: the host's cores.
         note: why ``master`` differs from the spec's, or what arfl cannot check.
         warning: the host is oversubscribed (see :func:`slots_warning`).
+        standby: standby drivers (``replication.standby``), each with the replicas' master;
+            idle until one takes a replica over, so not counted against the cores.
     """
 
     replicas: int
@@ -389,6 +391,7 @@ class SlotPlan:
     host_cores: int
     note: str | None
     warning: str | None
+    standby: int = 0
 
     def describe(self) -> str:
         """One line: ``2 replicas x local-cluster[1,4,1024] (RTM: 2 partitions + 2 shuffle
@@ -402,8 +405,9 @@ class SlotPlan:
             what = "micro-batch: the cluster's task slots"
         else:
             what = f"micro-batch: {_count(self.slots, 'task slot')} each"
+        spare = f" + {self.standby} standby" if self.standby else ""
         return (
-            f"{_count(self.replicas, 'replica')} {TIMES} {self.master} ({what}) on "
+            f"{_count(self.replicas, 'replica')}{spare} {TIMES} {self.master} ({what}) on "
             f"{_count(self.host_cores, 'core')}"
         )
 
@@ -422,6 +426,7 @@ def plan_slots(spec: Spec, cores: int, master: str | None = None) -> SlotPlan:
         host_cores=cores,
         note=note,
         warning=slots_warning(spec, cores, master),
+        standby=spec.replication.standby,
     )
 
 

@@ -285,6 +285,11 @@ class Replication(_Model):
     drift (for comparison)."""
     restart: bool = True
     """Restart a replica whose driver died (from its checkpoint where it has one)."""
+    standby: int = Field(0, ge=0, le=4)
+    """Spare drivers kept warm (Spark session up, executors warmed, at low CPU priority): a
+    replica whose driver died is restarted by promoting one, which starts the replica's query
+    at once instead of a new Spark application (~25-45 s here); a new spare follows later
+    (:mod:`arfl.orchestrate.supervisor`). Local masters, no network faults."""
 
     @model_validator(mode="after")
     def _aligned(self) -> Replication:
@@ -581,6 +586,41 @@ def _docker_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """A standby driver runs on this host, outside any replica's network namespace or
+    container, and takes a dead driver's place."""
+    standby = _get(raw, "replication", "standby")
+    if not isinstance(standby, int) or isinstance(standby, bool) or standby <= 0:
+        return []
+    out: list[tuple[str, str]] = []
+    why = "a standby driver runs on this host in no replica's namespace or container"
+    if _get(raw, "spark", "target") == "docker":
+        out.append(("replication.standby", f"not with spark.target = 'docker': {why}"))
+    master = _get(raw, "spark", "master")
+    if isinstance(master, str) and not master.startswith("local"):
+        out.append(
+            (
+                "replication.standby",
+                f"needs a local master (local-cluster[...] or local[...]), not {master!r}: a "
+                "standby is a Spark application of its own, kept warm on this host",
+            )
+        )
+    if _get(raw, "replication", "restart") is False:
+        out.append(("replication.standby", "replication.restart = false: nothing to take over"))
+    chaos = raw.get("chaos") if isinstance(raw.get("chaos"), list) else []
+    assert isinstance(chaos, list)
+    kinds = [str(c.get("fault")) for c in chaos if isinstance(c, dict)]
+    network = [k for k in kinds if k in FAULTS and FAULTS.info(k).network]
+    if network:
+        out.append(
+            (
+                "replication.standby",
+                f"not with network faults ({', '.join(sorted(set(network)))}): {why}",
+            )
+        )
+    return out
+
+
 def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """Checks across sections; run on the raw dict so they report even if a section is bad."""
     out: list[tuple[str, str]] = []
@@ -650,6 +690,7 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
         )
     out.extend(realtime_problems(raw))
     out.extend(_docker_problems(raw))
+    out.extend(_standby_problems(raw))
     generated = workload_problems(
         raw.get("workload", {}), _get(raw, "source", "key"), _get(raw, "source", "event_time")
     )

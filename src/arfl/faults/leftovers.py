@@ -8,7 +8,8 @@ network-isolated run also keeps its own ZooKeeper and Kafka (``<run dir>/stack``
 
 Everything is found through ``state.json`` and nothing else:
 
-* each recorded process (``replicas.N.driver_pid``, ``merger_pid``, ``injector_pid``) is
+* each recorded process (``replicas.N.driver_pid``, ``standbys.K.pid``, ``merger_pid``,
+  ``injector_pid``) is
   trusted only together with its recorded create time (a pid without one is never signalled:
   it may have been reused);
 * with it go its descendants, and the other members of the session it leads: a driver that
@@ -115,7 +116,8 @@ def read_state(run_dir: Path) -> tuple[dict[str, Any], float] | None:
 
 
 def recorded_processes(raw: dict[str, Any]) -> list[Recorded]:
-    """The processes ``state.json`` names with a create time: injector, drivers, merger."""
+    """The processes ``state.json`` names with a create time: injector, drivers, standby
+    drivers, merger."""
     out: list[Recorded] = []
 
     def add(name: str, pid: Any, create_time: Any) -> None:
@@ -130,6 +132,12 @@ def recorded_processes(raw: dict[str, Any]) -> list[Recorded]:
             rep = replicas[key]
             if isinstance(rep, dict):
                 add(f"replica-{key}", rep.get("driver_pid"), rep.get("driver_create_time"))
+    standbys = raw.get("standbys") or {}
+    if isinstance(standbys, dict):
+        for key in sorted(standbys, key=lambda k: int(k) if str(k).isdigit() else -1):
+            sb = standbys[key]
+            if isinstance(sb, dict):
+                add(f"standby-{key}", sb.get("pid"), sb.get("create_time"))
     add("merger", raw.get("merger_pid"), raw.get("merger_create_time"))
     return out
 

@@ -70,6 +70,8 @@ __all__ = [
 
 INJECTOR_LEAD_S = 2.0
 """How far ahead of its spawn the injector's schedule starts (its process start-up)."""
+STANDBY_READY_TIMEOUT_S = 180.0
+"""How long deploy waits for the standby drivers before it starts the load anyway."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ class Deployment:
         self.runner.wait_ready(self.ctx.options.ready_timeout_s)
         self.write_state()
         self._wait_first_batches(deadline)
+        self._wait_standbys()
         if not self.merger.alive():
             raise DeployError(f"the merger exited at start:\n{self.merger.tail()}")
 
@@ -364,6 +367,23 @@ class Deployment:
         ends = stack.topics.end_offsets(self.kafka, src.topic, src.partitions)
         self.ctx.journal.write("starting-offsets", topic=src.topic, offsets=ends)
         return json.dumps({src.topic: {str(p): o for p, o in sorted(ends.items())}})
+
+    def _wait_standbys(self) -> None:
+        """Start the load only once the spec's standby drivers are ready, so that a fault
+        finds one however fast this host started it (journaled: ``standbys-ready``). A
+        standby that is not ready in time is no error: the run goes on without it."""
+        assert self.runner is not None
+        n = self.ctx.spec.replication.standby
+        if n <= 0:
+            return
+        t0 = time.monotonic()
+        ready = self.runner.wait_standbys(STANDBY_READY_TIMEOUT_S)
+        self.write_state()
+        self.ctx.journal.write(
+            "standbys-ready" if ready else "standbys-not-ready",
+            standbys=n,
+            waited_s=round(time.monotonic() - t0, 3),
+        )
 
     def _wait_first_batches(self, deadline: float) -> None:
         """Block until every replica's query has reported a batch (the pipeline runs); in

@@ -55,6 +55,15 @@ def write_state(
                 "address": ns.address if ns else dk_address(net, i),
                 "container": net.docker.containers.get(i) if net.docker else None,
             }
+    standbys: dict[str, Any] = {}
+    if runner is not None:
+        for sb in runner.standby_states():
+            proc = same_process(sb.pid, None)
+            standbys[str(sb.standby)] = {
+                "pid": sb.pid,
+                "create_time": proc.create_time() if proc is not None else None,
+                "ready": sb.ready,
+            }
     n = ctx.spec.replication.replicas
     write_json_atomic(
         ctx.paths.state,
@@ -76,6 +85,7 @@ def write_state(
                 "replicas": [replica_topic(ctx.rspec.sink.topic, i) for i in range(n)],
             },
             "replicas": replicas,
+            "standbys": standbys,
             "leader_path": leader_path(ctx.spec.name, ctx.run_id),
             "isolation": iso.to_json() if iso else None,
             "docker": net.docker.to_json() if net.docker else None,

@@ -13,6 +13,17 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``replica-gave-up``  {replica, reason, detail?} — restart disabled, or ``crash-loop``
 * ``replica-stopped``  {replica, pid, exit_code, graceful}
 * ``interrupt-ignored`` {signals, during} — Ctrl-C or SIGTERM arrived while stopping
+* ``standby-started`` {standby, pid, nice} / ``standby-ready`` {standby, pid, startup_s} /
+  ``standby-died`` {standby, pid, exit_code} / ``standby-gave-up`` {reason}
+
+With ``replication.standby = N`` it also keeps N *standby* drivers (``logs/standby-K.log``,
+K counting every standby started): each starts its Spark session and warms its executors up at
+niceness :data:`STANDBY_NICE` (the replicas keep the CPU), then waits. A replica to restart
+is given a ready standby if there is one: its niceness goes back to 0, it is sent the
+replica's config, and it starts the replica's query at once (``replica-started`` and
+``replica-restarted`` carry ``standby: K``) instead of a new Spark application (25-45 s here
+under load). A new standby is started :data:`STANDBY_RESPAWN_DELAY_S` later, so that its
+start-up does not compete with the promoted replica's catch-up.
 
 A driver that keeps exiting by itself is not restarted forever: after ``crash_loop_limit``
 deaths in a row before Spark came up, or more than ``crash_loop_restarts`` restarts within
@@ -36,7 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -46,12 +57,20 @@ from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.faults.local import restart_suppressed
 from arfl.orchestrate.interrupts import DeferredInterrupts
-from arfl.processes import ManagedProcess, is_running, process_tree, signal_all, wait_until
+from arfl.processes import (
+    ManagedProcess,
+    is_running,
+    process_tree,
+    same_process,
+    set_nice,
+    signal_all,
+    wait_until,
+)
 from arfl.replica.driver import EXIT_BAD_CONFIG, DriverConfig
 from arfl.replica.modes.base import PEER_PROGRESS, STAGGER_REF
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.run.records import replica_topic
-from arfl.run.rundir import Journal, RunPaths
+from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 
 Status = Literal["starting", "running", "restarting", "dead", "stopped"]
 CommandFactory = Callable[[int, Path], Sequence[str]]
@@ -63,6 +82,14 @@ CRASH_LOOP_RESTARTS = 5
 """At most this many restarts of one replica within :data:`CRASH_LOOP_WINDOW_S` after exits
 by itself (not by a signal); one more such exit gives it up as a crash loop."""
 CRASH_LOOP_WINDOW_S = 300.0
+STANDBY_NICE = 19
+"""Niceness of a waiting standby's processes (CFS weight 15 against a replica's 1024)."""
+STANDBY_RESPAWN_DELAY_S = 20.0
+"""After a standby took a replica over, how long before its successor starts."""
+STANDBY_FAILURE_LIMIT = 3
+"""Standbys that die in a row before they were ready; then no more are started."""
+STANDBY = -1
+"""The replica argument of the command factory for a standby driver."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +129,29 @@ class _Replica:
         self.died_at: float | None = None
         self.exits: list[float] = []
         """When the driver exited by itself (exit code >= 0), for the crash-loop window."""
+        self.proc_log = log_path
+        """The log of the current driver process (a promoted standby keeps its own)."""
+
+
+class _Standby:
+    """One standby slot; ``sid`` numbers the standby processes started in it (files by sid)."""
+
+    def __init__(self) -> None:
+        self.sid = -1
+        self.proc: ManagedProcess | None = None
+        self.ready = False
+        self.spawned_at = 0.0
+        self.spawn_at: float | None = 0.0
+        """When to start the next standby here (None: not any more)."""
+
+
+@dataclass(frozen=True)
+class StandbyState:
+    """A live standby driver (``state.json`` ``standbys``)."""
+
+    standby: int
+    pid: int
+    ready: bool
 
 
 def default_command(replica: int, config: Path) -> list[str]:
@@ -197,6 +247,9 @@ class ReplicaRunner:
             )
             for i in range(spec.replication.replicas)
         ]
+        self._standbys = [_Standby() for _ in range(spec.replication.standby)]
+        self._standby_count = 0
+        self._standby_failures = 0
 
     # --- public API -----------------------------------------------------------------
 
@@ -236,6 +289,8 @@ class ReplicaRunner:
         for rep in self._replicas:
             rep.config_path.parent.mkdir(parents=True, exist_ok=True)
             self._spawn(rep)
+        for sb in self._standbys:
+            self._spawn_standby(sb)
         self._thread = threading.Thread(target=self._supervise, name="arfl-replicas", daemon=True)
         self._thread.start()
 
@@ -245,6 +300,30 @@ class ReplicaRunner:
             for rep in self._replicas:
                 self._refresh_app_id(rep)
             return {rep.index: rep.state for rep in self._replicas}
+
+    def standby_states(self) -> list[StandbyState]:
+        """The live standby drivers (not yet given a replica)."""
+        with self._lock:
+            return [
+                StandbyState(sb.sid, sb.proc.pid, sb.ready)
+                for sb in self._standbys
+                if sb.proc is not None and sb.proc.alive()
+            ]
+
+    def wait_standbys(self, timeout_s: float) -> bool:
+        """Block until every standby slot holds a ready standby (True), or until the timeout
+        or until standbys were given up (False)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if all(sb.proc is not None and sb.ready for sb in self._standbys):
+                    return True
+                if self._standbys and all(
+                    sb.spawn_at is None and sb.proc is None for sb in self._standbys
+                ):
+                    return False
+            time.sleep(self.poll_interval_s)
+        return False
 
     def app_ids(self) -> dict[int, str | None]:
         """Spark application id of each replica's current attempt (None until known)."""
@@ -266,7 +345,7 @@ class ReplicaRunner:
                 r = dead[0].replica
                 raise DeployError(
                     f"replica {r} is {dead[0].status} (exit code {dead[0].exit_code}); "
-                    f"see {self._replicas[r].log_path}"
+                    f"see {self._replicas[r].proc_log}"
                 )
             return last if all(s.status == "running" for s in last.values()) else None
 
@@ -276,7 +355,7 @@ class ReplicaRunner:
             waiting = [s.replica for s in last.values() if s.status != "running"]
             raise DeployError(
                 f"replica(s) {waiting} not up after {timeout_s:.0f}s; see "
-                + ", ".join(str(self._replicas[r].log_path) for r in waiting)
+                + ", ".join(str(self._replicas[r].proc_log) for r in waiting)
             ) from None
 
     def kill(self, replica: int, sig: int = signal.SIGKILL) -> int:
@@ -326,11 +405,20 @@ class ReplicaRunner:
             self._thread.join(timeout=10)
         with self._lock:
             live = [r for r in self._replicas if r.proc is not None]
+            standbys = [sb.proc for sb in self._standbys if sb.proc is not None]
             # SIGTERM every driver first, so that they shut down in parallel.
             for rep in live:
                 assert rep.proc is not None
                 rep.proc.terminate()
+            for proc in standbys:
+                proc.terminate()
             deadline = time.monotonic() + self.stop_timeout_s
+            for proc in standbys:
+                proc.stop(
+                    grace_s=max(0.1, deadline - time.monotonic()), tree_grace_s=self.tree_grace_s
+                )
+            for sb in self._standbys:
+                sb.proc, sb.spawn_at = None, None
             for rep in live:
                 assert rep.proc is not None
                 # Then its JVMs: a stopped driver's JVM exits on its own once its Python parent
@@ -384,6 +472,128 @@ class ReplicaRunner:
             },
         )
 
+    def _standby_paths(self, sid: int) -> tuple[Path, Path, Path, Path]:
+        """(config, app file, assignment, log) of standby ``sid``."""
+        rdir = self.paths.root / "replicas"
+        return (
+            rdir / f"standby-{sid}.json",
+            rdir / f"standby-{sid}.app.json",
+            rdir / f"standby-{sid}.assign.json",
+            self.paths.log(f"standby-{sid}"),
+        )
+
+    def _spawn_standby(self, sb: _Standby) -> None:
+        sid = self._standby_count
+        self._standby_count += 1
+        config, app, assign, log = self._standby_paths(sid)
+        config.parent.mkdir(parents=True, exist_ok=True)
+        DriverConfig(
+            spec=self.spec.model_dump(mode="json", by_alias=True),
+            replica=sid,
+            bootstrap=self.bootstrap,
+            output_topic=f"{self.spec.sink.topic}.standby{sid}",
+            checkpoint_dir=str(self.paths.root / "checkpoints" / f"standby-{sid}"),
+            progress_file=str(self.paths.root / "progress" / f"standby-{sid}.jsonl"),
+            app_id_file=str(app),
+            master=self.master,
+            conf=self.extra_conf,
+            jars=self.jars,
+            mode_options=dict(self.mode_options),
+            standby=True,
+            assignment_file=str(assign),
+        ).dump(config)
+        for f in (app, assign):
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            out.write(f"=== arfl: standby {sid} at {time.ctime()} ===\n".encode())
+        argv = list(self._command(STANDBY, config))
+        try:
+            proc = ManagedProcess.start(
+                f"standby-{sid}", argv, log, env=self._env, cwd=self.paths.root
+            )
+        except OSError as e:
+            raise DeployError(f"cannot start standby {sid} ({argv[0]}): {e}") from None
+        # Before the interpreter starts its JVM: every process and thread after inherits it.
+        p = same_process(proc.pid, None)
+        niced = set_nice([p], STANDBY_NICE) if p is not None else False
+        sb.sid, sb.proc, sb.ready, sb.spawn_at = sid, proc, False, None
+        sb.spawned_at = time.time()
+        self.journal.write(
+            "standby-started", standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0
+        )
+
+    def _check_standby(self, sb: _Standby) -> None:
+        now = time.time()
+        if sb.proc is None:
+            if sb.spawn_at is not None and now >= sb.spawn_at:
+                self._spawn_standby(sb)
+            return
+        code = sb.proc.returncode
+        if code is not None:
+            signal_all(sb.proc.descendants(), signal.SIGKILL)
+            self.journal.write("standby-died", standby=sb.sid, pid=sb.proc.pid, exit_code=code)
+            self._standby_failures = 0 if sb.ready else self._standby_failures + 1
+            sb.proc, sb.ready = None, False
+            if self._standby_failures >= STANDBY_FAILURE_LIMIT:
+                for other in self._standbys:
+                    other.spawn_at = None
+                self.journal.write(
+                    "standby-gave-up",
+                    reason=f"{self._standby_failures} standbys died before they were ready; "
+                    f"see {self._standby_paths(sb.sid)[3]}",
+                )
+            else:
+                sb.spawn_at = now + self.restart_delay_s
+            return
+        if not sb.ready:
+            try:
+                info = json.loads(self._standby_paths(sb.sid)[1].read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return
+            if isinstance(info, dict) and info.get("ready"):
+                sb.ready = True
+                self._standby_failures = 0
+                self.journal.write(
+                    "standby-ready",
+                    standby=sb.sid,
+                    pid=sb.proc.pid,
+                    startup_s=round(now - sb.spawned_at, 3),
+                )
+
+    def _promote(self, rep: _Replica, sb: _Standby) -> None:
+        """Hand replica ``rep``'s config to the ready standby ``sb``."""
+        assert sb.proc is not None
+        cfg = self._config(rep)
+        cfg.dump(rep.config_path)
+        with contextlib.suppress(FileNotFoundError):
+            rep.app_id_path.unlink()
+        reniced = set_nice(process_tree(sb.proc.pid), 0)
+        log = self._standby_paths(sb.sid)[3]
+        banner = (
+            f"=== arfl: replica {rep.index} attempt {rep.attempt} at {time.ctime()}: standby "
+            f"{sb.sid} (pid {sb.proc.pid}) takes over; its log: {log} ===\n"
+        )
+        with rep.log_path.open("ab") as out:
+            out.write(banner.encode())
+        write_json_atomic(self._standby_paths(sb.sid)[2], asdict(cfg))
+        rep.proc, rep.proc_log = sb.proc, log
+        now = time.time()
+        rep.state = replace(
+            rep.state, status="starting", pid=sb.proc.pid, app_id=None, started_at=now
+        )
+        self.journal.write(
+            "replica-started",
+            replica=rep.index,
+            pid=sb.proc.pid,
+            attempt=rep.attempt,
+            standby=sb.sid,
+            reniced=reniced,
+        )
+        sb.proc, sb.ready = None, False
+        sb.spawn_at = now + STANDBY_RESPAWN_DELAY_S
+
     def _spawn(self, rep: _Replica) -> None:
         self._config(rep).dump(rep.config_path)
         with contextlib.suppress(FileNotFoundError):
@@ -399,6 +609,7 @@ class ReplicaRunner:
             )
         except OSError as e:
             raise DeployError(f"cannot start replica {rep.index} ({argv[0]}): {e}") from None
+        rep.proc_log = rep.log_path
         now = time.time()
         rep.state = replace(
             rep.state, status="starting", pid=rep.proc.pid, app_id=None, started_at=now
@@ -428,6 +639,10 @@ class ReplicaRunner:
     def _supervise(self) -> None:
         while not self._stopping.wait(self.poll_interval_s):
             with self._lock:
+                for sb in self._standbys:
+                    if self._stopping.is_set():
+                        return
+                    self._check_standby(sb)
                 for rep in self._replicas:
                     if self._stopping.is_set():
                         return
@@ -441,16 +656,16 @@ class ReplicaRunner:
             # A 'kill-replica' fault with restart = false asked the supervisor to stand down.
             return "no-restart marker (fault)", None
         if code == EXIT_BAD_CONFIG:
-            return f"the pipeline cannot be built (exit code {code}); see {rep.log_path}", None
+            return f"the pipeline cannot be built (exit code {code}); see {rep.proc_log}", None
         if rep.failures_without_app >= self.crash_loop_limit:
             return "crash-loop", (
                 f"died {rep.failures_without_app} times in a row before Spark was up; "
-                f"see {rep.log_path}"
+                f"see {rep.proc_log}"
             )
         if len(rep.exits) > self.crash_loop_restarts:
             return "crash-loop", (
                 f"exited again (exit code {code}) after {len(rep.exits) - 1} restarts "
-                f"within {self.crash_loop_window_s:.0f}s; see {rep.log_path}"
+                f"within {self.crash_loop_window_s:.0f}s; see {rep.proc_log}"
             )
         return None
 
@@ -458,9 +673,19 @@ class ReplicaRunner:
         self._refresh_app_id(rep)
         if rep.state.status == "restarting":
             assert rep.died_at is not None
-            if time.time() - rep.died_at >= self.restart_delay_s:
+            ready = [
+                sb for sb in self._standbys if sb.proc is not None and sb.ready and sb.proc.alive()
+            ]
+            # A standby takes over at once: the dead driver's tree was killed when its death was
+            # seen, and the standby's JVMs are its own.
+            if ready or time.time() - rep.died_at >= self.restart_delay_s:
                 rep.attempt += 1
-                self._spawn(rep)
+                took: dict[str, int] = {}
+                if ready and ready[0].proc is not None:
+                    took["standby"] = ready[0].sid
+                    self._promote(rep, ready[0])
+                else:
+                    self._spawn(rep)
                 rep.state = replace(rep.state, restarts=rep.state.restarts + 1)
                 self.journal.write(
                     "replica-restarted",
@@ -469,6 +694,7 @@ class ReplicaRunner:
                     attempt=rep.attempt,
                     restarts=rep.state.restarts,
                     downtime_s=round(time.time() - rep.died_at, 3),
+                    **took,
                 )
             return
         if rep.proc is None or rep.state.status not in ("starting", "running"):

@@ -10,6 +10,12 @@ Run as ``python -m arfl.replica.driver --config <file.json>``; the file is a
 4. runs the replication mode's source -> :mod:`arfl.replica.query` -> Kafka sink,
 5. on SIGTERM (or SIGINT) stops the query, the session, deletes a non-durable checkpoint and
    exits 0; if the query fails it exits 1 (the supervisor decides whether to restart).
+
+A *standby* driver (``DriverConfig.standby``, ``replication.standby``) creates its session
+(app name ``arfl-<spec name>-standby<N>``), warms its executors up, marks its ``app_id_file``
+``ready`` and waits for ``assignment_file``: the supervisor writes there the
+:class:`DriverConfig` of a replica whose driver died, and the standby goes on from step 2 as
+that replica (same checkpoint, topics, progress file) without a new Spark application.
 """
 
 from __future__ import annotations
@@ -69,6 +75,10 @@ class DriverConfig:
         jars: jar files for ``spark.jars`` (Kafka connector).
         attempt: 0 on first start, n on the n-th restart.
         mode_options: mode-specific settings (see ``ReplicaContext.options``).
+        standby: a standby driver (``replica`` is then the standby's index, ``output_topic``
+            the base of its warm-up topic); it runs a replica once ``assignment_file`` holds
+            that replica's config.
+        assignment_file: where a standby's assignment appears (JSON of a ``DriverConfig``).
     """
 
     spec: dict[str, Any]
@@ -83,6 +93,8 @@ class DriverConfig:
     jars: list[str] = field(default_factory=list)
     attempt: int = 0
     mode_options: dict[str, str] = field(default_factory=dict)
+    standby: bool = False
+    assignment_file: str = ""
 
     def dump(self, path: Path) -> None:
         """Write this config as JSON (atomically)."""
@@ -164,7 +176,11 @@ def driver_address(master: str) -> str:
 def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
     """The Spark configuration of a replica: arfl's defaults, the spec's, then ``cfg.conf``."""
     conf: dict[str, str] = {
-        "spark.app.name": f"arfl-{spec.name}-r{cfg.replica}",
+        "spark.app.name": (
+            f"arfl-{spec.name}-standby{cfg.replica}"
+            if cfg.standby
+            else f"arfl-{spec.name}-r{cfg.replica}"
+        ),
         "spark.master": cfg.master,
         "spark.driver.memory": spec.spark.driver_memory,
         "spark.driver.host": driver_address(cfg.master),
@@ -273,8 +289,74 @@ def _phase_keeper(spark: Any, spec: Spec, ctx: ReplicaContext) -> PhaseKeeper | 
     return PhaseKeeper(jvm_pid, [Path(p) for p in peers], spec.replication.replicas, _log)
 
 
+ASSIGNMENT_POLL_S = 0.02
+"""How often a standby looks for its assignment."""
+
+
+def _await_assignment(path: Path, stop: threading.Event) -> DriverConfig | None:
+    """The replica config a standby was assigned (None when stopped first)."""
+    while not stop.is_set():
+        if path.exists():
+            try:
+                return DriverConfig.load(path)
+            except (OSError, ValueError, TypeError) as e:
+                # Written atomically: a partial file is not expected; say so and keep waiting.
+                _log(f"{path}: unreadable assignment ({type(e).__name__}: {e})")
+        stop.wait(ASSIGNMENT_POLL_S)
+    return None
+
+
+def _app_info(cfg: DriverConfig, sc: Any, session_s: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "app_id": sc.applicationId,
+        "pid": os.getpid(),
+        "replica": cfg.replica,
+        "attempt": cfg.attempt,
+        "master": cfg.master,
+        "ui": sc.uiWebUrl,
+        "session_s": round(session_s, 3),
+        "t": time.time(),
+        **extra,
+    }
+
+
+def _standby(
+    cfg: DriverConfig, spark: Any, stop: threading.Event, session_s: float
+) -> DriverConfig | None:
+    """Warm a standby up, mark it ready, and wait for its assignment."""
+    spec = cfg.resolved_spec()
+    mode = get_mode(spec.replication.mode)
+    ctx = ReplicaContext(
+        replica=cfg.replica,
+        bootstrap=cfg.bootstrap,
+        output_topic=cfg.output_topic,
+        checkpoint_dir=Path(cfg.checkpoint_dir),
+        attempt=0,
+        options=dict(cfg.mode_options),
+    )
+    sc = spark.sparkContext
+    write_json_atomic(Path(cfg.app_id_file), _app_info(cfg, sc, session_s, standby=True))
+    if spec.replication.trigger == "realtime":
+        _warm_up(spark, mode.sink_options(ctx, spec), sc.defaultParallelism)
+    write_json_atomic(
+        Path(cfg.app_id_file), _app_info(cfg, sc, session_s, standby=True, ready=time.time())
+    )
+    _log(f"standby {cfg.replica} ready: waiting for a replica to take over")
+    assigned = _await_assignment(Path(cfg.assignment_file), stop)
+    if assigned is not None:
+        _log(
+            f"standby {cfg.replica} takes over replica {assigned.replica} "
+            f"(attempt {assigned.attempt})"
+        )
+    return assigned
+
+
 def run(cfg: DriverConfig) -> int:
-    """Run the replica until SIGTERM/SIGINT or query failure; returns the exit code."""
+    """Run the replica until SIGTERM/SIGINT or query failure; returns the exit code.
+
+    A standby (``cfg.standby``) first waits for its assignment and then runs that replica;
+    stopped before one came, it exits 0.
+    """
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
@@ -289,6 +371,24 @@ def run(cfg: DriverConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     spec = cfg.resolved_spec()
+    t0 = time.time()
+    builder = SparkSession.builder
+    for k, v in spark_conf(cfg, spec).items():
+        builder = builder.config(k, v)
+    spark: SparkSession = builder.getOrCreate()
+    sc = spark.sparkContext
+    sc.setLogLevel("WARN")
+    session_s = time.time() - t0
+    promoted = False
+    if cfg.standby:
+        _log(f"session {sc.applicationId} up in {session_s:.1f}s (master {cfg.master}, standby)")
+        assigned = _standby(cfg, spark, stop, session_s)
+        if assigned is None:
+            spark.stop()
+            _log("exit 0 (standby, never assigned)")
+            return 0
+        cfg, promoted = assigned, True
+        spec = cfg.resolved_spec()
     mode = get_mode(spec.replication.mode)
     ctx = ReplicaContext(
         replica=cfg.replica,
@@ -298,27 +398,12 @@ def run(cfg: DriverConfig) -> int:
         attempt=cfg.attempt,
         options=dict(cfg.mode_options),
     )
-    t0 = time.time()
-    builder = SparkSession.builder
-    for k, v in spark_conf(cfg, spec).items():
-        builder = builder.config(k, v)
-    spark: SparkSession = builder.getOrCreate()
-    sc = spark.sparkContext
-    sc.setLogLevel("WARN")
     write_json_atomic(
         Path(cfg.app_id_file),
-        {
-            "app_id": sc.applicationId,
-            "pid": os.getpid(),
-            "replica": cfg.replica,
-            "attempt": cfg.attempt,
-            "master": cfg.master,
-            "ui": sc.uiWebUrl,
-            "session_s": round(time.time() - t0, 3),
-            "t": time.time(),
-        },
+        _app_info(cfg, sc, session_s, **({"standby": True} if promoted else {})),
     )
-    _log(f"session {sc.applicationId} up in {time.time() - t0:.1f}s (master {cfg.master})")
+    if not promoted:
+        _log(f"session {sc.applicationId} up in {session_s:.1f}s (master {cfg.master})")
     progress_writer = _ProgressWriter(Path(cfg.progress_file))
     spark.streams.addListener(_make_listener(progress_writer))
 
@@ -347,9 +432,10 @@ def run(cfg: DriverConfig) -> int:
             _log(f"pipeline cannot be built: {type(e).__name__}: {e}")
             rc = EXIT_BAD_CONFIG
             return rc
-        if spec.replication.trigger == "realtime" and cfg.attempt == 0:
+        if spec.replication.trigger == "realtime" and cfg.attempt == 0 and not promoted:
             # Not on a restart: there the warm-up (12-13 s measured) cost more than the one
-            # cold batch it saves (one interval), and the replica is late already.
+            # cold batch it saves (one interval), and the replica is late already. A promoted
+            # standby warmed up while it waited.
             _warm_up(spark, mode.sink_options(ctx, spec), sc.defaultParallelism)
         delay = mode.start_delay(spec, ctx)
         if delay > 0:
