@@ -4,7 +4,8 @@
         [--windowed-later 20s] [--rate 1000] [--modes none,passive,active,active-leaderless]
         [--pipelines per-record,windowed] [--faults kill-executor,kill-replica]
         [--sweep 1000,2500,5000] [--sweep-duration 50s] [--sweep-modes active]
-        [--stagger on|off|both] [--jit c1|c2|both] [--quick] [--runs DIR] [--out F]
+        [--stagger on|off|both] [--jit c1|c2|both] [--standby 0|1|both] [--quick]
+        [--runs DIR] [--out F]
 
 One invocation runs every (pipeline, fault, mode) variant on 2 partitions, one after another,
 then a rate sweep of active RTM R=2 on the per-record pipeline without faults. Modes:
@@ -14,7 +15,9 @@ sweep's modes (``passive``: one real-time replica, whose every batch-boundary st
 ``--jit`` runs each sweep rate with arfl's C1-only JIT (``c1``, the default), HotSpot's tiered
 C1 + C2 (``c2``), or both. Pipelines: ``per-record`` (filter ``amount > 10``) and ``windowed``
 (the same filter, then a 1 s tumbling window keyed by user: count + sum, watermark 500 ms).
-Faults, on replica 0 at ``--fault-at``: ``kill-executor`` and ``kill-replica``.
+Faults, on replica 0 at ``--fault-at``: ``kill-executor`` and ``kill-replica``. ``--standby``
+runs each fault variant without (``0``) and/or with (``1``) a standby driver
+(``replication.standby``) that takes the dead driver's place.
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
@@ -149,13 +152,14 @@ def spec_for(
     target: str = "local",
     replicas: int | None = None,
     jit: str = "c1",
+    standby: int = 0,
 ) -> Spec:
     """The benchmark spec: 2 partitions, every replica on ``local-cluster[1,1,1024]`` (deploy
     gives real-time replicas a slot per partition and shuffle partition); ``interval``: the
     real-time checkpoint interval (empty: the default); ``target``: ``spark.target`` (``docker``:
     each replica in a container of its own); ``replicas``: R of the replicated modes instead
     of 2; ``jit``: ``c2`` gives replica JVMs HotSpot's default tiered JIT instead of arfl's
-    C1-only default."""
+    C1-only default; ``standby``: ``replication.standby``."""
     m = MODES[mode]
     if replicas is not None and m.replicas > 1:
         m = dataclasses.replace(m, replicas=replicas)
@@ -178,6 +182,8 @@ def spec_for(
         },
     }
     raw["replication"]["stagger"] = stagger
+    if standby:
+        raw["replication"]["standby"] = standby
     if jit == "c2":
         raw["spark"]["conf"].update(JIT_C2)
     if interval and m.trigger == "realtime":
@@ -373,6 +379,7 @@ def sweep_cpu(run_dir: Path, cpu: ProcessCpu, warmup_s: float) -> dict[str, Any]
 
 def _variant(r: dict[str, Any]) -> str:
     more = f" R={r['replicas']}" if r.get("replicas") else ""
+    more += "+standby" if r.get("standby") else ""
     return f"{r['pipeline']} {r['fault']} {r['mode']}{more}"
 
 
@@ -523,6 +530,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--replicas", type=int, default=None, help="R of the replicated modes (default 2)"
     )
+    ap.add_argument(
+        "--standby",
+        choices=["0", "1", "both"],
+        default="0",
+        help="fault variants without / with a standby driver taking the dead one's place",
+    )
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--faults", default=",".join(FAULTS))
@@ -601,11 +614,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row, default=str), flush=True)
         write_rows(args.out, [*rows, *sweep])
 
-    variants = [(p, f, m) for p in pipelines for f in faults for m in modes]
-    for pipeline, fault, mode in variants:
+    standbys = {"0": [0], "1": [1], "both": [0, 1]}[args.standby]
+    variants = [(p, f, m, sb) for p in pipelines for f in faults for m in modes for sb in standbys]
+    for pipeline, fault, mode, sb in variants:
         row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
         if MODES[mode].replicas > 1 and args.replicas is not None:
             row["replicas"] = args.replicas
+        if sb:
+            row["standby"] = sb
         spec = spec_for(
             pipeline,
             mode,
@@ -615,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
             interval=args.interval,
             target=args.target,
             replicas=args.replicas,
+            standby=sb,
         )
         try:
             run_dir, summary, _, wall = run(spec, args.runs)
