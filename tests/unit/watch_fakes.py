@@ -17,6 +17,9 @@ class FakeRunner:
     def states(self) -> dict[int, ReplicaState]:
         return dict(self._states)
 
+    def standby_states(self) -> list[Any]:
+        return []
+
 
 class FakeProcess:
     """A merger that runs, or an injector that finished its schedule."""
@@ -36,5 +39,5 @@ class FakeProcess:
 class FakeResources:
     """A resource sampler that samples nothing."""
 
-    def sample(self, states: dict[int, Any]) -> None:
-        del states
+    def sample(self, states: dict[int, Any], standbys: Any = ()) -> None:
+        del states, standbys

@@ -1,10 +1,11 @@
-"""What the replicas cost: CPU seconds and peak memory of every process of every replica."""
+"""What the replicas cost: CPU seconds and peak memory of every process of every replica (and
+of the standby drivers waiting to replace one)."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import psutil
 
@@ -20,6 +21,9 @@ class ResourceSampler:
     descendants), listed through the daemon every :data:`CONTAINER_LIST_S` seconds."""
 
     CONTAINER_LIST_S = 5.0
+    STANDBY = -1
+    """The owner key of a standby's processes (until it becomes a replica: a promoted standby's
+    processes, CPU since their start included, count towards that replica from then on)."""
 
     def __init__(self) -> None:
         self._cpu: dict[tuple[int, float], tuple[int, float]] = {}
@@ -44,8 +48,17 @@ class ResourceSampler:
                 self._in_containers[i] = procs
         return self._in_containers.get(replica, [])
 
-    def sample(self, states: Mapping[int, ReplicaState]) -> None:
-        """Remember the CPU time of every process of every replica and the summed RSS."""
+    def sample(self, states: Mapping[int, ReplicaState], standbys: Sequence[int] = ()) -> None:
+        """Remember the CPU time of every process of every replica and of every standby driver
+        (``standbys``: their pids), and the replicas' summed RSS."""
+        for pid in standbys:
+            for p in process_tree(pid):
+                try:
+                    key = (p.pid, p.create_time())
+                    t = p.cpu_times()
+                except psutil.Error:
+                    continue
+                self._cpu[key] = (self.STANDBY, t.user + t.system)
         rss_now = 0
         for i, st in states.items():
             if st.pid is None:
@@ -65,5 +78,10 @@ class ResourceSampler:
         """CPU seconds each replica's processes used."""
         out: dict[int, float] = {}
         for replica, secs in self._cpu.values():
-            out[replica] = out.get(replica, 0.0) + secs
+            if replica != self.STANDBY:
+                out[replica] = out.get(replica, 0.0) + secs
         return out
+
+    def standby_cpu_seconds(self) -> float:
+        """CPU seconds of the standby drivers that never became a replica."""
+        return sum(secs for owner, secs in self._cpu.values() if owner == self.STANDBY)

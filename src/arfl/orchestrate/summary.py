@@ -46,7 +46,8 @@ def summarise(ctx: RunContext, resources: ResourceSampler, master: str) -> dict[
         "replica_restarts": restarts,
         "max_lag_s": lags[-1].get("max_lag_s") if lags else None,
         "cpu_s": {str(k): round(v, 1) for k, v in sorted(cpu.items())},
-        "cpu_s_total": round(sum(cpu.values()), 1),
+        "cpu_s_total": round(sum(cpu.values()) + resources.standby_cpu_seconds(), 1),
+        "cpu_s_standby": round(resources.standby_cpu_seconds(), 1),
         "replicas_peak_rss_mb": round(resources.peak_rss / 2**20, 1),
         "merger": merged,
     }

@@ -305,7 +305,7 @@ class Watcher:
             drops.poll()
             if leader is not None:
                 leader.poll()
-            self.resources.sample(states)
+            self.resources.sample(states, [s.pid for s in self.runner.standby_states()])
             if time.monotonic() - last_state_write > 2.0:
                 self.write_state()
                 last_state_write = time.monotonic()

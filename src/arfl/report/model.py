@@ -422,6 +422,7 @@ class Resources:
     cpu_s: float | None = None
     cpu_s_per_replica: dict[int, float] = field(default_factory=dict)
     peak_rss_mb: float | None = None
+    cpu_s_standby: float | None = None
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any]) -> Resources:
@@ -433,6 +434,7 @@ class Resources:
             cpu_s=opt_float(total),
             cpu_s_per_replica={int(k): float(v) for k, v in per.items()},
             peak_rss_mb=opt_float(rss),
+            cpu_s_standby=opt_float(summary.get("cpu_s_standby")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -441,6 +443,7 @@ class Resources:
             "cpu_s": self.cpu_s,
             "cpu_s_per_replica": {str(k): v for k, v in sorted(self.cpu_s_per_replica.items())},
             "peak_rss_mb": self.peak_rss_mb,
+            "cpu_s_standby": self.cpu_s_standby,
         }
 
 

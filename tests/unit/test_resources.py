@@ -1,0 +1,35 @@
+"""ResourceSampler: CPU seconds per replica, standby drivers apart (real child processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+
+from arfl.orchestrate.resources import ResourceSampler
+from arfl.orchestrate.supervisor import ReplicaState
+from arfl.processes import wait_until
+
+
+def test_resources_count_a_standby_apart_until_it_becomes_a_replica() -> None:
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    burn += "time.sleep(600)"
+    proc = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        wait_until(
+            lambda: sum(psutil.Process(proc.pid).cpu_times()[:2]) >= 0.3,
+            timeout_s=60,
+            interval_s=0.05,
+        )
+        r = ResourceSampler()
+        r.sample({}, [proc.pid])
+        assert r.standby_cpu_seconds() >= 0.3
+        assert r.cpu_seconds() == {}
+        # Promoted: the same process is now replica 1's, with its CPU since its start.
+        r.sample({1: ReplicaState(replica=1, status="running", pid=proc.pid)}, [])
+        assert r.standby_cpu_seconds() == 0
+        assert r.cpu_seconds()[1] >= 0.3
+    finally:
+        proc.kill()
+        proc.wait()
