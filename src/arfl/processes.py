@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -103,7 +104,10 @@ def set_nice(procs: Iterable[psutil.Process], value: int) -> bool:
     for p in procs:
         try:
             tids = [t.id for t in p.threads()]
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.AccessDenied:
+            ok = False
             continue
         for tid in tids:
             try:
@@ -113,6 +117,15 @@ def set_nice(procs: Iterable[psutil.Process], value: int) -> bool:
             except OSError:
                 ok = False
     return ok
+
+
+def can_unnice() -> bool:
+    """Whether this process may lower a niceness back to 0 (root, or an RLIMIT_NICE that
+    allows it): else a process niced now could not be given its full share again."""
+    if os.geteuid() == 0:
+        return True
+    soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
+    return soft == resource.RLIM_INFINITY or soft >= 20
 
 
 def _reap(pid: int) -> None:

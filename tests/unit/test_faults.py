@@ -506,3 +506,21 @@ def test_recover_never_signals_a_reused_or_unidentified_pid(deployment: _Deploym
     report = recover(d.run_dir)
     assert report.stopped == []
     assert len(_running(d.all())) == 4
+
+
+def test_leftovers_include_standbys_once() -> None:
+    from arfl.faults.leftovers import recorded_processes
+
+    raw = {
+        "replicas": {"0": {"driver_pid": 10, "driver_create_time": 1.5}},
+        # Standby 1 took replica 0 over since the last write: recorded twice, stopped once.
+        "standbys": {
+            "1": {"pid": 10, "create_time": 1.5},
+            "2": {"pid": 11, "create_time": 2.5},
+            "3": {"pid": 12, "create_time": None},  # a pid without a create time is no identity
+        },
+        "merger_pid": 20,
+        "merger_create_time": 3.0,
+    }
+    got = [(r.name, r.pid) for r in recorded_processes(raw)]
+    assert got == [("replica-0", 10), ("standby-2", 11), ("merger", 20)]

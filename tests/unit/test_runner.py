@@ -383,16 +383,77 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
 
 
 def test_without_a_ready_standby_a_new_driver_is_started(tmp_path: Path) -> None:
-    r = _runner(_spec(replicas=2), tmp_path, _fake_standby(tmp_path))
+    fake = _fake_standby(tmp_path)
+    never_ready = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+    def command(replica: int, config: Path) -> list[str]:
+        return never_ready if replica < 0 else fake(replica, config)
+
+    r = _runner(_standby_spec(), tmp_path, command)
     r.start()
     try:
         r.wait_ready(timeout_s=20)
-        assert r.standby_states() == []
+        (waiting,) = r.standby_states()
+        assert waiting.ready is False
         killed = r.kill(0)
         _wait(lambda: r.states()[0].app_id == "app-fake-1")
         (restarted,) = _events(r.paths.root, "replica-restarted")
         assert "standby" not in restarted
-        assert r.states()[0].pid not in (killed, None)
+        assert r.states()[0].pid not in (killed, None, waiting.pid)
+        assert not list((r.paths.root / "replicas").glob("standby-*.assign.json"))
+        assert r.standby_states() == [waiting]  # still there, still waiting
+    finally:
+        r.stop()
+    assert not psutil.pid_exists(waiting.pid) or psutil.Process(waiting.pid).status() == (
+        psutil.STATUS_ZOMBIE
+    )
+
+
+def test_a_standby_is_not_niced_where_its_niceness_could_not_be_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("arfl.orchestrate.supervisor.can_unnice", lambda: False)
+    r = _runner(_standby_spec(), tmp_path, _fake_standby(tmp_path))
+    r.start()
+    try:
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        (sb,) = r.standby_states()
+        assert _nice(sb.pid) == os.nice(0)
+        (started,) = _events(r.paths.root, "standby-started")
+        assert started["nice"] == 0
+    finally:
+        r.stop()
+
+
+def test_a_standby_that_cannot_be_started_does_not_stop_supervision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("arfl.orchestrate.supervisor.STANDBY_RESPAWN_DELAY_S", 0.2)
+    fake = _fake_standby(tmp_path)
+    broken = [False]
+
+    def command(replica: int, config: Path) -> list[str]:
+        if replica < 0 and broken[0]:
+            return [str(tmp_path / "no-such-python")]
+        return fake(replica, config)
+
+    r = _runner(_standby_spec(), tmp_path, command)
+    r.start()
+    try:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        broken[0] = True  # its successor cannot be started
+        r.kill(0)
+        _wait(lambda: bool(_events(r.paths.root, "standby-gave-up")))
+        (gave_up,) = _events(r.paths.root, "standby-gave-up")
+        assert "cannot start a standby" in gave_up["reason"]
+        assert not r.standbys_wanted()
+        # Supervision goes on: the promoted replica dies and is respawned.
+        _wait(lambda: r.states()[0].status == "running")
+        r.kill(0)
+        _wait(lambda: r.states()[0].restarts == 2 and r.states()[0].status == "running")
+        assert len(_events(r.paths.root, "standby-gave-up")) == 1
+        assert r.standby_states() == []
     finally:
         r.stop()
 

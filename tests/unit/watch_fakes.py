@@ -20,6 +20,9 @@ class FakeRunner:
     def standby_states(self) -> list[Any]:
         return []
 
+    def log_of(self, replica: int) -> Path:
+        return Path(f"/nonexistent/replica-{replica}.log")
+
 
 class FakeProcess:
     """A merger that runs, or an injector that finished its schedule."""

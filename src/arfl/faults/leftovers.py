@@ -64,7 +64,7 @@ class Recorded:
     """A process ``state.json`` names, with its recorded create time."""
 
     name: str
-    """``replica-N``, ``merger`` or ``injector``."""
+    """``replica-N``, ``standby-K``, ``merger`` or ``injector``."""
     pid: int
     create_time: float
 
@@ -139,7 +139,15 @@ def recorded_processes(raw: dict[str, Any]) -> list[Recorded]:
             if isinstance(sb, dict):
                 add(f"standby-{key}", sb.get("pid"), sb.get("create_time"))
     add("merger", raw.get("merger_pid"), raw.get("merger_create_time"))
-    return out
+    # A standby promoted since the last write is recorded twice (as the replica and the
+    # standby): stop it once.
+    seen: set[tuple[int, float]] = set()
+    unique = []
+    for r in out:
+        if (r.pid, r.create_time) not in seen:
+            seen.add((r.pid, r.create_time))
+            unique.append(r)
+    return unique
 
 
 def owner_alive(raw: dict[str, Any], state_mtime: float) -> bool:

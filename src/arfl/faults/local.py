@@ -148,8 +148,9 @@ class LocalTarget:
         Two ``local-cluster`` replicas started in the same second get the same application id
         (``app-<yyyyMMddHHmmss>-0000``, one per master), so executors that descend from another
         replica's driver never count (also while this replica's own executor is being replaced);
-        a remote cluster's executors descend from no driver and count. Falls back to the
-        driver's descendants when ``state.json`` has no app id yet.
+        a remote cluster's executors descend from no driver and count, a standby driver's
+        (``state.json`` ``standbys``) never. Falls back to the driver's descendants when
+        ``state.json`` has no app id yet.
         """
         st = self._replica(replica)
         rep = st.replicas[replica]
@@ -163,6 +164,9 @@ class LocalTarget:
                 if other != replica:
                     with contextlib.suppress(FaultError):
                         theirs.update(self.replica_pids(other))
+            for pid, created in st.standbys.values():
+                if same_process(pid, created, slack_s=1.0) is not None:
+                    theirs.update(process_tree(pid))
             return executors_of_app(rep.app_id, keep=lambda pid: pid not in theirs)
         found: dict[str, int] = {}
         for pid in self.replica_pids(replica):

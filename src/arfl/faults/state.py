@@ -96,6 +96,8 @@ class RunState:
     target: str = "local"
     """``spark.target``: ``docker`` when the run's containers and network are to be found by
     label, even before ``docker`` is recorded."""
+    standbys: dict[int, tuple[int, float | None]] = field(default_factory=dict)
+    """Standby drivers: standby -> (pid, create time)."""
 
     @property
     def on_docker(self) -> bool:
@@ -151,6 +153,11 @@ def parse_state(raw: dict[str, Any], *, source: str = STATE_FILE) -> RunState:
             isolation=parse_isolation(raw.get("isolation")),
             docker=DockerNetState.from_json(raw.get("docker")),
             target=str(raw.get("target") or "local"),
+            standbys={
+                int(k): (int(v["pid"]), opt_float(v.get("create_time")))
+                for k, v in dict(raw.get("standbys") or {}).items()
+                if isinstance(v, dict) and opt_int(v.get("pid")) is not None
+            },
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise FaultError(

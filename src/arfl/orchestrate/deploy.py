@@ -72,6 +72,8 @@ INJECTOR_LEAD_S = 2.0
 """How far ahead of its spawn the injector's schedule starts (its process start-up)."""
 STANDBY_READY_TIMEOUT_S = 180.0
 """How long deploy waits for the standby drivers before it starts the load anyway."""
+STATE_WRITE_S = 2.0
+"""How often ``state.json`` is rewritten while deploy waits for the replicas and standbys."""
 
 
 @dataclass(frozen=True)
@@ -355,6 +357,11 @@ class Deployment:
                 f"--master {master}: with spark.target = 'docker' each replica runs its own "
                 "local-cluster in its container; a spark:// cluster needs spark.target = 'local'"
             )
+        if spec.replication.standby and not master.startswith("local"):
+            raise DeployError(
+                f"--master {master}: replication.standby keeps spare Spark applications warm on "
+                "this host and needs a local master (local-cluster[...] or local[...])"
+            )
         warning = slots_warning(spec, host_cores(), master)
         if note or warning:
             self.ctx.journal.write("replica-slots", master=master, note=note, warning=warning)
@@ -377,8 +384,14 @@ class Deployment:
         if n <= 0:
             return
         t0 = time.monotonic()
-        ready = self.runner.wait_standbys(STANDBY_READY_TIMEOUT_S)
-        self.write_state()
+        ready = False
+        while not ready and time.monotonic() - t0 < STANDBY_READY_TIMEOUT_S:
+            # In slices, writing state.json between them: a standby that died is replaced by a
+            # process that recover must know of.
+            ready = self.runner.wait_standbys(STATE_WRITE_S)
+            self.write_state()
+            if not ready and not self.runner.standbys_wanted():
+                break
         self.ctx.journal.write(
             "standbys-ready" if ready else "standbys-not-ready",
             standbys=n,
@@ -400,6 +413,7 @@ class Deployment:
         n = self.ctx.spec.replication.replicas
         paths = self.ctx.paths
         realtime = self.ctx.spec.replication.trigger == "realtime"
+        last_write = time.monotonic()
         while True:
             waiting = [
                 i
@@ -414,14 +428,17 @@ class Deployment:
             if dead:
                 raise DeployError(
                     f"replica {dead[0]} died before its first batch; "
-                    f"see {paths.log(f'replica-{dead[0]}')}"
+                    f"see {self.runner.log_of(dead[0])}"
                 )
             if time.monotonic() > deadline:
                 raise DeployError(
                     f"replica(s) {waiting} ran no batch within "
                     f"{self.ctx.options.ready_timeout_s:.0f}s; see "
-                    + ", ".join(str(paths.log(f"replica-{i}")) for i in waiting)
+                    + ", ".join(str(self.runner.log_of(i)) for i in waiting)
                 )
+            if time.monotonic() - last_write > STATE_WRITE_S:  # a standby may have respawned
+                self.write_state()
+                last_write = time.monotonic()
             time.sleep(0.2)
 
     def active_faults(self) -> list[str]:

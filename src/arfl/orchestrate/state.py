@@ -40,6 +40,8 @@ def write_state(
     file through which ``arfl chaos recover`` finds them.
     """
     iso = net.isolation
+    # Standbys first: one promoted in between is then in one list or both, never in none.
+    standby_states = runner.standby_states() if runner is not None else []
     replicas: dict[str, Any] = {}
     if runner is not None:
         for i, st in runner.states().items():
@@ -57,7 +59,7 @@ def write_state(
             }
     standbys: dict[str, Any] = {}
     if runner is not None:
-        for sb in runner.standby_states():
+        for sb in standby_states:
             proc = same_process(sb.pid, None)
             standbys[str(sb.standby)] = {
                 "pid": sb.pid,

@@ -59,6 +59,7 @@ from arfl.faults.local import restart_suppressed
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.processes import (
     ManagedProcess,
+    can_unnice,
     is_running,
     process_tree,
     same_process,
@@ -250,6 +251,7 @@ class ReplicaRunner:
         self._standbys = [_Standby() for _ in range(spec.replication.standby)]
         self._standby_count = 0
         self._standby_failures = 0
+        self._standbys_given_up = False
 
     # --- public API -----------------------------------------------------------------
 
@@ -290,7 +292,7 @@ class ReplicaRunner:
             rep.config_path.parent.mkdir(parents=True, exist_ok=True)
             self._spawn(rep)
         for sb in self._standbys:
-            self._spawn_standby(sb)
+            self._start_standby(sb)
         self._thread = threading.Thread(target=self._supervise, name="arfl-replicas", daemon=True)
         self._thread.start()
 
@@ -301,6 +303,10 @@ class ReplicaRunner:
                 self._refresh_app_id(rep)
             return {rep.index: rep.state for rep in self._replicas}
 
+    def log_of(self, replica: int) -> Path:
+        """The log of a replica's current driver (a promoted standby's is its own)."""
+        return self._replicas[replica].proc_log
+
     def standby_states(self) -> list[StandbyState]:
         """The live standby drivers (not yet given a replica)."""
         with self._lock:
@@ -309,6 +315,10 @@ class ReplicaRunner:
                 for sb in self._standbys
                 if sb.proc is not None and sb.proc.alive()
             ]
+
+    def standbys_wanted(self) -> bool:
+        """False once standbys were given up (none will come)."""
+        return bool(self._standbys) and not self._standbys_given_up
 
     def wait_standbys(self, timeout_s: float) -> bool:
         """Block until every standby slot holds a ready standby (True), or until the timeout
@@ -515,20 +525,35 @@ class ReplicaRunner:
             )
         except OSError as e:
             raise DeployError(f"cannot start standby {sid} ({argv[0]}): {e}") from None
-        # Before the interpreter starts its JVM: every process and thread after inherits it.
-        p = same_process(proc.pid, None)
-        niced = set_nice([p], STANDBY_NICE) if p is not None else False
         sb.sid, sb.proc, sb.ready, sb.spawn_at = sid, proc, False, None
         sb.spawned_at = time.time()
+        # Before the interpreter starts its JVM: every process and thread after inherits it.
+        # Only where it can be undone at the take-over (else the replica would stay niced).
+        p = same_process(proc.pid, None)
+        niced = p is not None and can_unnice() and set_nice([p], STANDBY_NICE)
         self.journal.write(
             "standby-started", standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0
         )
+
+    def _start_standby(self, sb: _Standby) -> None:
+        if self._standbys_given_up:
+            return
+        try:
+            self._spawn_standby(sb)
+        except (OSError, DeployError) as e:  # a spare that cannot start must not stop the rest
+            self._give_up_standbys(f"cannot start a standby: {e}")
+
+    def _give_up_standbys(self, reason: str) -> None:
+        self._standbys_given_up = True
+        for sb in self._standbys:
+            sb.spawn_at = None
+        self.journal.write("standby-gave-up", reason=reason)
 
     def _check_standby(self, sb: _Standby) -> None:
         now = time.time()
         if sb.proc is None:
             if sb.spawn_at is not None and now >= sb.spawn_at:
-                self._spawn_standby(sb)
+                self._start_standby(sb)
             return
         code = sb.proc.returncode
         if code is not None:
@@ -537,14 +562,11 @@ class ReplicaRunner:
             self._standby_failures = 0 if sb.ready else self._standby_failures + 1
             sb.proc, sb.ready = None, False
             if self._standby_failures >= STANDBY_FAILURE_LIMIT:
-                for other in self._standbys:
-                    other.spawn_at = None
-                self.journal.write(
-                    "standby-gave-up",
-                    reason=f"{self._standby_failures} standbys died before they were ready; "
-                    f"see {self._standby_paths(sb.sid)[3]}",
+                self._give_up_standbys(
+                    f"{self._standby_failures} standbys died before they were ready; "
+                    f"see {self._standby_paths(sb.sid)[3]}"
                 )
-            else:
+            elif not self._standbys_given_up:
                 sb.spawn_at = now + self.restart_delay_s
             return
         if not sb.ready:
@@ -592,7 +614,7 @@ class ReplicaRunner:
             reniced=reniced,
         )
         sb.proc, sb.ready = None, False
-        sb.spawn_at = now + STANDBY_RESPAWN_DELAY_S
+        sb.spawn_at = None if self._standbys_given_up else now + STANDBY_RESPAWN_DELAY_S
 
     def _spawn(self, rep: _Replica) -> None:
         self._config(rep).dump(rep.config_path)

@@ -361,9 +361,7 @@ class Watcher:
             )
         dead = [s.replica for s in states.values() if s.status == "dead"]
         if dead and len(dead) == len(states):
-            raise DeployError(
-                f"every replica is dead; see {self.ctx.paths.log('replica-0')} and the journal"
-            )
+            raise DeployError(f"every replica is dead; see {self.runner.log_of(0)} and the journal")
 
     def _note_gone(self, states: dict[int, Any], gone: set[int]) -> None:
         """Journal each replica the supervisor gave up on, once; add it to ``gone``."""
