@@ -142,3 +142,21 @@ def test_every_replica_dead_fails_the_run(tmp_path: Path) -> None:
     states = {0: ReplicaState(0, "dead", pid=1), 1: ReplicaState(1, "dead", pid=2)}
     with pytest.raises(DeployError, match="every replica is dead"):
         _watcher(ctx, states).run(None)
+
+
+def test_the_live_view_shows_no_input_rate_once_the_input_ended(tmp_path: Path) -> None:
+    # The injector's last second said 1000/s; once it finished, the live line kept showing it
+    # for the whole drain (seen in the demo: "in 1000/s | out 0/s" after the input's end).
+    ctx = _ctx(tmp_path)
+    _progress(ctx, 0, END)
+    _progress(ctx, 1, END)
+    second = {"type": "second", "t": time.time(), "t0": time.time() - 1, "sent": 1000}
+    second |= {"target": 1000, "behind_ms": 0.0, "total": 1000}
+    ctx.injector_stats.parent.mkdir(parents=True, exist_ok=True)
+    ctx.injector_stats.write_text(json.dumps(second) + "\n")
+    states = {0: ReplicaState(0, "running", pid=1), 1: ReplicaState(1, "running", pid=2)}
+    ticks: list[Any] = []
+    _watcher(ctx, states).run(ticks.append)
+    draining = [t for t in ticks if t.phase == "draining"]
+    assert draining, [t.phase for t in ticks]
+    assert all(t.injector is None for t in draining)

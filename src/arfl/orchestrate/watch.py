@@ -334,7 +334,8 @@ class Watcher:
                         elapsed_s=max(0.0, time.time() - self.started_at),
                         phase=phase,
                         snapshot=snap,
-                        injector=inj.latest,
+                        # After the input's end its last second would stay on screen.
+                        injector=None if phase == "draining" else inj.latest,
                         replicas={i: self._state_text(i, s.status) for i, s in states.items()},
                         faults=self.active_faults(),
                     )
