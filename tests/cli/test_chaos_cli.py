@@ -167,6 +167,26 @@ def test_list_json(
     assert rep["driver_pid"] == sleeper.pid and sleeper.pid in rep["pids"]
 
 
+def test_list_shows_the_standby_drivers(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    standby = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        run_dir = write_state(
+            tmp_path / "r2", "r2", {0: {"driver_pid": sleeper.pid}}, standbys={3: standby.pid}
+        )
+        assert main(["chaos", "list", str(run_dir)]) == 0
+        assert f"standby 3: driver {standby.pid}, pids {standby.pid}" in capsys.readouterr().out
+        assert main(["chaos", "list", str(run_dir), "--json"]) == 0
+        (sb,) = json.loads(capsys.readouterr().out)["standbys"]
+        assert sb == {"index": 3, "pid": standby.pid, "pids": [standby.pid]}
+    finally:
+        standby.kill()
+        standby.wait(10)
+    assert main(["chaos", "list", str(run_dir)]) == 0
+    assert f"standby 3: driver {standby.pid}, pids gone" in capsys.readouterr().out
+
+
 def test_run_found_by_name_under_runs(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["chaos", "list", "r1", "--runs", str(run_dir.parent)]) == 0
     assert "r1" in capsys.readouterr().out

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from arfl.errors import FaultError
 from arfl.faults import docker
-from arfl.faults.local import LocalTarget
+from arfl.faults.local import LocalTarget, process_tree
+from arfl.processes import same_process
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,16 @@ class ReplicaSummary:
 
 
 @dataclass(frozen=True)
+class StandbySummary:
+    """A standby driver waiting to take a replica over (``replication.standby``)."""
+
+    index: int
+    pid: int
+    pids: list[int]
+    """The standby's driver and its descendants (driver JVM, executors); empty when gone."""
+
+
+@dataclass(frozen=True)
 class TargetSummary:
     """Everything that can be targeted in a run."""
 
@@ -36,6 +47,7 @@ class TargetSummary:
     replicas: list[ReplicaSummary] = field(default_factory=list)
     leader: int | None = None
     leader_problem: str | None = None
+    standbys: list[StandbySummary] = field(default_factory=list)
 
 
 def resolve_run_dir(run: str, runs_root: Path = Path("runs")) -> Path:
@@ -93,6 +105,14 @@ def summarize(target: LocalTarget) -> TargetSummary:
             leader = target.leader()
         except FaultError as e:
             leader_problem = str(e)
+    standbys = [
+        StandbySummary(
+            index=k,
+            pid=pid,
+            pids=process_tree(pid) if same_process(pid, created, slack_s=1.0) else [],
+        )
+        for k, (pid, created) in sorted(state.standbys.items())
+    ]
     return TargetSummary(
         run=state.run,
         run_dir=target.run_dir,
@@ -100,4 +120,5 @@ def summarize(target: LocalTarget) -> TargetSummary:
         replicas=replicas,
         leader=leader,
         leader_problem=leader_problem,
+        standbys=standbys,
     )

@@ -181,8 +181,10 @@ def write_state(
     leader_path: str | None = None,
     isolation: IsolationState | None = None,
     mode: str = "active-leaderless",
+    standbys: dict[int, int] | None = None,
 ) -> Path:
-    """Write a ``state.json`` as deploy would (replica dicts: driver_pid, app_id, ...).
+    """Write a ``state.json`` as deploy would (replica dicts: driver_pid, app_id, ...;
+    ``standbys``: standby -> pid).
 
     ``driver_create_time`` is filled in from the live process when missing.
     """
@@ -204,6 +206,10 @@ def write_state(
             "replicas": reps,
             "leader_path": leader_path,
             "isolation": isolation.to_json() if isolation else None,
+            "standbys": {
+                str(k): {"pid": p, "create_time": psutil.Process(p).create_time(), "ready": True}
+                for k, p in (standbys or {}).items()
+            },
         },
     )
     return run_dir

@@ -290,6 +290,11 @@ def list_cmd(run: RunArg, as_json: JsonOpt = False, runs: RunsOpt = Path("runs")
             *extra,
         )
     out.print(table)
+    for sb in s.standbys:
+        out.print(
+            f"standby {sb.index}: driver {sb.pid}, pids {' '.join(map(str, sb.pids)) or 'gone'}",
+            highlight=False,
+        )
     if s.leader_problem:
         out.print(f"leader: unknown ({s.leader_problem})", highlight=False)
     elif s.leader is not None:
