@@ -320,20 +320,25 @@ def _app_info(cfg: DriverConfig, sc: Any, session_s: float, **extra: Any) -> dic
     }
 
 
+def _context(cfg: DriverConfig) -> ReplicaContext:
+    """What the replication mode gets to know of this replica (a standby: of itself)."""
+    return ReplicaContext(
+        replica=cfg.replica,
+        bootstrap=cfg.bootstrap,
+        output_topic=cfg.output_topic,
+        checkpoint_dir=Path(cfg.checkpoint_dir),
+        attempt=cfg.attempt,
+        options=dict(cfg.mode_options),
+    )
+
+
 def _standby(
     cfg: DriverConfig, spark: Any, stop: threading.Event, session_s: float
 ) -> DriverConfig | None:
     """Warm a standby up, mark it ready, and wait for its assignment."""
     spec = cfg.resolved_spec()
     mode = get_mode(spec.replication.mode)
-    ctx = ReplicaContext(
-        replica=cfg.replica,
-        bootstrap=cfg.bootstrap,
-        output_topic=cfg.output_topic,
-        checkpoint_dir=Path(cfg.checkpoint_dir),
-        attempt=0,
-        options=dict(cfg.mode_options),
-    )
+    ctx = _context(cfg)
     sc = spark.sparkContext
     write_json_atomic(Path(cfg.app_id_file), _app_info(cfg, sc, session_s, standby=True))
     if spec.replication.trigger == "realtime":
@@ -390,14 +395,7 @@ def run(cfg: DriverConfig) -> int:
         cfg, promoted = assigned, True
         spec = cfg.resolved_spec()
     mode = get_mode(spec.replication.mode)
-    ctx = ReplicaContext(
-        replica=cfg.replica,
-        bootstrap=cfg.bootstrap,
-        output_topic=cfg.output_topic,
-        checkpoint_dir=Path(cfg.checkpoint_dir),
-        attempt=cfg.attempt,
-        options=dict(cfg.mode_options),
-    )
+    ctx = _context(cfg)
     write_json_atomic(
         Path(cfg.app_id_file),
         _app_info(cfg, sc, session_s, **({"standby": True} if promoted else {})),
