@@ -335,6 +335,12 @@ def _fake_standby(tmp_path: Path) -> Callable[[int, Path], list[str]]:
     return lambda replica, config: [sys.executable, str(script), str(config)]
 
 
+def _with_standby(tmp_path: Path, standby: list[str]) -> Callable[[int, Path], list[str]]:
+    """The fake driver for replicas, ``standby`` as every standby's command."""
+    fake = _fake_standby(tmp_path)
+    return lambda replica, config: standby if replica < 0 else fake(replica, config)
+
+
 def _nice(pid: int) -> int:
     return psutil.Process(pid).nice()
 
@@ -383,13 +389,8 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
 
 
 def test_without_a_ready_standby_a_new_driver_is_started(tmp_path: Path) -> None:
-    fake = _fake_standby(tmp_path)
     never_ready = [sys.executable, "-c", "import time; time.sleep(600)"]
-
-    def command(replica: int, config: Path) -> list[str]:
-        return never_ready if replica < 0 else fake(replica, config)
-
-    r = _runner(_standby_spec(), tmp_path, command)
+    r = _runner(_standby_spec(), tmp_path, _with_standby(tmp_path, never_ready))
     r.start()
     try:
         r.wait_ready(timeout_s=20)
@@ -460,12 +461,7 @@ def test_a_standby_that_cannot_be_started_does_not_stop_supervision(
 
 def test_standbys_that_keep_dying_are_given_up(tmp_path: Path) -> None:
     crash = [sys.executable, "-c", "import sys; sys.exit(3)"]
-    fake = _fake_standby(tmp_path)
-
-    def command(replica: int, config: Path) -> list[str]:
-        return crash if replica < 0 else fake(replica, config)
-
-    r = _runner(_standby_spec(), tmp_path, command)
+    r = _runner(_standby_spec(), tmp_path, _with_standby(tmp_path, crash))
     r.start()
     try:
         r.wait_ready(timeout_s=20)

@@ -125,19 +125,17 @@ def recorded_processes(raw: dict[str, Any]) -> list[Recorded]:
         if p is not None and ct is not None:  # a pid alone is no identity
             out.append(Recorded(name, p, ct))
 
+    def add_each(section: str, name: str, pid_key: str, time_key: str) -> None:
+        entries = raw.get(section) or {}
+        if isinstance(entries, dict):
+            for key in sorted(entries, key=lambda k: int(k) if str(k).isdigit() else -1):
+                e = entries[key]
+                if isinstance(e, dict):
+                    add(f"{name}-{key}", e.get(pid_key), e.get(time_key))
+
     add("injector", raw.get("injector_pid"), raw.get("injector_create_time"))
-    replicas = raw.get("replicas") or {}
-    if isinstance(replicas, dict):
-        for key in sorted(replicas, key=lambda k: int(k) if str(k).isdigit() else -1):
-            rep = replicas[key]
-            if isinstance(rep, dict):
-                add(f"replica-{key}", rep.get("driver_pid"), rep.get("driver_create_time"))
-    standbys = raw.get("standbys") or {}
-    if isinstance(standbys, dict):
-        for key in sorted(standbys, key=lambda k: int(k) if str(k).isdigit() else -1):
-            sb = standbys[key]
-            if isinstance(sb, dict):
-                add(f"standby-{key}", sb.get("pid"), sb.get("create_time"))
+    add_each("replicas", "replica", "driver_pid", "driver_create_time")
+    add_each("standbys", "standby", "pid", "create_time")
     add("merger", raw.get("merger_pid"), raw.get("merger_create_time"))
     # A standby promoted since the last write is recorded twice (as the replica and the
     # standby): stop it once.

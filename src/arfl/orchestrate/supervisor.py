@@ -328,9 +328,7 @@ class ReplicaRunner:
             with self._lock:
                 if all(sb.proc is not None and sb.ready for sb in self._standbys):
                     return True
-                if self._standbys and all(
-                    sb.spawn_at is None and sb.proc is None for sb in self._standbys
-                ):
+                if not self.standbys_wanted():
                     return False
             time.sleep(self.poll_interval_s)
         return False
