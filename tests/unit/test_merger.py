@@ -12,6 +12,7 @@ import pytest
 
 from arfl.errors import DeployError
 from arfl.measure import merger
+from arfl.measure.frontier import read_frontier
 from arfl.measure.histogram import read_latency_log
 from arfl.measure.merger import (
     DedupState,
@@ -231,12 +232,20 @@ def test_core_gap_follows_first_copies_not_duplicates() -> None:
 
 class FakeMessage:
     def __init__(
-        self, topic: str, key: bytes | None, value: bytes | None, error: Any = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        error: Any = None,
+        partition: int = 0,
     ) -> None:
-        self._t, self._k, self._v, self._e = topic, key, value, error
+        self._t, self._k, self._v, self._e, self._p = topic, key, value, error, partition
 
     def topic(self) -> str:
         return self._t
+
+    def partition(self) -> int:
+        return self._p
 
     def key(self) -> bytes | None:
         return self._k
@@ -391,6 +400,27 @@ def test_merger_writes_first_copies_files_and_journal(tmp_path: Path) -> None:
     snaps = MonitorTail(tmp_path / "monitor.jsonl").poll()
     assert snaps and snaps[-1].results == 3 and snaps[-1].divergent == 1
     assert sum(s.output_rate for s in snaps) == 3
+
+
+def test_merger_writes_the_output_frontier(tmp_path: Path) -> None:
+    """Per input partition, the offset below which every result is delivered (both output
+    partitions of replica 1's topic carry results of input partition 0)."""
+    import time
+
+    sink = "out"
+    t0, t1 = replica_topic(sink, 0), replica_topic(sink, 1)
+    now_ms = int(time.time() * 1000)
+    batches = [
+        [
+            FakeMessage(t0, b"0:5", rec("0:5", now_ms, 0), partition=0),
+            FakeMessage(t1, b"0:8", rec("0:8", now_ms, 1), partition=1),
+            FakeMessage(t1, b"0:6", rec("0:6", now_ms, 1), partition=0),
+            FakeMessage(t1, b"1:3", rec("1:3", now_ms, 1), partition=0),
+        ]
+    ]
+    cfg = MergerConfig(bootstrap="x:1", sink=sink, replicas=2, run_dir=tmp_path, idle_s=0.5)
+    Merger(cfg, consumer=FakeConsumer(batches), producer=FakeProducer()).run()
+    assert read_frontier(tmp_path / "frontier.json") == {0: 6}
 
 
 def test_merger_stops_on_until(tmp_path: Path) -> None:

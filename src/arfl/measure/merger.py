@@ -49,6 +49,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from arfl.errors import ArflError, DeployError
+from arfl.measure import frontier as frontier_file
+from arfl.measure.frontier import Frontier
 from arfl.measure.histogram import (
     DEFAULT_PERCENTILES,
     IntervalHistogram,
@@ -338,11 +340,18 @@ class MergeCore:
         self.without_sent_ts = 0
         """First copies without ``sent_ts``: in ``latency.hlog`` but not ``latency-sent.hlog``."""
         self._second = _Second()
+        self.frontier = Frontier()
+        """Where a restarted stateless replica may resume (:mod:`arfl.measure.frontier`)."""
 
     def on_record(
-        self, replica: int, value: bytes | None, arrival_s: float
+        self,
+        replica: int,
+        value: bytes | None,
+        arrival_s: float,
+        out_partition: int | None = None,
     ) -> tuple[Outcome, Divergence | None]:
-        """Process one record read from replica ``replica``'s topic at ``arrival_s``.
+        """Process one record read from replica ``replica``'s topic (partition
+        ``out_partition``, when known) at ``arrival_s``.
 
         Returns:
             The outcome and, for a divergent copy, the divergence.
@@ -362,6 +371,8 @@ class MergeCore:
             return Outcome.BAD, None
         if rc.last_src_ts is None or rec.src_ts > rc.last_src_ts:
             rc.last_src_ts = rec.src_ts
+        if out_partition is not None:
+            self.frontier.offer(replica, out_partition, rec.rid)
         first, div = self.dedup.offer(rec.rid, replica, rec.hash, arrival_s, rec.data)
         if first:
             rc.wins += 1
@@ -704,6 +715,8 @@ class Merger:
                 missing.append(topic)
                 continue
             new += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(meta.partitions)]
+            if self.core is not None:
+                self.core.frontier.set_partitions(self._topic_index[topic], len(meta.partitions))
         self._unassigned = missing
         if first:
             self._consumer.assign(new)
@@ -781,6 +794,8 @@ class Merger:
         start_s = started
         next_tick = math.floor(started) + 1.0
         next_owner_check = started
+        next_frontier = started
+        frontier_path = frontier_file.path_in(cfg.run_dir)
         window = InputWindow()
         tail = InjectorStatsTail(cfg.input_stats) if cfg.input_stats else None
         self._update_window(window, tail, started)
@@ -843,7 +858,7 @@ class Merger:
                     last_record = arrival
                     replica = topic_index.get(msg.topic(), -1)
                     value = msg.value()
-                    outcome, div = core.on_record(replica, value, arrival)
+                    outcome, div = core.on_record(replica, value, arrival, msg.partition())
                     if outcome is Outcome.FIRST:
                         self._produce(sink, msg.key(), value)
                     elif div is not None:
@@ -859,6 +874,10 @@ class Merger:
                 if msgs:
                     producer.poll(0)
                 now = time.time()
+                if now >= next_frontier and core.frontier.changed:
+                    next_frontier = now + frontier_file.WRITE_INTERVAL_S
+                    core.frontier.changed = False
+                    frontier_file.write_frontier(frontier_path, core.frontier.safe(), now)
                 if now >= next_tick:
                     self._update_window(window, tail, now)
                     while now >= next_tick:
