@@ -4,7 +4,9 @@
         [--windowed-later 20s] [--rate 1000] [--modes none,passive,active,active-leaderless]
         [--pipelines per-record,windowed] [--faults kill-executor,kill-replica]
         [--sweep 1000,2500,5000] [--sweep-duration 50s] [--sweep-modes active]
-        [--stagger on|off|both] [--jit c1|c2|both] [--standby 0|1|both] [--quick]
+        [--stagger on|off|both] [--jit c1|c2|both] [--standby 0|1|both]
+        [--resume checkpoint|output|both] [--standby-yield on|off|both] [--interval 5s]
+        [--quick]
         [--runs DIR] [--out F]
 
 One invocation runs every (pipeline, fault, mode) variant on 2 partitions, one after another,
@@ -17,7 +19,12 @@ C1 + C2 (``c2``), or both. Pipelines: ``per-record`` (filter ``amount > 10``) an
 (the same filter, then a 1 s tumbling window keyed by user: count + sum, watermark 500 ms).
 Faults, on replica 0 at ``--fault-at``: ``kill-executor`` and ``kill-replica``. ``--standby``
 runs each fault variant without (``0``) and/or with (``1``) a standby driver
-(``replication.standby``) that takes the dead driver's place.
+(``replication.standby``) that takes the dead driver's place. ``--resume`` runs each active
+fault variant with the killed replica restarting from its checkpoint and/or at the output
+frontier (``replication.resume``; the default ``auto`` is ``output`` for this stateless
+per-record pipeline). ``--standby-yield`` runs the standby variants with the promoted standby
+keeping its low CPU priority until it caught up (``on``, the default) and/or getting it back at
+once (``off``; ``replication.standby_yield``).
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
@@ -153,13 +160,15 @@ def spec_for(
     replicas: int | None = None,
     jit: str = "c1",
     standby: int = 0,
+    resume: str = "auto",
+    standby_yield: bool = True,
 ) -> Spec:
     """The benchmark spec: 2 partitions, every replica on ``local-cluster[1,1,1024]`` (deploy
     gives real-time replicas a slot per partition and shuffle partition); ``interval``: the
     real-time checkpoint interval (empty: the default); ``target``: ``spark.target`` (``docker``:
     each replica in a container of its own); ``replicas``: R of the replicated modes instead
     of 2; ``jit``: ``c2`` gives replica JVMs HotSpot's default tiered JIT instead of arfl's
-    C1-only default; ``standby``: ``replication.standby``."""
+    C1-only default; ``standby``: ``replication.standby``; ``resume``: ``replication.resume``."""
     m = MODES[mode]
     if replicas is not None and m.replicas > 1:
         m = dataclasses.replace(m, replicas=replicas)
@@ -184,6 +193,10 @@ def spec_for(
     raw["replication"]["stagger"] = stagger
     if standby:
         raw["replication"]["standby"] = standby
+    if resume != "auto":
+        raw["replication"]["resume"] = resume
+    if standby and not standby_yield:
+        raw["replication"]["standby_yield"] = False
     if jit == "c2":
         raw["spark"]["conf"].update(JIT_C2)
     if interval and m.trigger == "realtime":
@@ -380,6 +393,8 @@ def sweep_cpu(run_dir: Path, cpu: ProcessCpu, warmup_s: float) -> dict[str, Any]
 def _variant(r: dict[str, Any]) -> str:
     more = f" R={r['replicas']}" if r.get("replicas") else ""
     more += "+standby" if r.get("standby") else ""
+    more += " no-yield" if r.get("standby_yield") is False else ""
+    more += f" from {r['resume']}" if r.get("resume") else ""
     return f"{r['pipeline']} {r['fault']} {r['mode']}{more}"
 
 
@@ -536,6 +551,20 @@ def main(argv: list[str] | None = None) -> int:
         default="0",
         help="fault variants without / with a standby driver taking the dead one's place",
     )
+    ap.add_argument(
+        "--resume",
+        choices=["checkpoint", "output", "both"],
+        default=None,
+        help="active fault variants: the killed replica restarts from its checkpoint and/or "
+        "at the output frontier (default: the spec's default, auto)",
+    )
+    ap.add_argument(
+        "--standby-yield",
+        choices=["on", "off", "both"],
+        default="on",
+        help="standby variants: the promoted standby yields the CPU until caught up (on), "
+        "or not (off)",
+    )
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--faults", default=",".join(FAULTS))
@@ -615,13 +644,29 @@ def main(argv: list[str] | None = None) -> int:
         write_rows(args.out, [*rows, *sweep])
 
     standbys = {"0": [0], "1": [1], "both": [0, 1]}[args.standby]
-    variants = [(p, f, m, sb) for p in pipelines for f in faults for m in modes for sb in standbys]
-    for pipeline, fault, mode, sb in variants:
+    resumes = {None: ["auto"], "checkpoint": ["checkpoint"], "output": ["output"]}.get(
+        args.resume, ["checkpoint", "output"]
+    )
+    yields = {"on": [True], "off": [False], "both": [False, True]}[args.standby_yield]
+    variants = [
+        (p, f, m, sb, rs, y)
+        for p in pipelines
+        for f in faults
+        for m in modes
+        for sb in standbys
+        for rs in (resumes if MODES[m].mode == "active" else ["auto"])
+        for y in (yields if sb else [True])
+    ]
+    for pipeline, fault, mode, sb, resume, yields_cpu in variants:
         row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
         if MODES[mode].replicas > 1 and args.replicas is not None:
             row["replicas"] = args.replicas
         if sb:
             row["standby"] = sb
+        if resume != "auto":
+            row["resume"] = resume
+        if sb and not yields_cpu:
+            row["standby_yield"] = False
         spec = spec_for(
             pipeline,
             mode,
@@ -632,6 +677,8 @@ def main(argv: list[str] | None = None) -> int:
             target=args.target,
             replicas=args.replicas,
             standby=sb,
+            resume=resume,
+            standby_yield=yields_cpu,
         )
         try:
             run_dir, summary, _, wall = run(spec, args.runs)

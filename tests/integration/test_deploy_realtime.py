@@ -5,7 +5,9 @@ the offline recomputation (a window aggregation whose updates carry ``window + k
 record, with an executor kill and a replica kill, the replicas' batch boundaries are staggered,
 both emit every result id with equal hashes, the output stays complete, duplicate-free and equal
 to the offline recomputation, and the killed replica is restarted from its checkpoint (an
-executor loss either is retried inside the replica or fails its query, which is restarted too).
+executor loss either is retried inside the replica or fails its query, which is restarted too;
+``resume = "checkpoint"``). With a warm standby and the default ``resume``, the killed replica
+starts at the output frontier instead: it replays nothing below it and emits every result from it.
 Pause, slow and partition each show their effect on the faulted replica's output and their
 revert.
 """
@@ -56,6 +58,27 @@ def _both_replicas_agree(info: StackInfo, result: DeployResult) -> None:
     assert not [rid for rid in a if a[rid] != b[rid]]
 
 
+def _resumed_at_the_frontier(
+    info: StackInfo, result: DeployResult, killed: int, offsets: dict[str, int]
+) -> None:
+    """The restarted replica's output is the survivor's, minus results below the frontier it
+    never re-read: every result at or above ``offsets`` is in it, and what it emitted twice
+    (its last results before the kill, read again) is all at or above them too."""
+    outs = replica_outputs(info, result)
+    mine, other = outs[killed], outs[1 - killed]
+
+    def offset_ok(rid: str) -> bool:
+        p, o = rid.split(":")
+        return int(o) >= offsets[p]
+
+    assert set(mine) <= set(other), sorted(set(mine) - set(other))[:3]
+    assert not [rid for rid in mine if mine[rid][0].hash != other[rid][0].hash]
+    above = {rid for rid in other if offset_ok(rid)}
+    assert above and above <= set(mine), sorted(above - set(mine))[:3]
+    twice = [rid for rid, copies in mine.items() if len(copies) > 1]
+    assert all(offset_ok(rid) for rid in twice), [r for r in twice if not offset_ok(r)][:3]
+
+
 def _batch_starts(run: Path, replica: int) -> list[float]:
     from datetime import datetime
 
@@ -95,6 +118,7 @@ def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path:
     spec = _per_record_spec(
         "rtm-kill",
         duration="30s",
+        replication={"resume": "checkpoint"},
         chaos=[
             {"at": "6s", "fault": "kill-executor", "replica": 0},
             {"at": "15s", "fault": "kill-replica", "replica": 1},
@@ -109,7 +133,9 @@ def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path:
     # (Spark 4.3 re-ran the lost real-time tasks on a new executor, measured here) or failed
     # its query, and then the supervisor restarted it as well.
     died = {e["replica"] for e in journal_events(result.run_dir, "replica-died")}
-    restarted = {e["replica"] for e in journal_events(result.run_dir, "replica-restarted")}
+    restarted_events = journal_events(result.run_dir, "replica-restarted")
+    assert {e["resume"] for e in restarted_events} == {"checkpoint"}, restarted_events
+    restarted = {e["replica"] for e in restarted_events}
     assert 1 in died and died == restarted, (died, restarted)
     assert not journal_events(result.run_dir, "replica-gave-up")
     caught_up = {e["replica"] for e in journal_events(result.run_dir, "replica-caught-up")}
@@ -177,7 +203,8 @@ def test_pause_slow_partition_show_their_effect_and_revert(
 def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_path: Path) -> None:
     """``replication.standby = 1``: a spare driver (session up, executors warmed, niced) waits;
     deploy starts the load once it is ready; the killed replica's place goes to it, which runs
-    the replica's query from its checkpoint without a new Spark application."""
+    the replica's query without a new Spark application, from the output frontier (a stateless
+    pipeline: no replay of what the survivor delivered)."""
     spec = _per_record_spec(
         "rtm-standby",
         duration="25s",
@@ -194,11 +221,16 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
         assert started["nice"] == 19
     (restarted,) = journal_events(run, "replica-restarted")
     assert restarted["replica"] == 1 and restarted["standby"] == 0
+    assert restarted["resume"] == "output" and set(restarted["offsets"]) == {"0", "1"}
     assert restarted["pid"] == started["pid"]
     took = [e for e in journal_events(run, "replica-started") if e.get("standby") == 0]
     assert took and took[0]["replica"] == 1 and took[0]["attempt"] == 1
     if os.geteuid() == 0:
-        assert took[0]["reniced"] is True
+        # It yielded the CPU to the survivor until the merger saw it caught up.
+        assert took[0]["yielding"] is True and took[0]["reniced"] is False
+        (reniced,) = journal_events(run, "replica-reniced")
+        assert reniced["replica"] == 1 and reniced["why"] == "caught up", reniced
+        assert reniced["reniced"] is True
     # The standby's own Spark application became replica 1's: no new one was started.
     standby_app = json.loads((run / "replicas" / "standby-0.app.json").read_text())["app_id"]
     replica_app = json.loads((run / "replicas" / "replica-1.app.json").read_text())
@@ -209,12 +241,14 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     assert log.index("takes over replica 1") < log.index("query started"), log
     assert log.count("executors warmed up in") == 1, log  # while it waited, not on take-over
     assert "takes over" in (run / "logs" / "replica-1.log").read_text()
-    # It resumed from replica 1's checkpoint: a batch after the restart, caught up, and the
-    # output is complete, duplicate-free, equal in both replicas and to the recomputation.
+    # It resumed at the output frontier: a fresh checkpoint, caught up, and the output is
+    # complete, duplicate-free and equal to the recomputation.
+    replica_cfg = json.loads((run / "replicas" / "replica-1.json").read_text())
+    assert replica_cfg["checkpoint_dir"].endswith("checkpoints/replica-1.1")
     caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
     assert 1 in caught_up
     assert not journal_events(run, "replica-gave-up")
     assert result.summary["divergent"] == 0
     check_against_offline(stack, spec, result)
     _check_ok(result)
-    _both_replicas_agree(stack, result)
+    _resumed_at_the_frontier(stack, result, 1, restarted["offsets"])

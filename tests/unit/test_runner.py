@@ -17,9 +17,12 @@ import pytest
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import DeployError
+from arfl.measure.frontier import path_in as frontier_path_in
+from arfl.measure.frontier import write_frontier
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.processes import is_running, stop_pid
 from arfl.replica.driver import EXIT_BAD_CONFIG
+from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.run.rundir import new_run_dir, read_jsonl
 
 # A fake driver: reads its DriverConfig, reports an app id, starts a child (stands in for the
@@ -371,9 +374,18 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
         (restarted,) = _events(r.paths.root, "replica-restarted")
         assert restarted["standby"] == 0 and restarted["pid"] == sb.pid
         if os.geteuid() == 0:  # lowering a niceness needs root
-            assert restarted["pid"] == sb.pid and _nice(sb.pid) == 0
+            # It yields the CPU to the survivor until the merger sees it caught up.
             child = int((r.paths.root / "replicas" / "replica-1.app.json.child").read_text())
+            (took,) = [e for e in _events(r.paths.root, "replica-started") if "standby" in e]
+            assert took["yielding"] is True and took["reniced"] is False
+            time.sleep(0.3)
+            assert _nice(sb.pid) == 19 and _nice(child) == 19
+            _monitor_line(r.paths.root, 1, lag_ms=5.0)
+            _wait(lambda: _nice(sb.pid) == 0)
             assert _nice(child) == 0
+            (reniced,) = _events(r.paths.root, "replica-reniced")
+            assert reniced["replica"] == 1 and reniced["why"] == "caught up"
+            assert reniced["lag_ms"] == 5.0 and reniced["reniced"] is True
         # A successor standby follows (after STANDBY_RESPAWN_DELAY_S), in its own files.
         _wait(lambda: [s.standby for s in r.standby_states() if s.ready] == [1])
         started = _events(r.paths.root, "standby-started")
@@ -386,6 +398,51 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
         r.stop()
     assert r.standby_states() == []
     assert not any(p is not None and psutil.pid_exists(p) for p in pids)
+
+
+def _monitor_line(run: Path, replica: int, lag_ms: float) -> None:
+    """Append a merger monitor line in which ``replica`` delivered a result just now."""
+    now = time.time()
+    seen = {"received": 1, "wins": 1, "last_seen_t": now, "last_src_ts": 0, "lag_ms": lag_ms}
+    line = {"t": now, "output_rate": 1, "received": 1, "replicas": {str(replica): seen}}
+    with (run / "monitor.jsonl").open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a niceness needs root")
+def test_a_standby_that_does_not_yield_gets_full_priority_at_once(tmp_path: Path) -> None:
+    spec = _standby_spec()
+    spec = spec.model_copy(
+        update={"replication": spec.replication.model_copy(update={"standby_yield": False})}
+    )
+    r = _runner(spec, tmp_path, _fake_standby(tmp_path))
+    with r:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        (sb,) = r.standby_states()
+        r.kill(0)
+        _wait(lambda: r.states()[0].app_id == "app-fake-1")
+        assert _nice(sb.pid) == 0
+        (took,) = [e for e in _events(r.paths.root, "replica-started") if "standby" in e]
+        assert took["reniced"] is True and "yielding" not in took
+        assert not _events(r.paths.root, "replica-reniced")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a niceness needs root")
+def test_a_yielding_standby_gets_full_priority_after_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("arfl.orchestrate.supervisor.YIELD_MAX_S", 0.5)
+    r = _runner(_standby_spec(), tmp_path, _fake_standby(tmp_path))
+    with r:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        r.kill(0)
+        _wait(lambda: r.states()[0].app_id == "app-fake-1")
+        _monitor_line(r.paths.root, 0, lag_ms=5000.0)  # a result, but far behind
+        _wait(lambda: bool(_events(r.paths.root, "replica-reniced")))
+        (reniced,) = _events(r.paths.root, "replica-reniced")
+        assert reniced["why"] == "not caught up after 0.5s" and reniced["after_s"] >= 0.5
 
 
 def test_without_a_ready_standby_a_new_driver_is_started(tmp_path: Path) -> None:
@@ -473,3 +530,67 @@ def test_standbys_that_keep_dying_are_given_up(tmp_path: Path) -> None:
         assert all(s.status == "running" for s in r.states().values())
     finally:
         r.stop()
+
+
+def _active_spec(**repl: Any) -> Spec:
+    return parse_spec(
+        {
+            "name": "fake",
+            "source": {"topic": "in"},
+            "sink": {"topic": "out"},
+            "replication": {"mode": "active", "replicas": 2, **repl},
+        }
+    )
+
+
+def test_a_stateless_active_replica_resumes_from_the_output_frontier(tmp_path: Path) -> None:
+    """Restarted once without a frontier (its checkpoint, and why), then with one: a fresh
+    checkpoint whose first query starts at the frontier; a third restart without a newer
+    frontier than its partitions keeps that checkpoint's lineage."""
+    start = json.dumps({"in": {"0": 10, "1": 20}})
+    r = _runner(_active_spec(), tmp_path, _fake(tmp_path), mode_options={STARTING_OFFSETS: start})
+    run = r.paths.root
+
+    def config(i: int) -> dict[str, Any]:
+        return dict(json.loads((run / "replicas" / f"replica-{i}.json").read_text()))
+
+    def restart(i: int, attempt: int) -> dict[str, Any]:
+        r.kill(i)
+        _wait(lambda: r.states()[i].app_id == f"app-fake-{attempt}")
+        return [e for e in _events(run, "replica-restarted") if e["replica"] == i][-1]
+
+    with r:
+        r.wait_ready(timeout_s=20)
+        first = restart(1, 1)
+        assert first["resume"] == "checkpoint" and "no output frontier" in first["why"]
+        assert config(1)["checkpoint_dir"].endswith("checkpoints/replica-1")
+        write_frontier(frontier_path_in(run), {0: 15, 1: 18}, time.time())
+        second = restart(1, 2)
+        assert second["resume"] == "output" and second["offsets"] == {"0": 15, "1": 20}
+        cfg = config(1)
+        assert cfg["checkpoint_dir"].endswith("checkpoints/replica-1.2")
+        assert json.loads(cfg["mode_options"][STARTING_OFFSETS]) == {"in": {"0": 15, "1": 20}}
+        # Replica 0 never restarted: its own checkpoint and deploy's offsets.
+        assert config(0)["checkpoint_dir"].endswith("checkpoints/replica-0")
+        assert config(0)["mode_options"][STARTING_OFFSETS] == start
+        frontier_path_in(run).unlink()
+        third = restart(1, 3)
+        assert third["resume"] == "checkpoint"
+        assert config(1)["checkpoint_dir"].endswith("checkpoints/replica-1.2")
+
+
+def test_resume_checkpoint_never_skips_input(tmp_path: Path) -> None:
+    start = json.dumps({"in": {"0": 10}})
+    r = _runner(
+        _active_spec(resume="checkpoint"),
+        tmp_path,
+        _fake(tmp_path),
+        mode_options={STARTING_OFFSETS: start},
+    )
+    write_frontier(frontier_path_in(r.paths.root), {0: 15}, time.time())
+    with r:
+        r.wait_ready(timeout_s=20)
+        r.kill(0)
+        _wait(lambda: r.states()[0].app_id == "app-fake-1")
+        (restarted,) = _events(r.paths.root, "replica-restarted")
+        assert restarted["resume"] == "checkpoint" and "why" not in restarted

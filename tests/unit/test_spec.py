@@ -368,3 +368,27 @@ def test_standby_is_refused_where_it_cannot_take_a_replica_over() -> None:
     assert any(
         "replication.standby" in p for p in _problems(_with(replication=repl | {"standby": -1}))
     )
+
+
+def test_resume_from_output_is_the_default_only_for_stateless_active_pipelines() -> None:
+    active = {"mode": "active", "replicas": 2}
+    assert parse_spec(_with(replication=active)).resumes_from_output
+    filtered = _with(replication=active, steps=[{"filter": "amount > 1"}, {"select": ["user"]}])
+    assert parse_spec(filtered).resumes_from_output
+    assert not parse_spec(_with(replication=active, steps=[_WINDOW])).resumes_from_output
+    assert not parse_spec(_with(replication=active | {"resume": "checkpoint"})).resumes_from_output
+    assert not parse_spec(_with(replication={"mode": "passive"})).resumes_from_output
+
+
+def test_resume_from_output_is_refused_where_results_need_earlier_records() -> None:
+    problems = _problems(
+        _with(
+            replication={"mode": "passive", "resume": "output"},
+            steps=[{"filter": "amount > 1"}, _WINDOW, {"transform": "m:f"}],
+        )
+    )
+    resume = [p for p in problems if p.startswith("t.toml: replication.resume: ")]
+    assert len(resume) == 3, problems
+    assert "needs mode 'active', not 'passive'" in resume[0]
+    assert "steps[1] is a window" in resume[1] and "steps[2] is a transform" in resume[2]
+    assert any("replication.resume" in p for p in _problems(_with(replication={"resume": "x"})))

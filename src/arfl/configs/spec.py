@@ -285,11 +285,23 @@ class Replication(_Model):
     drift (for comparison)."""
     restart: bool = True
     """Restart a replica whose driver died (from its checkpoint where it has one)."""
+    resume: Literal["auto", "checkpoint", "output"] = "auto"
+    """Where a restarted replica starts reading. ``checkpoint``: from its own checkpoint (it
+    replays what it read since its last batch end; the merger drops the copies). ``output``:
+    from the output frontier, a fresh checkpoint at the input offsets below which every result
+    is already delivered (:mod:`arfl.measure.frontier`), so it is caught up within about a second
+    instead of replaying an interval: only ``active`` with a stateless pipeline (filter and
+    select steps), whose results depend on one record each. ``auto`` (default): ``output``
+    where allowed, else ``checkpoint`` (:attr:`Spec.resumes_from_output`)."""
     standby: int = Field(0, ge=0, le=4)
     """Spare drivers kept warm (Spark session up, executors warmed, at low CPU priority): a
     replica whose driver died is restarted by promoting one, which starts the replica's query
     at once instead of a new Spark application (~25-45 s here); a new spare follows later
     (:mod:`arfl.orchestrate.supervisor`). Local masters, no network faults."""
+    standby_yield: bool = True
+    """A promoted standby keeps its low CPU priority until the merger sees it caught up (the
+    surviving replicas keep the CPU while it starts its query and catches up); false: full
+    priority at once."""
 
     @model_validator(mode="after")
     def _aligned(self) -> Replication:
@@ -470,6 +482,16 @@ class Spec(_Model):
         return all(s.filter is not None or s.select is not None for s in self.steps)
 
     @property
+    def resumes_from_output(self) -> bool:
+        """A restarted replica starts at the output frontier instead of its checkpoint
+        (``replication.resume``): ``active`` and :attr:`stateless`, unless ``checkpoint``."""
+        return (
+            self.replication.resume != "checkpoint"
+            and self.replication.mode == "active"
+            and self.stateless
+        )
+
+    @property
     def merges_agreed_batches(self) -> bool:
         """An agreed-batch replica that fell behind runs the ready agreed batches as one:
         ``replication.catch_up = "auto"`` and every step a filter, select or window (a window's
@@ -621,6 +643,36 @@ def _standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _resume_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """``resume = "output"`` skips input whose results are delivered: only sound where a
+    result depends on its own record and some replica delivered it."""
+    if _get(raw, "replication", "resume") != "output":
+        return []
+    out: list[tuple[str, str]] = []
+    mode = _get(raw, "replication", "mode") or "none"
+    if mode != "active":
+        out.append(
+            (
+                "replication.resume",
+                f"'output' needs mode 'active', not {mode!r}: only independent replicas reading "
+                "Spark's Kafka source can start at another replica's output",
+            )
+        )
+    steps = raw.get("steps") if isinstance(raw.get("steps"), list) else []
+    assert isinstance(steps, list)
+    for i, s in enumerate(steps):
+        if isinstance(s, dict) and not ({"filter", "select"} & set(s)):
+            kind = next(iter(s), "?")
+            out.append(
+                (
+                    "replication.resume",
+                    f"'output' needs a stateless pipeline, but steps[{i}] is a {kind}: its "
+                    "results depend on earlier records, which a fresh start would not read",
+                )
+            )
+    return out
+
+
 def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """Checks across sections; run on the raw dict so they report even if a section is bad."""
     out: list[tuple[str, str]] = []
@@ -691,6 +743,7 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
     out.extend(realtime_problems(raw))
     out.extend(_docker_problems(raw))
     out.extend(_standby_problems(raw))
+    out.extend(_resume_problems(raw))
     generated = workload_problems(
         raw.get("workload", {}), _get(raw, "source", "key"), _get(raw, "source", "event_time")
     )

@@ -9,7 +9,10 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``replica-started``  {replica, pid, attempt}  — process spawned
 * ``replica-ready``    {replica, pid, app_id, attempt, startup_s} — SparkSession up
 * ``replica-died``     {replica, pid, exit_code, app_id, uptime_s}
-* ``replica-restarted`` {replica, pid, attempt, downtime_s} — respawned (downtime since death)
+* ``replica-restarted`` {replica, pid, attempt, downtime_s, resume, offsets?, why?} —
+  respawned (downtime since death); ``resume``: ``checkpoint`` (from its own, replaying since
+  its last batch end) or ``output`` (a fresh checkpoint at the output frontier ``offsets``,
+  ``replication.resume``); ``why`` says why a pipeline that may resume from the output did not
 * ``replica-gave-up``  {replica, reason, detail?} — restart disabled, or ``crash-loop``
 * ``replica-stopped``  {replica, pid, exit_code, graceful}
 * ``interrupt-ignored`` {signals, during} — Ctrl-C or SIGTERM arrived while stopping
@@ -56,6 +59,7 @@ import psutil
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.faults.local import restart_suppressed
+from arfl.measure import frontier as frontier_file
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.processes import (
     ManagedProcess,
@@ -68,10 +72,11 @@ from arfl.processes import (
     wait_until,
 )
 from arfl.replica.driver import EXIT_BAD_CONFIG, DriverConfig
-from arfl.replica.modes.base import PEER_PROGRESS, STAGGER_REF
+from arfl.replica.modes.base import PEER_PROGRESS, STAGGER_REF, STARTING_OFFSETS
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
+from arfl.run.streams import MonitorTail
 
 Status = Literal["starting", "running", "restarting", "dead", "stopped"]
 CommandFactory = Callable[[int, Path], Sequence[str]]
@@ -90,6 +95,11 @@ STANDBY_RESPAWN_DELAY_S = 20.0
 STANDBY_FAILURE_LIMIT = 3
 """Standbys that die in a row before they were ready; then no more are started."""
 STANDBY = -1
+YIELD_UNTIL_LAG_MS = 1000.0
+"""A promoted standby that yields (``replication.standby_yield``) gets niceness 0 back once its
+newest result the merger read is at most this old."""
+YIELD_MAX_S = 30.0
+"""... or this long after the take-over, caught up or not."""
 """The replica argument of the command factory for a standby driver."""
 
 
@@ -132,6 +142,12 @@ class _Replica:
         """When the driver exited by itself (exit code >= 0), for the crash-loop window."""
         self.proc_log = log_path
         """The log of the current driver process (a promoted standby keeps its own)."""
+        self.checkpoint: Path | None = None
+        """Its checkpoint since it resumed from the output frontier (None: the first one)."""
+        self.start_offsets: str | None = None
+        """The ``startingOffsets`` of that checkpoint's first query."""
+        self.yield_since: float | None = None
+        """A promoted standby still at low CPU priority since then (``standby_yield``)."""
 
 
 class _Standby:
@@ -144,6 +160,7 @@ class _Standby:
         self.spawned_at = 0.0
         self.spawn_at: float | None = 0.0
         """When to start the next standby here (None: not any more)."""
+        self.niced = False
 
 
 @dataclass(frozen=True)
@@ -153,6 +170,26 @@ class StandbyState:
     standby: int
     pid: int
     ready: bool
+
+
+def resume_offsets(
+    starting: str | None, frontier: dict[int, int] | None
+) -> dict[str, dict[str, int]] | None:
+    """Spark ``startingOffsets`` at the output frontier: deploy's explicit start offsets
+    (``{"topic": {"0": n, ...}}``) moved up to the frontier, partition by partition; None when
+    either is unknown or the frontier lacks one of the partitions (the replica then resumes
+    from its checkpoint)."""
+    if starting is None or frontier is None:
+        return None
+    try:
+        parsed = json.loads(starting)
+        [(topic, start)] = parsed.items()
+        start_at = {int(p): int(o) for p, o in start.items()}
+    except (ValueError, AttributeError, TypeError):
+        return None
+    if not start_at or any(p not in frontier for p in start_at):
+        return None
+    return {topic: {str(p): max(o, frontier[p]) for p, o in sorted(start_at.items())}}
 
 
 def default_command(replica: int, config: Path) -> list[str]:
@@ -252,6 +289,7 @@ class ReplicaRunner:
         self._standby_count = 0
         self._standby_failures = 0
         self._standbys_given_up = False
+        self._monitor = MonitorTail(self.paths.monitor)
 
     # --- public API -----------------------------------------------------------------
 
@@ -460,7 +498,7 @@ class ReplicaRunner:
             replica=rep.index,
             bootstrap=self.bootstrap,
             output_topic=self.output_topic(rep.index),
-            checkpoint_dir=str(self.checkpoint_dir(rep.index)),
+            checkpoint_dir=str(rep.checkpoint or self.checkpoint_dir(rep.index)),
             progress_file=str(self.paths.progress(rep.index)),
             app_id_file=str(rep.app_id_path),
             master=self.master,
@@ -477,8 +515,25 @@ class ReplicaRunner:
                     [str(self.paths.progress(r.index)) for r in self._replicas if r is not rep]
                 ),
                 **self.mode_options,
+                **({STARTING_OFFSETS: rep.start_offsets} if rep.start_offsets else {}),
             },
         )
+
+    def _resume(self, rep: _Replica) -> dict[str, object]:
+        """Decide where replica ``rep``'s next attempt starts reading; the journal's fields."""
+        if not self.spec.resumes_from_output:
+            return {"resume": "checkpoint"}
+        frontier = frontier_file.read_frontier(frontier_file.path_in(self.paths.root))
+        offsets = resume_offsets(self.mode_options.get(STARTING_OFFSETS), frontier)
+        if offsets is None:
+            return {
+                "resume": "checkpoint",
+                "why": "no output frontier for every input partition yet",
+            }
+        rep.checkpoint = self.paths.root / "checkpoints" / f"replica-{rep.index}.{rep.attempt}"
+        rep.start_offsets = json.dumps(offsets)
+        [per_partition] = offsets.values()
+        return {"resume": "output", "offsets": per_partition}
 
     def _standby_paths(self, sid: int) -> tuple[Path, Path, Path, Path]:
         """(config, app file, assignment, log) of standby ``sid``."""
@@ -529,6 +584,7 @@ class ReplicaRunner:
         # Only where it can be undone at the take-over (else the replica would stay niced).
         p = same_process(proc.pid, None)
         niced = p is not None and can_unnice() and set_nice([p], STANDBY_NICE)
+        sb.niced = niced
         self.journal.write(
             "standby-started", standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0
         )
@@ -589,7 +645,10 @@ class ReplicaRunner:
         cfg.dump(rep.config_path)
         with contextlib.suppress(FileNotFoundError):
             rep.app_id_path.unlink()
-        reniced = set_nice(process_tree(sb.proc.pid), 0)
+        now = time.time()
+        yielding = self.spec.replication.standby_yield and sb.niced
+        reniced = False if yielding else set_nice(process_tree(sb.proc.pid), 0)
+        rep.yield_since = now if yielding else None
         log = self._standby_paths(sb.sid)[3]
         banner = (
             f"=== arfl: replica {rep.index} attempt {rep.attempt} at {time.ctime()}: standby "
@@ -599,7 +658,6 @@ class ReplicaRunner:
             out.write(banner.encode())
         write_json_atomic(self._standby_paths(sb.sid)[2], asdict(cfg))
         rep.proc, rep.proc_log = sb.proc, log
-        now = time.time()
         rep.state = replace(
             rep.state, status="starting", pid=sb.proc.pid, app_id=None, started_at=now
         )
@@ -610,6 +668,7 @@ class ReplicaRunner:
             attempt=rep.attempt,
             standby=sb.sid,
             reniced=reniced,
+            **({"yielding": True} if yielding else {}),
         )
         sb.proc, sb.ready = None, False
         sb.spawn_at = None if self._standbys_given_up else now + STANDBY_RESPAWN_DELAY_S
@@ -689,8 +748,40 @@ class ReplicaRunner:
             )
         return None
 
+    def _end_yield(self, rep: _Replica) -> None:
+        """Give a promoted standby that yielded the CPU its full priority back once the merger
+        saw it caught up (a result of its own at most :data:`YIELD_UNTIL_LAG_MS` old), or
+        after :data:`YIELD_MAX_S`."""
+        if rep.yield_since is None or rep.proc is None:
+            return
+        now = time.time()
+        self._monitor.poll()
+        snap = self._monitor.latest
+        seen = snap.replicas.get(rep.index) if snap is not None else None
+        caught_up = (
+            seen is not None
+            and seen.last_seen_t is not None
+            and seen.last_seen_t > rep.yield_since
+            and seen.lag_ms is not None
+            and seen.lag_ms <= YIELD_UNTIL_LAG_MS
+        )
+        if not caught_up and now - rep.yield_since < YIELD_MAX_S:
+            return
+        reniced = set_nice(process_tree(rep.proc.pid), 0)
+        self.journal.write(
+            "replica-reniced",
+            replica=rep.index,
+            pid=rep.proc.pid,
+            after_s=round(now - rep.yield_since, 3),
+            why="caught up" if caught_up else f"not caught up after {YIELD_MAX_S:g}s",
+            lag_ms=None if seen is None else seen.lag_ms,
+            reniced=reniced,
+        )
+        rep.yield_since = None
+
     def _check(self, rep: _Replica) -> None:
         self._refresh_app_id(rep)
+        self._end_yield(rep)
         if rep.state.status == "restarting":
             assert rep.died_at is not None
             ready = [
@@ -700,6 +791,7 @@ class ReplicaRunner:
             # seen, and the standby's JVMs are its own.
             if ready or time.time() - rep.died_at >= self.restart_delay_s:
                 rep.attempt += 1
+                resumed = self._resume(rep)
                 took: dict[str, int] = {}
                 if ready and ready[0].proc is not None:
                     took["standby"] = ready[0].sid
@@ -715,6 +807,7 @@ class ReplicaRunner:
                     restarts=rep.state.restarts,
                     downtime_s=round(time.time() - rep.died_at, 3),
                     **took,
+                    **resumed,
                 )
             return
         if rep.proc is None or rep.state.status not in ("starting", "running"):
@@ -725,6 +818,7 @@ class ReplicaRunner:
         # Kill what is left of its tree (driver JVM, executors: still in the dead driver's
         # session) so a restart starts clean.
         signal_all(rep.proc.descendants(), signal.SIGKILL)
+        rep.yield_since = None
         now = time.time()
         if rep.state.status == "starting":
             rep.failures_without_app += 1

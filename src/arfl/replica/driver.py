@@ -394,6 +394,7 @@ def run(cfg: DriverConfig) -> int:
             return 0
         cfg, promoted = assigned, True
         spec = cfg.resolved_spec()
+    t_assigned = time.time()
     mode = get_mode(spec.replication.mode)
     ctx = _context(cfg)
     write_json_atomic(
@@ -424,6 +425,7 @@ def run(cfg: DriverConfig) -> int:
             )
             for k, v in (mode.sink_options(ctx, spec) | writer_options(spec)).items():
                 writer = writer.option(k, v)
+            built_s = time.time() - t_assigned
         except (ArflError, PySparkException) as e:
             # The pipeline cannot be built (bad expression, transform, column): restarting
             # would fail the same way, so say so with a distinct exit code.
@@ -445,9 +447,16 @@ def run(cfg: DriverConfig) -> int:
         if keeper is not None:
             progress_writer.keeper = keeper
             keeper.start()
+        t_start = time.time()
         q = writer.start()
         _mark_started(Path(cfg.app_id_file))
         _log(f"query started (mode {mode.name}, checkpoint {ckpt.location}, trigger {trigger})")
+        if promoted:
+            # The take-over's own cost, apart from Spark's first batch (issue 11's exposure).
+            _log(
+                f"take-over: pipeline built in {built_s:.2f}s, query start "
+                f"{time.time() - t_start:.2f}s, {time.time() - t_assigned:.2f}s since assigned"
+            )
         while not stop.is_set():
             if q.awaitTermination(1):
                 exc = q.exception()

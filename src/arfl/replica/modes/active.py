@@ -22,8 +22,11 @@ stalls while Spark commits and plans the next batch. Replica i therefore starts 
 replica's stall is covered by the others (a restarted replica starts at once). The phase is
 taken from replica 0's actual query start (its app-id file, written by the driver), since
 sessions take different times to come up. A lost executor
-fails a real-time query (no task retries): the supervisor restarts the replica from its
-checkpoint; what it replays carries the same ids and the merger drops it.
+fails a real-time query (no task retries): the supervisor restarts the replica, from its
+checkpoint (what it replays carries the same ids and the merger drops it) or, for a stateless
+pipeline, from a fresh checkpoint at the output frontier (``replication.resume``,
+:mod:`arfl.measure.frontier`): the deploy's start offsets then come in ``STARTING_OFFSETS``
+moved up to it.
 """
 
 from __future__ import annotations
