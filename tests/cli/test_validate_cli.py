@@ -106,6 +106,22 @@ def test_valid_spec_says_what_it_asks_for(
     [note] = [line for line in lines if line.startswith("rtm.toml: note: ")]
     assert "local-cluster[1,1,1024] has 1 task slot" in note
     assert "warning" not in captured.err
+    # a window pipeline replays from its checkpoint after a restart
+    assert (
+        "rtm.toml: a restarted replica replays from its checkpoint (not only filter/select "
+        "steps)" in lines
+    )
+
+
+def test_a_stateless_active_spec_says_where_a_restart_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "rtm.toml"
+    window = _RTM_SPEC[_RTM_SPEC.index("[[steps]]") : _RTM_SPEC.index("[sink]")]
+    spec.write_text(_RTM_SPEC.replace(window, '[[steps]]\nfilter = "amount > 1"\n'))
+    assert main(["validate", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "rtm.toml: a restarted replica starts at the output frontier" in out
 
 
 def test_oversubscribed_host_is_a_warning_not_an_error(

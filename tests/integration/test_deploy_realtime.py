@@ -7,7 +7,8 @@ both emit every result id with equal hashes, the output stays complete, duplicat
 to the offline recomputation, and the killed replica is restarted from its checkpoint (an
 executor loss either is retried inside the replica or fails its query, which is restarted too;
 ``resume = "checkpoint"``). With a warm standby and the default ``resume``, the killed replica
-starts at the output frontier instead: it replays nothing below it and emits every result from it.
+starts at the output frontier instead: it replays nothing below it and emits every result from it;
+a lost executor hands its replica to the standby as well.
 Pause, slow and partition each show their effect on the faulted replica's output and their
 revert.
 """
@@ -252,3 +253,35 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     check_against_offline(stack, spec, result)
     _check_ok(result)
     _resumed_at_the_frontier(stack, result, 1, restarted["offsets"])
+
+
+def test_a_lost_executor_hands_the_replica_to_the_warm_standby(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    """A real-time replica whose executor was killed would wait for Spark to start a new executor
+    JVM; with a ready standby the supervisor kills its driver instead and the standby resumes it
+    at the output frontier."""
+    spec = _per_record_spec(
+        "rtm-exec-standby",
+        duration="25s",
+        replication={"standby": 1},
+        chaos=[{"at": "8s", "fault": "kill-executor", "replica": 0}],
+    )
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    run = result.run_dir
+    (injected,) = journal_events(run, "fault-injected")
+    (lost,) = journal_events(run, "replica-executor-lost")
+    assert lost["replica"] == 0 and injected["details"]["pid"] in lost["executors"], lost
+    assert lost["action"] == "driver killed: standby 0 takes over"
+    (died,) = journal_events(run, "replica-died")
+    assert died["replica"] == 0 and died["exit_code"] == -9 and died["t"] >= lost["t"]
+    (restarted,) = journal_events(run, "replica-restarted")
+    assert restarted["replica"] == 0 and restarted["standby"] == 0
+    assert restarted["resume"] == "output"
+    # The fault's revert saw a replacement executor: the standby's.
+    (reverted,) = journal_events(run, "fault-reverted")
+    assert reverted["details"]["replacement_s"] is not None, reverted
+    assert result.summary["divergent"] == 0
+    check_against_offline(stack, spec, result)
+    _check_ok(result)
+    _resumed_at_the_frontier(stack, result, 0, restarted["offsets"])

@@ -305,7 +305,10 @@ FAKE_STANDBY_DRIVER = r"""
 import json, os, signal, subprocess, sys, time
 cfg = json.load(open(sys.argv[1]))
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+# stands in for the executor JVM (matched by its main class, as Spark's)
+child = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(600)", "CoarseGrainedExecutorBackend"]
+)
 if cfg.get("standby"):
     with open(cfg["app_id_file"], "w") as f:
         json.dump({"app_id": "app-standby-%d" % cfg["replica"], "ready": time.time()}, f)
@@ -398,6 +401,38 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
         r.stop()
     assert r.standby_states() == []
     assert not any(p is not None and psutil.pid_exists(p) for p in pids)
+
+
+def test_a_realtime_replica_that_lost_an_executor_is_taken_over_by_the_standby(
+    tmp_path: Path,
+) -> None:
+    spec = parse_spec(
+        {
+            "name": "fake",
+            "source": {"topic": "in"},
+            "sink": {"topic": "out"},
+            "replication": {"mode": "active", "replicas": 2, "standby": 1, "trigger": "realtime"},
+        }
+    )
+    r = _runner(spec, tmp_path, _fake_standby(tmp_path))
+    with r:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        (sb,) = r.standby_states()
+        driver = r.states()[0].pid
+        assert driver is not None
+        executor = int((r.paths.root / "replicas" / "replica-0.app.json.child").read_text())
+        time.sleep(0.3)  # the supervisor has seen it
+        os.kill(executor, signal.SIGKILL)
+        _wait(lambda: r.states()[0].app_id == "app-fake-1")
+        (lost,) = _events(r.paths.root, "replica-executor-lost")
+        assert lost["replica"] == 0 and lost["executors"] == [executor]
+        assert lost["action"] == "driver killed: standby 0 takes over"
+        (died,) = _events(r.paths.root, "replica-died")
+        assert died["pid"] == driver and died["exit_code"] == -9
+        assert r.states()[0].pid == sb.pid
+        # replica 1 kept its executor and its driver
+        assert [e["replica"] for e in _events(r.paths.root, "replica-restarted")] == [0]
 
 
 def _monitor_line(run: Path, replica: int, lag_ms: float) -> None:

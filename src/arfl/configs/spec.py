@@ -492,6 +492,21 @@ class Spec(_Model):
         )
 
     @property
+    def restart_plan(self) -> str | None:
+        """Where a restarted ``active`` replica starts reading, in words (None: other modes)."""
+        if self.replication.mode != "active":
+            return None
+        if not self.replication.restart:
+            return "a dead replica is not restarted (replication.restart = false)"
+        if self.resumes_from_output:
+            return (
+                "a restarted replica starts at the output frontier (a fresh checkpoint, no "
+                "replay: replication.resume)"
+            )
+        why = "" if self.replication.resume == "checkpoint" else " (not only filter/select steps)"
+        return f"a restarted replica replays from its checkpoint{why}"
+
+    @property
     def merges_agreed_batches(self) -> bool:
         """An agreed-batch replica that fell behind runs the ready agreed batches as one:
         ``replication.catch_up = "auto"`` and every step a filter, select or window (a window's

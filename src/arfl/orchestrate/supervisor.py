@@ -18,6 +18,10 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``interrupt-ignored`` {signals, during} — Ctrl-C or SIGTERM arrived while stopping
 * ``standby-started`` {standby, pid, nice} / ``standby-ready`` {standby, pid, startup_s} /
   ``standby-died`` {standby, pid, exit_code} / ``standby-gave-up`` {reason}
+* ``replica-reniced`` {replica, pid, after_s, why, lag_ms, reniced} — a promoted standby that
+  yielded the CPU (``replication.standby_yield``) got niceness 0 back
+* ``replica-executor-lost`` {replica, pid, executors, action} — a real-time replica lost an
+  executor JVM while a standby was ready: its driver is killed and the standby takes over
 
 With ``replication.standby = N`` it also keeps N *standby* drivers (``logs/standby-K.log``,
 K counting every standby started): each starts its Spark session and warms its executors up at
@@ -26,7 +30,10 @@ is given a ready standby if there is one: its niceness goes back to 0, it is sen
 replica's config, and it starts the replica's query at once (``replica-started`` and
 ``replica-restarted`` carry ``standby: K``) instead of a new Spark application (25-45 s here
 under load). A new standby is started :data:`STANDBY_RESPAWN_DELAY_S` later, so that its
-start-up does not compete with the promoted replica's catch-up.
+start-up does not compete with the promoted replica's catch-up. By default the promoted standby
+keeps its niceness until the merger has seen it caught up (``standby_yield``). A real-time
+replica that loses an executor JVM while a standby is ready is handed to the standby too (its
+driver killed): Spark would start a new executor JVM and re-run the lost tasks, ~13 s here.
 
 A driver that keeps exiting by itself is not restarted forever: after ``crash_loop_limit``
 deaths in a row before Spark came up, or more than ``crash_loop_restarts`` restarts within
@@ -58,7 +65,7 @@ import psutil
 
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
-from arfl.faults.local import restart_suppressed
+from arfl.faults.local import EXECUTOR_MAIN, restart_suppressed
 from arfl.measure import frontier as frontier_file
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.processes import (
@@ -148,6 +155,8 @@ class _Replica:
         """The ``startingOffsets`` of that checkpoint's first query."""
         self.yield_since: float | None = None
         """A promoted standby still at low CPU priority since then (``standby_yield``)."""
+        self.executors: set[int] = set()
+        """Pids of its executor JVMs at the last look (real-time replicas with standbys)."""
 
 
 class _Standby:
@@ -779,9 +788,42 @@ class ReplicaRunner:
         )
         rep.yield_since = None
 
+    def _fail_over_lost_executor(self, rep: _Replica) -> None:
+        """A real-time replica that lost an executor JVM waits for Spark to start a new one and
+        re-run its tasks (13 s measured, docs/benchmarks.md); a ready standby resumes it sooner.
+        So its driver is killed (``replica-executor-lost``) and the usual take-over follows."""
+        if (
+            rep.proc is None
+            or rep.state.status != "running"
+            or self.spec.replication.trigger != "realtime"
+            or not self.spec.replication.standby
+        ):
+            return
+        tree = [p for p in process_tree(rep.proc.pid) if is_running(p)]
+        if not tree or tree[0].pid != rep.proc.pid:
+            return  # the driver itself is gone: its death is handled below
+        now = set()
+        for p in tree[1:]:
+            with contextlib.suppress(psutil.Error):
+                if EXECUTOR_MAIN in " ".join(p.cmdline()[:200]):
+                    now.add(p.pid)
+        lost, rep.executors = rep.executors - now, now
+        ready = [sb for sb in self._standbys if sb.proc is not None and sb.ready]
+        if not lost or not ready:
+            return
+        self.journal.write(
+            "replica-executor-lost",
+            replica=rep.index,
+            pid=rep.proc.pid,
+            executors=sorted(lost),
+            action=f"driver killed: standby {ready[0].sid} takes over",
+        )
+        signal_all(tree, signal.SIGKILL)
+
     def _check(self, rep: _Replica) -> None:
         self._refresh_app_id(rep)
         self._end_yield(rep)
+        self._fail_over_lost_executor(rep)
         if rep.state.status == "restarting":
             assert rep.died_at is not None
             ready = [
@@ -818,7 +860,7 @@ class ReplicaRunner:
         # Kill what is left of its tree (driver JVM, executors: still in the dead driver's
         # session) so a restart starts clean.
         signal_all(rep.proc.descendants(), signal.SIGKILL)
-        rep.yield_since = None
+        rep.yield_since, rep.executors = None, set()
         now = time.time()
         if rep.state.status == "starting":
             rep.failures_without_app += 1

@@ -43,6 +43,10 @@ def validate(
         out.print(
             f"{escape(path.name)}: {escape(plan.describe())}", highlight=False, soft_wrap=True
         )
+        if spec.restart_plan:
+            out.print(
+                f"{escape(path.name)}: {escape(spec.restart_plan)}", highlight=False, soft_wrap=True
+            )
         if plan.note:
             out.print(
                 f"{escape(path.name)}: note: {escape(plan.note)}", highlight=False, soft_wrap=True
