@@ -214,3 +214,13 @@ def test_fast_percentiles_equal_hdrh(n: int) -> None:
     ps = (0.0, 1.0, 50.0, 90.0, 99.0, 99.9, 99.99, 100.0)
     for hist in (h, H.decode(H.encode(h))):  # also a decoded (read-back) histogram
         assert H.values_at_percentiles(hist, ps) == {p: hist.get_value_at_percentile(p) for p in ps}
+
+
+def test_jsonl_tail_from_end_reads_only_what_is_appended_later(tmp_path: Path) -> None:
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"a": 1}\n{"a": 2')  # the second line is still being written
+    tail = JsonlTail(p, from_end=True)
+    with p.open("a") as f:
+        f.write('}\n{"a": 3}\n')
+    assert tail.read_new() == [{"a": 3}]  # the cut line is skipped, not misread
+    assert JsonlTail(p).read_new() == [{"a": 1}, {"a": 2}, {"a": 3}]

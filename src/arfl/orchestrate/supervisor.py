@@ -26,12 +26,12 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 With ``replication.standby = N`` it also keeps N *standby* drivers (``logs/standby-K.log``,
 K counting every standby started): each starts its Spark session and warms its executors up at
 niceness :data:`STANDBY_NICE` (the replicas keep the CPU), then waits. A replica to restart
-is given a ready standby if there is one: its niceness goes back to 0, it is sent the
+is given a ready standby if there is one: its niceness goes back to 0 (at once, or once it
+caught up: ``standby_yield``), it is sent the
 replica's config, and it starts the replica's query at once (``replica-started`` and
 ``replica-restarted`` carry ``standby: K``) instead of a new Spark application (25-45 s here
 under load). A new standby is started :data:`STANDBY_RESPAWN_DELAY_S` later, so that its
-start-up does not compete with the promoted replica's catch-up. By default the promoted standby
-keeps its niceness until the merger has seen it caught up (``standby_yield``). A real-time
+start-up does not compete with the promoted replica's catch-up. A real-time
 replica that loses an executor JVM while a standby is ready is handed to the standby too (its
 driver killed): Spark would start a new executor JVM and re-run the lost tasks, ~13 s here.
 
@@ -102,12 +102,12 @@ STANDBY_RESPAWN_DELAY_S = 20.0
 STANDBY_FAILURE_LIMIT = 3
 """Standbys that die in a row before they were ready; then no more are started."""
 STANDBY = -1
+"""The replica argument of the command factory for a standby driver."""
 YIELD_UNTIL_LAG_MS = 1000.0
 """A promoted standby that yields (``replication.standby_yield``) gets niceness 0 back once its
 newest result the merger read is at most this old."""
 YIELD_MAX_S = 30.0
 """... or this long after the take-over, caught up or not."""
-"""The replica argument of the command factory for a standby driver."""
 
 
 @dataclass(frozen=True)
@@ -658,6 +658,9 @@ class ReplicaRunner:
         yielding = self.spec.replication.standby_yield and sb.niced
         reniced = False if yielding else set_nice(process_tree(sb.proc.pid), 0)
         rep.yield_since = now if yielding else None
+        if yielding:
+            # Only what the merger writes from now on (a long run's file is megabytes).
+            self._monitor = MonitorTail(self.paths.monitor, from_end=True)
         log = self._standby_paths(sb.sid)[3]
         banner = (
             f"=== arfl: replica {rep.index} attempt {rep.attempt} at {time.ctime()}: standby "
@@ -802,13 +805,15 @@ class ReplicaRunner:
         tree = [p for p in process_tree(rep.proc.pid) if is_running(p)]
         if not tree or tree[0].pid != rep.proc.pid:
             return  # the driver itself is gone: its death is handled below
-        now = set()
+        alive: set[int] = set()
         for p in tree[1:]:
             with contextlib.suppress(psutil.Error):
                 if EXECUTOR_MAIN in " ".join(p.cmdline()[:200]):
-                    now.add(p.pid)
-        lost, rep.executors = rep.executors - now, now
-        ready = [sb for sb in self._standbys if sb.proc is not None and sb.ready]
+                    alive.add(p.pid)
+        lost, rep.executors = rep.executors - alive, alive
+        ready = [
+            sb for sb in self._standbys if sb.proc is not None and sb.ready and sb.proc.alive()
+        ]
         if not lost or not ready:
             return
         self.journal.write(

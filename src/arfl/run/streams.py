@@ -23,6 +23,7 @@ line at the end)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,9 +208,14 @@ class JsonlTail:
     call; lines that are not JSON objects are skipped.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, from_end: bool = False) -> None:
+        """``from_end``: only lines appended after now (a line cut at the current end is
+        skipped as not JSON)."""
         self.path = path
         self._offset = 0
+        if from_end:
+            with contextlib.suppress(OSError):
+                self._offset = path.stat().st_size
         self._partial = b""
 
     def read_new(self) -> list[dict[str, Any]]:
@@ -240,8 +246,8 @@ class JsonlTail:
 class MonitorTail:
     """Tails ``monitor.jsonl`` and keeps the latest :class:`MonitorSnapshot`."""
 
-    def __init__(self, path: Path) -> None:
-        self._tail = JsonlTail(path)
+    def __init__(self, path: Path, *, from_end: bool = False) -> None:
+        self._tail = JsonlTail(path, from_end=from_end)
         self.latest: MonitorSnapshot | None = None
 
     def poll(self) -> list[MonitorSnapshot]:
