@@ -80,6 +80,23 @@ def _resumed_at_the_frontier(
     assert all(offset_ok(rid) for rid in twice), [r for r in twice if not offset_ok(r)][:3]
 
 
+def _taken_over_at_the_frontier(
+    info: StackInfo, spec: Spec, result: DeployResult, replica: int
+) -> dict[str, Any]:
+    """Replica ``replica`` was restarted once, by standby 0, at the output frontier, and the
+    output is complete, duplicate-free, equal to the recomputation and to the survivor's where
+    the restarted replica read. Returns its ``replica-restarted`` event."""
+    (restarted,) = journal_events(result.run_dir, "replica-restarted")
+    assert restarted["replica"] == replica and restarted["standby"] == 0, restarted
+    assert restarted["resume"] == "output" and set(restarted["offsets"]) == {"0", "1"}
+    assert not journal_events(result.run_dir, "replica-gave-up")
+    assert result.summary["divergent"] == 0
+    check_against_offline(info, spec, result)
+    _check_ok(result)
+    _resumed_at_the_frontier(info, result, replica, restarted["offsets"])
+    return restarted
+
+
 def _batch_starts(run: Path, replica: int) -> list[float]:
     from datetime import datetime
 
@@ -220,9 +237,7 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     assert journal_events(run, "standbys-ready"), "the load started before the standby was up"
     if os.geteuid() == 0:
         assert started["nice"] == 19
-    (restarted,) = journal_events(run, "replica-restarted")
-    assert restarted["replica"] == 1 and restarted["standby"] == 0
-    assert restarted["resume"] == "output" and set(restarted["offsets"]) == {"0", "1"}
+    restarted = _taken_over_at_the_frontier(stack, spec, result, 1)
     assert restarted["pid"] == started["pid"]
     took = [e for e in journal_events(run, "replica-started") if e.get("standby") == 0]
     assert took and took[0]["replica"] == 1 and took[0]["attempt"] == 1
@@ -242,17 +257,11 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     assert log.index("takes over replica 1") < log.index("query started"), log
     assert log.count("executors warmed up in") == 1, log  # while it waited, not on take-over
     assert "takes over" in (run / "logs" / "replica-1.log").read_text()
-    # It resumed at the output frontier: a fresh checkpoint, caught up, and the output is
-    # complete, duplicate-free and equal to the recomputation.
+    # It resumed at the output frontier from a fresh checkpoint, and caught up.
     replica_cfg = json.loads((run / "replicas" / "replica-1.json").read_text())
     assert replica_cfg["checkpoint_dir"].endswith("checkpoints/replica-1.1")
     caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
     assert 1 in caught_up
-    assert not journal_events(run, "replica-gave-up")
-    assert result.summary["divergent"] == 0
-    check_against_offline(stack, spec, result)
-    _check_ok(result)
-    _resumed_at_the_frontier(stack, result, 1, restarted["offsets"])
 
 
 def test_a_lost_executor_hands_the_replica_to_the_warm_standby(
@@ -275,13 +284,7 @@ def test_a_lost_executor_hands_the_replica_to_the_warm_standby(
     assert lost["action"] == "driver killed: standby 0 takes over"
     (died,) = journal_events(run, "replica-died")
     assert died["replica"] == 0 and died["exit_code"] == -9 and died["t"] >= lost["t"]
-    (restarted,) = journal_events(run, "replica-restarted")
-    assert restarted["replica"] == 0 and restarted["standby"] == 0
-    assert restarted["resume"] == "output"
     # The fault's revert saw a replacement executor: the standby's.
     (reverted,) = journal_events(run, "fault-reverted")
     assert reverted["details"]["replacement_s"] is not None, reverted
-    assert result.summary["divergent"] == 0
-    check_against_offline(stack, spec, result)
-    _check_ok(result)
-    _resumed_at_the_frontier(stack, result, 0, restarted["offsets"])
+    _taken_over_at_the_frontier(stack, spec, result, 0)

@@ -298,7 +298,8 @@ class ReplicaRunner:
         self._standby_count = 0
         self._standby_failures = 0
         self._standbys_given_up = False
-        self._monitor = MonitorTail(self.paths.monitor)
+        self._monitor: MonitorTail | None = None
+        """The merger's monitor, tailed from the last take-over by a yielding standby on."""
 
     # --- public API -----------------------------------------------------------------
 
@@ -764,7 +765,7 @@ class ReplicaRunner:
         """Give a promoted standby that yielded the CPU its full priority back once the merger
         saw it caught up (a result of its own at most :data:`YIELD_UNTIL_LAG_MS` old), or
         after :data:`YIELD_MAX_S`."""
-        if rep.yield_since is None or rep.proc is None:
+        if rep.yield_since is None or rep.proc is None or self._monitor is None:
             return
         now = time.time()
         self._monitor.poll()
