@@ -224,9 +224,9 @@ def test_life_cycle_up_again_port_taken_down(own_stack: EmbeddedStack, tmp_path:
 def test_broker_that_dies_at_start_reports_its_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A broker JVM that cannot start (its heap is below -Xms): it exits at once, and up() must
-    # say so with its log instead of waiting for the timeout.
-    monkeypatch.setattr(config, "KAFKA_HEAP", "64m")
+    # A broker JVM that cannot start (its heap size is not a size): it exits at once, and up()
+    # must say so with its log instead of waiting for the timeout.
+    monkeypatch.setattr(config, "KAFKA_HEAP", "64q")
     state = tmp_path / "broken"
     zk, kafka, ctl = free_ports(3)
     t0 = time.monotonic()

@@ -46,6 +46,23 @@ def test_kafka_config_single_node_kraft() -> None:
     ):
         assert props[key] == "1", key
     assert "message.timestamp.type" not in props
+    # The log cleaner's dedupe buffer is live heap for the broker's whole life: small here.
+    assert int(props["log.cleaner.dedupe.buffer.size"]) <= 32 * 1024 * 1024
+
+
+def test_kafka_heap_is_fixed_and_its_gc_pauses_logged() -> None:
+    logs = Path("/s/logs")
+    cmd = config.kafka_command("java", Path("/k/libs"), Path("/c/server.properties"),
+                               Path("/c/log4j2.xml"), logs)  # fmt: skip
+    xmx = [a for a in cmd if a.startswith("-Xmx")]
+    xms = [a for a in cmd if a.startswith("-Xms")]
+    assert len(xmx) == len(xms) == 1 and xmx[0][4:] == xms[0][4:], "no heap resizing"
+    gc_logs = [a for a in cmd if a.startswith("-Xlog:gc")]
+    assert gc_logs and f"file={logs / config.KAFKA_GC_LOG}:" in gc_logs[0]
+    assert cmd[-2:] == [config.KAFKA_MAIN, "/c/server.properties"]
+    # The storage tool shares the JVM flags but must not write over the broker's GC log.
+    fmt = config.format_command("java", Path("/k/libs"), Path("/c/p"), Path("/c/l"), logs, "id")
+    assert not any(a.startswith("-Xlog") for a in fmt)
 
 
 def test_render_keeps_order_and_one_line_per_key() -> None:
@@ -70,7 +87,7 @@ def test_command_lines_name_main_class_heap_and_classpath() -> None:
 
     k = config.kafka_command("/j/java", Path("/libs"), Path("/c/s.p"), Path("/c/l.xml"), Path("/l"))
     assert k[-2:] == ["kafka.Kafka", "/c/s.p"]
-    assert "-Xmx512m" in k and "/libs/*" in k
+    assert f"-Xmx{config.KAFKA_HEAP}" in k and "/libs/*" in k
 
     f = config.format_command(
         "/j/java", Path("/libs"), Path("/c/s.p"), Path("/c/l.xml"), Path("/l"), "CID"

@@ -13,7 +13,18 @@ from pathlib import Path
 ZK_TICK_MS = 200
 ZK_MAX_SESSION_MS = 60_000
 ZK_HEAP = "128m"
-KAFKA_HEAP = "512m"
+# A fixed-size heap (-Xms = -Xmx) well above the live set: with the old 512m heap growing from
+# 128m, the broker's live ~190 MB (128 MB of it Kafka's default log-cleaner dedupe buffer) sat
+# above G1's marking threshold (35 % of the heap), so marking cycles ran every ~30 s and their
+# Remark pauses (20-70 ms) and the young pauses on a busy host (up to 100 ms) stalled every hop
+# through the broker at once: the one shared component the replicas cannot mask
+# (docs/benchmarks.md, "The shared path", session 15).
+KAFKA_HEAP = "1g"
+KAFKA_DEDUPE_BUFFER = 16 * 1024 * 1024
+"""``log.cleaner.dedupe.buffer.size``: Kafka's 128 MB default is sized for compacting large
+production topics; this stack compacts only its small internal topics."""
+KAFKA_GC_LOG = "kafka-gc.log"
+"""The broker's GC log (pauses with wall-clock times) in the stack's log directory."""
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 KAFKA_MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -113,6 +124,7 @@ def kafka_properties(
         "num.network.threads": 2,
         "num.io.threads": 4,
         "log.retention.hours": 24,
+        "log.cleaner.dedupe.buffer.size": KAFKA_DEDUPE_BUFFER,
     }
 
 
@@ -144,11 +156,13 @@ def zookeeper_command(java: str, jars: Path, zoo_cfg: Path, log4j: Path) -> list
     ]
 
 
-def _kafka_jvm(java: str, libs: Path, log4j: Path, logs: Path, heap: str) -> list[str]:
+def _kafka_jvm(
+    java: str, libs: Path, log4j: Path, logs: Path, heap: str, min_heap: str
+) -> list[str]:
     return [
         java,
         f"-Xmx{heap}",
-        "-Xms128m",
+        f"-Xms{min_heap}",
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20",
         "-XX:InitiatingHeapOccupancyPercent=35",
@@ -164,8 +178,14 @@ def _kafka_jvm(java: str, libs: Path, log4j: Path, logs: Path, heap: str) -> lis
 def kafka_command(
     java: str, libs: Path, server_properties: Path, log4j: Path, logs: Path
 ) -> list[str]:
-    """Command line of the Kafka JVM (broker + controller)."""
-    return [*_kafka_jvm(java, libs, log4j, logs, KAFKA_HEAP), KAFKA_MAIN, str(server_properties)]
+    """Command line of the Kafka JVM (broker + controller), its GC pauses logged to
+    ``logs/kafka-gc.log`` (two files of at most 10 MB)."""
+    return [
+        *_kafka_jvm(java, libs, log4j, logs, KAFKA_HEAP, KAFKA_HEAP),
+        f"-Xlog:gc:file={logs / KAFKA_GC_LOG}:time,uptime:filecount=2,filesize=10m",
+        KAFKA_MAIN,
+        str(server_properties),
+    ]
 
 
 def format_command(
@@ -174,7 +194,7 @@ def format_command(
     """Command line that formats the KRaft storage (idempotent: ``--ignore-formatted``)."""
     # A short-lived tool: the C1 compiler alone starts it noticeably faster.
     return [
-        *_kafka_jvm(java, libs, log4j, logs, "256m"),
+        *_kafka_jvm(java, libs, log4j, logs, "256m", "128m"),
         "-XX:TieredStopAtLevel=1",
         STORAGE_TOOL,
         "format",

@@ -1,0 +1,232 @@
+"""The shared path under active RTM R=2: the embedded broker's JVM settings, and CPU priority.
+
+Every result crosses the broker three times (input append, replica append, merger fetch), and
+no replica can mask a stall there. This script restarts the embedded stack with each broker
+variant, in turn (A B A B … within one invocation: the machine is shared and noisy), deploys
+the same fault-free per-record active RTM R=2 run, and prints per run:
+
+* the merged output's p50/p99 after the warm-up (arfl's report);
+* the hops through the broker (``bench/latency_breakdown.py``, from the topics' timestamps):
+  ``append`` (injector send → broker append of the input) and ``merge`` (replica send → merger);
+* the broker's GC pauses during the steady part (from its GC log): count, total, ≥ 20 ms, max.
+
+Variants:
+
+* ``before``: a 512m broker heap grown from 128m, Kafka's default 128 MB dedupe buffer (the
+  stack until session 15);
+* ``after``: ``arfl.stack.config`` as it is now;
+* ``shared-first``: ``after``, with every thread of the broker, the merger and the injector at
+  niceness -10 while the run lasts (root only): the non-redundant path wins the CPU;
+* ``replicas-last``: ``after``, with every thread of the replicas' drivers and Spark JVMs at
+  niceness 10 (any user): the same order, from the other side.
+
+    .venv/bin/python bench/shared_path.py --reps 2 --runs /tmp/b15/broker --out /tmp/b15/broker.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import latency_breakdown as lb
+import psutil
+import realtime as rt
+from _common import Column, print_table, write_rows
+
+from arfl import stack
+from arfl.report.build import build_report
+from arfl.stack import config, lifecycle
+
+GC_LINE = re.compile(
+    r"^\[(?P<time>[^\]]+)\]\[[^\]]+\] GC\(\d+\) Pause (?P<what>.*?) (?P<ms>[\d.]+)ms$"
+)
+
+
+ORIG_HEAP = config.KAFKA_HEAP
+ORIG_JVM = config._kafka_jvm
+ORIG_PROPS = config.kafka_properties
+
+
+def _set_variant(variant: str) -> None:
+    """Set the stack's broker settings to ``variant`` (they take effect at the next ``up``)."""
+    config.KAFKA_HEAP = ORIG_HEAP
+    config._kafka_jvm = ORIG_JVM
+    config.kafka_properties = ORIG_PROPS
+    if variant != "before":
+        return
+
+    def jvm(java: str, libs: Path, log4j: Path, logs: Path, heap: str, min_heap: str) -> list[str]:
+        return ORIG_JVM(java, libs, log4j, logs, heap, "128m")
+
+    def props(data_dir: Path, host: str, port: int, controller_port: int) -> dict[str, str | int]:
+        p = ORIG_PROPS(data_dir, host, port, controller_port)
+        p.pop("log.cleaner.dedupe.buffer.size", None)
+        return p
+
+    config.KAFKA_HEAP = "512m"
+    config._kafka_jvm = jvm
+    config.kafka_properties = props
+
+
+SHARED = ("kafka.Kafka", "arfl.measure.merger", "arfl.workload.injector")
+REPLICAS = ("arfl.replica.driver",)
+
+
+class Renicer(threading.Thread):
+    """Every 0.5 s, sets every thread of the processes whose command line holds one of
+    ``needles`` (and of their descendants) to niceness ``nice``: threads born since get it too."""
+
+    def __init__(self, needles: tuple[str, ...], nice: int) -> None:
+        super().__init__(daemon=True)
+        self.needles, self.nice = needles, nice
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(0.5):
+            for p in psutil.process_iter(["cmdline"]):
+                line = " ".join(p.info["cmdline"] or [])
+                if not any(n in line for n in self.needles):
+                    continue
+                try:
+                    procs = [p, *p.children(recursive=True)]
+                    tids = [t.id for q in procs for t in q.threads()]
+                except psutil.Error:
+                    continue
+                for tid in tids:
+                    try:
+                        if os.getpriority(os.PRIO_PROCESS, tid) != self.nice:
+                            os.setpriority(os.PRIO_PROCESS, tid, self.nice)
+                    except OSError:
+                        continue
+
+
+def renicer(variant: str) -> Renicer | None:
+    """The priority of ``variant`` (None: everything at its own)."""
+    if variant == "shared-first":
+        return Renicer(SHARED, -10)
+    if variant == "replicas-last":
+        return Renicer(REPLICAS, 10)
+    return None
+
+
+def _set_variant_needed(variants: list[str]) -> bool:
+    """Whether the stack may still run a ``before`` broker."""
+    return "before" in variants
+
+
+def gc_pauses(log: Path, lo: float, hi: float) -> list[float]:
+    """Pause durations (ms) of the broker's GC log whose wall-clock time is in [lo, hi)."""
+    out: list[float] = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = GC_LINE.match(line)
+        if not m:
+            continue
+        t = dt.datetime.strptime(m["time"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+        if lo <= t < hi:
+            out.append(float(m["ms"]))
+    return out
+
+
+def measure(run_dir: Path, warmup: float, gc_log: Path) -> dict[str, Any]:
+    """The figures of one run (see the module's docstring)."""
+    report = build_report(run_dir)
+    steady = rt._phase(report, "steady") or report.overall
+    hops = lb.breakdown(run_dir, warmup, 1e9)["all"]
+    t0 = report.input_start or 0.0
+    pauses = gc_pauses(gc_log, t0 + warmup, t0 + 1e9)
+    return {
+        "p50": rt._pct(steady, "p50"),
+        "p99": rt._pct(steady, "p99"),
+        "append_p99": hops.get("append"),
+        "merge_p99": hops.get("merge"),
+        "e2e_p99_topics": hops.get("e2e"),
+        "gc_pauses": len(pauses),
+        "gc_total_ms": round(sum(pauses), 1),
+        "gc_over_20ms": sum(p >= 20 for p in pauses),
+        "gc_max_ms": max(pauses, default=0.0),
+    }
+
+
+def _cores(row: dict[str, Any], role: str) -> float:
+    return float((row.get("process_cores") or {}).get(role, float("nan")))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", default="before,after")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--duration", type=float, default=120.0)
+    ap.add_argument("--warmup", type=float, default=60.0)
+    ap.add_argument("--interval", default="30s")
+    ap.add_argument("--runs", type=Path, default=Path("/tmp/arfl-bench-broker"))
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    variants = args.variants.split(",")
+    args.runs.mkdir(parents=True, exist_ok=True)
+    t = rt.Timing(duration=args.duration, fault_at=args.duration, warmup=args.warmup,
+                  sweep_duration=args.duration, windowed_later=0.0)  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    gc_log = lifecycle.layout_of(None).logs / config.KAFKA_GC_LOG  # both variants write it
+    try:
+        for rep in range(args.reps):
+            for v in variants:
+                if "before" in variants:  # a broker of each kind in turn
+                    stack.down()
+                    _set_variant(v)
+                stack.up()
+                spec = rt.spec_for("per-record", "active", args.rate, t, None,
+                                   interval=args.interval)  # fmt: skip
+                row: dict[str, Any] = {"variant": v, "rep": rep}
+                prio = renicer(v)
+                if prio is not None:
+                    prio.start()
+                try:
+                    run_dir, _summary, cpu, _wall = rt.run(spec, args.runs)
+                    row["run"] = str(run_dir)
+                    row.update(measure(run_dir, args.warmup, gc_log))
+                    row.update(rt.sweep_cpu(run_dir, cpu, args.warmup))
+                except Exception as e:  # a failed variant is a row, not the end of the bench
+                    row["error"] = f"{type(e).__name__}: {e}"
+                finally:
+                    if prio is not None:
+                        prio.halt.set()
+                        prio.join()
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                write_rows(args.out, rows)
+    finally:
+        if _set_variant_needed(variants):
+            stack.down()
+            _set_variant("after")
+            stack.up()
+    name = Column("variant", 14, "", lambda r: f"{r['variant']} #{r['rep']}", on_failure=True)
+    cols = [
+        Column("p50", 7, ".1f", lambda r: r["p50"]),
+        Column("p99", 7, ".1f", lambda r: r["p99"]),
+        Column("append p99", 11, ".0f", lambda r: r["append_p99"]),
+        Column("merge p99", 10, ".0f", lambda r: r["merge_p99"]),
+        Column("gc pauses", 10, "d", lambda r: r["gc_pauses"]),
+        Column("gc ms", 8, ".0f", lambda r: r["gc_total_ms"]),
+        Column(">=20ms", 7, "d", lambda r: r["gc_over_20ms"]),
+        Column("gc max", 8, ".1f", lambda r: r["gc_max_ms"]),
+        Column("host", 6, ".2f", lambda r: r.get("host_cores_busy") or float("nan")),
+        Column("kafka", 6, ".2f", lambda r: _cores(r, "kafka")),
+    ]
+    print_table(rows, name, cols)
+    print(
+        "(p50/p99: merged output after the warm-up, ms; append/merge: hops through the broker "
+        "from the topics' timestamps, ms; gc: the broker's pauses after the warm-up)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
