@@ -14,7 +14,9 @@ from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import StackError
 from arfl.faults import netns
 from arfl.faults.state import IsolationState
-from arfl.measure.histogram import read_latency_log
+from arfl.measure.check.hops import HopLatency, hop_latency
+from arfl.measure.check.kafka import read_records, replica_topics
+from arfl.measure.histogram import merge, percentiles_ms, read_latency_log
 from arfl.orchestrate.deploy import DeployResult, scoped
 from arfl.replica import offline
 from arfl.run.records import Result, final_values, replica_topic, split_update
@@ -214,6 +216,29 @@ def check_run_dir(result: DeployResult) -> None:
     for i in range(result.summary["replicas"]):
         progress = read_jsonl(run / "progress" / f"replica-{i}.jsonl")
         assert progress and all("durationMs" in p for p in progress)
+
+
+def latency_against_topics(info: StackInfo, result: DeployResult) -> HopLatency:
+    """The merger's latency histogram (``latency.hlog``, every interval) against the same
+    results' latency recomputed from the topics' Kafka timestamps (``arfl.measure.check.hops``,
+    no code shared with the merger): as many results, and p50 / p99 / max within 2 ms + 0.2 %
+    (the merger's clock at the read vs its producer's at the send, whole-ms timestamps,
+    HdrHistogram's 3 significant digits). Returns the hops over the whole run."""
+    state = read_state(result.run_dir)
+    assert state is not None
+    topics = state["topics"]
+    hops = hop_latency(
+        read_records(info.kafka, topics["source"]),
+        [read_records(info.kafka, t) for t in replica_topics(result.run_dir)],
+        read_records(info.kafka, topics["sink"]),
+    )
+    merger = percentiles_ms(merge(read_latency_log(result.run_dir / "latency.hlog")), (50, 99))
+    e2e = hops.hops["e2e"]
+    assert merger["count"] == e2e.count == hops.results, (merger, hops)
+    for key, ours in (("p50", e2e.p50), ("p99", e2e.p99), ("max", e2e.max)):
+        theirs = merger[key]
+        assert theirs is not None and abs(ours - theirs) <= 2.0 + 0.002 * theirs, (key, e2e, merger)
+    return hops
 
 
 def journal_events(run: Path, name: str) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from deploy_checks import (
     check_against_offline,
     check_silent_then_resumed,
     journal_events,
+    latency_against_topics,
     realtime_spec,
     received_over_time,
     replica_outputs,
@@ -97,6 +98,23 @@ def _taken_over_at_the_frontier(
     return restarted
 
 
+def _hops_measured(
+    info: StackInfo, result: DeployResult, check: dict[str, Any], stalled: int
+) -> None:
+    """The check measured every hop from the topics' timestamps after the warm-up; replica
+    ``stalled`` (killed, restarted) shows its outage in its own hop (copies seconds late); over
+    the whole run the topics' end-to-end latency is the merger's histogram's."""
+    hops = check["hops"]
+    assert hops["unsupported"] is None and hops["input_timestamps"] == "LogAppendTime", hops
+    h = hops["hops"]
+    assert list(h) == ["late", "append", "replica 0", "replica 1", "merge", "e2e"], h
+    assert h["e2e"]["count"] == hops["results"] > 0
+    assert h[f"replica {stalled}"]["max"] >= 1000, h
+    assert 0 <= h["merge"]["p50"] <= h["e2e"]["p50"], h
+    whole = latency_against_topics(info, result)
+    assert whole.results > hops["results"], "the warm-up's results are left out of check.json"
+
+
 def _batch_starts(run: Path, replica: int) -> list[float]:
     from datetime import datetime
 
@@ -130,6 +148,8 @@ def test_window_updates_fault_free_match_offline(stack: StackInfo, tmp_path: Pat
     assert check["final_values_checked"] == check["windows"]
     # One update per input record that passed the filter: many more updates than windows.
     assert s["results"] > 3 * check["windows"]
+    # An update names a window, not an input record: no hop-by-hop latency, and it says so.
+    assert check["hops"]["hops"] == {} and "window updates" in check["hops"]["unsupported"]
 
 
 def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path: Path) -> None:
@@ -160,8 +180,9 @@ def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path:
     assert restarted <= caught_up, (restarted, caught_up)
     assert s["divergent"] == 0
     check_against_offline(stack, spec, result)
-    _check_ok(result)
+    check = _check_ok(result)
     _both_replicas_agree(stack, result)
+    _hops_measured(stack, result, check, stalled=1)
     # Both read from the explicit offsets deploy resolved once (also the restarted one: from its
     # checkpoint, no "latest").
     [offsets] = journal_events(result.run_dir, "starting-offsets")

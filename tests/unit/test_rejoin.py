@@ -61,3 +61,17 @@ def test_a_replica_that_never_caught_up_is_journaled_at_the_end(tmp_path: Path) 
     t.finish()
     (ev,) = _events(j, "replica-not-caught-up")
     assert ev["replica"] == 0 and ev["restarted_at"] == 51.0
+
+
+def test_a_batch_that_ended_after_the_last_tick_counts_at_the_end(tmp_path: Path) -> None:
+    # The run ends right after the restarted replica's batch that caught up wrote its progress,
+    # before a tick observed it (seen in a real run: batch end 395.0 s, end of the run 395.4 s).
+    j = Journal(tmp_path / "journal.jsonl")
+    w = _World()
+    t = RejoinTracker(j, lambda: dict(w.ends), lambda r: w.progress[r])
+    t.observe(100.0, {0: 1, 1: 0})
+    w.progress[0] = _progress(103.0, 4000, {"0": 120, "1": 60})
+    t.finish()
+    (ev,) = _events(j, "replica-caught-up")
+    assert ev["replica"] == 0 and ev["catchup_s"] == 7.0
+    assert not _events(j, "replica-not-caught-up")

@@ -56,6 +56,9 @@ class RejoinTracker:
             if n > self._restarts.get(r, 0):
                 self._pending[r] = _Pending(now, self._input_ends())
             self._restarts[r] = n
+        self._check_pending()
+
+    def _check_pending(self) -> None:
         for r, p in list(self._pending.items()):
             progress = self._last_progress(r)
             if progress is None or _progress_time(progress) < p.restarted_at:
@@ -71,7 +74,9 @@ class RejoinTracker:
                 del self._pending[r]
 
     def finish(self) -> None:
-        """Journal the replicas that never caught up before the run ended."""
+        """Journal the replicas that never caught up before the run ended (after a last look
+        at their progress: a batch may have ended since the last tick)."""
+        self._check_pending()
         for r, p in self._pending.items():
             self.journal.write(
                 "replica-not-caught-up",

@@ -30,6 +30,7 @@ from typing import Any
 from arfl.coerce import opt_float
 from arfl.configs.slo import slo_percentiles
 from arfl.errors import ReportError
+from arfl.measure.check.hops import HopLatency
 from arfl.measure.histogram import (
     IntervalHistogram,
     new_histogram,
@@ -314,6 +315,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         resources=Resources.from_summary(data.summary),
         late_drops=drops,
         workload=WorkloadSkew.from_check(data.check),
+        hops=HopLatency.from_dict(data.check.get("hops")),
     )
 
 

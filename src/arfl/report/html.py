@@ -390,6 +390,25 @@ def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     return headers, [row]
 
 
+def hop_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Headers and one row per hop of the delivered results (:mod:`arfl.measure.check.hops`):
+    results, p50, p99, max (ms). No rows when the hops were not measured."""
+    h = report.hops
+    rows = [] if h is None else [
+        [name, f"{st.count:,}", f"{st.p50:g}", f"{st.p99:g}", f"{st.max:g}"]
+        for name, st in h.hops.items()
+    ]  # fmt: skip
+    return ["hop", "results", "p50", "p99", "max"], rows
+
+
+HOPS_NOTE = (
+    "late: the injector's send minus the event's intended time; append: the broker's append "
+    "of the input minus the send; replica i: its copy's send minus the input's append; merge: "
+    "the delivered copy's send minus the earliest replica's; e2e: delivered minus intended. "
+    "From the topics' Kafka timestamps (1 ms), not from the merger."
+)
+
+
 def hot_key_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """Headers and one row per hot key (up to 10, hottest first): key, records, share."""
     w = report.workload
@@ -517,6 +536,14 @@ def report_body(report: Report, first_plot: bool = True, id_suffix: str = "") ->
             + _table(*workload_rows(report))
             + _table(*hot_key_rows(report))
         )
+    if report.hops is not None and report.hops.hops:
+        parts.append(
+            "<h2>Latency by hop (ms, after the warm-up)</h2>"
+            + _table(*hop_rows(report))
+            + f"<p class='note'>{html.escape(HOPS_NOTE)}</p>"
+        )
+    elif report.hops is not None and report.hops.unsupported:
+        parts.append(f"<p class='note'>Latency by hop: {html.escape(report.hops.unsupported)}</p>")
     parts.append("<h2>Resources</h2>" + _table(*resource_rows(report)))
     return "\n".join(parts)
 

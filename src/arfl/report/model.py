@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arfl.coerce import opt_float
+from arfl.measure.check.hops import HopLatency
 
 JSON_VERSION = 1
 """Bumped when a field of the ``--json`` output changes meaning or is removed."""
@@ -532,6 +533,8 @@ class Report:
         late_drops: rows each replica dropped behind the watermark.
         workload: records per partition and per key of the input, with the hot keys (None:
             no independent check read the input).
+        hops: the delivered results' latency hop by hop from the topics' Kafka timestamps
+            (``check.json``'s ``hops``; None: not measured).
     """
 
     run: str
@@ -555,6 +558,7 @@ class Report:
     resources: Resources = field(default_factory=Resources)
     late_drops: LateDrops = field(default_factory=LateDrops)
     workload: WorkloadSkew | None = None
+    hops: HopLatency | None = None
 
     def phase(self, name: str) -> PhaseStats:
         """A phase by name (``overall`` included).
@@ -588,6 +592,7 @@ class Report:
             "correctness": self.correctness.to_dict(),
             "late_drops": self.late_drops.to_dict(),
             "workload": None if self.workload is None else self.workload.to_dict(),
+            "hops": None if self.hops is None else self.hops.to_dict(),
             "resources": self.resources.to_dict(),
             "slo": self.slo.to_dict(),
             "longest_gap_ms": self.longest_gap_ms,

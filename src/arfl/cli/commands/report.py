@@ -43,8 +43,10 @@ def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
 
 def _print_report(rep: Report) -> None:
     from arfl.report.html import (
+        HOPS_NOTE,
         correctness_rows,
         fault_rows,
+        hop_rows,
         hot_key_rows,
         phase_rows,
         resource_rows,
@@ -75,6 +77,9 @@ def _print_report(rep: Report) -> None:
     if rep.workload is not None:
         out.print(_rich_table("workload (input per partition and key)", *workload_rows(rep)))
         out.print(_rich_table("hot keys", *hot_key_rows(rep)))
+    if rep.hops is not None and rep.hops.hops:
+        out.print(_rich_table("latency by hop (ms, after the warm-up)", *hop_rows(rep)))
+        out.print(f"[dim]  {escape(HOPS_NOTE)}[/]", highlight=False)
     if rep.resources.cpu_s is not None:
         out.print(_rich_table("resources", *resource_rows(rep)))
 

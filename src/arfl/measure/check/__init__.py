@@ -62,7 +62,14 @@ def check_run(run_dir: Path, timeout_s: float = 120.0) -> IndependentCheck:
         ReportError: the run directory lacks the names, or Kafka or a topic is unavailable.
     """
     from arfl.measure.check.evaluate import compile_pipeline
-    from arfl.measure.check.kafka import delivered, read_records, run_names
+    from arfl.measure.check.hops import hop_latency
+    from arfl.measure.check.kafka import (
+        delivered,
+        input_start_ms,
+        read_records,
+        replica_topics,
+        run_names,
+    )
 
     spec, bootstrap, source, sink = run_names(run_dir)
     try:
@@ -70,5 +77,10 @@ def check_run(run_dir: Path, timeout_s: float = 120.0) -> IndependentCheck:
     except Unsupported as e:
         return IndependentCheck.not_supported(str(e))
     inputs = read_records(bootstrap, source, timeout_s)
-    output = delivered(read_records(bootstrap, sink, timeout_s))
-    return check(spec, inputs, output)
+    out_records = read_records(bootstrap, sink, timeout_s)
+    result = check(spec, inputs, delivered(out_records))
+    replicas = [read_records(bootstrap, t, timeout_s) for t in replica_topics(run_dir)]
+    start = input_start_ms(run_dir)
+    from_ms = None if start is None else start + round(spec.workload.warmup * 1000)
+    hops = hop_latency(inputs, replicas, out_records, from_ms=from_ms)
+    return dataclasses.replace(result, hops=hops)

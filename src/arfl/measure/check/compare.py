@@ -11,6 +11,7 @@ from typing import Any
 
 from arfl.configs.expr import Value
 from arfl.measure.check.evaluate import Expected
+from arfl.measure.check.hops import HopLatency
 from arfl.measure.check.skew import InputSkew
 from arfl.run.records import final_values
 
@@ -68,6 +69,8 @@ class IndependentCheck:
             ``final_values_wrong`` (window, expected rid and data, got rid and data).
         workload: records per partition and per key of the input (:mod:`.skew`); None when
             the input was not read (a pipeline the check does not model).
+        hops: the delivered results' latency hop by hop from the topics' timestamps
+            (:mod:`.hops`); None when the topics were not read for it.
     """
 
     expected: int | None
@@ -88,6 +91,7 @@ class IndependentCheck:
     final_values_wrong: int | None = None
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     workload: InputSkew | None = None
+    hops: HopLatency | None = None
 
     @property
     def ok(self) -> bool | None:

@@ -145,6 +145,8 @@ class InputRecord:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
     key: bytes | None = None
+    log_append_time: bool = False
+    """``timestamp_ms`` is the broker's (``LogAppendTime``), not the producer's."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,26 @@ def run_names(run_dir: Path) -> tuple[Spec, str, str, str]:
     return spec, str(kafka), str(topics["source"]), str(topics["sink"])
 
 
+def replica_topics(run_dir: Path) -> list[str]:
+    """The replicas' topics of a run, replica 0 first (``state.json``'s ``topics.replicas``;
+    empty when not recorded)."""
+    try:
+        state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
+        return [str(t) for t in (state.get("topics") or {}).get("replicas") or []]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def input_start_ms(run_dir: Path) -> int | None:
+    """When the injector's schedule started (its ``injector_started`` ``t0``), epoch ms."""
+    from arfl.run.rundir import read_jsonl
+
+    for ev in read_jsonl(run_dir / "journal.jsonl"):
+        if ev.get("event") == "injector_started" and isinstance(ev.get("t0"), (int, float)):
+            return round(float(ev["t0"]) * 1000)
+    return None
+
+
 def read_records(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list[InputRecord]:
     """Every record of ``topic`` from its start to its current end, in offset order per
     partition, with broker timestamps and headers.
@@ -47,7 +67,7 @@ def read_records(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list[I
         ReportError: Kafka is not reachable, the topic does not exist, or its end was not
             reached within ``timeout_s``.
     """
-    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
 
     from arfl.stack.topics import read_to_end
 
@@ -70,6 +90,7 @@ def read_records(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list[I
                 msg.value(),
                 _headers(msg.headers()),
                 msg.key(),
+                ts_type == TIMESTAMP_LOG_APPEND_TIME,
             )
         )
     return out

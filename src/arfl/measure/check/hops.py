@@ -1,0 +1,198 @@
+"""Latency hop by hop, from the Kafka timestamps of a run's topics (no code shared with the
+merger's measurement).
+
+Every hop of a run writes a Kafka record: the injector the input record (its topic uses
+``LogAppendTime``: the broker's clock at the append), each replica's Kafka sink its copy
+(``CreateTime``: the producer's clock at the send), the merger the delivered copy (likewise).
+Joining them by result id (``partition:offset`` of the input record, per-record pipelines only)
+gives, for every result delivered at or after ``from_ms`` (the report's phases select by
+delivery too):
+
+* ``late``: the injector's send time (the event's ``sent_ms``) minus its intended time
+  (``src_ts``): the injector behind its schedule;
+* ``append``: the input record's broker timestamp minus ``sent_ms``: the injector's producer and
+  the broker's append (only when the input topic uses ``LogAppendTime``);
+* ``replica <i>``: replica i's send of its copy minus the input record's timestamp: the broker
+  to Spark, the pipeline, the sink's producer. A replica's own stalls (a real-time batch
+  boundary, a restart) show here and, while another replica delivers, nowhere else;
+* ``merge``: the delivered copy's send minus the earliest replica send of that result: the
+  broker, the merger's fetch and its work;
+* ``e2e``: the delivered copy's send minus ``src_ts``: what the merger's HdrHistogram records
+  (arrival minus intended time), to the millisecond, from the other side.
+
+Timestamps are whole milliseconds from three clocks of one host. Percentiles are nearest-rank.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from arfl.measure.check.evaluate import InputRecord
+
+QUANTILES = {"p50": 0.50, "p99": 0.99}
+
+
+@dataclass(frozen=True)
+class HopStats:
+    """One hop's latency over the results (ms)."""
+
+    count: int
+    p50: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> HopStats:
+        """Nearest-rank p50/p99 and the maximum of ``values`` (not empty)."""
+        s = sorted(values)
+
+        def rank(q: float) -> float:
+            return s[max(0, math.ceil(q * len(s)) - 1)]
+
+        return cls(len(s), rank(QUANTILES["p50"]), rank(QUANTILES["p99"]), s[-1])
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{count, p50, p99, max}``."""
+        return {"count": self.count, "p50": self.p50, "p99": self.p99, "max": self.max}
+
+
+@dataclass(frozen=True)
+class HopLatency:
+    """The hops of a run (module docstring); ``unsupported`` says why there are none.
+
+    Attributes:
+        from_ms: results delivered before this (the warm-up) are left out.
+        results: delivered results joined with their input record.
+        input_timestamps: the input topic's timestamp type (``LogAppendTime``/``CreateTime``).
+        hops: hop name -> its latency, in the order of the module docstring.
+        unsupported: why no hop could be measured (window updates have no input record).
+    """
+
+    from_ms: int | None = None
+    results: int = 0
+    input_timestamps: str = "LogAppendTime"
+    hops: dict[str, HopStats] = field(default_factory=dict)
+    unsupported: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``hops`` object of ``check.json``."""
+        return {
+            "from_ms": self.from_ms,
+            "results": self.results,
+            "input_timestamps": self.input_timestamps,
+            "hops": {k: v.to_dict() for k, v in self.hops.items()},
+            "unsupported": self.unsupported,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> HopLatency | None:
+        """Read ``check.json``'s ``hops``; None when absent or malformed."""
+        if not isinstance(doc, dict):
+            return None
+        try:
+            hops = {
+                str(k): HopStats(int(v["count"]), float(v["p50"]), float(v["p99"]), float(v["max"]))
+                for k, v in dict(doc.get("hops") or {}).items()
+            }
+            from_ms = doc.get("from_ms")
+            return cls(
+                from_ms=None if from_ms is None else int(from_ms),
+                results=int(doc.get("results", 0)),
+                input_timestamps=str(doc.get("input_timestamps", "LogAppendTime")),
+                hops=hops,
+                unsupported=None if doc.get("unsupported") is None else str(doc["unsupported"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def _result(value: bytes | None) -> tuple[str, int] | None:
+    """``(rid, src_ts)`` of a replica's or the merger's record; None when it is not one."""
+    try:
+        obj = json.loads(value or b"")
+        return str(obj["rid"]), int(obj["src_ts"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _sent_ms(value: bytes | None) -> int | None:
+    try:
+        v = json.loads(value or b"").get("sent_ms")
+    except (ValueError, AttributeError):
+        return None
+    return v if isinstance(v, int) else None
+
+
+def hop_latency(
+    inputs: Sequence[InputRecord],
+    replicas: Sequence[Sequence[InputRecord]],
+    output: Sequence[InputRecord],
+    *,
+    from_ms: int | None = None,
+) -> HopLatency:
+    """The hops of the results in ``output`` (module docstring).
+
+    Args:
+        inputs: the input topic's records.
+        replicas: each replica topic's records, replica 0 first.
+        output: the final output topic's records (the first copy of a result id counts).
+        from_ms: leave out results delivered (by the merger's clock) before this.
+
+    ``append`` is measured only when every input record carries the broker's timestamp.
+    """
+    input_log_append = bool(inputs) and all(r.log_append_time for r in inputs)
+    kind = "LogAppendTime" if input_log_append else "CreateTime"
+    by_pos = {f"{r.partition}:{r.offset}": r for r in inputs}
+    sends: list[dict[str, int]] = []
+    for recs in replicas:
+        first: dict[str, int] = {}
+        for r in recs:
+            res = _result(r.value)
+            if res is not None and r.timestamp_ms is not None:
+                first.setdefault(res[0], r.timestamp_ms)
+        sends.append(first)
+    names = ["late", *(["append"] if input_log_append else [])]
+    names += [f"replica {i}" for i in range(len(replicas))] + ["merge", "e2e"]
+    values: dict[str, list[float]] = {n: [] for n in names}
+    seen: set[str] = set()
+    joined = matched = 0
+    for r in output:
+        res = _result(r.value)
+        if res is None or r.timestamp_ms is None or res[0] in seen:
+            continue
+        rid, src_ts = res
+        seen.add(rid)
+        inp = by_pos.get(rid)
+        if inp is None or inp.timestamp_ms is None:
+            continue
+        matched += 1
+        if from_ms is not None and r.timestamp_ms < from_ms:
+            continue
+        joined += 1
+        sent = _sent_ms(inp.value)
+        if sent is not None:
+            values["late"].append(sent - src_ts)
+            if input_log_append:
+                values["append"].append(inp.timestamp_ms - sent)
+        copies = [s[rid] for s in sends if rid in s]
+        for i, s in enumerate(sends):
+            if rid in s:
+                values[f"replica {i}"].append(s[rid] - inp.timestamp_ms)
+        if copies:
+            values["merge"].append(r.timestamp_ms - min(copies))
+        values["e2e"].append(r.timestamp_ms - src_ts)
+    if not joined:
+        if matched:
+            why = "every result was delivered before the end of the warm-up"
+        elif seen:
+            why = "no delivered result names an input record (window updates are not per record)"
+        else:
+            why = "no delivered result"
+        return HopLatency(from_ms, 0, kind, {}, why)
+    return HopLatency(
+        from_ms, joined, kind, {n: HopStats.of(v) for n, v in values.items() if v}, None
+    )
