@@ -36,6 +36,11 @@ from arfl.measure.check.evaluate import InputRecord
 QUANTILES = {"p50": 0.50, "p99": 0.99}
 
 
+def nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """The q-quantile (0 < q <= 1) of the sorted, non-empty ``ordered``: its ceil(q*n)-th value."""
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
 @dataclass(frozen=True)
 class HopStats:
     """One hop's latency over the results (ms)."""
@@ -49,11 +54,8 @@ class HopStats:
     def of(cls, values: Sequence[float]) -> HopStats:
         """Nearest-rank p50/p99 and the maximum of ``values`` (not empty)."""
         s = sorted(values)
-
-        def rank(q: float) -> float:
-            return s[max(0, math.ceil(q * len(s)) - 1)]
-
-        return cls(len(s), rank(QUANTILES["p50"]), rank(QUANTILES["p99"]), s[-1])
+        return cls(len(s), nearest_rank(s, QUANTILES["p50"]), nearest_rank(s, QUANTILES["p99"]),
+                   s[-1])  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """``{count, p50, p99, max}``."""
@@ -127,14 +129,34 @@ def _sent_ms(value: bytes | None) -> int | None:
     return v if isinstance(v, int) else None
 
 
-def hop_latency(
+@dataclass(frozen=True)
+class HopSamples:
+    """Every joined result's hops (the per-record values :func:`hop_latency` summarises).
+
+    Attributes:
+        input_timestamps: the input topic's timestamp type.
+        names: the hops measured, in the order of the module docstring.
+        rows: per joined result, its ``src_ts`` and hop -> ms (a hop missing when its
+            timestamps are: no ``sent_ms``, no copy from that replica).
+        matched: delivered results that name an input record (warm-up included).
+        delivered: distinct result ids delivered.
+    """
+
+    input_timestamps: str
+    names: list[str]
+    rows: list[tuple[int, dict[str, int]]]
+    matched: int
+    delivered: int
+
+
+def hop_samples(
     inputs: Sequence[InputRecord],
     replicas: Sequence[Sequence[InputRecord]],
     output: Sequence[InputRecord],
     *,
     from_ms: int | None = None,
-) -> HopLatency:
-    """The hops of the results in ``output`` (module docstring).
+) -> HopSamples:
+    """Each delivered result's hops (module docstring).
 
     Args:
         inputs: the input topic's records.
@@ -145,7 +167,6 @@ def hop_latency(
     ``append`` is measured only when every input record carries the broker's timestamp.
     """
     input_log_append = bool(inputs) and all(r.log_append_time for r in inputs)
-    kind = "LogAppendTime" if input_log_append else "CreateTime"
     by_pos = {f"{r.partition}:{r.offset}": r for r in inputs}
     sends: list[dict[str, int]] = []
     for recs in replicas:
@@ -157,9 +178,9 @@ def hop_latency(
         sends.append(first)
     names = ["late", *(["append"] if input_log_append else [])]
     names += [f"replica {i}" for i in range(len(replicas))] + ["merge", "e2e"]
-    values: dict[str, list[float]] = {n: [] for n in names}
+    rows: list[tuple[int, dict[str, int]]] = []
     seen: set[str] = set()
-    joined = matched = 0
+    matched = 0
     for r in output:
         res = _result(r.value)
         if res is None or r.timestamp_ms is None or res[0] in seen:
@@ -172,27 +193,48 @@ def hop_latency(
         matched += 1
         if from_ms is not None and r.timestamp_ms < from_ms:
             continue
-        joined += 1
+        hops: dict[str, int] = {}
         sent = _sent_ms(inp.value)
         if sent is not None:
-            values["late"].append(sent - src_ts)
+            hops["late"] = sent - src_ts
             if input_log_append:
-                values["append"].append(inp.timestamp_ms - sent)
+                hops["append"] = inp.timestamp_ms - sent
         copies = [s[rid] for s in sends if rid in s]
         for i, s in enumerate(sends):
             if rid in s:
-                values[f"replica {i}"].append(s[rid] - inp.timestamp_ms)
+                hops[f"replica {i}"] = s[rid] - inp.timestamp_ms
         if copies:
-            values["merge"].append(r.timestamp_ms - min(copies))
-        values["e2e"].append(r.timestamp_ms - src_ts)
-    if not joined:
-        if matched:
+            hops["merge"] = r.timestamp_ms - min(copies)
+        hops["e2e"] = r.timestamp_ms - src_ts
+        rows.append((src_ts, hops))
+    kind = "LogAppendTime" if input_log_append else "CreateTime"
+    return HopSamples(kind, names, rows, matched, len(seen))
+
+
+def summarise(samples: HopSamples, from_ms: int | None = None) -> HopLatency:
+    """Nearest-rank p50/p99 and max of every hop of ``samples``; when none, why."""
+    if not samples.rows:
+        if samples.matched:
             why = "every result was delivered before the end of the warm-up"
-        elif seen:
+        elif samples.delivered:
             why = "no delivered result names an input record (window updates are not per record)"
         else:
             why = "no delivered result"
-        return HopLatency(from_ms, 0, kind, {}, why)
-    return HopLatency(
-        from_ms, joined, kind, {n: HopStats.of(v) for n, v in values.items() if v}, None
-    )
+        return HopLatency(from_ms, 0, samples.input_timestamps, {}, why)
+    hops: dict[str, HopStats] = {}
+    for name in samples.names:
+        values = [float(h[name]) for _, h in samples.rows if name in h]
+        if values:
+            hops[name] = HopStats.of(values)
+    return HopLatency(from_ms, len(samples.rows), samples.input_timestamps, hops, None)
+
+
+def hop_latency(
+    inputs: Sequence[InputRecord],
+    replicas: Sequence[Sequence[InputRecord]],
+    output: Sequence[InputRecord],
+    *,
+    from_ms: int | None = None,
+) -> HopLatency:
+    """:func:`summarise` of :func:`hop_samples` (same arguments)."""
+    return summarise(hop_samples(inputs, replicas, output, from_ms=from_ms), from_ms)
