@@ -252,6 +252,17 @@ def received_over_time(run: Path, replica: int) -> list[tuple[float, int]]:
     return [(s.t, s.replicas[replica].received if replica in s.replicas else 0) for s in snaps]
 
 
+def lag_over_time(run: Path, replica: int) -> list[tuple[float, float]]:
+    """``(epoch s, lag ms)`` of one replica per merger second (the merger's ``lag_ms``: wall
+    time minus the newest ``src_ts`` it delivered), seconds without a lag left out."""
+    snaps = [MonitorSnapshot.from_dict(d) for d in read_jsonl(run / "monitor.jsonl")]
+    return [
+        (s.t, lag)
+        for s in snaps
+        if replica in s.replicas and (lag := s.replicas[replica].lag_ms) is not None
+    ]
+
+
 def check_silent_then_resumed(run: Path, replica: int, start: float, end: float) -> None:
     """The replica delivered nothing from ``start`` + 3 s (what was in flight) to ``end``,
     and delivered again after ``end``."""

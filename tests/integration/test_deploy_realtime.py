@@ -16,7 +16,9 @@ revert.
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +27,9 @@ from deploy_checks import (
     check_against_offline,
     check_silent_then_resumed,
     journal_events,
+    lag_over_time,
     latency_against_topics,
     realtime_spec,
-    received_over_time,
     replica_outputs,
     windowed_spec,
 )
@@ -225,14 +227,19 @@ def test_pause_slow_partition_show_their_effect_and_revert(
     # Paused and partitioned replicas: silent while faulted, output again after the revert.
     check_silent_then_resumed(run, 1, span["pause"], back["pause"])
     check_silent_then_resumed(run, 0, span["partition"], back["partition"])
-    # Slowed replica: it delivered clearly less than the other while throttled.
-    got = {r: received_over_time(run, r) for r in (0, 1)}
+    # Slowed replica (10 % of a CPU): its results came late while throttled, and on time again
+    # after the revert. A real-time replica at 200 ev/s nearly keeps its count on 10 % of a CPU
+    # (986 results against 1,090 in one run), so the lag shows the fault, not the count; medians
+    # over the seconds, because the other replica's own batch boundary may fall in there.
+    lags = {r: lag_over_time(run, r) for r in (0, 1)}
 
-    def during(r: int) -> int:
-        pts = [n for t, n in got[r] if span["slow"] + 1 <= t <= back["slow"]]
-        return pts[-1] - pts[0] if len(pts) > 1 else 0
+    def median_lag(r: int, lo: float, hi: float) -> float:
+        return statistics.median([lag for t, lag in lags[r] if lo <= t <= hi] or [math.inf])
 
-    assert during(1) < 0.7 * during(0), (during(0), during(1))
+    during = {r: median_lag(r, span["slow"] + 1, back["slow"]) for r in (0, 1)}
+    assert during[1] >= max(30.0, 3 * during[0]), (during, lags[1])
+    after = median_lag(1, back["slow"] + 2, back["slow"] + 6)
+    assert after < 30.0 and after < during[1] / 2, (after, during, lags[1])
     # Every fault undone; neither replica died; the merged output is complete.
     assert result.summary["replica_restarts"] == 0
     assert result.summary["divergent"] == 0

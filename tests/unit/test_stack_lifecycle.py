@@ -159,3 +159,27 @@ def test_up_that_times_out_shows_the_log_and_stops_what_it_started(
     st = lifecycle.load_state(lifecycle.layout_of(tmp_path))
     assert st is not None and st.services == {}
     assert not [p for p in psutil.Process().children() if "still booting" in " ".join(p.cmdline())]
+
+
+def test_a_service_that_exits_at_once_is_named_with_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A JVM that refuses its options exits before its pid can be recorded (a zombie by then):
+    # up() must still say which service and show its log, not "process N vanished".
+    def command(*_a: object) -> list[str]:
+        return [sys.executable, "-c", "print('Invalid maximum heap size: -Xmx64q'); exit(1)"]
+
+    def vanished(pid: int) -> ProcessRecord:
+        psutil.Process(pid).wait(10)
+        raise StackError(f"process {pid} vanished right after it was started: zombie")
+
+    monkeypatch.setattr(config, "zookeeper_command", command)
+    monkeypatch.setattr(processes, "record_of", vanished)
+    zk, kafka, ctl = free_ports(3)
+    with pytest.raises(StackError) as e:
+        lifecycle.up("127.0.0.1", zk, kafka, ctl, state=tmp_path, timeout=30)
+    msg = str(e.value)
+    assert "zookeeper exited during start-up; last 20 lines of" in msg, msg
+    assert "Invalid maximum heap size" in msg and "vanished" not in msg, msg
+    st = lifecycle.load_state(lifecycle.layout_of(tmp_path))
+    assert st is not None and st.services == {}

@@ -8,10 +8,14 @@ in seconds (``*_s``); latencies and gaps are milliseconds (``*_ms``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arfl.coerce import opt_float
-from arfl.measure.check.hops import HopLatency
+
+if TYPE_CHECKING:
+    # Only a type here: importing arfl.measure.check would load the spec module, which the
+    # spec validator's import of arfl.report.slo must not (a cycle).
+    from arfl.measure.check.hops import HopLatency
 
 JSON_VERSION = 1
 """Bumped when a field of the ``--json`` output changes meaning or is removed."""

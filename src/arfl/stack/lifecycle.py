@@ -351,13 +351,14 @@ def up(
         started: list[str] = []
         try:
             log4j = _write_common(layout)
-            if "zookeeper" not in running:
-                st.services["zookeeper"] = _start_zookeeper(layout, st, java, log4j)
-                started.append("zookeeper")
-                save_state(layout, st)
-            if "kafka" not in running:
-                st.services["kafka"] = _start_kafka(layout, st, java, log4j)
-                started.append("kafka")
+            for name, start in (("zookeeper", _start_zookeeper), ("kafka", _start_kafka)):
+                if name in running:
+                    continue
+                try:
+                    st.services[name] = start(layout, st, java, log4j)
+                except processes.ExitedAtStart:
+                    raise _died(layout, name) from None
+                started.append(name)
                 save_state(layout, st)
             for name, wait in (
                 ("zookeeper", health.wait_zookeeper),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,10 @@ def stop(record: ProcessRecord, timeout: float = 20.0) -> bool:
     return True
 
 
+class ExitedAtStart(StackError):
+    """A process :func:`spawn` started was gone before its record could be taken."""
+
+
 def spawn(
     cmd: Sequence[str], log: Path, cwd: Path, env: dict[str, str] | None = None
 ) -> ProcessRecord:
@@ -112,13 +117,23 @@ def spawn(
         The record (pid, create time) of the started process.
 
     Raises:
+        ExitedAtStart: it exited at once.
         StackError: if the executable cannot be started.
     """
     try:
         proc = ManagedProcess.start(Path(cmd[0]).name, cmd, log, env=env, cwd=cwd)
     except OSError as e:
         raise StackError(f"cannot start {cmd[0]}: {e}") from e
-    return record_of(proc.pid)
+    try:
+        return record_of(proc.pid)
+    except StackError:
+        # It exited at once (a JVM refusing its options does): reap it and say so; the caller
+        # names the service and shows its log.
+        try:
+            code = proc.popen.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        raise ExitedAtStart(f"{cmd[0]} exited as soon as it started (exit code {code})") from None
 
 
 def port_is_free(host: str, port: int) -> bool:
