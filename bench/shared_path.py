@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import re
 import sys
 import threading
@@ -41,6 +40,7 @@ import realtime as rt
 from _common import Column, print_table, write_rows
 
 from arfl import stack
+from arfl.processes import process_tree, set_nice
 from arfl.report.build import build_report
 from arfl.stack import config, lifecycle
 
@@ -92,19 +92,8 @@ class Renicer(threading.Thread):
         while not self.halt.wait(0.5):
             for p in psutil.process_iter(["cmdline"]):
                 line = " ".join(p.info["cmdline"] or [])
-                if not any(n in line for n in self.needles):
-                    continue
-                try:
-                    procs = [p, *p.children(recursive=True)]
-                    tids = [t.id for q in procs for t in q.threads()]
-                except psutil.Error:
-                    continue
-                for tid in tids:
-                    try:
-                        if os.getpriority(os.PRIO_PROCESS, tid) != self.nice:
-                            os.setpriority(os.PRIO_PROCESS, tid, self.nice)
-                    except OSError:
-                        continue
+                if any(n in line for n in self.needles):
+                    set_nice(process_tree(p.pid), self.nice)
 
 
 def renicer(variant: str) -> Renicer | None:
@@ -114,11 +103,6 @@ def renicer(variant: str) -> Renicer | None:
     if variant == "replicas-last":
         return Renicer(REPLICAS, 10)
     return None
-
-
-def _set_variant_needed(variants: list[str]) -> bool:
-    """Whether the stack may still run a ``before`` broker."""
-    return "before" in variants
 
 
 def gc_pauses(log: Path, lo: float, hi: float) -> list[float]:
@@ -203,7 +187,7 @@ def main() -> int:
                 print(json.dumps(row), flush=True)
                 write_rows(args.out, rows)
     finally:
-        if _set_variant_needed(variants):
+        if "before" in variants:  # leave the stack with today's broker
             stack.down()
             _set_variant("after")
             stack.up()
