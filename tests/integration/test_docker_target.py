@@ -226,9 +226,17 @@ def test_container_faults_show_their_effect_and_revert(
     report = build_report(run)
     kill = report.faults[0]
     assert kill.kind == "kill-replica" and kill.masked is not None, kill.verdict
+    [steady] = [p for p in report.phases if p.name == "steady"]
     [phase] = [p for p in report.phases if p.name == "fault-1"]
     assert phase.count > 0 and phase.max_gap_ms is not None
-    assert phase.max_gap_ms < 2_000, (phase.max_gap_ms, kill.verdict)  # a single replica: ~30 s
+    assert steady.results_per_s and phase.results_per_s
+    # The output went on at the input's pace over the 8 s after the kill (replica 1 never came
+    # back: without the survivor the output would have stopped for the rest of the run). Its
+    # longest gap there is the survivor's own batch-boundary stall, unmasked now: 0.4-3.7 s
+    # measured for a container on 2 cores (docs/benchmarks.md, "Masking a container kill"; CI
+    # saw 2.6 s), against ~30 s for a single replica's restart.
+    assert phase.results_per_s > 0.8 * steady.results_per_s, (phase, steady)
+    assert phase.max_gap_ms < 5_000, (phase.max_gap_ms, kill.verdict)
 
     # Nothing of the run is left: no container, no network.
     assert dk.run_leftovers(run.name) == []
