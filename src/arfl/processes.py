@@ -99,8 +99,17 @@ def signal_all(procs: Iterable[psutil.Process], sig: int) -> list[int]:
 def set_nice(procs: Iterable[psutil.Process], value: int) -> bool:
     """Set the scheduling niceness of every thread of ``procs`` (Linux keeps it per thread: a
     JVM's threads took their creator's at birth, so setting the process's alone changes one
-    thread). True when every live thread took it; lowering it needs root (CAP_SYS_NICE)."""
+    thread), and of the autogroups they run in other than this process's own.
+
+    With the kernel's autogroup on (``/proc/sys/kernel/sched_autogroup_enabled``), the CPU is
+    shared between sessions first and a thread's niceness only weighs inside its session: a
+    child started in a session of its own (every :class:`ManagedProcess` by default) took a full
+    share at niceness 19 until its session's group was niced too.
+
+    True when every live thread and group took it; lowering a thread's niceness needs root
+    (CAP_SYS_NICE)."""
     ok = True
+    procs = list(procs)
     for p in procs:
         try:
             tids = [t.id for t in p.threads()]
@@ -116,7 +125,41 @@ def set_nice(procs: Iterable[psutil.Process], value: int) -> bool:
                 continue
             except OSError:
                 ok = False
+    own = _autogroup(os.getpid())
+    groups: dict[str, int] = {}
+    for p in procs:
+        group = _autogroup(p.pid)
+        if group is not None and group != own:
+            groups.setdefault(group, p.pid)
+    for pid in groups.values():
+        ok = _set_autogroup_nice(pid, value) and ok
     return ok
+
+
+def _autogroup(pid: int) -> str | None:
+    """The name of the autogroup ``pid`` runs in (``/autogroup-N``), None without one (the
+    kernel has none, or the process is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/autogroup").read_text()
+    except OSError:
+        return None
+    return text.split()[0] if text.strip() else None
+
+
+def _set_autogroup_nice(pid: int, value: int) -> bool:
+    """Nice the autogroup of ``pid``. Without CAP_SYS_ADMIN the kernel takes one such write per
+    0.1 s (EAGAIN before): a few retries."""
+    for _ in range(5):
+        try:
+            Path(f"/proc/{pid}/autogroup").write_text(str(value))
+            return True
+        except FileNotFoundError:
+            return True  # gone meanwhile
+        except BlockingIOError:
+            time.sleep(0.11)
+        except OSError:
+            return False
+    return False
 
 
 def can_unnice() -> bool:

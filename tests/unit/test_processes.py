@@ -4,6 +4,7 @@ waiting for a condition. Real short-lived child processes (python -c)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from arfl.processes import (
     ManagedProcess,
     process_tree,
     same_process,
+    set_nice,
     stop_pid,
     wait_until,
 )
@@ -219,3 +221,62 @@ def test_stop_on_termination_calls_stop_on_sigterm_and_sigint() -> None:
     finally:
         for s, handler in old.items():
             sig.signal(s, handler)
+
+
+# Two busy loops pinned to one CPU; each process in a session of its own, as arfl starts its
+# children. With the kernel's autogroup on, a thread's niceness only weighs against threads of
+# its own session: a niced replica or standby took a full share from the others all the same.
+BURN = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def _cpu_s(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def _burners(cpu: int) -> list[subprocess.Popen[bytes]]:
+    return [
+        subprocess.Popen([sys.executable, "-c", BURN, str(cpu)], start_new_session=True)
+        for _ in range(2)
+    ]
+
+
+def _share(procs: list[subprocess.Popen[bytes]], seconds: float) -> list[float]:
+    ps = [psutil.Process(p.pid) for p in procs]
+    before = [_cpu_s(p) for p in ps]
+    time.sleep(seconds)
+    return [_cpu_s(p) - b for p, b in zip(ps, before, strict=True)]
+
+
+def test_a_niced_process_in_its_own_session_yields_the_cpu_to_other_sessions() -> None:
+    cpu = max(os.sched_getaffinity(0))
+    procs = _burners(cpu)
+    try:
+        time.sleep(0.3)
+        assert set_nice([psutil.Process(procs[1].pid)], 19)
+        busy, niced = _share(procs, 1.5)
+        assert busy > 0.5, (busy, niced)  # it ran at all (the host is shared)
+        assert niced < 0.25 * busy, (busy, niced)  # without autogroup's nice: about equal
+        if os.geteuid() == 0:  # lowering a niceness back needs root
+            assert set_nice([psutil.Process(procs[1].pid)], 0)
+            busy, restored = _share(procs, 1.5)
+            assert restored > 0.5 * busy, (busy, restored)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_niceing_a_child_of_this_session_leaves_this_process_alone() -> None:
+    mine = Path("/proc/self/autogroup")
+    if not mine.exists():
+        pytest.skip("the kernel has no autogroup")
+    before = mine.read_text()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert set_nice([psutil.Process(child.pid)], 19)
+        assert psutil.Process(child.pid).nice() == 19
+        assert mine.read_text() == before  # arfl itself keeps its share
+    finally:
+        child.kill()
+        child.wait()

@@ -348,7 +348,13 @@ def _with_standby(tmp_path: Path, standby: list[str]) -> Callable[[int, Path], l
 
 
 def _nice(pid: int) -> int:
-    return psutil.Process(pid).nice()
+    """The niceness of ``pid``'s main thread; where the kernel groups by session (autogroup), the
+    process's session group must carry it too, else it weighs nothing against other sessions."""
+    nice = psutil.Process(pid).nice()
+    group = Path(f"/proc/{pid}/autogroup")
+    if group.exists():
+        assert group.read_text().split()[-1] == str(nice), (group.read_text(), nice)
+    return nice
 
 
 def test_killed_replica_is_taken_over_by_the_ready_standby(
