@@ -81,7 +81,8 @@ REPLICAS = ("arfl.replica.driver",)
 
 class Renicer(threading.Thread):
     """Every 0.5 s, sets every thread of the processes whose command line holds one of
-    ``needles`` (and of their descendants) to niceness ``nice``: threads born since get it too."""
+    ``needles`` (and of their descendants), and their session groups, to niceness ``nice``:
+    threads born since get it too; 0 again when halted."""
 
     def __init__(self, needles: tuple[str, ...], nice: int) -> None:
         super().__init__(daemon=True)
@@ -90,10 +91,14 @@ class Renicer(threading.Thread):
 
     def run(self) -> None:
         while not self.halt.wait(0.5):
-            for p in psutil.process_iter(["cmdline"]):
-                line = " ".join(p.info["cmdline"] or [])
-                if any(n in line for n in self.needles):
-                    set_nice(process_tree(p.pid), self.nice)
+            self._pass(self.nice)
+        self._pass(0)  # the stack's broker outlives the variant: back to its default
+
+    def _pass(self, nice: int) -> None:
+        for p in psutil.process_iter(["cmdline"]):
+            line = " ".join(p.info["cmdline"] or [])
+            if any(n in line for n in self.needles):
+                set_nice(process_tree(p.pid), nice)
 
 
 def renicer(variant: str) -> Renicer | None:
