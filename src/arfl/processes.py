@@ -162,6 +162,21 @@ def _set_autogroup_nice(pid: int, value: int) -> bool:
     return False
 
 
+def priority_of(pid: int) -> dict[str, int | None]:
+    """The niceness ``pid`` runs at: its main thread's and its session group's (None where the
+    kernel has no autogroup); both None when the process is gone."""
+    try:
+        nice: int | None = int(psutil.Process(pid).nice())
+    except psutil.Error:
+        return {"nice": None, "group_nice": None}
+    try:
+        text = Path(f"/proc/{pid}/autogroup").read_text().split()
+        group: int | None = int(text[-1])
+    except (OSError, ValueError, IndexError):
+        group = None
+    return {"nice": nice, "group_nice": group}
+
+
 def can_unnice() -> bool:
     """Whether this process may lower a niceness back to 0 (root, or an RLIMIT_NICE that
     allows it): else a process niced now could not be given its full share again."""
@@ -359,6 +374,7 @@ class ManagedProcess:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         new_session: bool = True,
+        nice: int = 0,
     ) -> ManagedProcess:
         """Start ``argv`` with stdin from /dev/null and stdout + stderr appended to ``log``.
 
@@ -370,15 +386,19 @@ class ManagedProcess:
             cwd: the working directory; default this process's.
             new_session: start it in its own session, so that a Ctrl-C in the terminal does
                 not reach it (it is stopped by :meth:`stop`) and its orphans can be found.
+            nice: its niceness (every thread it starts inherits it, through ``nice``) and its
+                session group's (:func:`set_nice`); where it may not be lowered it stays 0 (the
+                command still runs; :func:`priority_of` tells).
 
         Raises:
             OSError: the executable cannot be started (callers turn it into their error).
         """
         log.parent.mkdir(parents=True, exist_ok=True)
+        command = ["nice", "-n", str(nice), *argv] if nice else list(argv)
         # The child gets its own descriptor; the parent keeps none open.
         with log.open("ab") as out:
             popen = subprocess.Popen(
-                list(argv),
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -386,6 +406,10 @@ class ManagedProcess:
                 cwd=cwd,
                 start_new_session=new_session,
             )
+        if nice and new_session:
+            # ``nice`` set the threads'; across sessions the kernel weighs the session's group.
+            with contextlib.suppress(psutil.Error):
+                set_nice([psutil.Process(popen.pid)], nice)
         return cls(name, popen, log, new_session=new_session)
 
     @property

@@ -152,6 +152,13 @@ def test_window_updates_fault_free_match_offline(stack: StackInfo, tmp_path: Pat
     assert s["results"] > 3 * check["windows"]
     # An update names a window, not an input record: no hop-by-hop latency, and it says so.
     assert check["hops"]["hops"] == {} and "window updates" in check["hops"]["unsupported"]
+    # The merger and the injector ran ahead of the replicas for the CPU (root: a negative
+    # niceness), their threads and their sessions' groups; the replicas at the default.
+    prio = {e["process"]: e for e in journal_events(result.run_dir, "harness-priority")}
+    assert set(prio) == {"merger", "injector"}, prio
+    if os.geteuid() == 0:
+        for e in prio.values():
+            assert e["asked"] == e["nice"] < 0 and e["group_nice"] in (None, e["nice"]), e
 
 
 def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path: Path) -> None:

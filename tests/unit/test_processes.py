@@ -14,6 +14,7 @@ import pytest
 
 from arfl.processes import (
     ManagedProcess,
+    priority_of,
     process_tree,
     same_process,
     set_nice,
@@ -280,3 +281,29 @@ def test_niceing_a_child_of_this_session_leaves_this_process_alone() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.parametrize("nice", [5, -5])
+def test_started_at_a_niceness_its_threads_and_its_session_group_have_it(
+    tmp_path: Path, nice: int
+) -> None:
+    if nice < 0 and os.geteuid() != 0:
+        pytest.skip("a negative niceness needs root")
+    # A child that starts a thread after a moment: the thread inherits the niceness too.
+    code = (
+        "import threading, time; time.sleep(0.3); "
+        "threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"
+    )
+    argv = [sys.executable, "-c", code]
+    proc = ManagedProcess.start("niced", argv, tmp_path / "n.log", nice=nice)
+    try:
+        wait_until(
+            lambda: len(psutil.Process(proc.pid).threads()) == 2, timeout_s=10, what="the thread"
+        )
+        p = psutil.Process(proc.pid)
+        assert {os.getpriority(os.PRIO_PROCESS, t.id) for t in p.threads()} == {nice}
+        got = priority_of(proc.pid)
+        assert got["nice"] == nice and got["group_nice"] in (None, nice), got
+    finally:
+        proc.stop(grace_s=1)
+    assert priority_of(proc.pid) == {"nice": None, "group_nice": None}

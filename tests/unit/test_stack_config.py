@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import pytest
+
+from arfl.errors import StackError
 from arfl.stack import config
 
 
@@ -103,3 +106,14 @@ def test_layout_paths(tmp_path: Path) -> None:
     assert lay.log("kafka") == tmp_path / "logs" / "kafka.log"
     assert lay.pid_file("zookeeper") == tmp_path / "zookeeper.pid"
     assert lay.data("kafka") == tmp_path / "data" / "kafka"
+
+
+def test_harness_nice_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ARFL_HARNESS_NICE", raising=False)
+    assert config.harness_nice() == config.HARNESS_NICE < 0
+    monkeypatch.setenv("ARFL_HARNESS_NICE", "0")
+    assert config.harness_nice() == 0
+    for bad in ("fast", "-21", "20"):
+        monkeypatch.setenv("ARFL_HARNESS_NICE", bad)
+        with pytest.raises(StackError, match="ARFL_HARNESS_NICE"):
+            config.harness_nice()

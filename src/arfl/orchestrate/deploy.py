@@ -49,10 +49,11 @@ from arfl.orchestrate.state import write_state
 from arfl.orchestrate.summary import summarise
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import Tick, Watcher, drain_seconds
-from arfl.processes import ManagedProcess
+from arfl.processes import ManagedProcess, priority_of
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
+from arfl.stack.config import harness_nice
 from arfl.workload.generate import EventShape
 from arfl.workload.injector import InjectorConfig
 from arfl.workload.replay import ReplayConfig
@@ -341,11 +342,18 @@ class Deployment:
     # --- helpers ------------------------------------------------------------------------
 
     def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
+        """The merger or the load: ahead of the replicas for the CPU (:data:`HARNESS_NICE`),
+        the niceness it got journaled (``harness-priority``)."""
         log = self.ctx.paths.log(name)
+        nice = harness_nice()
         try:
-            return ManagedProcess.start(name, argv, log, env=python_env())
+            proc = ManagedProcess.start(name, argv, log, env=python_env(), nice=nice)
         except OSError as e:
             raise DeployError(f"could not start the {name} ({argv[0]}): {e}") from e
+        self.ctx.journal.write(
+            "harness-priority", process=name, pid=proc.pid, asked=nice, **priority_of(proc.pid)
+        )
+        return proc
 
     def _replica_master(self) -> str:
         """The spec's (or ``--master``'s) master, enlarged under real-time mode so that every

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from arfl.errors import StackError
 
 # ZooKeeper's tick bounds session timeouts (min = 2 ticks); a short tick lets the active-leader
 # mode use short sessions, i.e. fast leader failover. maxSessionTimeout is raised explicitly
@@ -19,6 +22,32 @@ ZK_HEAP = "128m"
 # Remark pauses (20-70 ms) and the young pauses on a busy host (up to 100 ms) stalled every hop
 # through the broker at once: the one shared component the replicas cannot mask
 # (docs/benchmarks.md, "The shared path", session 15).
+HARNESS_NICE = -10
+"""The niceness of the processes every replica's results pass through — the Kafka broker arfl
+starts, the merger, the injector — on a host they share with the replicas: what no replica can
+mask runs first (measured in docs/benchmarks.md, "Niceness that works"). A deployment gives
+them hosts of their own; here they get the CPU first. ``ARFL_HARNESS_NICE`` overrides it (0:
+none); a negative niceness needs root (CAP_SYS_NICE), else they keep 0."""
+
+
+def harness_nice() -> int:
+    """:data:`HARNESS_NICE`, or ``ARFL_HARNESS_NICE`` when set (an integer from -20 to 19).
+
+    Raises:
+        StackError: it is set to something else (exit code 3).
+    """
+    raw = os.environ.get("ARFL_HARNESS_NICE", "").strip()
+    if not raw:
+        return HARNESS_NICE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 99
+    if not -20 <= value <= 19:
+        raise StackError(f"ARFL_HARNESS_NICE={raw!r}: expected an integer from -20 to 19 (0: none)")
+    return value
+
+
 KAFKA_HEAP = "1g"
 KAFKA_DEDUPE_BUFFER = 16 * 1024 * 1024
 """``log.cleaner.dedupe.buffer.size``: Kafka's 128 MB default is sized for compacting large

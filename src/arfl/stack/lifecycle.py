@@ -271,6 +271,7 @@ def _start_kafka(layout: Layout, st: StackState, java: str, log4j: Path) -> Proc
             config.kafka_command(java, libs, props, log4j, layout.logs),
             layout.log("kafka"),
             cwd=layout.root,
+            nice=config.harness_nice(),
         )
     fmt = config.format_command(java, libs, props, log4j, layout.logs, st.cluster_id)
     try:
@@ -286,7 +287,7 @@ def _start_kafka(layout: Layout, st: StackState, java: str, log4j: Path) -> Proc
             "if the data belongs to an old stack, run 'arfl stack down --purge'"
         )
     cmd = config.kafka_command(java, libs, props, log4j, layout.logs)
-    return processes.spawn(cmd, layout.log("kafka"), cwd=layout.root)
+    return processes.spawn(cmd, layout.log("kafka"), cwd=layout.root, nice=config.harness_nice())
 
 
 def up(

@@ -106,9 +106,10 @@ class ExitedAtStart(StackError):
 
 
 def spawn(
-    cmd: Sequence[str], log: Path, cwd: Path, env: dict[str, str] | None = None
+    cmd: Sequence[str], log: Path, cwd: Path, env: dict[str, str] | None = None, nice: int = 0
 ) -> ProcessRecord:
-    """Start ``cmd`` in the background, in its own session, output appended to ``log``.
+    """Start ``cmd`` in the background, in its own session, output appended to ``log``, at
+    niceness ``nice`` (:meth:`ManagedProcess.start`).
 
     Its own session keeps a Ctrl-C in the terminal that ran ``arfl`` from reaching it: the
     stack outlives the command that started it and is stopped by ``arfl stack down``.
@@ -121,7 +122,7 @@ def spawn(
         StackError: if the executable cannot be started.
     """
     try:
-        proc = ManagedProcess.start(Path(cmd[0]).name, cmd, log, env=env, cwd=cwd)
+        proc = ManagedProcess.start(Path(cmd[0]).name, cmd, log, env=env, cwd=cwd, nice=nice)
     except OSError as e:
         raise StackError(f"cannot start {cmd[0]}: {e}") from e
     try:
