@@ -14,9 +14,11 @@ Variants:
 
 * ``before``: a 512m broker heap grown from 128m, Kafka's default 128 MB dedupe buffer (the
   stack until session 15);
-* ``after``: ``arfl.stack.config`` as it is now;
-* ``shared-first``: ``after``, with every thread of the broker, the merger and the injector at
-  niceness -10 while the run lasts (root only): the non-redundant path wins the CPU;
+* ``after``: ``arfl.stack.config``'s broker as it is now, every process at niceness 0 (arfl's
+  own harness priority off: ``ARFL_HARNESS_NICE=0`` for the whole bench, the broker reset);
+* ``shared-first``: ``after``, with every thread (and session group) of the broker, the merger
+  and the injector at niceness -10 while the run lasts (root only): the non-redundant path wins
+  the CPU — what deploy does by default since session 16 (``arfl.stack.config.HARNESS_NICE``);
 * ``replicas-last``: ``after``, with every thread of the replicas' drivers and Spark JVMs at
   niceness 10 (any user): the same order, from the other side.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import re
 import sys
 import threading
@@ -101,13 +104,14 @@ class Renicer(threading.Thread):
                 set_nice(process_tree(p.pid), nice)
 
 
-def renicer(variant: str) -> Renicer | None:
-    """The priority of ``variant`` (None: everything at its own)."""
+def renicer(variant: str) -> Renicer:
+    """The priority of ``variant`` (niceness 0 for every process it names: its start puts the
+    long-lived broker back to 0 as well)."""
     if variant == "shared-first":
         return Renicer(SHARED, -10)
     if variant == "replicas-last":
         return Renicer(REPLICAS, 10)
-    return None
+    return Renicer(SHARED + REPLICAS, 0)
 
 
 def gc_pauses(log: Path, lo: float, hi: float) -> list[float]:
@@ -158,6 +162,7 @@ def main() -> int:
     ap.add_argument("--runs", type=Path, default=Path("/tmp/arfl-bench-broker"))
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    os.environ["ARFL_HARNESS_NICE"] = "0"  # the variants set the priorities themselves
     variants = args.variants.split(",")
     args.runs.mkdir(parents=True, exist_ok=True)
     t = rt.Timing(duration=args.duration, fault_at=args.duration, warmup=args.warmup,
@@ -175,8 +180,7 @@ def main() -> int:
                                    interval=args.interval)  # fmt: skip
                 row: dict[str, Any] = {"variant": v, "rep": rep}
                 prio = renicer(v)
-                if prio is not None:
-                    prio.start()
+                prio.start()
                 try:
                     run_dir, _summary, cpu, _wall = rt.run(spec, args.runs)
                     row["run"] = str(run_dir)
@@ -185,9 +189,8 @@ def main() -> int:
                 except Exception as e:  # a failed variant is a row, not the end of the bench
                     row["error"] = f"{type(e).__name__}: {e}"
                 finally:
-                    if prio is not None:
-                        prio.halt.set()
-                        prio.join()
+                    prio.halt.set()
+                    prio.join()
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 write_rows(args.out, rows)
