@@ -16,12 +16,7 @@ from arfl.errors import StackError
 ZK_TICK_MS = 200
 ZK_MAX_SESSION_MS = 60_000
 ZK_HEAP = "128m"
-# A fixed-size heap (-Xms = -Xmx) well above the live set: with the old 512m heap growing from
-# 128m, the broker's live ~190 MB (128 MB of it Kafka's default log-cleaner dedupe buffer) sat
-# above G1's marking threshold (35 % of the heap), so marking cycles ran every ~30 s and their
-# Remark pauses (20-70 ms) and the young pauses on a busy host (up to 100 ms) stalled every hop
-# through the broker at once: the one shared component the replicas cannot mask
-# (docs/benchmarks.md, "The shared path", session 15).
+
 HARNESS_NICE = -10
 """The niceness of the processes every replica's results pass through — the Kafka broker arfl
 starts, the merger, the injector — on a host they share with the replicas: what no replica can
@@ -48,6 +43,12 @@ def harness_nice() -> int:
     return value
 
 
+# A fixed-size heap (-Xms = -Xmx) well above the live set: with the old 512m heap growing from
+# 128m, the broker's live ~190 MB (128 MB of it Kafka's default log-cleaner dedupe buffer) sat
+# above G1's marking threshold (35 % of the heap), so marking cycles ran every ~30 s and their
+# Remark pauses (20-70 ms) and the young pauses on a busy host (up to 100 ms) stalled every hop
+# through the broker at once: the one shared component the replicas cannot mask
+# (docs/benchmarks.md, "The shared path", session 15).
 KAFKA_HEAP = "1g"
 KAFKA_DEDUPE_BUFFER = 16 * 1024 * 1024
 """``log.cleaner.dedupe.buffer.size``: Kafka's 128 MB default is sized for compacting large
