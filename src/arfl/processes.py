@@ -129,21 +129,21 @@ def set_nice(procs: Iterable[psutil.Process], value: int) -> bool:
     groups: dict[str, int] = {}
     for p in procs:
         group = _autogroup(p.pid)
-        if group is not None and group != own:
-            groups.setdefault(group, p.pid)
+        if group is not None and (own is None or group[0] != own[0]):
+            groups.setdefault(group[0], p.pid)
     for pid in groups.values():
         ok = _set_autogroup_nice(pid, value) and ok
     return ok
 
 
-def _autogroup(pid: int) -> str | None:
-    """The name of the autogroup ``pid`` runs in (``/autogroup-N``), None without one (the
-    kernel has none, or the process is gone)."""
+def _autogroup(pid: int) -> tuple[str, int] | None:
+    """The autogroup ``pid`` runs in: its name (``/autogroup-N``) and its niceness; None without
+    one (the kernel has none, or the process is gone)."""
     try:
-        text = Path(f"/proc/{pid}/autogroup").read_text()
-    except OSError:
+        fields = Path(f"/proc/{pid}/autogroup").read_text().split()
+        return fields[0], int(fields[-1])
+    except (OSError, ValueError, IndexError):
         return None
-    return text.split()[0] if text.strip() else None
 
 
 def _set_autogroup_nice(pid: int, value: int) -> bool:
@@ -166,15 +166,11 @@ def priority_of(pid: int) -> dict[str, int | None]:
     """The niceness ``pid`` runs at: its main thread's and its session group's (None where the
     kernel has no autogroup); both None when the process is gone."""
     try:
-        nice: int | None = int(psutil.Process(pid).nice())
+        nice = int(psutil.Process(pid).nice())
     except psutil.Error:
         return {"nice": None, "group_nice": None}
-    try:
-        text = Path(f"/proc/{pid}/autogroup").read_text().split()
-        group: int | None = int(text[-1])
-    except (OSError, ValueError, IndexError):
-        group = None
-    return {"nice": nice, "group_nice": group}
+    group = _autogroup(pid)
+    return {"nice": nice, "group_nice": None if group is None else group[1]}
 
 
 def can_unnice() -> bool:

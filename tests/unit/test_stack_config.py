@@ -113,7 +113,9 @@ def test_harness_nice_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     assert config.harness_nice() == config.HARNESS_NICE < 0
     monkeypatch.setenv("ARFL_HARNESS_NICE", "0")
     assert config.harness_nice() == 0
-    for bad in ("fast", "-21", "20"):
+    monkeypatch.setenv("ARFL_HARNESS_NICE", "+5")
+    assert config.harness_nice() == 5
+    for bad in ("fast", "-21", "20", "--5", "1.5"):
         monkeypatch.setenv("ARFL_HARNESS_NICE", bad)
         with pytest.raises(StackError, match="ARFL_HARNESS_NICE"):
             config.harness_nice()

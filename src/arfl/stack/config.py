@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +35,8 @@ def harness_nice() -> int:
     raw = os.environ.get("ARFL_HARNESS_NICE", "").strip()
     if not raw:
         return HARNESS_NICE
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 99
-    if not -20 <= value <= 19:
+    value = int(raw) if re.fullmatch(r"[+-]?\d+", raw) else None
+    if value is None or not -20 <= value <= 19:
         raise StackError(f"ARFL_HARNESS_NICE={raw!r}: expected an integer from -20 to 19 (0: none)")
     return value
 
