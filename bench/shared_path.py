@@ -15,7 +15,8 @@ Variants:
 * ``before``: a 512m broker heap grown from 128m, Kafka's default 128 MB dedupe buffer (the
   stack until session 15);
 * ``after``: ``arfl.stack.config``'s broker as it is now, every process at niceness 0 (arfl's
-  own harness priority off: ``ARFL_HARNESS_NICE=0`` for the whole bench, the broker reset);
+  own harness priority off: ``ARFL_HARNESS_NICE=0`` for the whole bench; the broker reset to 0
+  once before every run);
 * ``shared-first``: ``after``, with every thread (and session group) of the broker, the merger
   and the injector at niceness -10 while the run lasts (root only): the non-redundant path wins
   the CPU — what deploy does by default since session 16 (``arfl.stack.config.HARNESS_NICE``);
@@ -104,14 +105,14 @@ class Renicer(threading.Thread):
                 set_nice(process_tree(p.pid), nice)
 
 
-def renicer(variant: str) -> Renicer:
-    """The priority of ``variant`` (niceness 0 for every process it names: its start puts the
-    long-lived broker back to 0 as well)."""
+def renicer(variant: str) -> Renicer | None:
+    """The priority of ``variant`` (None: every process at 0; the long-lived broker is put back
+    to 0 once before each run, :meth:`Renicer._pass`)."""
     if variant == "shared-first":
         return Renicer(SHARED, -10)
     if variant == "replicas-last":
         return Renicer(REPLICAS, 10)
-    return Renicer(SHARED + REPLICAS, 0)
+    return None
 
 
 def gc_pauses(log: Path, lo: float, hi: float) -> list[float]:
@@ -179,8 +180,10 @@ def main() -> int:
                 spec = rt.spec_for("per-record", "active", args.rate, t, None,
                                    interval=args.interval)  # fmt: skip
                 row: dict[str, Any] = {"variant": v, "rep": rep}
+                Renicer(SHARED + REPLICAS, 0)._pass(0)  # a variant's broker niceness undone
                 prio = renicer(v)
-                prio.start()
+                if prio is not None:
+                    prio.start()
                 try:
                     run_dir, _summary, cpu, _wall = rt.run(spec, args.runs)
                     row["run"] = str(run_dir)
@@ -189,8 +192,9 @@ def main() -> int:
                 except Exception as e:  # a failed variant is a row, not the end of the bench
                     row["error"] = f"{type(e).__name__}: {e}"
                 finally:
-                    prio.halt.set()
-                    prio.join()
+                    if prio is not None:
+                        prio.halt.set()
+                        prio.join()
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 write_rows(args.out, rows)

@@ -125,6 +125,12 @@ def set_nice(procs: Iterable[psutil.Process], value: int) -> bool:
                 continue
             except OSError:
                 ok = False
+    return _set_group_nice(procs, value) and ok
+
+
+def _set_group_nice(procs: Iterable[psutil.Process], value: int) -> bool:
+    """Nice the autogroups ``procs`` run in, once each, except this process's own."""
+    ok = True
     own = _autogroup(os.getpid())
     groups: dict[str, int] = {}
     for p in procs:
@@ -405,7 +411,7 @@ class ManagedProcess:
         if nice and new_session:
             # ``nice`` set the threads'; across sessions the kernel weighs the session's group.
             with contextlib.suppress(psutil.Error):
-                set_nice([psutil.Process(popen.pid)], nice)
+                _set_group_nice([psutil.Process(popen.pid)], nice)
         return cls(name, popen, log, new_session=new_session)
 
     @property

@@ -20,7 +20,7 @@ from arfl.errors import DeployError
 from arfl.measure.frontier import path_in as frontier_path_in
 from arfl.measure.frontier import write_frontier
 from arfl.orchestrate.supervisor import ReplicaRunner
-from arfl.processes import is_running, stop_pid
+from arfl.processes import is_running, priority_of, stop_pid
 from arfl.replica.driver import EXIT_BAD_CONFIG
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.run.rundir import new_run_dir, read_jsonl
@@ -350,11 +350,9 @@ def _with_standby(tmp_path: Path, standby: list[str]) -> Callable[[int, Path], l
 def _nice(pid: int) -> int:
     """The niceness of ``pid``'s main thread; where the kernel groups by session (autogroup), the
     process's session group must carry it too, else it weighs nothing against other sessions."""
-    nice = psutil.Process(pid).nice()
-    group = Path(f"/proc/{pid}/autogroup")
-    if group.exists():
-        assert group.read_text().split()[-1] == str(nice), (group.read_text(), nice)
-    return nice
+    got = priority_of(pid)
+    assert got["nice"] is not None and got["group_nice"] in (None, got["nice"]), got
+    return got["nice"]
 
 
 def test_killed_replica_is_taken_over_by_the_ready_standby(
