@@ -179,6 +179,22 @@ def priority_of(pid: int) -> dict[str, int | None]:
     return {"nice": nice, "group_nice": None if group is None else group[1]}
 
 
+def _await_nice(pid: int, nice: int, argv: Sequence[str], timeout_s: float = 5.0) -> None:
+    """Wait until ``nice(1)`` has run in the child started as ``nice -n <nice> argv``: its
+    niceness is ``nice``, or (where it may not be lowered) it already runs ``argv``, or it is
+    gone. Popen returns once ``nice`` is exec'ed, before it set anything: a reader of the
+    niceness right after the start read 0 on a busy host."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            p = psutil.Process(pid)
+            if p.nice() == nice or p.cmdline() == list(argv) or p.status() == "zombie":
+                return
+        except psutil.Error:
+            return
+        time.sleep(0.005)
+
+
 def can_unnice() -> bool:
     """Whether this process may lower a niceness back to 0 (root, or an RLIMIT_NICE that
     allows it): else a process niced now could not be given its full share again."""
@@ -408,6 +424,8 @@ class ManagedProcess:
                 cwd=cwd,
                 start_new_session=new_session,
             )
+        if nice:
+            _await_nice(popen.pid, nice, argv)
         if nice and new_session:
             # ``nice`` set the threads'; across sessions the kernel weighs the session's group.
             with contextlib.suppress(psutil.Error):

@@ -42,5 +42,5 @@ def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
     # The pause froze the replica (no output) and SIGCONT let it go on where it was.
     (inj,) = journal_events(result.run_dir, "fault-injected")
     (rev,) = journal_events(result.run_dir, "fault-reverted")
-    check_silent_then_resumed(result.run_dir, 0, float(inj["ended"]), float(rev["ended"]))
+    check_silent_then_resumed(result.run_dir, 0, float(inj["ended"]), float(rev["started"]))
     assert result.summary["replica_restarts"] == 0

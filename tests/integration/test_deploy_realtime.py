@@ -230,7 +230,7 @@ def test_pause_slow_partition_show_their_effect_and_revert(
     assert [e["kind"] for e in injected] == ["pause", "slow", "partition"]
     assert [e["kind"] for e in reverted] == ["pause", "slow", "partition"]
     span = {e["kind"]: float(e["ended"]) for e in injected}
-    back = {e["kind"]: float(e["ended"]) for e in reverted}
+    back = {e["kind"]: float(e["started"]) for e in reverted}
     # Paused and partitioned replicas: silent while faulted, output again after the revert.
     check_silent_then_resumed(run, 1, span["pause"], back["pause"])
     check_silent_then_resumed(run, 0, span["partition"], back["partition"])

@@ -139,7 +139,8 @@ def sampler() -> Iterator[Sampler]:
 def _window(run: Path, kind: str) -> tuple[float, float]:
     [inj] = [e for e in journal_events(run, "fault-injected") if e["kind"] == kind]
     [rev] = [e for e in journal_events(run, "fault-reverted") if e["kind"] == kind]
-    return float(inj["ended"]), float(rev["ended"])
+    # From the injection's end to the revert's start: the fault in full effect.
+    return float(inj["ended"]), float(rev["started"])
 
 
 def test_container_faults_show_their_effect_and_revert(

@@ -4,6 +4,7 @@ waiting for a condition. Real short-lived child processes (python -c)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -307,3 +308,24 @@ def test_started_at_a_niceness_its_threads_and_its_session_group_have_it(
     finally:
         proc.stop(grace_s=1)
     assert priority_of(proc.pid) == {"nice": None, "group_nice": None}
+
+
+def test_start_returns_once_the_niceness_is_in_place(tmp_path: Path) -> None:
+    # nice(1) sets the niceness after the fork, in the child: a caller that reads it right
+    # after start (deploy journals harness-priority so) read 0 on a busy host (CI). A slow
+    # nice(1) on the PATH makes that window wide.
+    real = shutil.which("nice")
+    assert real is not None
+    fake = tmp_path / "bin" / "nice"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\nsleep 0.5\nexec {real} "$@"\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ.get('PATH', '')}"}
+    argv = [sys.executable, "-c", "import time; time.sleep(30)"]
+    proc = ManagedProcess.start("niced", argv, tmp_path / "n.log", env=env, nice=5)
+    try:
+        got = priority_of(proc.pid)
+        assert got["nice"] == 5 and got["group_nice"] in (None, 5), got
+        assert psutil.Process(proc.pid).cmdline() == argv
+    finally:
+        proc.stop(grace_s=1)
