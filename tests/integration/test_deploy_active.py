@@ -76,6 +76,52 @@ def agreed_positions(run: Path, replica: int) -> dict[str, int | None]:
     return out
 
 
+def _position(offset: Any) -> tuple[int, ...] | None:
+    """A leaderless batch's start or end offset as a position: the partitions' offsets."""
+    if not isinstance(offset, dict):
+        return None
+    offsets = offset.get("offsets", offset)
+    return tuple(int(offsets[p]) for p in sorted(offsets, key=int))
+
+
+def drops_between_common_cuts(
+    run: Path, replicas: tuple[int, int]
+) -> tuple[dict[tuple[Any, Any], list[int]], dict[int, list[tuple[Any, Any]]]]:
+    """Late-dropped rows of two replicas, summed over the input between consecutive positions
+    where both replicas' batches ended, for the stretches each covered with progress lines
+    without a hole; and each replica's holes (input between a batch's end and the next line's
+    start: a batch whose line was lost)."""
+    spans: dict[int, list[tuple[Any, Any, int]]] = {}
+    for r in replicas:
+        seen: dict[tuple[Any, Any], int] = {}
+        for line in read_jsonl(run / "progress" / f"replica-{r}.jsonl"):
+            src = line["sources"][0]
+            start, end = _position(src.get("startOffset")), _position(src.get("endOffset"))
+            seen[(start, end)] = sum(d.rows for d in late_drops([line], r))  # a replay: once
+        spans[r] = sorted(((a, b, n) for (a, b), n in seen.items()), key=lambda s: s[1] or ())
+    ends = [{s[1] for s in spans[r]} | {s[0] for s in spans[r]} for r in replicas]
+    cuts = ends[0] & ends[1]
+    holes: dict[int, list[tuple[Any, Any]]] = {r: [] for r in replicas}
+    buckets: dict[int, dict[tuple[Any, Any], int | None]] = {r: {} for r in replicas}
+    for r in replicas:
+        bucket_start, rows, broken, prev_end = None, 0, False, None
+        for start, end, n in spans[r]:
+            if prev_end is not None and start != prev_end:
+                holes[r].append((prev_end, start))
+                broken = True
+            rows += n
+            prev_end = end
+            if end in cuts:
+                buckets[r][(bucket_start, end)] = None if broken else rows
+                bucket_start, rows, broken = end, 0, False
+    compared = {
+        k: [buckets[r][k] or 0 for r in replicas]
+        for k in buckets[replicas[0]].keys() & buckets[replicas[1]].keys()
+        if all(buckets[r][k] is not None for r in replicas)
+    }
+    return compared, holes
+
+
 def _decisions(info: StackInfo, run_id: str) -> list[Decision]:
     admin = AdminClient({"bootstrap.servers": info.kafka})
     topics = [t for t in admin.list_topics(timeout=10).topics if run_id in t and "decisions" in t]
@@ -204,11 +250,16 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
         assert merged, f"replica {killed} never merged agreed batches"
         # Rows fell behind the watermark: the same rows in both replicas, however each grouped
         # the agreed batches (the restarted one merged them to catch up), all dropped by the
-        # agreed watermark before Spark's own saw them.
+        # agreed watermark before Spark's own saw them. Compared over the input between
+        # positions where both replicas' batches ended, where each has a progress line for every
+        # batch: a batch that committed just before the kill -9 has none (Spark calls the
+        # listener after the commit; a local suite run lost one such batch with 348 drops).
+        compared, holes = drops_between_common_cuts(result.run_dir, (0, 1))
+        assert all(c[0] == c[1] for c in compared.values()), compared
+        assert sum(c[0] for c in compared.values()) > 0, compared
+        assert not holes[1 - killed] and len(holes[killed]) <= 1, holes
         drops = [late_drops(read_jsonl(result.run_dir / "progress" / f"replica-{r}.jsonl"), r)
                  for r in (0, 1)]  # fmt: skip
-        totals = [sum(d.rows for d in ds) for ds in drops]
-        assert totals[0] == totals[1] > 0, totals
         assert all(set(d.operators) == {AGREED_WATERMARK} for ds in drops for d in ds), drops
         assert batch_drops(result.run_dir, 0) == batch_drops(result.run_dir, 1) == {}
 
