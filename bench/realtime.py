@@ -1,6 +1,6 @@
 """Real-time mode: active (RTM, R=2) vs passive (RTM) vs micro-batch, under the same faults.
 
-    .venv/bin/python bench/realtime.py [--duration 75s] [--fault-at 45s] [--warmup 25s]
+    .venv/bin/python bench/realtime.py [--duration 75s] [--fault-at 45s[,50s...]] [--warmup 25s]
         [--windowed-later 20s] [--rate 1000] [--modes none,passive,active,active-leaderless]
         [--pipelines per-record,windowed] [--faults kill-executor,kill-replica]
         [--sweep 1000,2500,5000] [--sweep-duration 50s] [--sweep-modes active]
@@ -24,7 +24,10 @@ fault variant with the killed replica restarting from its checkpoint and/or at t
 frontier (``replication.resume``; the default ``auto`` is ``output`` for this stateless
 per-record pipeline). ``--standby-yield`` runs the standby variants with the promoted standby
 keeping its low CPU priority until it caught up (``on``, the default) and/or getting it back at
-once (``off``; ``replication.standby_yield``).
+once (``off``; ``replication.standby_yield``). A list of ``--fault-at`` times runs every fault
+variant at each; the kill table then says, per run, when the survivor's next batch boundary came
+(from its progress) against when the newcomer caught up (the report's), and counts the masked
+runs of each side: whether a kill is masked at R=2 depends on that order.
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
@@ -71,7 +74,7 @@ from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.report.build import build_report
 from arfl.report.model import PhaseStats, Report
-from arfl.run.progress import batch_timing
+from arfl.run.progress import batch_ends, batch_timing
 from arfl.run.rundir import read_jsonl
 from arfl.units import parse_duration
 
@@ -276,6 +279,62 @@ def boundary_ms(run_dir: Path, report: Report, phase: PhaseStats | None) -> dict
     return out
 
 
+def survivor_boundary_s(run_dir: Path, journal: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first fault's injection to the next batch end of a replica it did not
+    hit (from their progress files): the survivor's next real-time boundary, whose stall only a
+    caught-up newcomer masks. None without a fault on one replica or a later batch end."""
+    injected = next(iter(_events(journal, "fault-injected")), None)
+    if injected is None or injected.get("replica") is None:
+        return None
+    t = float(injected["started"])
+    ends = [
+        end
+        for path in sorted((run_dir / "progress").glob("replica-*.jsonl"))
+        if path.stem != f"replica-{injected['replica']}"
+        for end in batch_ends(read_jsonl(path))
+        if end > t
+    ]
+    return min(ends) - t if ends else None
+
+
+def offset_table(rows: Sequence[dict[str, Any]]) -> None:
+    """Kill runs by when the survivor's next boundary came: before or after the newcomer caught
+    up (the report's ``caught_up_s``), masked or not."""
+    kills = [r for r in rows if r.get("survivor_boundary_s") is not None and "masked" in r]
+    if not kills:
+        return
+    print_table(
+        sorted(kills, key=lambda r: (_variant(r), _num(r["survivor_boundary_s"]))),
+        Column("pipeline fault mode", 40, "", _variant),
+        [
+            Column("at s", 5, ".0f", lambda r: _num(r.get("fault_at"))),
+            Column("bnd s", 6, ".1f", lambda r: _num(r["survivor_boundary_s"])),
+            Column("caught s", 8, ".1f", lambda r: _num(r.get("caught_up_s"))),
+            Column("ratio", 6, ".2f", lambda r: _num(r.get("ratio"))),
+            Column("masked", 6, "", lambda r: _masked(r.get("masked"))),
+        ],
+        error_chars=60,
+    )
+    for variant in sorted({_variant(r) for r in kills}):
+        mine = [r for r in kills if _variant(r) == variant]
+        for label, group in (
+            ("boundary after the catch-up", [r for r in mine if _after_catch_up(r)]),
+            ("boundary before it (or none)", [r for r in mine if not _after_catch_up(r)]),
+        ):
+            if group:
+                masked = sum(1 for r in group if r.get("masked") is True)
+                print(f"  {variant}: {label}: masked {masked} of {len(group)}")
+    print(
+        "(bnd s: seconds from the kill to the survivor's next batch end; caught s: the report's "
+        "seconds from the kill until the newcomer caught up)"
+    )
+
+
+def _after_catch_up(r: dict[str, Any]) -> bool:
+    caught = r.get("caught_up_s")
+    return caught is not None and _num(r["survivor_boundary_s"]) > float(caught)
+
+
 def _events(journal: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [e for e in journal if e.get("event") == name]
 
@@ -335,6 +394,7 @@ def analyse(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         "cpu_s": summary.get("cpu_s_total"),
         "warnings": report.warnings,
         **boundary_ms(run_dir, report, steady),
+        "survivor_boundary_s": survivor_boundary_s(run_dir, journal),
     }
     if report.faults:
         f = report.faults[0]
@@ -490,6 +550,7 @@ def print_tables(rows: Sequence[dict[str, Any]], sweep: Sequence[dict[str, Any]]
     """Both tables and the sweep's conclusion."""
     if rows:
         fault_table(rows)
+        offset_table(rows)
     if sweep:
         sweep_table(sweep)
         ok = [
@@ -526,7 +587,11 @@ def reanalyse(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--duration", default="75s")
-    ap.add_argument("--fault-at", default="45s")
+    ap.add_argument(
+        "--fault-at",
+        default="45s",
+        help="when the fault comes; a list (68s,72s,76s) runs every variant at each",
+    )
     ap.add_argument("--warmup", default="25s", help="excluded from every figure")
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--interval", default="", help="real-time checkpoint interval (e.g. 30s)")
@@ -610,17 +675,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.again is not None:
         return reanalyse(args.again)
     d = parse_duration
+    fault_times = [d(a) for a in args.fault_at.split(",") if a]
+    if not fault_times:
+        ap.error("--fault-at: at least one time")
     t = (
         Timing(30.0, 15.0, 5.0, 25.0)
         if args.quick
         else Timing(
             d(args.duration),
-            d(args.fault_at),
+            fault_times[0],
             d(args.warmup),
             d(args.sweep_duration),
             d(args.windowed_later),
         )
     )
+    if args.quick:
+        fault_times = [t.fault_at]
     modes, pipelines = args.modes.split(","), args.pipelines.split(",")
     faults = args.faults.split(",") if args.faults else []
     rates = [int(r) for r in args.sweep.split(",") if r]
@@ -649,7 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     yields = {"on": [True], "off": [False], "both": [False, True]}[args.standby_yield]
     variants = [
-        (p, f, m, sb, rs, y)
+        (p, f, m, sb, rs, y, at)
+        for at in fault_times
         for p in pipelines
         for f in faults
         for m in modes
@@ -657,8 +728,11 @@ def main(argv: list[str] | None = None) -> int:
         for rs in (resumes if MODES[m].mode == "active" else ["auto"])
         for y in (yields if sb else [True])
     ]
-    for pipeline, fault, mode, sb, resume, yields_cpu in variants:
+    for pipeline, fault, mode, sb, resume, yields_cpu, at in variants:
         row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
+        timing = dataclasses.replace(t, fault_at=at).of(pipeline)
+        if len(fault_times) > 1:
+            row["fault_at"] = timing.fault_at
         if MODES[mode].replicas > 1 and args.replicas is not None:
             row["replicas"] = args.replicas
         if sb:
@@ -671,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
             pipeline,
             mode,
             args.rate,
-            t.of(pipeline),
+            timing,
             fault,
             interval=args.interval,
             target=args.target,
@@ -724,7 +798,9 @@ def main(argv: list[str] | None = None) -> int:
     if rows:
         print(f"\n{args.rate} ev/s, 2 partitions, fault on replica 0")
         for pipeline in pipelines:
-            print(f"  {pipeline}: {t.of(pipeline).describe()}")
+            for at in fault_times:
+                timing = dataclasses.replace(t, fault_at=at).of(pipeline)
+                print(f"  {pipeline}: {timing.describe()}")
     print_tables(rows, sweep)
     return 0
 

@@ -61,3 +61,55 @@ def test_realtime_boundary_medians_count_only_the_phase_batches() -> None:
     idle = [b[0] - a[0] - a[1] / 1000 for a, b in itertools.pairwise(spans)]
     assert got["between_ms"] == pytest.approx(1000 * statistics.median(idle), abs=0.01)
     assert realtime.boundary_ms(RUN, report, None) == {}
+
+
+def _progress(start: str, duration_ms: int) -> dict[str, object]:
+    return {"timestamp": start, "batchDuration": duration_ms}
+
+
+def test_survivor_boundary_is_the_next_batch_end_of_a_replica_the_fault_missed(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    import realtime
+
+    from arfl.run.rundir import read_jsonl
+
+    (tmp_path / "progress").mkdir()
+    lines = {
+        # The killed replica's own batch ends just after the kill: not the survivor's.
+        0: [_progress("2026-11-28T00:00:00Z", 30_500)],
+        # The survivor's: ends at 0:30.2 (before the kill) and 1:00.4 (after it).
+        1: [_progress("2026-11-28T00:00:00Z", 30_200), _progress("2026-11-28T00:00:30.2Z", 30_200)],
+    }
+    for i, ls in lines.items():
+        (tmp_path / "progress" / f"replica-{i}.jsonl").write_text(
+            "".join(json.dumps(p) + "\n" for p in ls)
+        )
+    kill = datetime.fromisoformat("2026-11-28T00:00:30.4+00:00").timestamp()
+    journal = [{"event": "fault-injected", "replica": 0, "started": kill}]
+    (tmp_path / "journal.jsonl").write_text(json.dumps(journal[0]) + "\n")
+    got = realtime.survivor_boundary_s(tmp_path, read_jsonl(tmp_path / "journal.jsonl"))
+    assert got == pytest.approx(30.0, abs=1e-6)
+    # No fault on one replica (or none at all): nothing to measure.
+    assert realtime.survivor_boundary_s(tmp_path, [{**journal[0], "replica": None}]) is None
+    assert realtime.survivor_boundary_s(tmp_path, []) is None
+
+
+def test_offset_table_splits_kills_by_boundary_before_or_after_the_catch_up(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import realtime
+
+    base = {"pipeline": "per-record", "fault": "kill-replica", "mode": "active", "ratio": 1.0}
+    rows = [
+        {**base, "survivor_boundary_s": 14.0, "caught_up_s": 9.0, "masked": True},
+        {**base, "survivor_boundary_s": 6.0, "caught_up_s": 9.0, "masked": False},
+        {**base, "survivor_boundary_s": 7.0, "caught_up_s": None, "masked": False},
+        {**base, "survivor_boundary_s": 20.0, "caught_up_s": 10.0, "masked": False},
+    ]
+    realtime.offset_table(rows)
+    out = capsys.readouterr().out
+    assert "boundary after the catch-up: masked 1 of 2" in out
+    assert "boundary before it (or none): masked 0 of 2" in out
