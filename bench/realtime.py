@@ -26,8 +26,9 @@ per-record pipeline). ``--standby-yield`` runs the standby variants with the pro
 keeping its low CPU priority until it caught up (``on``, the default) and/or getting it back at
 once (``off``; ``replication.standby_yield``). A list of ``--fault-at`` times runs every fault
 variant at each; the kill table then says, per run, when the survivor's next batch boundary came
-(from its progress) against when the newcomer caught up (the report's), and counts the masked
-runs of each side: whether a kill is masked at R=2 depends on that order.
+(from its progress) against when the newcomer caught up (its lag at the merger under 100 ms
+again), and counts the masked runs of each side: whether a kill is masked at R=2 depends on
+that order.
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
@@ -76,6 +77,7 @@ from arfl.report.build import build_report
 from arfl.report.model import PhaseStats, Report
 from arfl.run.progress import batch_ends, batch_timing
 from arfl.run.rundir import read_jsonl
+from arfl.run.streams import MonitorSnapshot
 from arfl.units import parse_duration
 
 P99_LIMIT_MS = 100.0
@@ -297,9 +299,34 @@ def survivor_boundary_s(run_dir: Path, journal: list[dict[str, Any]]) -> float |
     return min(ends) - t if ends else None
 
 
+CAUGHT_UP_LAG_MS = 100.0
+"""A faulted replica has caught up when the merger's lag of it (wall time minus the newest
+``src_ts`` it delivered) is back under this."""
+
+
+def newcomer_caught_up_s(run_dir: Path, journal: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first fault's injection to the first merger second (at least 1 s
+    later) in which the faulted replica's lag was under :data:`CAUGHT_UP_LAG_MS` again: it
+    delivered results for input sent a moment before, its backlog gone. Neither the report's
+    ``healthy_s`` (its first result from input sent after it came back: the backlog since then
+    still ahead) nor its ``caught_up_s`` (its commits, which a real-time replica writes at its
+    batch's end, an interval later) says that."""
+    injected = next(iter(_events(journal, "fault-injected")), None)
+    if injected is None or injected.get("replica") is None:
+        return None
+    t, replica = float(injected["started"]), int(injected["replica"])
+    for line in read_jsonl(run_dir / "monitor.jsonl"):
+        snap = MonitorSnapshot.from_dict(line)
+        r = snap.replicas.get(replica)
+        lag = None if r is None else r.lag_ms
+        if snap.t >= t + 1.0 and lag is not None and lag < CAUGHT_UP_LAG_MS:
+            return snap.t - t
+    return None
+
+
 def offset_table(rows: Sequence[dict[str, Any]]) -> None:
     """Kill runs by when the survivor's next boundary came: before or after the newcomer caught
-    up (the report's ``caught_up_s``), masked or not."""
+    up (:func:`newcomer_caught_up_s`), masked or not."""
     kills = [r for r in rows if r.get("survivor_boundary_s") is not None and "masked" in r]
     if not kills:
         return
@@ -309,7 +336,8 @@ def offset_table(rows: Sequence[dict[str, Any]]) -> None:
         [
             Column("at s", 5, ".0f", lambda r: _num(r.get("fault_at"))),
             Column("bnd s", 6, ".1f", lambda r: _num(r["survivor_boundary_s"])),
-            Column("caught s", 8, ".1f", lambda r: _num(r.get("caught_up_s"))),
+            Column("healthy s", 9, ".1f", lambda r: _num(r.get("healthy_s"))),
+            Column("caught s", 8, ".1f", lambda r: _num(r.get("newcomer_caught_up_s"))),
             Column("ratio", 6, ".2f", lambda r: _num(r.get("ratio"))),
             Column("masked", 6, "", lambda r: _masked(r.get("masked"))),
         ],
@@ -325,13 +353,14 @@ def offset_table(rows: Sequence[dict[str, Any]]) -> None:
                 masked = sum(1 for r in group if r.get("masked") is True)
                 print(f"  {variant}: {label}: masked {masked} of {len(group)}")
     print(
-        "(bnd s: seconds from the kill to the survivor's next batch end; caught s: the report's "
-        "seconds from the kill until the newcomer caught up)"
+        "(bnd s: seconds from the kill to the survivor's next batch end; healthy s: the report's, "
+        "to the newcomer's first result from input sent after it came back; caught s: to the "
+        f"first merger second with its lag under {CAUGHT_UP_LAG_MS:.0f} ms)"
     )
 
 
 def _after_catch_up(r: dict[str, Any]) -> bool:
-    caught = r.get("caught_up_s")
+    caught = r.get("newcomer_caught_up_s")
     return caught is not None and _num(r["survivor_boundary_s"]) > float(caught)
 
 
@@ -395,6 +424,7 @@ def analyse(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         "warnings": report.warnings,
         **boundary_ms(run_dir, report, steady),
         "survivor_boundary_s": survivor_boundary_s(run_dir, journal),
+        "newcomer_caught_up_s": newcomer_caught_up_s(run_dir, journal),
     }
     if report.faults:
         f = report.faults[0]
