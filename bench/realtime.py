@@ -6,7 +6,7 @@
         [--sweep 1000,2500,5000] [--sweep-duration 50s] [--sweep-modes active]
         [--stagger on|off|both] [--jit c1|c2|both] [--standby 0|1|both]
         [--resume checkpoint|output|both] [--standby-yield on|off|both] [--interval 5s]
-        [--quick]
+        [--spark-conf KEY=VALUE ...] [--quick]
         [--runs DIR] [--out F]
 
 One invocation runs every (pipeline, fault, mode) variant on 2 partitions, one after another,
@@ -167,13 +167,15 @@ def spec_for(
     standby: int = 0,
     resume: str = "auto",
     standby_yield: bool = True,
+    spark_conf: dict[str, str] | None = None,
 ) -> Spec:
     """The benchmark spec: 2 partitions, every replica on ``local-cluster[1,1,1024]`` (deploy
     gives real-time replicas a slot per partition and shuffle partition); ``interval``: the
     real-time checkpoint interval (empty: the default); ``target``: ``spark.target`` (``docker``:
     each replica in a container of its own); ``replicas``: R of the replicated modes instead
     of 2; ``jit``: ``c2`` gives replica JVMs HotSpot's default tiered JIT instead of arfl's
-    C1-only default; ``standby``: ``replication.standby``; ``resume``: ``replication.resume``."""
+    C1-only default; ``standby``: ``replication.standby``; ``resume``: ``replication.resume``;
+    ``spark_conf``: added to ``spark.conf`` (e.g. Spark's event log)."""
     m = MODES[mode]
     if replicas is not None and m.replicas > 1:
         m = dataclasses.replace(m, replicas=replicas)
@@ -204,6 +206,7 @@ def spec_for(
         raw["replication"]["standby_yield"] = False
     if jit == "c2":
         raw["spark"]["conf"].update(JIT_C2)
+    raw["spark"]["conf"].update(spark_conf or {})
     if interval and m.trigger == "realtime":
         raw["replication"]["trigger_interval"] = interval
     if fault is not None:
@@ -660,6 +663,13 @@ def main(argv: list[str] | None = None) -> int:
         help="standby variants: the promoted standby yields the CPU until caught up (on), "
         "or not (off)",
     )
+    ap.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="added to every fault run's spark.conf (repeatable; e.g. spark.eventLog.enabled=true)",
+    )
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--faults", default=",".join(FAULTS))
@@ -734,6 +744,10 @@ def main(argv: list[str] | None = None) -> int:
         bad = [n for n in name if n not in known]
         if bad:
             ap.error(f"unknown {', '.join(bad)} (known: {', '.join(known)})")
+    bad_conf = [c for c in args.spark_conf if "=" not in c]
+    if bad_conf:
+        ap.error(f"--spark-conf: expected KEY=VALUE, got {', '.join(bad_conf)}")
+    spark_conf = dict(c.split("=", 1) for c in args.spark_conf)
     args.runs.mkdir(parents=True, exist_ok=True)
     stack.up()  # once, up front; a no-op when the embedded stack runs
     rows: list[dict[str, Any]] = []
@@ -783,6 +797,7 @@ def main(argv: list[str] | None = None) -> int:
             standby=sb,
             resume=resume,
             standby_yield=yields_cpu,
+            spark_conf=spark_conf,
         )
         try:
             run_dir, summary, _, wall = run(spec, args.runs)

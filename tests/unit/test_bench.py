@@ -135,3 +135,15 @@ def test_newcomer_caught_up_when_its_lag_at_the_merger_is_back_under_100_ms(
     assert realtime.newcomer_caught_up_s(tmp_path, journal) == pytest.approx(6.5)
     assert realtime.newcomer_caught_up_s(tmp_path, [{**journal[0], "replica": 1}]) == 1.5
     assert realtime.newcomer_caught_up_s(tmp_path, []) is None
+
+
+def test_realtime_spec_takes_extra_spark_conf() -> None:
+    import realtime
+
+    t = realtime.Timing(60.0, 30.0, 10.0, 30.0)
+    conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": "file:///tmp/ev"}
+    spec = realtime.spec_for("per-record", "active", 1000, t, "kill-replica", spark_conf=conf)
+    assert spec.spark.conf["spark.eventLog.enabled"] == "true"
+    assert spec.spark.conf["spark.sql.shuffle.partitions"] == "2"  # the bench's own kept
+    plain = realtime.spec_for("per-record", "active", 1000, t, "kill-replica")
+    assert "spark.eventLog.enabled" not in plain.spark.conf
