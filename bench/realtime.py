@@ -668,7 +668,9 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="added to every fault run's spark.conf (repeatable; e.g. spark.eventLog.enabled=true)",
+        help="added to every fault run's spark.conf (repeatable; e.g. spark.eventLog.enabled=true:"
+        " replicas started in the same second share a local-cluster app id, and the second one's"
+        " event-log directory exists, so it fails once and is restarted before the input)",
     )
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
