@@ -288,18 +288,26 @@ def survivor_boundary_s(run_dir: Path, journal: list[dict[str, Any]]) -> float |
     """Seconds from the first fault's injection to the next batch end of a replica it did not
     hit (from their progress files): the survivor's next real-time boundary, whose stall only a
     caught-up newcomer masks. None without a fault on one replica or a later batch end."""
-    injected = next(iter(_events(journal, "fault-injected")), None)
-    if injected is None or injected.get("replica") is None:
+    fault = _replica_fault(journal)
+    if fault is None:
         return None
-    t = float(injected["started"])
+    t, replica = fault
     ends = [
         end
         for path in sorted((run_dir / "progress").glob("replica-*.jsonl"))
-        if path.stem != f"replica-{injected['replica']}"
+        if path.stem != f"replica-{replica}"
         for end in batch_ends(read_jsonl(path))
         if end > t
     ]
     return min(ends) - t if ends else None
+
+
+def _replica_fault(journal: list[dict[str, Any]]) -> tuple[float, int] | None:
+    """The first fault's injection (epoch s) and its replica; None without a fault on one."""
+    injected = next(iter(_events(journal, "fault-injected")), None)
+    if injected is None or injected.get("replica") is None:
+        return None
+    return float(injected["started"]), int(injected["replica"])
 
 
 CAUGHT_UP_LAG_MS = 100.0
@@ -314,10 +322,10 @@ def newcomer_caught_up_s(run_dir: Path, journal: list[dict[str, Any]]) -> float 
     ``healthy_s`` (its first result from input sent after it came back: the backlog since then
     still ahead) nor its ``caught_up_s`` (its commits, which a real-time replica writes at its
     batch's end, an interval later) says that."""
-    injected = next(iter(_events(journal, "fault-injected")), None)
-    if injected is None or injected.get("replica") is None:
+    fault = _replica_fault(journal)
+    if fault is None:
         return None
-    t, replica = float(injected["started"]), int(injected["replica"])
+    t, replica = fault
     for line in read_jsonl(run_dir / "monitor.jsonl"):
         snap = MonitorSnapshot.from_dict(line)
         r = snap.replicas.get(replica)
@@ -777,8 +785,7 @@ def main(argv: list[str] | None = None) -> int:
     for pipeline, fault, mode, sb, resume, yields_cpu, at in variants:
         row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
         timing = dataclasses.replace(t, fault_at=at).of(pipeline)
-        if len(fault_times) > 1:
-            row["fault_at"] = timing.fault_at
+        row["fault_at"] = timing.fault_at
         if MODES[mode].replicas > 1 and args.replicas is not None:
             row["replicas"] = args.replicas
         if sb:
