@@ -326,6 +326,9 @@ def test_start_returns_once_the_niceness_is_in_place(tmp_path: Path) -> None:
     try:
         got = priority_of(proc.pid)
         assert got["nice"] == 5 and got["group_nice"] in (None, 5), got
-        assert psutil.Process(proc.pid).cmdline() == argv
+        # nice(1) may not have exec'ed the command yet (the niceness is what start waits for).
+        wait_until(
+            lambda: psutil.Process(proc.pid).cmdline() == argv, timeout_s=10, what="the command"
+        )
     finally:
         proc.stop(grace_s=1)
