@@ -77,7 +77,6 @@ from arfl.report.build import build_report
 from arfl.report.model import PhaseStats, Report
 from arfl.run.progress import batch_ends, batch_timing
 from arfl.run.rundir import read_jsonl
-from arfl.run.streams import MonitorSnapshot
 from arfl.units import parse_duration
 
 P99_LIMIT_MS = 100.0
@@ -310,34 +309,10 @@ def _replica_fault(journal: list[dict[str, Any]]) -> tuple[float, int] | None:
     return float(injected["started"]), int(injected["replica"])
 
 
-CAUGHT_UP_LAG_MS = 100.0
-"""A faulted replica has caught up when the merger's lag of it (wall time minus the newest
-``src_ts`` it delivered) is back under this."""
-
-
-def newcomer_caught_up_s(run_dir: Path, journal: list[dict[str, Any]]) -> float | None:
-    """Seconds from the first fault's injection to the first merger second (at least 1 s
-    later) in which the faulted replica's lag was under :data:`CAUGHT_UP_LAG_MS` again: it
-    delivered results for input sent a moment before, its backlog gone. Neither the report's
-    ``healthy_s`` (its first result from input sent after it came back: the backlog since then
-    still ahead) nor its ``caught_up_s`` (its commits, which a real-time replica writes at its
-    batch's end, an interval later) says that."""
-    fault = _replica_fault(journal)
-    if fault is None:
-        return None
-    t, replica = fault
-    for line in read_jsonl(run_dir / "monitor.jsonl"):
-        snap = MonitorSnapshot.from_dict(line)
-        r = snap.replicas.get(replica)
-        lag = None if r is None else r.lag_ms
-        if snap.t >= t + 1.0 and lag is not None and lag < CAUGHT_UP_LAG_MS:
-            return snap.t - t
-    return None
-
-
 def offset_table(rows: Sequence[dict[str, Any]]) -> None:
     """Kill runs by when the survivor's next boundary came: before or after the newcomer caught
-    up (:func:`newcomer_caught_up_s`), masked or not."""
+    up (the report's ``caught_up_s``: its lag back within its steady allowance), masked or
+    not."""
     kills = [r for r in rows if r.get("survivor_boundary_s") is not None and "masked" in r]
     if not kills:
         return
@@ -348,7 +323,7 @@ def offset_table(rows: Sequence[dict[str, Any]]) -> None:
             Column("at s", 5, ".0f", lambda r: _num(r.get("fault_at"))),
             Column("bnd s", 6, ".1f", lambda r: _num(r["survivor_boundary_s"])),
             Column("healthy s", 9, ".1f", lambda r: _num(r.get("healthy_s"))),
-            Column("caught s", 8, ".1f", lambda r: _num(r.get("newcomer_caught_up_s"))),
+            Column("caught s", 8, ".1f", lambda r: _num(r.get("caught_up_s"))),
             Column("ratio", 6, ".2f", lambda r: _num(r.get("ratio"))),
             Column("masked", 6, "", lambda r: _masked(r.get("masked"))),
         ],
@@ -366,12 +341,12 @@ def offset_table(rows: Sequence[dict[str, Any]]) -> None:
     print(
         "(bnd s: seconds from the kill to the survivor's next batch end; healthy s: the report's, "
         "to the newcomer's first result from input sent after it came back; caught s: to the "
-        f"first merger second with its lag under {CAUGHT_UP_LAG_MS:.0f} ms)"
+        "report's caught_up_s, its lag at the merger back within its steady allowance)"
     )
 
 
 def _after_catch_up(r: dict[str, Any]) -> bool:
-    caught = r.get("newcomer_caught_up_s")
+    caught = r.get("caught_up_s")
     return caught is not None and _num(r["survivor_boundary_s"]) > float(caught)
 
 
@@ -435,7 +410,6 @@ def analyse(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         "warnings": report.warnings,
         **boundary_ms(run_dir, report, steady),
         "survivor_boundary_s": survivor_boundary_s(run_dir, journal),
-        "newcomer_caught_up_s": newcomer_caught_up_s(run_dir, journal),
     }
     if report.faults:
         f = report.faults[0]

@@ -354,3 +354,49 @@ def test_the_lag_watch_warnings_reach_the_report() -> None:
     (end,) = [w for w in rep.warnings if "when the run stopped" in w]
     assert end.startswith("replica 1 was still 78 s behind the input") and "95 s" in end
     assert not [w for w in analyse(data).warnings if "behind" in w]
+
+
+def _lag_tick(t: float, lags: dict[int, float | None], flowing: bool = True) -> MonitorSnapshot:
+    reps = {
+        r: ReplicaSnapshot(received=1, wins=0, last_seen_t=t, last_src_ts=None, lag_ms=lag)
+        for r, lag in lags.items()
+    }
+    return MonitorSnapshot(
+        t=t, interval_s=1.0, output_rate=1, received=1, duplicates=0, interval={},
+        cumulative={}, longest_gap_ms=0.0, current_gap_ms=0.0, input_flowing=flowing, results=1,
+        duplicates_total=0, divergent=0, bad=0, evicted=0, replicas=reps,
+    )  # fmt: skip
+
+
+def test_lag_allowance_is_the_replicas_own_steady_p90_floored() -> None:
+    from arfl.report import verdicts
+
+    # Ten steady ticks of replica 0: 100..1000 ms; p90 (nearest rank) = 900 ms. Ticks outside
+    # [start, end), without input, or without a lag do not count; replica 1 has its own.
+    ticks = [_lag_tick(T0 + i, {0: 100.0 * i, 1: 5.0}) for i in range(1, 11)]
+    ticks += [
+        _lag_tick(T0, {0: 50_000.0}),  # before the steady phase
+        _lag_tick(T0 + 5.5, {0: 60_000.0}, flowing=False),
+        _lag_tick(T0 + 6.5, {0: None}),
+        _lag_tick(T0 + 11, {0: 70_000.0}),  # the fault
+    ]
+    assert verdicts.lag_allowance(ticks, 0, T0 + 1, T0 + 11) == 900.0
+    assert verdicts.lag_allowance(ticks, 1, T0 + 1, T0 + 11) == verdicts.CAUGHT_UP_FLOOR_MS
+    assert verdicts.lag_allowance(ticks, 0, T0 + 1, T0 + 5) is None  # 4 ticks: too few
+    assert verdicts.lag_allowance(ticks, 2, T0 + 1, T0 + 11) is None  # never seen
+
+
+def test_caught_up_is_the_first_tick_from_healthy_on_within_the_allowance() -> None:
+    from arfl.report import verdicts
+
+    # Killed at T0: the dying replica's last results (lag 20 ms) came before it was healthy;
+    # healthy at T0 + 6 with its backlog still ahead (lag 4 s), current again at T0 + 8.
+    lags = [20.0, 1000.0, 2000.0, 3000.0, 4000.0, 5000.0, 4000.0, 800.0, 90.0, 5.0]
+    ticks = [_lag_tick(T0 + 0.5 + i, {0: lag}) for i, lag in enumerate(lags)]
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 100.0) == T0 + 8.5
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 1000.0) == T0 + 7.5
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 10.0) == T0 + 9.5
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 1.0) is None  # never
+    assert verdicts.caught_up_at(ticks, 0, None, 100.0) is None  # never healthy
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, None) is None  # no allowance
+    assert verdicts.caught_up_at(ticks, None, T0 + 6.5, 100.0) is None  # no replica

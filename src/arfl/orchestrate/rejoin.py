@@ -5,6 +5,9 @@ results the others already delivered; the merger drops them). It has *caught up*
 query has processed, in every input partition, everything that had arrived in the input topic
 when it was restarted: from then on it competes for first copies again and R is restored.
 ``replica-caught-up`` is journaled with the seconds from the restart to the end of that batch.
+It is the drain's test (commits), not the report's ``caught_up_s``: a real-time replica commits
+at its batch's end, long after its output was current again
+(:func:`arfl.report.verdicts.caught_up_at` reads the output).
 """
 
 from __future__ import annotations

@@ -371,6 +371,7 @@ def _fault_phases(
     ivs = b.intervals()
     phases: list[PhaseStats] = []
     fstats: list[FaultStats] = []
+    steady_end = min((jf.started for jf in jfaults if jf.started is not None), default=t_end)
     for i, jf in enumerate(jfaults, start=1):
         assert jf.started is not None
         win_start = max(jf.started, warm_stop)
@@ -378,6 +379,12 @@ def _fault_phases(
         limit = t_end if nxt is None else min(nxt, t_end)
         healthy = verdicts.healthy_at(data.monitor, jf.replica, jf.lifted)
         window = verdicts.impact_window(jf.started, healthy, settle, nxt, b.t_end)
+        allowance = (
+            None
+            if jf.replica is None
+            else verdicts.lag_allowance(data.monitor, jf.replica, warm_stop, steady_end)
+        )
+        caught_up = verdicts.caught_up_at(data.monitor, jf.replica, healthy, allowance)
         win_end = min(max(window.end, win_start), limit)
         fphase = b.stats(f"fault-{i}", "fault", win_start, win_end, fault=i)
         phases.append(fphase)
@@ -405,7 +412,8 @@ def _fault_phases(
                 detect_s=jf.detect_s,
                 restored_s=jf.restored_s,
                 first_batch_s=jf.first_batch_s,
-                caught_up_s=jf.caught_up_s,
+                caught_up_s=None if caught_up is None else max(0.0, caught_up - jf.started),
+                caught_up_lag_ms=allowance,
                 recovery_s=recovery_s,
                 masked=verdict.value,
                 p99_ms=fphase.percentiles_ms.get("p99"),

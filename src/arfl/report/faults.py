@@ -36,8 +36,6 @@ class JournaledFault:
         restored_s: injection until the replica / executor ran again or the fault was lifted.
         first_batch_s: for kills of a replica, injection until the restarted replica finished
             its first micro-batch (``progress/replica-N.jsonl``); None when unknown.
-        caught_up_s: for kills of a replica, injection until the restarted replica had
-            processed everything that had arrived when it came back (``replica-caught-up``).
         lifted: when the fault stopped acting on the replica (see :func:`lifted_at`); None for
             a killed replica that never came back (and a failed fault).
         description: the chaos runner's description.
@@ -54,7 +52,6 @@ class JournaledFault:
     description: str
     error: str | None = None
     first_batch_s: float | None = None
-    caught_up_s: float | None = None
     lifted: float | None = None
 
 
@@ -118,7 +115,6 @@ def _react(
     detect: float | None = None
     restored: float | None = None
     first_batch: float | None = None
-    caught_up: float | None = None
     if kind in KILLS_REPLICA and replica is not None:
         died = next(
             (
@@ -149,18 +145,6 @@ def _react(
             after = [b for b in batches.get(replica, ()) if b.start > float(died["t"])]
             if after:
                 first_batch = after[0].end - started
-            rejoined = next(
-                (
-                    e
-                    for e in journal
-                    if e.get("event") == "replica-caught-up"
-                    and try_int(e.get("replica")) == replica
-                    and float(e["t"]) > float(died["t"])
-                ),
-                None,
-            )
-            if rejoined is not None:
-                caught_up = float(rejoined["t"]) - started
     elif kind == "kill-executor":
         details = (rev or {}).get("details") or inj.get("details") or {}
         replaced = try_float(details.get("replacement_s"))
@@ -186,7 +170,6 @@ def _react(
         restored_s=restored,
         description=str(inj.get("description") or kind),
         first_batch_s=first_batch,
-        caught_up_s=caught_up,
         lifted=lifted_at(kind, started, died_seen, restored, rev_end, takes_duration, duration),
     )
 

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     # spec validator's import of arfl.report.slo must not (a cycle).
     from arfl.measure.check.hops import HopLatency
 
-JSON_VERSION = 1
-"""Bumped when a field of the ``--json`` output changes meaning or is removed."""
+JSON_VERSION = 2
+"""Bumped when a field of the ``--json`` output changes meaning or is removed. 2:
+``faults[].caught_up_s`` reads the output (was: the journal's ``replica-caught-up``, the
+replica's commits); ``caught_up_lag_ms`` added."""
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:
@@ -115,8 +117,11 @@ class FaultStats:
         restored_s: injection until the replica / executor was back (None when unknown).
         first_batch_s: kills of a replica: injection until the restarted replica finished its
             first micro-batch (None when unknown).
-        caught_up_s: kills of a replica: injection until the restarted replica had processed
-            everything that had arrived when it came back (R restored; None when unknown).
+        caught_up_s: injection until the faulted replica's lag was back within
+            ``caught_up_lag_ms`` (R restored; :func:`arfl.report.verdicts.caught_up_at`; None
+            when unknown or not before the output ended).
+        caught_up_lag_ms: the faulted replica's lag allowance: p90 of its lag over the steady
+            phase, at least 100 ms (:func:`arfl.report.verdicts.lag_allowance`).
         recovery_s: injection until the output was back within tolerance of the steady state
             and stayed there for the settle time (0: never left it; None: not recovered
             before the next fault / the end of the output, or no usable steady state).
@@ -149,6 +154,7 @@ class FaultStats:
     error: str | None = None
     first_batch_s: float | None = None
     caught_up_s: float | None = None
+    caught_up_lag_ms: float | None = None
     healthy_s: float | None = None
     window_ended_by: str | None = None
     verdict: str = ""
@@ -166,6 +172,7 @@ class FaultStats:
             "restored_s": _r(self.restored_s),
             "first_batch_s": _r(self.first_batch_s),
             "caught_up_s": _r(self.caught_up_s),
+            "caught_up_lag_ms": _r(self.caught_up_lag_ms),
             "recovery_s": _r(self.recovery_s),
             "masked": self.masked,
             "verdict": self.verdict,

@@ -13,6 +13,13 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   or executor id, and not one computed by a dying replica or in flight at the injection (at
   millisecond latency a killed driver's executors still deliver input sent after the kill).
   A killed replica that never came back is never healthy.
+* **Caught up** (:func:`caught_up_at`): from the tick it was healthy on, the first monitor tick
+  at which the faulted replica's lag (tick time minus the newest ``src_ts`` it delivered) is
+  within its **lag allowance** (:func:`lag_allowance`): the p90 of that replica's own lag over
+  the steady phase, at least :data:`CAUGHT_UP_FLOOR_MS`. Healthy says it delivers again;
+  caught up says it is as current as it was before the fault (its backlog gone), so R is
+  restored. Read from the output, not from the replica's commits: a real-time replica commits
+  at its batch's end, often tens of seconds after its output caught up.
 * **Impact window** (:func:`impact_window`): from the injection until the faulted replica is
   healthy again plus ``report.settle``, capped by the next fault and by the end of the input.
 * **Masked** (:func:`masked`): over the whole impact window, p99 <= tolerance x reference p99,
@@ -31,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from arfl.measure.check.hops import nearest_rank
 from arfl.report.gaps import Gap
 from arfl.run.streams import MonitorSnapshot
 
@@ -38,6 +46,14 @@ MIN_STEADY_RESULTS = 100
 """Fewer results than this give no meaningful p99 (the 99th percentile of 100 is one result)."""
 MIN_STEADY_S = 5.0
 """A shorter steady phase cannot show the pipeline's own gaps (batch cadence)."""
+CAUGHT_UP_FLOOR_MS = 100.0
+"""A lag allowance below this would hold a replica to the monitor's noise (a tick may fall
+between two results), not to its backlog."""
+CAUGHT_UP_QUANTILE = 0.9
+"""The allowance is this quantile of the replica's steady lag: a rare boundary stall in the
+steady phase does not widen it."""
+MIN_LAG_SAMPLES = 5
+"""Fewer steady ticks of a replica give no allowance (caught up unknown)."""
 GAP_FLOOR_MS = 1000.0
 """Gaps shorter than this may go unseen (the monitor's tick), so verdicts tolerate them."""
 
@@ -120,6 +136,51 @@ def healthy_at(
             continue
         snap = tick.replicas.get(replica)
         if snap is not None and snap.last_src_ts is not None and snap.last_src_ts >= cut_ms:
+            return tick.t
+    return None
+
+
+def lag_allowance(
+    monitor: Sequence[MonitorSnapshot], replica: int, start: float, end: float
+) -> float | None:
+    """The lag (ms) within which ``replica`` counts as caught up: the
+    :data:`CAUGHT_UP_QUANTILE` of its lag at the monitor ticks in ``[start, end)`` (the steady
+    phase) while input flowed, at least :data:`CAUGHT_UP_FLOOR_MS`; None with fewer than
+    :data:`MIN_LAG_SAMPLES` ticks."""
+    lags = sorted(
+        snap.lag_ms
+        for tick in monitor
+        if start <= tick.t < end and tick.input_flowing
+        and (snap := tick.replicas.get(replica)) is not None and snap.lag_ms is not None
+    )  # fmt: skip
+    if len(lags) < MIN_LAG_SAMPLES:
+        return None
+    return max(CAUGHT_UP_FLOOR_MS, nearest_rank(lags, CAUGHT_UP_QUANTILE))
+
+
+def caught_up_at(
+    monitor: Sequence[MonitorSnapshot],
+    replica: int | None,
+    healthy: float | None,
+    allowance_ms: float | None,
+) -> float | None:
+    """When the faulted replica had caught up: the first monitor tick from ``healthy`` on at
+    which its lag is within ``allowance_ms`` (:func:`lag_allowance`).
+
+    Returns:
+        Epoch seconds of that tick; None when the replica is unknown, never healthy, has no
+        allowance, or never caught up.
+    """
+    if replica is None or healthy is None or allowance_ms is None:
+        return None
+    for tick in monitor:
+        snap = tick.replicas.get(replica)
+        if (
+            tick.t >= healthy
+            and snap is not None
+            and snap.lag_ms is not None
+            and snap.lag_ms <= allowance_ms
+        ):
             return tick.t
     return None
 
