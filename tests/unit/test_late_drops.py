@@ -23,7 +23,13 @@ from arfl.orchestrate.supervisor import ReplicaState
 from arfl.orchestrate.watch import LateDropWatch, Watcher
 from arfl.report import build_report
 from arfl.report.html import correctness_rows, render_html
-from arfl.run.progress import AGREED_WATERMARK, batch_late_drop, from_journal, late_drops
+from arfl.run.progress import (
+    AGREED_WATERMARK,
+    batch_late_drop,
+    from_journal,
+    late_drops,
+    unreported_batches,
+)
 from arfl.run.rundir import Journal, RunPaths, read_jsonl
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
@@ -80,6 +86,22 @@ def test_one_drop_per_batch_that_dropped_rows() -> None:
 
 def test_batches_already_seen_are_left_out() -> None:
     assert [d.batch for d in late_drops(LINES, 0, seen={1, 4})] == [3, 5]
+
+
+def test_unreported_batches_are_the_ids_missing_within_one_query() -> None:
+    # LINES runs 0..6 (repeats, a re-run after a restart): nothing missing. A driver killed
+    # right after committing a batch never wrote its progress line (Spark calls the listener
+    # after the commit) and its restart goes on with the next id: that id is missing.
+    assert unreported_batches(LINES) == []
+    q = {"id": "q1"}
+    lines = [{**_line(b), **q} for b in (0, 1, 2, 4, 5, 8)]
+    assert unreported_batches(lines) == [3, 6, 7]
+    # A restart at the output frontier is a new query (a new checkpoint, ids from 0 again):
+    # its ids are not holes of the old one; a query whose first line is not batch 0 lost those.
+    fresh = [{**_line(b), "id": "q2"} for b in (0, 1)] + [{**_line(b), "id": "q3"} for b in (2, 3)]
+    assert unreported_batches([*lines, *fresh]) == [3, 6, 7, 0, 1]
+    # Lines without a batch id or a query id do not make holes up.
+    assert unreported_batches([{"id": "q"}, {"batchId": "x"}, _line(0), _line(1)]) == []
 
 
 def test_lines_without_drops_or_unreadable_drop_nothing() -> None:
@@ -216,6 +238,7 @@ def test_report_counts_late_drops_per_replica(tmp_path: Path) -> None:
     assert before.late_drops.rows == 0
     assert before.to_dict()["late_drops"]["replicas"]["1"] == {
         "rows": 0, "batches": 0, "first_batch": None, "last_batch": None,
+        "unreported_batches": [],
     }  # fmt: skip
     assert not [w for w in before.warnings if "watermark" in w]
     # Replica 1 (last batch 9 in the fixture) dropped rows in batches 10 and 12, was restarted
@@ -236,8 +259,20 @@ def test_report_counts_late_drops_per_replica(tmp_path: Path) -> None:
         "batches": 3,
         "agreed": False,
         "replicas": {
-            "0": {"rows": 5, "batches": 1, "first_batch": 20, "last_batch": 20},
-            "1": {"rows": 6, "batches": 2, "first_batch": 10, "last_batch": 12},
+            "0": {
+                "rows": 5,
+                "batches": 1,
+                "first_batch": 20,
+                "last_batch": 20,
+                "unreported_batches": [],
+            },
+            "1": {
+                "rows": 6,
+                "batches": 2,
+                "first_batch": 10,
+                "last_batch": 12,
+                "unreported_batches": [],
+            },
         },
     }
     assert rep.correctness.divergent == 49  # the correctness counts are untouched
@@ -248,6 +283,25 @@ def test_report_counts_late_drops_per_replica(tmp_path: Path) -> None:
     assert any("11 row(s) in 3 batch(es) dropped behind the watermark" in w for w in rep.warnings)
     html = render_html(rep, tmp_path / "report.html").read_text()
     assert "<td>r0 5, r1 6</td>" in html and "numRowsDroppedByWatermark" in html
+
+
+def test_report_says_which_batches_have_no_progress_line(tmp_path: Path) -> None:
+    # Replica 1's query (last batch 9 in the fixture) committed batch 10 and was SIGKILLed before
+    # its progress line was written; its restart from the checkpoint went on with 11 and
+    # dropped rows there. Its count is what the lines say, with batch 10 named as unknown.
+    run = _copy_run(tmp_path)
+    query = json.loads((run / "progress" / "replica-1.jsonl").read_text().splitlines()[0])["id"]
+    _append(run / "progress" / "replica-1.jsonl", {**_line(11, 3), "id": query})
+    rep = build_report(run)
+    doc = json.loads(json.dumps(rep.to_dict()))["late_drops"]["replicas"]
+    assert doc["1"] == {
+        "rows": 3, "batches": 1, "first_batch": 11, "last_batch": 11, "unreported_batches": [10],
+    }  # fmt: skip
+    assert doc["0"]["unreported_batches"] == []
+    headers, (row,) = correctness_rows(rep)
+    assert row[headers.index("late drops")] == "r0 0, r1 >= 3 (1 batch unknown)"
+    (warning,) = [w for w in rep.warnings if "progress line" in w]
+    assert "replica 1: batch 10 committed without a progress line" in warning
 
 
 def test_report_says_when_every_drop_was_the_agreed_watermarks(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ from arfl.report.model import (
 )
 from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos
-from arfl.run.progress import AGREED_WATERMARK, NOT_CATCHING_UP, batch_ends
+from arfl.run.progress import AGREED_WATERMARK, NOT_CATCHING_UP, batch_ends, unreported_batches
 from arfl.units import percentile_key
 
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -290,6 +290,15 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
             "(late drops): a replica whose batches end elsewhere may have kept them, so the "
             "replicas' results may differ"
         )
+    for r, d in sorted(drops.replicas.items()):
+        if d is not None and d.unreported_batches:
+            ids = ", ".join(str(b) for b in d.unreported_batches)
+            warnings.append(
+                f"replica {r}: batch{'es' if len(d.unreported_batches) > 1 else ''} {ids} "
+                "committed without a progress line (its driver died between the commit and "
+                "Spark's progress report): rows dropped behind the watermark there are unknown, "
+                f"its late-drop count ({d.rows:,}) is a lower bound"
+            )
     warnings += lag_warnings(data)
     slo = check_slos(_spec_slo(data), phases, overall, fstats, correct)
     longest = data.merger.get("longest_gap_ms")
@@ -337,7 +346,9 @@ def lag_warnings(data: RunData) -> list[str]:
 
 def late_drops(data: RunData) -> LateDrops:
     """Rows each replica of the spec dropped behind the watermark (progress files and journal;
-    :meth:`RunData.late_drops`); ``agreed`` when every drop was the agreed watermark's."""
+    :meth:`RunData.late_drops`); ``agreed`` when every drop was the agreed watermark's. For a
+    pipeline with a window, the batches a replica ran without a progress line are named (their
+    drops are unknown); without one nothing can drop."""
     found = data.late_drops()
     per: dict[int, ReplicaLateDrops | None] = {}
     for r in sorted({*range(data.spec.replication.replicas), *found}):
@@ -350,6 +361,9 @@ def late_drops(data: RunData) -> LateDrops:
             batches=len(ds),
             first_batch=ds[0].batch if ds else None,
             last_batch=ds[-1].batch if ds else None,
+            unreported_batches=tuple(
+                unreported_batches(data.progress.get(r, ())) if data.spec.has_window else ()
+            ),
         )
     drops = [d for ds in found.values() for d in ds]
     agreed = bool(drops) and all(set(d.operators) == {AGREED_WATERMARK} for d in drops)

@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 
 from arfl.errors import ReportError
 from arfl.report.comparison import Comparison
-from arfl.report.model import FaultStats, PhaseStats, Report
+from arfl.report.model import FaultStats, PhaseStats, ReplicaLateDrops, Report
 
 PRE_INPUT_S = 5.0
 """Seconds before the input start shown on time axes."""
@@ -369,9 +369,16 @@ def late_drops_cell(report: Report) -> str:
     per = report.late_drops.replicas
     if not per or all(r is None for r in per.values()):
         return "unknown"
-    return ", ".join(
-        f"r{i} {'unknown' if r is None else f'{r.rows:,}'}" for i, r in sorted(per.items())
-    )
+    return ", ".join(f"r{i} {_late_drops(r)}" for i, r in sorted(per.items()))
+
+
+def _late_drops(r: ReplicaLateDrops | None) -> str:
+    if r is None:
+        return "unknown"
+    n = len(r.unreported_batches)
+    if not n:
+        return f"{r.rows:,}"
+    return f">= {r.rows:,} ({n} batch{'es' if n > 1 else ''} unknown)"
 
 
 def workload_rows(report: Report) -> tuple[list[str], list[list[str]]]:

@@ -279,12 +279,16 @@ class ReplicaLateDrops:
         batches: batches that dropped any.
         first_batch: the first such batch id (None: none).
         last_batch: the last such batch id (None: none).
+        unreported_batches: batch ids it ran without a progress line
+            (:func:`arfl.run.progress.unreported_batches`): their drops are unknown, so
+            ``rows`` is a lower bound when there are any.
     """
 
     rows: int = 0
     batches: int = 0
     first_batch: int | None = None
     last_batch: int | None = None
+    unreported_batches: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """One entry of ``late_drops.replicas``."""
@@ -293,6 +297,7 @@ class ReplicaLateDrops:
             "batches": self.batches,
             "first_batch": self.first_batch,
             "last_batch": self.last_batch,
+            "unreported_batches": list(self.unreported_batches),
         }
 
 

@@ -267,3 +267,25 @@ def from_journal(event: Mapping[str, Any]) -> LateDrop | None:
         watermark=None if wm is None else str(wm),
         timestamp=None if ts is None else str(ts),
     )
+
+
+def unreported_batches(lines: Iterable[Mapping[str, Any]]) -> list[int]:
+    """Batch ids a replica's queries ran without a progress line: within each query (its
+    ``id``, which a restart from the checkpoint keeps), the ids from 0 to the newest one that
+    no line names. A driver killed right after a commit leaves such a hole: Spark calls the
+    progress listener after the commit, and the restart goes on with the next id. Lines without
+    a query id or a readable batch id make no holes up.
+
+    Returns:
+        The missing ids, query by query in file order, each query's ascending.
+    """
+    seen: dict[str, set[int]] = {}
+    for line in lines:
+        query = line.get("id")
+        try:
+            batch = int(line["batchId"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if isinstance(query, str) and query and batch >= 0:
+            seen.setdefault(query, set()).add(batch)
+    return [b for ids in seen.values() for b in range(max(ids)) if b not in ids]
