@@ -36,6 +36,7 @@ from deploy_checks import (
 
 from arfl.configs.spec import Spec
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
+from arfl.orchestrate.supervisor import YIELD_MAX_S
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
 
@@ -277,11 +278,14 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     took = [e for e in journal_events(run, "replica-started") if e.get("standby") == 0]
     assert took and took[0]["replica"] == 1 and took[0]["attempt"] == 1
     if os.geteuid() == 0:
-        # It yielded the CPU to the survivor until the merger saw it caught up.
+        # It yielded the CPU to the survivor until the merger saw it caught up, or for at
+        # most YIELD_MAX_S (a saturated host starves a newcomer at niceness 19).
         assert took[0]["yielding"] is True and took[0]["reniced"] is False
         (reniced,) = journal_events(run, "replica-reniced")
-        assert reniced["replica"] == 1 and reniced["why"] == "caught up", reniced
-        assert reniced["reniced"] is True
+        assert reniced["replica"] == 1 and reniced["reniced"] is True, reniced
+        if reniced["why"] != "caught up":
+            assert reniced["why"] == f"not caught up after {YIELD_MAX_S:g}s", reniced
+        assert reniced["after_s"] <= YIELD_MAX_S + 2.0, reniced
     # The standby's own Spark application became replica 1's: no new one was started.
     standby_app = json.loads((run / "replicas" / "standby-0.app.json").read_text())["app_id"]
     replica_app = json.loads((run / "replicas" / "replica-1.app.json").read_text())

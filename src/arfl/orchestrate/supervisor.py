@@ -106,8 +106,12 @@ STANDBY = -1
 YIELD_UNTIL_LAG_MS = 1000.0
 """A promoted standby that yields (``replication.standby_yield``) gets niceness 0 back once its
 newest result the merger read is at most this old."""
-YIELD_MAX_S = 30.0
-"""... or this long after the take-over, caught up or not."""
+YIELD_MAX_S = 10.0
+"""... or this long after the take-over, caught up or not. At niceness 19 on a saturated host
+the newcomer may get almost no CPU: in the standby integration test (300 ev/s, R=2 + standby on
+2 cores) its first result came 13 s after the kill, its query's tasks starved, and it caught up
+only once the input had ended (3 runs of 3, session 18). Take-overs that do get CPU catch up in
+6-13 s (docs/benchmarks.md), so after 10 s the yield costs more redundancy than it saves CPU."""
 
 
 @dataclass(frozen=True)
