@@ -30,6 +30,7 @@ from deploy_checks import (
     check_silent_then_resumed,
     journal_events,
     kill_deploy_while_its_stack_starts,
+    lag_over_time,
     read_state,
     realtime_spec,
     start_deploy,
@@ -238,6 +239,24 @@ def test_container_faults_show_their_effect_and_revert(
     # saw 2.6 s), against ~30 s for a single replica's restart.
     assert phase.results_per_s > 0.8 * steady.results_per_s, (phase, steady)
     assert phase.max_gap_ms < 5_000, (phase.max_gap_ms, kill.verdict)
+    # The paused replica caught up (docs/design.md): from the merger second it was healthy on,
+    # the first whose lag of it was within its steady allowance -- as its lag shows, after the
+    # unpause and before the partition 4 s later.
+    pause = report.faults[1]
+    assert pause.kind == "pause" and pause.caught_up_lag_ms is not None, pause
+    assert pause.caught_up_lag_ms >= 100.0, pause
+    assert pause.healthy_s is not None and pause.caught_up_s is not None, pause
+    assert 4.0 <= pause.healthy_s <= pause.caught_up_s <= 8.0, pause
+    paused_at = float(injected[1]["started"])
+    lags = lag_over_time(run, 0)
+    (lag_then,) = [lag for t, lag in lags if abs(t - (paused_at + pause.caught_up_s)) < 1e-3]
+    assert lag_then <= pause.caught_up_lag_ms, (lag_then, pause)
+    since_healthy = [
+        lag
+        for t, lag in lags
+        if paused_at + pause.healthy_s - 1e-3 <= t < paused_at + pause.caught_up_s - 1e-3
+    ]
+    assert all(lag > pause.caught_up_lag_ms for lag in since_healthy), (since_healthy, pause)
 
     # Nothing of the run is left: no container, no network.
     assert dk.run_leftovers(run.name) == []
@@ -396,14 +415,14 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
         assert dk.run_leftovers(run_dir.name)
         assert c.containers.get(names[1]).status == "paused"
 
-        r = subprocess.run(
+        rec = subprocess.run(
             [str(ARFL), "chaos", "recover", str(run_dir)],
             capture_output=True,
             text=True,
             timeout=180,
         )
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert dk.run_leftovers(run_dir.name) == [], r.stdout
+        assert rec.returncode == 0, rec.stdout + rec.stderr
+        assert dk.run_leftovers(run_dir.name) == [], rec.stdout
         flt = {"label": f"{dk.LABEL_RUN}={run_dir.name}"}
         assert c.containers.list(all=True, filters=flt) == []
         assert c.networks.list(filters=flt) == []
