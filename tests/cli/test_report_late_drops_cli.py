@@ -37,5 +37,6 @@ def test_text_and_json_show_late_drops(tmp_path: Path, capsys: pytest.CaptureFix
     assert doc["late_drops"]["rows"] == 7
     assert doc["late_drops"]["replicas"]["1"] == {
         "rows": 7, "batches": 2, "first_batch": 10, "last_batch": 11,
+        "unreported_batches": [],
     }  # fmt: skip
     assert any("dropped behind the watermark" in w for w in doc["warnings"])
