@@ -295,6 +295,9 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     log = (run / "logs" / "standby-0.log").read_text()
     assert log.index("takes over replica 1") < log.index("query started"), log
     assert log.count("executors warmed up in") == 1, log  # while it waited, not on take-over
+    # It rehearsed the pipeline before it was ready (a real-time query started and stopped).
+    assert log.count("rehearsed the pipeline in") == 1, log
+    assert log.index("rehearsed the pipeline in") < log.index("ready: waiting"), log
     assert "takes over" in (run / "logs" / "replica-1.log").read_text()
     # It resumed at the output frontier from a fresh checkpoint, and caught up.
     replica_cfg = json.loads((run / "replicas" / "replica-1.json").read_text())

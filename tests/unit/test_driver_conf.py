@@ -71,6 +71,13 @@ def test_async_progress_only_for_stateless_micro_batches_and_never_passed_to_spa
     assert ASYNC_PROGRESS_KEY not in _conf({"conf": on})
 
 
+def test_the_rehearsal_switch_is_arfls_not_sparks() -> None:
+    from arfl.configs.spec import REHEARSAL_KEY
+
+    conf = _conf({"conf": {REHEARSAL_KEY: False, "spark.x": "1"}})
+    assert REHEARSAL_KEY not in conf and conf["spark.x"] == "1"
+
+
 @pytest.mark.parametrize(
     ("mode", "replicas", "default"),
     [("none", 1, True), ("active", 2, True), ("passive", 1, False),

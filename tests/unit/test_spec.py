@@ -206,6 +206,9 @@ def test_an_arfl_key_in_spark_conf_is_checked_not_passed_on_silently() -> None:
     raw = _with(spark={"conf": {"arfl.asyncProgressTracking": "sometimes"}})
     assert any("must be true or false, got 'sometimes'" in p for p in _problems(raw))
     parse_spec(_with(spark={"conf": {"arfl.asyncProgressTracking": "False"}}), "t.toml")
+    raw = _with(spark={"conf": {"arfl.standbyRehearsal": "no"}})
+    assert any("arfl.standbyRehearsal must be true or false, got 'no'" in p for p in _problems(raw))
+    parse_spec(_with(spark={"conf": {"arfl.standbyRehearsal": False}}), "t.toml")
 
 
 def test_overlapping_faults_on_one_thing_are_named_each() -> None:

@@ -331,7 +331,10 @@ class Replication(_Model):
 ASYNC_PROGRESS_KEY = "arfl.asyncProgressTracking"
 """``[spark.conf]`` key read by arfl, not passed to Spark: ``true`` or ``false`` turns Spark's
 asynchronous progress tracking on or off (default: ``replica/driver.async_progress``)."""
-ARFL_CONF_KEYS = frozenset({ASYNC_PROGRESS_KEY})
+REHEARSAL_KEY = "arfl.standbyRehearsal"
+"""``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` keeps a real-time standby
+from rehearsing the pipeline while it waits (default ``true``: ``replica/driver._rehearse``)."""
+ARFL_CONF_KEYS = frozenset({ASYNC_PROGRESS_KEY, REHEARSAL_KEY})
 """The ``arfl.*`` keys of ``[spark.conf]``: arfl reads them and Spark never sees them."""
 
 
@@ -364,9 +367,10 @@ class Spark(_Model):
             for k in v
             if k.startswith("arfl.") and k not in ARFL_CONF_KEYS
         ]
-        flag = v.get(ASYNC_PROGRESS_KEY)
-        if flag is not None and str(flag).lower() not in ("true", "false"):
-            problems.append(f"{ASYNC_PROGRESS_KEY} must be true or false, got {flag!r}")
+        for key in sorted(ARFL_CONF_KEYS):
+            flag = v.get(key)
+            if flag is not None and str(flag).lower() not in ("true", "false"):
+                problems.append(f"{key} must be true or false, got {flag!r}")
         if problems:
             raise ValueError("; ".join(problems))
         return v
