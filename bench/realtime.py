@@ -23,12 +23,12 @@ runs each fault variant without (``0``) and/or with (``1``) a standby driver
 fault variant with the killed replica restarting from its checkpoint and/or at the output
 frontier (``replication.resume``; the default ``auto`` is ``output`` for this stateless
 per-record pipeline). ``--standby-yield`` runs the standby variants with the promoted standby
-keeping its low CPU priority until it caught up (``on``, the default) and/or getting it back at
-once (``off``; ``replication.standby_yield``). A list of ``--fault-at`` times runs every fault
-variant at each; the kill table then says, per run, when the survivor's next batch boundary came
-(from its progress) against when the newcomer caught up (its lag at the merger under 100 ms
-again), and counts the masked runs of each side: whether a kill is masked at R=2 depends on
-that order.
+keeping its low CPU priority until it caught up or for 10 s at most (``on``, the default)
+and/or getting it back at once (``off``; ``replication.standby_yield``). A list of
+``--fault-at`` times runs every fault variant at each; the kill table then says, per run, when
+the survivor's next batch boundary came (from its progress) against when the newcomer caught up
+(the report's ``caught_up_s``: its lag at the merger back within its steady allowance), and
+counts the masked runs of each side: whether a kill is masked at R=2 depends on that order.
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the

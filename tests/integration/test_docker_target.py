@@ -244,7 +244,6 @@ def test_container_faults_show_their_effect_and_revert(
     # unpause and before the partition 4 s later.
     pause = report.faults[1]
     assert pause.kind == "pause" and pause.caught_up_lag_ms is not None, pause
-    assert pause.caught_up_lag_ms >= 100.0, pause
     assert pause.healthy_s is not None and pause.caught_up_s is not None, pause
     assert 4.0 <= pause.healthy_s <= pause.caught_up_s <= 8.0, pause
     paused_at = float(injected[1]["started"])

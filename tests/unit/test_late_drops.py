@@ -96,8 +96,9 @@ def test_unreported_batches_are_the_ids_missing_within_one_query() -> None:
     q = {"id": "q1"}
     lines = [{**_line(b), **q} for b in (0, 1, 2, 4, 5, 8)]
     assert unreported_batches(lines) == [3, 6, 7]
-    # A restart at the output frontier is a new query (a new checkpoint, ids from 0 again):
-    # its ids are not holes of the old one; a query whose first line is not batch 0 lost those.
+    # A restart on a new checkpoint (mode none's temporary one) is a new query, ids from 0
+    # again: its ids are not holes of the old one; a query whose first line is not batch 0 lost
+    # those.
     fresh = [{**_line(b), "id": "q2"} for b in (0, 1)] + [{**_line(b), "id": "q3"} for b in (2, 3)]
     assert unreported_batches([*lines, *fresh]) == [3, 6, 7, 0, 1]
     # Lines without a batch id or a query id do not make holes up.

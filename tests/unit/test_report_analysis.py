@@ -393,10 +393,13 @@ def test_caught_up_is_the_first_tick_from_healthy_on_within_the_allowance() -> N
     # healthy at T0 + 6 with its backlog still ahead (lag 4 s), current again at T0 + 8.
     lags = [20.0, 1000.0, 2000.0, 3000.0, 4000.0, 5000.0, 4000.0, 800.0, 90.0, 5.0]
     ticks = [_lag_tick(T0 + 0.5 + i, {0: lag}) for i, lag in enumerate(lags)]
-    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 100.0) == T0 + 8.5
-    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 1000.0) == T0 + 7.5
-    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 10.0) == T0 + 9.5
-    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 1.0) is None  # never
-    assert verdicts.caught_up_at(ticks, 0, None, 100.0) is None  # never healthy
-    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, None) is None  # no allowance
-    assert verdicts.caught_up_at(ticks, None, T0 + 6.5, 100.0) is None  # no replica
+    end = T0 + 60
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 100.0, end) == T0 + 8.5
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 1000.0, end) == T0 + 7.5
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 10.0, end) == T0 + 9.5
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 1.0, end) is None  # never
+    # Not after the next fault: a catch-up there belongs to that fault's recovery.
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, 100.0, T0 + 8.5) is None
+    assert verdicts.caught_up_at(ticks, 0, None, 100.0, end) is None  # never healthy
+    assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, None, end) is None  # no allowance
+    assert verdicts.caught_up_at(ticks, None, T0 + 6.5, 100.0, end) is None  # no replica

@@ -2,7 +2,9 @@
 
 ``real-none-noresults`` is a real run (mode none, input ran 20 s, no result reached the merger);
 ``real-none-window`` and ``real-active-leaderless`` real ``arfl deploy`` runs (windows; monitor
-lines from before the input dropped to keep them small);
+lines from before the input dropped to keep them small); ``real-active-rtm-kill-replica`` a real
+``bench/realtime.py`` run (active, real-time mode, R=2 + standby, replica 0 killed at 100 s;
+monitor lines from 10 s before the input, without the fields the report does not read);
 ``sim-*`` are simulated runs written by arfl's real merger code (see ``make_fixtures.py``):
 
 * ``sim-passive-kill``: one passive replica, driver killed at 15.0 s (journal: died at 15.3 s,
@@ -240,14 +242,16 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def _recomputed_catch_up(run: Path, warmup_s: float, healthy: float) -> tuple[float, float]:
+def _recomputed_catch_up(run: Path, healthy: float) -> tuple[float, float]:
     """(allowance ms, seconds from the fault) by docs/design.md's definition of *caught up*,
     recomputed from monitor.jsonl and the journal with plain JSON (not the report's code);
     ``healthy``: the report's ``healthy_s`` (its own test is elsewhere)."""
     journal, monitor = _lines(run / "journal.jsonl"), _lines(run / "monitor.jsonl")
     inj = next(e for e in journal if e["event"] == "fault-injected")
     fault, replica = float(inj["started"]), str(inj["replica"])
-    start = next(e["t"] for e in journal if e["event"] == "injector_started") + warmup_s
+    warmup = json.loads((run / "spec.json").read_text())["workload"]["warmup"]
+    assert warmup.endswith("s"), warmup
+    start = next(e["t"] for e in journal if e["event"] == "injector_started") + float(warmup[:-1])
     lags = sorted(
         m["replicas"][replica]["lag_ms"]
         for m in monitor
@@ -273,7 +277,7 @@ def test_caught_up_is_read_from_the_output_not_the_commits() -> None:
     assert f.first_batch_s == pytest.approx(34.44, abs=0.01)
     assert f.healthy_s == pytest.approx(7.76, abs=0.01)
     allowance, caught = _recomputed_catch_up(
-        RUNS / "real-active-rtm-kill-replica", warmup_s=60.0, healthy=f.healthy_s
+        RUNS / "real-active-rtm-kill-replica", healthy=f.healthy_s
     )
     assert allowance == 100.0  # its steady lag was 2-88 ms
     assert caught == pytest.approx(8.76, abs=0.01)
@@ -292,7 +296,7 @@ def test_caught_up_of_a_micro_batch_replica_allows_its_own_batch_cadence(
     f = real_leaderless.faults[0]
     assert f.healthy_s is not None
     allowance, caught = _recomputed_catch_up(
-        RUNS / "real-leaderless-kill-executor", warmup_s=25.0, healthy=f.healthy_s
+        RUNS / "real-leaderless-kill-executor", healthy=f.healthy_s
     )
     assert allowance > 1000
     assert (f.caught_up_lag_ms, f.caught_up_s) == (allowance, pytest.approx(caught, abs=1e-3))

@@ -294,14 +294,15 @@ class Replication(_Model):
     select steps), whose results depend on one record each. ``auto`` (default): ``output``
     where allowed, else ``checkpoint`` (:attr:`Spec.resumes_from_output`)."""
     standby: int = Field(0, ge=0, le=4)
-    """Spare drivers kept warm (Spark session up, executors warmed, at low CPU priority): a
+    """Spare drivers kept warm (Spark session up, executors warmed, on real-time mode the
+    pipeline rehearsed once, at low CPU priority): a
     replica whose driver died is restarted by promoting one, which starts the replica's query
     at once instead of a new Spark application (~25-45 s here); a new spare follows later
     (:mod:`arfl.orchestrate.supervisor`). Local masters, no network faults."""
     standby_yield: bool = True
-    """A promoted standby keeps its low CPU priority until the merger sees it caught up (the
-    surviving replicas keep the CPU while it starts its query and catches up); false: full
-    priority at once."""
+    """A promoted standby keeps its low CPU priority until the merger sees it caught up, for
+    10 s at most (the surviving replicas keep the CPU while it starts its query and catches up;
+    a saturated host would starve it longer); false: full priority at once."""
 
     @model_validator(mode="after")
     def _aligned(self) -> Replication:

@@ -24,10 +24,11 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
   executor JVM while a standby was ready: its driver is killed and the standby takes over
 
 With ``replication.standby = N`` it also keeps N *standby* drivers (``logs/standby-K.log``,
-K counting every standby started): each starts its Spark session and warms its executors up at
-niceness :data:`STANDBY_NICE` (the replicas keep the CPU), then waits. A replica to restart
-is given a ready standby if there is one: its niceness goes back to 0 (at once, or once it
-caught up: ``standby_yield``), it is sent the
+K counting every standby started): each starts its Spark session, warms its executors up and
+(real-time) rehearses the pipeline at niceness :data:`STANDBY_NICE` (the replicas keep the
+CPU), then waits. A replica to restart is given a ready standby if there is one: its niceness
+goes back to 0 (at once, or once it caught up but after :data:`YIELD_MAX_S` at most:
+``standby_yield``), it is sent the
 replica's config, and it starts the replica's query at once (``replica-started`` and
 ``replica-restarted`` carry ``standby: K``) instead of a new Spark application (25-45 s here
 under load). A new standby is started :data:`STANDBY_RESPAWN_DELAY_S` later, so that its

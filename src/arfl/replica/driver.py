@@ -12,8 +12,9 @@ Run as ``python -m arfl.replica.driver --config <file.json>``; the file is a
    exits 0; if the query fails it exits 1 (the supervisor decides whether to restart).
 
 A *standby* driver (``DriverConfig.standby``, ``replication.standby``) creates its session
-(app name ``arfl-<spec name>-standby<N>``), warms its executors up, marks its ``app_id_file``
-``ready`` and waits for ``assignment_file``: the supervisor writes there the
+(app name ``arfl-<spec name>-standby<N>``), warms its executors up, on real-time mode rehearses
+the pipeline (:func:`_rehearse`), marks its ``app_id_file`` ``ready`` and waits for
+``assignment_file``: the supervisor writes there the
 :class:`DriverConfig` of a replica whose driver died, and the standby goes on from step 2 as
 that replica (same checkpoint, topics, progress file) without a new Spark application.
 """
@@ -48,10 +49,11 @@ from arfl.errors import ArflError
 from arfl.replica import query
 from arfl.replica.modes.base import (
     PEER_PROGRESS,
-    STARTING_OFFSETS,
     ReplicaContext,
+    ReplicationMode,
     drop_incomplete_writes,
     get_mode,
+    kafka_source,
 )
 from arfl.replica.phase import PhaseKeeper
 from arfl.replica.warmup import warm_up, warmup_topic
@@ -285,11 +287,10 @@ def _warm_up(spark: Any, sink_options: dict[str, str], tasks: int) -> None:
 
 
 def _writer(
-    spark: Any, spec: Spec, mode: Any, ctx: ReplicaContext, name: str, checkpoint: Path
+    raw: Any, spec: Spec, mode: ReplicationMode, ctx: ReplicaContext, name: str, checkpoint: Path
 ) -> Any:
-    """The replica's query, built and ready to start: the mode's source, the pipeline, the
-    Kafka sink on ``ctx.output_topic``."""
-    raw = mode.source(spark, spec, ctx)
+    """The replica's query on the source ``raw``, built and ready to start: the pipeline and
+    the Kafka sink on ``ctx.output_topic``."""
     out = query.build_output(query.parse_events(raw, spec), spec, ctx.replica)
     writer = (
         out.writeStream.format("kafka")
@@ -307,51 +308,77 @@ REHEARSAL_TASKS_S = 3.0
 """How long a rehearsal's query runs once its tasks are up (their Kafka clients connected and
 their code generated), before it is stopped."""
 REHEARSAL_MAX_S = 30.0
-"""A rehearsal that has not got its tasks up by then is stopped anyway."""
+"""A rehearsal whose tasks are not up by then is stopped and skipped."""
 
 
-def _rehearse(spark: Any, spec: Spec, mode: Any, cfg: DriverConfig) -> None:
+def _rehearse(
+    spark: Any, spec: Spec, mode: ReplicationMode, cfg: DriverConfig, stop: threading.Event
+) -> None:
     """Run the replica's query once while a real-time standby waits, so that its take-over
     finds the driver's and the executors' paths warm: measured cold (session 17), a take-over
     spent 1.25 s building the pipeline, 0.4 s starting the query, 0.9 s planning its first
     batch and 0.4 s launching its tasks, then 2.4-3.4 s until their first result.
 
-    The same pipeline as the replica's (the input topic from its end, the sink on the
-    standby's warm-up topic, a throwaway checkpoint), started, left running
-    :data:`REHEARSAL_TASKS_S` once Spark has active stages, stopped, its checkpoint removed.
-    A failure is logged and skipped: it only saves time."""
+    The same pipeline on Spark's Kafka source (every mode with a standby reads through it),
+    from the input's end whatever the mode, the sink on the standby's warm-up topic, a
+    throwaway checkpoint: started, left running :data:`REHEARSAL_TASKS_S` once Spark has
+    active stages, stopped, its checkpoint removed. ``rehearsed the pipeline`` is logged only
+    when its tasks ran and it stopped cleanly; anything else is logged as skipped (it only
+    saves time). ``stop`` (SIGTERM) ends it early."""
     t0 = time.time()
     ckpt = Path(cfg.checkpoint_dir) / "rehearsal"
+    shutil.rmtree(ckpt, ignore_errors=True)  # a killed standby's (same directory)
     ctx = ReplicaContext(
         replica=cfg.replica,
         bootstrap=cfg.bootstrap,
         output_topic=warmup_topic(cfg.output_topic),
         checkpoint_dir=ckpt,
         attempt=0,
-        options={**cfg.mode_options, STARTING_OFFSETS: "latest"},
+        options=dict(cfg.mode_options),
     )
     q = None
+    why: str | None = None
+    built = tasks = 0.0
     try:
-        q = _writer(spark, spec, mode, ctx, f"arfl-{spec.name}-rehearsal", ckpt).start()
+        raw = kafka_source(spark, spec, ctx, "latest")
+        q = _writer(raw, spec, mode, ctx, f"arfl-{spec.name}-rehearsal", ckpt).start()
         built = time.time() - t0
         tracker = spark.sparkContext.statusTracker()
-        deadline = t0 + REHEARSAL_MAX_S
-        while time.time() < deadline and q.isActive and not tracker.getActiveStageIds():
-            time.sleep(0.05)
+        while (
+            time.time() < t0 + REHEARSAL_MAX_S
+            and q.isActive
+            and not stop.is_set()
+            and not tracker.getActiveStageIds()
+        ):
+            stop.wait(0.05)
         tasks = time.time() - t0
-        time.sleep(REHEARSAL_TASKS_S)
+        if stop.is_set():
+            why = "stopped"
+        elif not q.isActive:
+            why = f"its query ended: {q.exception()}"
+        elif not tracker.getActiveStageIds():
+            why = f"no tasks after {REHEARSAL_MAX_S:g}s"
+        else:
+            stop.wait(REHEARSAL_TASKS_S)
+            if not q.isActive:
+                why = f"its query ended: {q.exception()}"
         q.stop()
+        if spark.streams.active:
+            why = f"{len(spark.streams.active)} query still active after the stop"
+    except Exception as e:  # only a speed-up: the take-over runs without it
+        why = f"{type(e).__name__}: {e}"
+    finally:
+        if q is not None and why is not None:
+            with contextlib.suppress(Exception):
+                q.stop()
+        shutil.rmtree(ckpt, ignore_errors=True)
+    if why is None:
         _log(
             f"rehearsed the pipeline in {time.time() - t0:.1f}s (built and started "
             f"{built:.2f}s, tasks up {tasks:.2f}s)"
         )
-    except Exception as e:  # only a speed-up: the take-over runs without it
-        _log(f"rehearsal skipped after {time.time() - t0:.1f}s: {type(e).__name__}: {e}")
-        if q is not None:
-            with contextlib.suppress(Exception):
-                q.stop()
-    finally:
-        shutil.rmtree(ckpt, ignore_errors=True)
+    else:
+        _log(f"rehearsal skipped after {time.time() - t0:.1f}s: {why}")
 
 
 def _phase_keeper(spark: Any, spec: Spec, ctx: ReplicaContext) -> PhaseKeeper | None:
@@ -422,7 +449,7 @@ def _standby(
     if spec.replication.trigger == "realtime":
         _warm_up(spark, mode.sink_options(ctx, spec), sc.defaultParallelism)
         if str(spec.spark.conf.get(REHEARSAL_KEY, "true")).lower() == "true":
-            _rehearse(spark, spec, mode, cfg)
+            _rehearse(spark, spec, mode, cfg, stop)
     write_json_atomic(
         Path(cfg.app_id_file), _app_info(cfg, sc, session_s, standby=True, ready=time.time())
     )
@@ -495,7 +522,12 @@ def run(cfg: DriverConfig) -> int:
         try:
             trigger = mode.trigger(spec)
             writer = _writer(
-                spark, spec, mode, ctx, f"arfl-{spec.name}-r{cfg.replica}", ckpt.location
+                mode.source(spark, spec, ctx),
+                spec,
+                mode,
+                ctx,
+                f"arfl-{spec.name}-r{cfg.replica}",
+                ckpt.location,
             )
             built_s = time.time() - t_assigned
         except (ArflError, PySparkException) as e:

@@ -385,7 +385,8 @@ def _fault_phases(
     ivs = b.intervals()
     phases: list[PhaseStats] = []
     fstats: list[FaultStats] = []
-    steady_end = min((jf.started for jf in jfaults if jf.started is not None), default=t_end)
+    # The steady phase the lag allowances come from: the warm-up's end to the first fault.
+    steady_end = jfaults[0].started if jfaults and jfaults[0].started is not None else t_end
     for i, jf in enumerate(jfaults, start=1):
         assert jf.started is not None
         win_start = max(jf.started, warm_stop)
@@ -398,7 +399,7 @@ def _fault_phases(
             if jf.replica is None
             else verdicts.lag_allowance(data.monitor, jf.replica, warm_stop, steady_end)
         )
-        caught_up = verdicts.caught_up_at(data.monitor, jf.replica, healthy, allowance)
+        caught_up = verdicts.caught_up_at(data.monitor, jf.replica, healthy, allowance, limit)
         win_end = min(max(window.end, win_start), limit)
         fphase = b.stats(f"fault-{i}", "fault", win_start, win_end, fault=i)
         phases.append(fphase)

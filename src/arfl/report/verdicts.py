@@ -13,13 +13,15 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   or executor id, and not one computed by a dying replica or in flight at the injection (at
   millisecond latency a killed driver's executors still deliver input sent after the kill).
   A killed replica that never came back is never healthy.
-* **Caught up** (:func:`caught_up_at`): from the tick it was healthy on, the first monitor tick
-  at which the faulted replica's lag (tick time minus the newest ``src_ts`` it delivered) is
-  within its **lag allowance** (:func:`lag_allowance`): the p90 of that replica's own lag over
-  the steady phase, at least :data:`CAUGHT_UP_FLOOR_MS`. Healthy says it delivers again;
-  caught up says it is as current as it was before the fault (its backlog gone), so R is
-  restored. Read from the output, not from the replica's commits: a real-time replica commits
-  at its batch's end, often tens of seconds after its output caught up.
+* **Caught up** (:func:`caught_up_at`): from the tick it was healthy on, and before the next
+  fault, the first monitor tick at which the faulted replica's lag (tick time minus the newest
+  ``src_ts`` it delivered, over every partition) is within its **lag allowance**
+  (:func:`lag_allowance`): the p90 of that replica's own lag over the steady phase, at least
+  :data:`CAUGHT_UP_FLOOR_MS`. Healthy says it delivers again; caught up says its newest result
+  is as fresh as before the fault, so R is restored (one partition may still be behind another:
+  the merger's lag is per replica). Read from the output, not from the replica's commits: a
+  real-time replica commits at its batch's end, often tens of seconds after its output caught
+  up.
 * **Impact window** (:func:`impact_window`): from the injection until the faulted replica is
   healthy again plus ``report.settle``, capped by the next fault and by the end of the input.
 * **Masked** (:func:`masked`): over the whole impact window, p99 <= tolerance x reference p99,
@@ -143,10 +145,18 @@ def healthy_at(
 def lag_allowance(
     monitor: Sequence[MonitorSnapshot], replica: int, start: float, end: float
 ) -> float | None:
-    """The lag (ms) within which ``replica`` counts as caught up: the
-    :data:`CAUGHT_UP_QUANTILE` of its lag at the monitor ticks in ``[start, end)`` (the steady
-    phase) while input flowed, at least :data:`CAUGHT_UP_FLOOR_MS`; None with fewer than
-    :data:`MIN_LAG_SAMPLES` ticks."""
+    """The lag (ms) within which ``replica`` counts as caught up.
+
+    Args:
+        monitor: the merger's 1-s lines.
+        replica: the faulted replica.
+        start, end: the steady phase (epoch seconds).
+
+    Returns:
+        The :data:`CAUGHT_UP_QUANTILE` (nearest rank) of its lag at the monitor ticks in
+        ``[start, end)`` while input flowed, at least :data:`CAUGHT_UP_FLOOR_MS`; None with
+        fewer than :data:`MIN_LAG_SAMPLES` such ticks.
+    """
     lags = sorted(
         snap.lag_ms
         for tick in monitor
@@ -163,20 +173,22 @@ def caught_up_at(
     replica: int | None,
     healthy: float | None,
     allowance_ms: float | None,
+    until: float,
 ) -> float | None:
-    """When the faulted replica had caught up: the first monitor tick from ``healthy`` on at
-    which its lag is within ``allowance_ms`` (:func:`lag_allowance`).
+    """When the faulted replica had caught up: the first monitor tick from ``healthy`` on, and
+    before ``until`` (the next fault, or the end of the output), at which its lag is within
+    ``allowance_ms`` (:func:`lag_allowance`).
 
     Returns:
         Epoch seconds of that tick; None when the replica is unknown, never healthy, has no
-        allowance, or never caught up.
+        allowance, or did not catch up before ``until``.
     """
     if replica is None or healthy is None or allowance_ms is None:
         return None
     for tick in monitor:
         snap = tick.replicas.get(replica)
         if (
-            tick.t >= healthy
+            healthy <= tick.t < until
             and snap is not None
             and snap.lag_ms is not None
             and snap.lag_ms <= allowance_ms
