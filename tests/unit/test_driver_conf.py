@@ -76,6 +76,11 @@ def test_the_rehearsal_switch_is_arfls_not_sparks() -> None:
 
     conf = _conf({"conf": {REHEARSAL_KEY: False, "spark.x": "1"}})
     assert REHEARSAL_KEY not in conf and conf["spark.x"] == "1"
+    raw = {"name": "c", "source": {"topic": "a"}, "sink": {"topic": "b"}}
+    assert parse_spec(raw, "c.toml").spark.flag(REHEARSAL_KEY, True)  # on by default
+    for off in (False, "false", "FALSE"):
+        spec = parse_spec({**raw, "spark": {"conf": {REHEARSAL_KEY: off}}}, "c.toml")
+        assert not spec.spark.flag(REHEARSAL_KEY, True), off
 
 
 @pytest.mark.parametrize(

@@ -359,6 +359,11 @@ class Spark(_Model):
             )
         return v
 
+    def flag(self, key: str, default: bool) -> bool:
+        """An ``arfl.*`` boolean of ``conf`` (:data:`ARFL_CONF_KEYS`, checked to be true or
+        false), ``default`` when unset."""
+        return str(self.conf.get(key, default)).lower() == "true"
+
     @field_validator("conf")
     @classmethod
     def _conf(cls, v: dict[str, str | int | float | bool]) -> dict[str, str | int | float | bool]:

@@ -146,8 +146,7 @@ def async_progress(spec: Spec) -> bool:
     if not eligible:
         return False
     default = spec.replication.mode in ASYNC_PROGRESS_MODES
-    value = spec.spark.conf.get(ASYNC_PROGRESS_KEY, default)
-    return str(value).lower() == "true"
+    return spec.spark.flag(ASYNC_PROGRESS_KEY, default)
 
 
 def writer_options(spec: Spec) -> dict[str, str]:
@@ -448,7 +447,7 @@ def _standby(
     write_json_atomic(Path(cfg.app_id_file), _app_info(cfg, sc, session_s, standby=True))
     if spec.replication.trigger == "realtime":
         _warm_up(spark, mode.sink_options(ctx, spec), sc.defaultParallelism)
-        if str(spec.spark.conf.get(REHEARSAL_KEY, "true")).lower() == "true":
+        if spec.spark.flag(REHEARSAL_KEY, True):
             _rehearse(spark, spec, mode, cfg, stop)
     write_json_atomic(
         Path(cfg.app_id_file), _app_info(cfg, sc, session_s, standby=True, ready=time.time())
