@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,10 @@ from deploy_checks import (
 from arfl.configs.spec import Spec
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.orchestrate.supervisor import YIELD_MAX_S
+from arfl.replica.warmup import WARMUP_RECORDS, warmup_topic
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
+from arfl.stack.topics import end_offsets
 
 pytestmark = pytest.mark.integration
 
@@ -295,9 +298,18 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     log = (run / "logs" / "standby-0.log").read_text()
     assert log.index("takes over replica 1") < log.index("query started"), log
     assert log.count("executors warmed up in") == 1, log  # while it waited, not on take-over
-    # It rehearsed the pipeline before it was ready (a real-time query started and stopped).
+    # It rehearsed the pipeline before it was ready (a real-time query started and stopped),
+    # on input records of its own that came out as results (the input was still empty).
     assert log.count("rehearsed the pipeline in") == 1, log
     assert log.index("rehearsed the pipeline in") < log.index("ready: waiting"), log
+    said = re.search(r"rehearsed the pipeline in .*?, 200 input records, first result [\d.]+s, "
+                     r"(\d+) results\)", log)  # fmt: skip
+    assert said and int(said.group(1)) > 0, log
+    # ... as its warm-up topic holds: the warm-up's 200 records, then the rehearsal's results
+    # (those counted before it was stopped, and any that came out meanwhile).
+    out = json.loads((run / "replicas" / "standby-0.json").read_text())["output_topic"]
+    (on_topic,) = end_offsets(stack.kafka, warmup_topic(out)).values()
+    assert on_topic >= WARMUP_RECORDS + int(said.group(1)), (on_topic, log)
     assert "takes over" in (run / "logs" / "replica-1.log").read_text()
     # It resumed at the output frontier from a fresh checkpoint, and caught up.
     replica_cfg = json.loads((run / "replicas" / "replica-1.json").read_text())

@@ -3,6 +3,7 @@ stops the replica (it only saves time)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -80,18 +81,29 @@ class _FakeSpark:
 
 
 def _rehearse(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, spark: _FakeSpark, stop: Any = None
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    spark: _FakeSpark,
+    stop: Any = None,
+    *,
+    rehearsal_input: bool = False,
+    outputs: list[int] | None = None,
 ) -> dict[str, Any]:
+    """Run ``_rehearse`` on fakes. ``rehearsal_input``: the supervisor gave it 200 events
+    (the default), its output topic holding ``outputs`` records at successive looks (then the
+    last again)."""
     import threading
     from pathlib import Path
 
     from arfl.configs.spec import parse_spec
     from arfl.replica.modes.base import get_mode
 
-    seen: dict[str, Any] = {}
+    seen: dict[str, Any] = {"closed": 0}
 
-    def fake_source(spark: Any, spec: Any, ctx: Any, starting: str) -> str:
-        seen.update(starting=starting, topic=ctx.output_topic, ckpt=ctx.checkpoint_dir)
+    def fake_source(
+        spark: Any, spec: Any, ctx: Any, starting: str, topic: str | None = None
+    ) -> str:
+        seen.update(starting=starting, topic=ctx.output_topic, ckpt=ctx.checkpoint_dir, src=topic)
         Path(ctx.checkpoint_dir).mkdir(parents=True)  # what Spark would write there
         return "raw"
 
@@ -99,32 +111,112 @@ def _rehearse(
         def start(self) -> _FakeQuery:
             return spark.query
 
+    def fake_feed(spark: Any, spec: Any, bootstrap: str, topic: str, events: Any) -> int:
+        seen.update(fed=topic, bootstrap=bootstrap, events=events)
+        return len(events)
+
+    looks = list(outputs or [200])
+
+    def fake_count(consumer: Any, topic: str) -> int:
+        seen.setdefault("counted", set()).add(topic)
+        return looks.pop(0) if len(looks) > 1 else looks[0]
+
+    class _Consumer:
+        def __init__(self, conf: dict[str, str]) -> None:
+            seen["consumer"] = conf["bootstrap.servers"]
+
+        def close(self) -> None:
+            seen["closed"] += 1
+
     monkeypatch.setattr(driver, "kafka_source", fake_source)
     monkeypatch.setattr(driver, "_writer", lambda *a, **k: _Writer())
+    monkeypatch.setattr(driver, "_feed_rehearsal", fake_feed)
+    monkeypatch.setattr(driver, "_output_count", fake_count)
+    monkeypatch.setattr(driver, "Consumer", _Consumer)
     monkeypatch.setattr(driver, "REHEARSAL_TASKS_S", 0.01)
     monkeypatch.setattr(driver, "REHEARSAL_MAX_S", 0.2)
+    monkeypatch.setattr(driver, "REHEARSAL_RESULTS_S", 0.3)
+    monkeypatch.setattr(driver, "REHEARSAL_AFTER_RESULT_S", 0.01)
     raw = {"name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
            "replication": {"mode": "none", "trigger": "realtime"}}  # fmt: skip
     spec = parse_spec(raw, "r.toml")
+    events = [["u1", '{"seq":0}'], ["u2", '{"seq":1}']] * 100 if rehearsal_input else []
     cfg = driver.DriverConfig(
         spec=spec.model_dump(mode="json", by_alias=True), replica=0, bootstrap="b:9",
         output_topic="out.standby0", checkpoint_dir=str(tmp_path / "ck"), progress_file="p",
-        app_id_file="a", master="local[2]", standby=True,
+        app_id_file="a", master="local[2]", standby=True, rehearsal_input=events,
     )  # fmt: skip
     driver._rehearse(spark, spec, get_mode("none"), cfg, stop or threading.Event())
     return seen
 
 
-def test_a_rehearsal_reads_from_the_input_end_whatever_the_mode_and_cleans_up(
+def test_a_rehearsal_without_input_reads_from_the_input_end_whatever_the_mode_and_cleans_up(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Mode 'none' reads from the earliest offset on a first start: the rehearsal must not.
     spark = _FakeSpark(_FakeQuery())
     seen = _rehearse(tmp_path, monkeypatch, spark)
     assert seen["starting"] == "latest" and seen["topic"] == "out.standby0.warmup"
+    assert seen["src"] is None and "fed" not in seen  # the input topic, nothing written
     assert not seen["ckpt"].exists()  # the throwaway checkpoint is gone
     assert spark.query.stops >= 1 and not spark.query.isActive
-    assert "rehearsed the pipeline in" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "rehearsed the pipeline in" in err and "on the input's end, no records" in err, err
+
+
+def test_a_rehearsal_runs_its_own_input_records_through_until_a_result(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spark = _FakeSpark(_FakeQuery())
+    # The warm-up's 200 records are on the output topic before; 1 and then 104 results.
+    seen = _rehearse(
+        tmp_path, monkeypatch, spark, rehearsal_input=True, outputs=[200, 200, 201, 304]
+    )
+    assert seen["fed"] == "out.standby0.warmup.in" == driver.rehearsal_input_topic("out.standby0")
+    assert len(seen["events"]) == 200 and seen["bootstrap"] == "b:9"
+    assert seen["starting"] == "earliest" and seen["src"] == "out.standby0.warmup.in"
+    assert seen["counted"] == {"out.standby0.warmup"} and seen["closed"] == 1
+    assert not seen["ckpt"].exists() and not spark.query.isActive
+    err = capsys.readouterr().err
+    assert "rehearsed the pipeline in" in err and "200 input records, first result" in err, err
+    assert "104 results" in err, err
+
+
+def test_a_rehearsal_whose_records_gave_no_result_says_so(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spark = _FakeSpark(_FakeQuery())
+    seen = _rehearse(tmp_path, monkeypatch, spark, rehearsal_input=True, outputs=[200])
+    assert seen["closed"] == 1 and not spark.query.isActive
+    err = capsys.readouterr().err
+    assert "rehearsed the pipeline in" in err and "no result within 0.3s" in err, err
+
+
+def test_rehearsal_events_are_the_injectors_and_only_where_a_rehearsal_reads_them() -> None:
+    from arfl.configs.spec import parse_spec
+    from arfl.orchestrate.supervisor import rehearsal_events
+    from arfl.workload.injector import encode_event, event_fields
+
+    def spec(**over: Any) -> Any:
+        raw: dict[str, Any] = {
+            "name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
+            "replication": {"mode": "active", "replicas": 2, "trigger": "realtime"},
+            "workload": {"rate": 100, "duration": "10s", "keys": 7, "seed": 3},
+        }  # fmt: skip
+        for k, v in over.items():
+            raw[k] = raw.get(k, {}) | v
+        return parse_spec(raw, "r.toml")
+
+    got = rehearsal_events(spec())
+    assert len(got) == driver.REHEARSAL_RECORDS and len({k for k, _ in got}) > 1
+    user, amount = event_fields(3, 4, 7)
+    key, value = got[4]
+    ts = json.loads(value)["ts"]
+    assert (key, value) == (user, encode_event(4, user, amount, ts, ts).decode())
+    off = {"conf": {"arfl.rehearsalInput": False}}
+    assert rehearsal_events(spec(spark=off)) == []
+    assert rehearsal_events(spec(spark={"conf": {"arfl.standbyRehearsal": False}})) == []
+    assert rehearsal_events(spec(replication={"trigger": "micro-batch"})) == []
 
 
 @pytest.mark.parametrize(

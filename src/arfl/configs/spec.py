@@ -335,7 +335,10 @@ asynchronous progress tracking on or off (default: ``replica/driver.async_progre
 REHEARSAL_KEY = "arfl.standbyRehearsal"
 """``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` keeps a real-time standby
 from rehearsing the pipeline while it waits (default ``true``: ``replica/driver._rehearse``)."""
-ARFL_CONF_KEYS = frozenset({ASYNC_PROGRESS_KEY, REHEARSAL_KEY})
+REHEARSAL_INPUT_KEY = "arfl.rehearsalInput"
+"""``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` lets the rehearsal read the
+input topic's empty end instead of a few input-shaped records of its own (default ``true``)."""
+ARFL_CONF_KEYS = frozenset({ASYNC_PROGRESS_KEY, REHEARSAL_KEY, REHEARSAL_INPUT_KEY})
 """The ``arfl.*`` keys of ``[spark.conf]``: arfl reads them and Spark never sees them."""
 
 

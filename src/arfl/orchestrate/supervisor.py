@@ -64,7 +64,7 @@ from typing import Literal
 
 import psutil
 
-from arfl.configs.spec import Spec
+from arfl.configs.spec import REHEARSAL_INPUT_KEY, REHEARSAL_KEY, Spec
 from arfl.errors import DeployError
 from arfl.faults.local import EXECUTOR_MAIN, restart_suppressed
 from arfl.measure import frontier as frontier_file
@@ -79,12 +79,14 @@ from arfl.processes import (
     signal_all,
     wait_until,
 )
-from arfl.replica.driver import EXIT_BAD_CONFIG, DriverConfig
+from arfl.replica.driver import EXIT_BAD_CONFIG, REHEARSAL_RECORDS, DriverConfig
 from arfl.replica.modes.base import PEER_PROGRESS, STAGGER_REF, STARTING_OFFSETS
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.streams import MonitorTail
+from arfl.workload.generate import EventShape
+from arfl.workload.injector import sample_events
 
 Status = Literal["starting", "running", "restarting", "dead", "stopped"]
 CommandFactory = Callable[[int, Path], Sequence[str]]
@@ -113,6 +115,24 @@ the newcomer may get almost no CPU: in the standby integration test (300 ev/s, R
 2 cores) its first result came 13 s after the kill, its query's tasks starved, and it caught up
 only once the input had ended (3 runs of 3, session 18). Take-overs that do get CPU catch up in
 6-13 s (docs/benchmarks.md), so after 10 s the yield costs more redundancy than it saves CPU."""
+
+
+def rehearsal_events(spec: Spec) -> list[list[str]]:
+    """What a real-time standby rehearses its pipeline on (``DriverConfig.rehearsal_input``):
+    :data:`~arfl.replica.driver.REHEARSAL_RECORDS` events as the injector would send them,
+    ``[key, value]`` texts; none without a rehearsal, with ``arfl.rehearsalInput = false``
+    or with ``[source.replay]`` (whose records the injector does not make)."""
+    if (
+        spec.replication.trigger != "realtime"
+        or spec.source.replay is not None
+        or not spec.spark.flag(REHEARSAL_KEY, True)
+        or not spec.spark.flag(REHEARSAL_INPUT_KEY, True)
+    ):
+        return []
+    events = sample_events(
+        spec.workload, EventShape.from_spec(spec), REHEARSAL_RECORDS, int(time.time() * 1000)
+    )
+    return [[k.decode(), v.decode()] for k, v in events]
 
 
 @dataclass(frozen=True)
@@ -579,6 +599,7 @@ class ReplicaRunner:
             mode_options=dict(self.mode_options),
             standby=True,
             assignment_file=str(assign),
+            rehearsal_input=rehearsal_events(self.spec),
         ).dump(config)
         for f in (app, assign):
             with contextlib.suppress(FileNotFoundError):

@@ -37,6 +37,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import Consumer
+
 from arfl.configs.realtime import DEFAULT_SHUFFLE_PARTITIONS
 from arfl.configs.spec import (
     ARFL_CONF_KEYS,
@@ -58,6 +60,7 @@ from arfl.replica.modes.base import (
 from arfl.replica.phase import PhaseKeeper
 from arfl.replica.warmup import warm_up, warmup_topic
 from arfl.run.rundir import write_json_atomic
+from arfl.stack.topics import ensure_topic, watermarks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,6 +92,9 @@ class DriverConfig:
             the base of its warm-up topic); it runs a replica once ``assignment_file`` holds
             that replica's config.
         assignment_file: where a standby's assignment appears (JSON of a ``DriverConfig``).
+        rehearsal_input: ``[key, value]`` texts of the input-shaped events a real-time
+            standby rehearses its pipeline on (written by the supervisor, which knows the
+            workload; empty: the rehearsal reads the input's end, see :func:`_rehearse`).
     """
 
     spec: dict[str, Any]
@@ -105,6 +111,7 @@ class DriverConfig:
     mode_options: dict[str, str] = field(default_factory=dict)
     standby: bool = False
     assignment_file: str = ""
+    rehearsal_input: list[list[str]] = field(default_factory=list)
 
     def dump(self, path: Path) -> None:
         """Write this config as JSON (atomically)."""
@@ -305,9 +312,39 @@ def _writer(
 
 REHEARSAL_TASKS_S = 3.0
 """How long a rehearsal's query runs once its tasks are up (their Kafka clients connected and
-their code generated), before it is stopped."""
+their code generated), before it is stopped (without rehearsal input)."""
 REHEARSAL_MAX_S = 30.0
 """A rehearsal whose tasks are not up by then is stopped and skipped."""
+REHEARSAL_RECORDS = 200
+"""Input-shaped records a rehearsal processes (``DriverConfig.rehearsal_input``)."""
+REHEARSAL_RESULTS_S = 10.0
+"""How long a rehearsal with input waits, once its tasks are up, for its first result."""
+REHEARSAL_AFTER_RESULT_S = 1.0
+"""... and how long it goes on after it (the rest of its records through the same path)."""
+
+
+def rehearsal_input_topic(output_topic: str) -> str:
+    """The topic a standby writing ``output_topic`` rehearses its pipeline on."""
+    return f"{warmup_topic(output_topic)}.in"
+
+
+def _feed_rehearsal(
+    spark: Any, spec: Spec, bootstrap: str, topic: str, events: list[list[str]]
+) -> int:
+    """Write ``events`` (``[key, value]`` texts) to ``topic``, created like the input (as many
+    partitions, so the rehearsal's query has as many tasks as the replica's; log-append
+    time); returns how many."""
+    ensure_topic(bootstrap, topic, spec.source.partitions, log_append_time=True)
+    df = spark.createDataFrame([tuple(e) for e in events], "key string, value string")
+    df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
+        "topic", topic
+    ).save()
+    return len(events)
+
+
+def _output_count(consumer: Any, topic: str) -> int:
+    """Records on the (one-partition) topic ``topic``."""
+    return watermarks(consumer, topic, [0])[0][1]
 
 
 def _rehearse(
@@ -318,12 +355,21 @@ def _rehearse(
     spent 1.25 s building the pipeline, 0.4 s starting the query, 0.9 s planning its first
     batch and 0.4 s launching its tasks, then 2.4-3.4 s until their first result.
 
-    The same pipeline on Spark's Kafka source (every mode with a standby reads through it),
-    from the input's end whatever the mode, the sink on the standby's warm-up topic, a
-    throwaway checkpoint: started, left running :data:`REHEARSAL_TASKS_S` once Spark has
-    active stages, stopped, its checkpoint removed. ``rehearsed the pipeline`` is logged only
-    when its tasks ran and it stopped cleanly; anything else is logged as skipped (it only
-    saves time). ``stop`` (SIGTERM) ends it early."""
+    The same pipeline on Spark's Kafka source, the sink on the standby's warm-up topic, a
+    throwaway checkpoint. Its input: the input-shaped events of ``cfg.rehearsal_input``
+    (:data:`REHEARSAL_RECORDS`, the supervisor's), which the standby writes to a topic of its
+    own (:func:`rehearsal_input_topic`), read from the earliest offset, so that every
+    per-record step runs once (a standby waits before the load starts: the input itself is
+    empty then; measured session 19, without records a take-over's tasks took 3-4 s from
+    their first record read to their first result, with them no code was generated on the
+    take-over and it was healthy ~3 s sooner). The rehearsal ends
+    :data:`REHEARSAL_AFTER_RESULT_S` after its first result (at most
+    :data:`REHEARSAL_RESULTS_S` after its tasks are up). Without events (``[source.replay]``,
+    ``arfl.rehearsalInput = false``) it reads the input from its end instead and runs
+    :data:`REHEARSAL_TASKS_S` once its tasks are up. Then stopped, its checkpoint removed.
+    ``rehearsed the pipeline`` is logged only when its tasks ran and it stopped cleanly;
+    anything else is logged as skipped (it only saves time). ``stop`` (SIGTERM) ends it
+    early."""
     t0 = time.time()
     ckpt = Path(cfg.checkpoint_dir) / "rehearsal"
     shutil.rmtree(ckpt, ignore_errors=True)  # a killed standby's (same directory)
@@ -336,10 +382,21 @@ def _rehearse(
         options=dict(cfg.mode_options),
     )
     q = None
+    consumer = None
     why: str | None = None
     built = tasks = 0.0
+    fed = 0
+    first: float | None = None
+    results = 0
     try:
-        raw = kafka_source(spark, spec, ctx, "latest")
+        if cfg.rehearsal_input:
+            topic = rehearsal_input_topic(cfg.output_topic)
+            fed = _feed_rehearsal(spark, spec, cfg.bootstrap, topic, cfg.rehearsal_input)
+            consumer = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": "arfl-offsets"})
+            before = _output_count(consumer, ctx.output_topic)
+            raw = kafka_source(spark, spec, ctx, "earliest", topic=topic)
+        else:
+            raw = kafka_source(spark, spec, ctx, "latest")
         q = _writer(raw, spec, mode, ctx, f"arfl-{spec.name}-rehearsal", ckpt).start()
         built = time.time() - t0
         tracker = spark.sparkContext.statusTracker()
@@ -357,10 +414,22 @@ def _rehearse(
             why = f"its query ended: {q.exception()}"
         elif not tracker.getActiveStageIds():
             why = f"no tasks after {REHEARSAL_MAX_S:g}s"
-        else:
+        elif consumer is None:
             stop.wait(REHEARSAL_TASKS_S)
-            if not q.isActive:
-                why = f"its query ended: {q.exception()}"
+        else:
+            deadline = time.time() + REHEARSAL_RESULTS_S
+            while q.isActive and not stop.is_set() and time.time() < deadline:
+                results = _output_count(consumer, ctx.output_topic) - before
+                if results > 0:
+                    first = time.time() - t0
+                    stop.wait(REHEARSAL_AFTER_RESULT_S)
+                    results = _output_count(consumer, ctx.output_topic) - before
+                    break
+                stop.wait(0.1)
+            if stop.is_set():
+                why = "stopped"
+        if why is None and not q.isActive:
+            why = f"its query ended: {q.exception()}"
         q.stop()
         if spark.streams.active:
             why = f"{len(spark.streams.active)} query still active after the stop"
@@ -370,14 +439,23 @@ def _rehearse(
         if q is not None and why is not None:
             with contextlib.suppress(Exception):
                 q.stop()
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
         shutil.rmtree(ckpt, ignore_errors=True)
-    if why is None:
-        _log(
-            f"rehearsed the pipeline in {time.time() - t0:.1f}s (built and started "
-            f"{built:.2f}s, tasks up {tasks:.2f}s)"
-        )
-    else:
+    if why is not None:
         _log(f"rehearsal skipped after {time.time() - t0:.1f}s: {why}")
+        return
+    if consumer is None:
+        seen = "on the input's end, no records"
+    elif first is None:
+        seen = f"{fed} input records, no result within {REHEARSAL_RESULTS_S:g}s"
+    else:
+        seen = f"{fed} input records, first result {first:.2f}s, {results} results"
+    _log(
+        f"rehearsed the pipeline in {time.time() - t0:.1f}s (built and started "
+        f"{built:.2f}s, tasks up {tasks:.2f}s, {seen})"
+    )
 
 
 def _phase_keeper(spark: Any, spec: Spec, ctx: ReplicaContext) -> PhaseKeeper | None:

@@ -102,6 +102,22 @@ def end_of_input_ms(t0_ms: int, rate: int, duration_s: float) -> int:
     return intended_ms(t0_ms, last, rate) + END_OF_INPUT_LEAD_MS
 
 
+def sample_events(
+    workload: Workload, shape: EventShape | None, n: int, ts_ms: int
+) -> list[tuple[bytes, bytes]]:
+    """Events ``0 .. n-1`` as the injector would send them for this workload and shape, every
+    one at intended and send time ``ts_ms``: ``(Kafka key, JSON value)`` pairs (a standby
+    rehearses its pipeline on them, :func:`arfl.replica.driver._rehearse`)."""
+    if shape is not None:
+        gen = EventGenerator(shape)
+        return [gen.encode(seq, ts_ms, ts_ms) for seq in range(n)]
+    out = []
+    for seq in range(n):
+        user, amount = event_fields(workload.seed, seq, workload.keys)
+        out.append((user.encode(), encode_event(seq, user, amount, ts_ms, ts_ms)))
+    return out
+
+
 def event_count(rate: int, duration_s: float) -> int:
     """How many events a run of ``duration_s`` at ``rate`` events/s sends."""
     return round(rate * duration_s)

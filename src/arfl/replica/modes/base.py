@@ -189,8 +189,9 @@ def kafka_source(
     starting_offsets: str,
     *,
     limit_batches: bool | None = None,
+    topic: str | None = None,
 ) -> DataFrame:
-    """Spark's built-in Kafka source on the spec's input topic.
+    """Spark's built-in Kafka source on the spec's input topic (or ``topic``).
 
     Args:
         spark: the session.
@@ -200,13 +201,14 @@ def kafka_source(
             resuming a checkpoint).
         limit_batches: cap micro-batches at ``max_records_per_batch`` (``maxOffsetsPerTrigger``);
             default: yes, except in real-time mode, whose batches are time-bounded.
+        topic: read this topic instead of the input (a standby's rehearsal input).
     """
     if limit_batches is None:
         limit_batches = spec.replication.trigger != "realtime"
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", ctx.bootstrap)
-        .option("subscribe", spec.source.topic)
+        .option("subscribe", topic or spec.source.topic)
         .option("startingOffsets", starting_offsets)
         .option("failOnDataLoss", "false")
     )
