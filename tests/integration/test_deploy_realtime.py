@@ -36,12 +36,15 @@ from deploy_checks import (
 )
 
 from arfl.configs.spec import Spec
+from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.orchestrate.supervisor import YIELD_MAX_S
+from arfl.replica.driver import REHEARSAL_RECORDS
 from arfl.replica.warmup import WARMUP_RECORDS, warmup_topic
+from arfl.run.records import parse_result
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
-from arfl.stack.topics import end_offsets
+from arfl.stack.topics import read_to_end
 
 pytestmark = pytest.mark.integration
 
@@ -302,14 +305,22 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     # on input records of its own that came out as results (the input was still empty).
     assert log.count("rehearsed the pipeline in") == 1, log
     assert log.index("rehearsed the pipeline in") < log.index("ready: waiting"), log
-    said = re.search(r"rehearsed the pipeline in .*?, 200 input records, first result [\d.]+s, "
-                     r"(\d+) results\)", log)  # fmt: skip
-    assert said and int(said.group(1)) > 0, log
-    # ... as its warm-up topic holds: the warm-up's 200 records, then the rehearsal's results
-    # (those counted before it was stopped, and any that came out meanwhile).
+    said = re.search(rf"rehearsed the pipeline in .*?, {REHEARSAL_RECORDS} input records, "
+                     r"first result [\d.]+s, (\d+) results\)", log)  # fmt: skip
+    assert said, log
+    # ... as its warm-up topic holds: the warm-up's records, then the rehearsal's results
+    # (those counted before it was stopped, and any that came out meanwhile), each a result of
+    # one of its own events (id partition:offset of its rehearsal input topic).
     out = json.loads((run / "replicas" / "standby-0.json").read_text())["output_topic"]
-    (on_topic,) = end_offsets(stack.kafka, warmup_topic(out)).values()
-    assert on_topic >= WARMUP_RECORDS + int(said.group(1)), (on_topic, log)
+    msgs = read_to_end(
+        stack.kafka, warmup_topic(out), error=ArflError, missing_hint="-",
+        unreachable_hint="-", timeout_s=30,
+    )  # fmt: skip
+    rehearsed = [parse_result(m.value()) for m in msgs[WARMUP_RECORDS:]]
+    assert len(rehearsed) >= int(said.group(1)) > 0, (len(msgs), log)
+    for r in rehearsed:
+        part, offset = (int(x) for x in r.rid.split(":"))
+        assert 0 <= part < spec.source.partitions and 0 <= offset < REHEARSAL_RECORDS, r
     assert "takes over" in (run / "logs" / "replica-1.log").read_text()
     # It resumed at the output frontier from a fresh checkpoint, and caught up.
     replica_cfg = json.loads((run / "replicas" / "replica-1.json").read_text())

@@ -88,6 +88,8 @@ def _rehearse(
     *,
     rehearsal_input: bool = False,
     outputs: list[int] | None = None,
+    feed_fails: bool = False,
+    tasks_s: float = 0.01,
 ) -> dict[str, Any]:
     """Run ``_rehearse`` on fakes. ``rehearsal_input``: the supervisor gave it 200 events
     (the default), its output topic holding ``outputs`` records at successive looks (then the
@@ -112,18 +114,19 @@ def _rehearse(
             return spark.query
 
     def fake_feed(spark: Any, spec: Any, bootstrap: str, topic: str, events: Any) -> int:
+        if feed_fails:
+            raise RuntimeError("no broker")
         seen.update(fed=topic, bootstrap=bootstrap, events=events)
         return len(events)
 
     looks = list(outputs or [200])
 
-    def fake_count(consumer: Any, topic: str) -> int:
-        seen.setdefault("counted", set()).add(topic)
-        return looks.pop(0) if len(looks) > 1 else looks[0]
+    class _Probe:
+        def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+            seen.update(probe=(bootstrap, topic, partitions))
 
-    class _Consumer:
-        def __init__(self, conf: dict[str, str]) -> None:
-            seen["consumer"] = conf["bootstrap.servers"]
+        def __call__(self) -> dict[int, int]:
+            return {0: looks.pop(0) if len(looks) > 1 else looks[0]}
 
         def close(self) -> None:
             seen["closed"] += 1
@@ -131,9 +134,9 @@ def _rehearse(
     monkeypatch.setattr(driver, "kafka_source", fake_source)
     monkeypatch.setattr(driver, "_writer", lambda *a, **k: _Writer())
     monkeypatch.setattr(driver, "_feed_rehearsal", fake_feed)
-    monkeypatch.setattr(driver, "_output_count", fake_count)
-    monkeypatch.setattr(driver, "Consumer", _Consumer)
-    monkeypatch.setattr(driver, "REHEARSAL_TASKS_S", 0.01)
+    monkeypatch.setattr(driver, "EndOffsetProbe", _Probe)
+    monkeypatch.setattr(driver, "ensure_topic", lambda *a: seen.update(ensured=a))
+    monkeypatch.setattr(driver, "REHEARSAL_TASKS_S", tasks_s)
     monkeypatch.setattr(driver, "REHEARSAL_MAX_S", 0.2)
     monkeypatch.setattr(driver, "REHEARSAL_RESULTS_S", 0.3)
     monkeypatch.setattr(driver, "REHEARSAL_AFTER_RESULT_S", 0.01)
@@ -175,7 +178,8 @@ def test_a_rehearsal_runs_its_own_input_records_through_until_a_result(
     assert seen["fed"] == "out.standby0.warmup.in" == driver.rehearsal_input_topic("out.standby0")
     assert len(seen["events"]) == 200 and seen["bootstrap"] == "b:9"
     assert seen["starting"] == "earliest" and seen["src"] == "out.standby0.warmup.in"
-    assert seen["counted"] == {"out.standby0.warmup"} and seen["closed"] == 1
+    assert seen["probe"] == ("b:9", "out.standby0.warmup", 1) and seen["closed"] == 1
+    assert seen["ensured"] == ("b:9", "out.standby0.warmup", 1)
     assert not seen["ckpt"].exists() and not spark.query.isActive
     err = capsys.readouterr().err
     assert "rehearsed the pipeline in" in err and "200 input records, first result" in err, err
@@ -219,35 +223,101 @@ def test_rehearsal_events_are_the_injectors_and_only_where_a_rehearsal_reads_the
     assert rehearsal_events(spec(replication={"trigger": "micro-batch"})) == []
 
 
+@pytest.mark.parametrize("rehearsal_input", [False, True])
 @pytest.mark.parametrize(
-    ("query", "stages", "said"),
-    [(_FakeQuery(dies=True), True, "its query ended: boom in the query"),
-     (_FakeQuery(), False, "no tasks after 0.2s")],
+    ("dies", "stages", "said"),
+    [(True, True, "its query ended: boom in the query"),
+     (False, False, "no tasks after 0.2s")],
 )  # fmt: skip
 def test_a_rehearsal_that_did_not_run_its_tasks_says_skipped(
     tmp_path: Any,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    query: _FakeQuery,
+    dies: bool,
     stages: bool,
     said: str,
+    rehearsal_input: bool,
 ) -> None:
+    query = _FakeQuery(dies=dies)
     spark = _FakeSpark(query, stages=stages)
-    seen = _rehearse(tmp_path, monkeypatch, spark)
+    seen = _rehearse(tmp_path, monkeypatch, spark, rehearsal_input=rehearsal_input)
+    assert seen["closed"] == (1 if rehearsal_input else 0)
     err = capsys.readouterr().err
     assert "rehearsed the pipeline" not in err and "rehearsal skipped after" in err, err
     assert said in err, err
     assert not seen["ckpt"].exists() and not query.isActive
 
 
+@pytest.mark.parametrize("rehearsal_input", [False, True])
+@pytest.mark.parametrize("when", ["before its tasks", "while it waits"])
 def test_a_stopped_standby_stops_rehearsing(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    rehearsal_input: bool,
+    when: str,
 ) -> None:
     import threading
 
     stop = threading.Event()
-    stop.set()
-    spark = _FakeSpark(_FakeQuery(), stages=False)
-    _rehearse(tmp_path, monkeypatch, spark, stop)
-    assert "rehearsal skipped" in (err := capsys.readouterr().err) and "stopped" in err
-    assert not spark.query.isActive
+    if when == "before its tasks":
+        stop.set()
+    else:  # SIGTERM once its tasks are up: while it waits for them / for a result
+        threading.Timer(0.05, stop.set).start()
+    spark = _FakeSpark(_FakeQuery(), stages=when != "before its tasks")
+    seen = _rehearse(
+        tmp_path, monkeypatch, spark, stop, rehearsal_input=rehearsal_input, tasks_s=5.0
+    )
+    assert "rehearsal skipped" in (err := capsys.readouterr().err) and "stopped" in err, err
+    assert not spark.query.isActive and seen["closed"] == (1 if rehearsal_input else 0)
+
+
+def test_a_rehearsal_whose_input_could_not_be_written_reads_the_input_end(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spark = _FakeSpark(_FakeQuery())
+    seen = _rehearse(tmp_path, monkeypatch, spark, rehearsal_input=True, feed_fails=True)
+    assert seen["starting"] == "latest" and seen["src"] is None and "probe" not in seen
+    err = capsys.readouterr().err
+    assert "rehearsal input not written (RuntimeError: no broker)" in err, err
+    assert "rehearsed the pipeline in" in err and "on the input's end, no records" in err, err
+
+
+def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from arfl.configs.spec import parse_spec
+
+    made: dict[str, Any] = {}
+    monkeypatch.setattr(
+        driver, "ensure_topic", lambda b, t, n, **kw: made.update(topic=(b, t, n, kw))
+    )
+
+    class _Write:
+        def format(self, f: str) -> _Write:
+            made["format"] = f
+            return self
+
+        def option(self, k: str, v: str) -> _Write:
+            made.setdefault("options", {})[k] = v
+            return self
+
+        def save(self) -> None:
+            made["saved"] = True
+
+    class _Df:
+        write = _Write()
+
+    class _Spark:
+        def createDataFrame(self, rows: Any, schema: str) -> _Df:
+            made.update(rows=rows, schema=schema)
+            return _Df()
+
+    raw = {"name": "r", "source": {"topic": "in", "partitions": 3}, "sink": {"topic": "out"}}
+    spec = parse_spec(raw, "r.toml")
+    n = driver._feed_rehearsal(_Spark(), spec, "b:9", "t.in", [["u1", "{}"], ["u2", "{}"]])
+    assert n == 2 and made["topic"] == ("b:9", "t.in", 3, {"log_append_time": True})
+    assert made["rows"] == [("u1", "{}"), ("u2", "{}")]
+    assert made["schema"] == "key string, value string" and made["format"] == "kafka"
+    assert made["options"] == {"kafka.bootstrap.servers": "b:9", "topic": "t.in"}
+    assert made["saved"] is True

@@ -323,6 +323,9 @@ class ReplicaRunner:
         self._standby_count = 0
         self._standby_failures = 0
         self._standbys_given_up = False
+        self._rehearsal_input = rehearsal_events(spec) if spec.replication.standby else []
+        """What every real-time standby rehearses on: made once, not on the supervision thread
+        at each spawn (a skewed key's distribution can take seconds to build)."""
         self._monitor: MonitorTail | None = None
         """The merger's monitor, tailed from the last take-over by a yielding standby on."""
 
@@ -599,7 +602,7 @@ class ReplicaRunner:
             mode_options=dict(self.mode_options),
             standby=True,
             assignment_file=str(assign),
-            rehearsal_input=rehearsal_events(self.spec),
+            rehearsal_input=self._rehearsal_input,
         ).dump(config)
         for f in (app, assign):
             with contextlib.suppress(FileNotFoundError):

@@ -37,8 +37,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer
-
 from arfl.configs.realtime import DEFAULT_SHUFFLE_PARTITIONS
 from arfl.configs.spec import (
     ARFL_CONF_KEYS,
@@ -60,7 +58,7 @@ from arfl.replica.modes.base import (
 from arfl.replica.phase import PhaseKeeper
 from arfl.replica.warmup import warm_up, warmup_topic
 from arfl.run.rundir import write_json_atomic
-from arfl.stack.topics import ensure_topic, watermarks
+from arfl.stack.topics import EndOffsetProbe, ensure_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -342,9 +340,28 @@ def _feed_rehearsal(
     return len(events)
 
 
-def _output_count(consumer: Any, topic: str) -> int:
-    """Records on the (one-partition) topic ``topic``."""
-    return watermarks(consumer, topic, [0])[0][1]
+def _rehearsal_feed(
+    spark: Any, spec: Spec, cfg: DriverConfig, output_topic: str
+) -> tuple[str, int, EndOffsetProbe, int] | None:
+    """Write ``cfg.rehearsal_input`` to the standby's rehearsal topic and open a probe of the
+    end of ``output_topic`` (the warm-up topic, one partition): ``(topic, events written,
+    probe, records on output_topic before)``. None without events, or when either fails
+    (logged: the rehearsal then reads the input's end)."""
+    if not cfg.rehearsal_input:
+        return None
+    probe = None
+    try:
+        topic = rehearsal_input_topic(cfg.output_topic)
+        fed = _feed_rehearsal(spark, spec, cfg.bootstrap, topic, cfg.rehearsal_input)
+        ensure_topic(cfg.bootstrap, output_topic, 1)  # the warm-up's, unless it failed
+        probe = EndOffsetProbe(cfg.bootstrap, output_topic, 1)
+        return topic, fed, probe, sum(probe().values())
+    except Exception as e:  # only a speed-up: rehearse without records
+        if probe is not None:
+            with contextlib.suppress(Exception):
+                probe.close()
+        _log(f"rehearsal input not written ({type(e).__name__}: {e}): reading the input's end")
+        return None
 
 
 def _rehearse(
@@ -359,17 +376,18 @@ def _rehearse(
     throwaway checkpoint. Its input: the input-shaped events of ``cfg.rehearsal_input``
     (:data:`REHEARSAL_RECORDS`, the supervisor's), which the standby writes to a topic of its
     own (:func:`rehearsal_input_topic`), read from the earliest offset, so that every
-    per-record step runs once (a standby waits before the load starts: the input itself is
-    empty then; measured session 19, without records a take-over's tasks took 3-4 s from
-    their first record read to their first result, with them no code was generated on the
-    take-over and it was healthy ~3 s sooner). The rehearsal ends
-    :data:`REHEARSAL_AFTER_RESULT_S` after its first result (at most
+    per-record step runs once. A standby waits before the load starts, so the input itself is
+    empty then; measured in session 19 (docs/benchmarks.md), a take-over after a rehearsal
+    without records spent 3-4 s between its tasks' first record read and their first code
+    generation, its first result 4-5 s after that read; after one with records no code was
+    generated on the take-over and the newcomer was healthy 1.4-3.7 s sooner (4 pairs). The
+    rehearsal ends :data:`REHEARSAL_AFTER_RESULT_S` after its first result (at most
     :data:`REHEARSAL_RESULTS_S` after its tasks are up). Without events (``[source.replay]``,
-    ``arfl.rehearsalInput = false``) it reads the input from its end instead and runs
-    :data:`REHEARSAL_TASKS_S` once its tasks are up. Then stopped, its checkpoint removed.
-    ``rehearsed the pipeline`` is logged only when its tasks ran and it stopped cleanly;
-    anything else is logged as skipped (it only saves time). ``stop`` (SIGTERM) ends it
-    early."""
+    ``arfl.rehearsalInput = false``, or writing them failed) it reads the input from its end
+    instead and runs :data:`REHEARSAL_TASKS_S` once its tasks are up. Then stopped, its
+    checkpoint removed. ``rehearsed the pipeline`` is logged only when its tasks ran and it
+    stopped cleanly; anything else is logged as skipped (it only saves time). ``stop``
+    (SIGTERM) ends it early."""
     t0 = time.time()
     ckpt = Path(cfg.checkpoint_dir) / "rehearsal"
     shutil.rmtree(ckpt, ignore_errors=True)  # a killed standby's (same directory)
@@ -382,19 +400,15 @@ def _rehearse(
         options=dict(cfg.mode_options),
     )
     q = None
-    consumer = None
+    feed = None
     why: str | None = None
     built = tasks = 0.0
-    fed = 0
     first: float | None = None
     results = 0
     try:
-        if cfg.rehearsal_input:
-            topic = rehearsal_input_topic(cfg.output_topic)
-            fed = _feed_rehearsal(spark, spec, cfg.bootstrap, topic, cfg.rehearsal_input)
-            consumer = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": "arfl-offsets"})
-            before = _output_count(consumer, ctx.output_topic)
-            raw = kafka_source(spark, spec, ctx, "earliest", topic=topic)
+        feed = _rehearsal_feed(spark, spec, cfg, ctx.output_topic)
+        if feed is not None:
+            raw = kafka_source(spark, spec, ctx, "earliest", topic=feed[0])
         else:
             raw = kafka_source(spark, spec, ctx, "latest")
         q = _writer(raw, spec, mode, ctx, f"arfl-{spec.name}-rehearsal", ckpt).start()
@@ -409,25 +423,26 @@ def _rehearse(
             stop.wait(0.05)
         tasks = time.time() - t0
         if stop.is_set():
-            why = "stopped"
+            pass
         elif not q.isActive:
             why = f"its query ended: {q.exception()}"
         elif not tracker.getActiveStageIds():
             why = f"no tasks after {REHEARSAL_MAX_S:g}s"
-        elif consumer is None:
+        elif feed is None:
             stop.wait(REHEARSAL_TASKS_S)
         else:
+            _, _, probe, before = feed
             deadline = time.time() + REHEARSAL_RESULTS_S
             while q.isActive and not stop.is_set() and time.time() < deadline:
-                results = _output_count(consumer, ctx.output_topic) - before
+                results = sum(probe().values()) - before
                 if results > 0:
                     first = time.time() - t0
                     stop.wait(REHEARSAL_AFTER_RESULT_S)
-                    results = _output_count(consumer, ctx.output_topic) - before
+                    results = sum(probe().values()) - before
                     break
                 stop.wait(0.1)
-            if stop.is_set():
-                why = "stopped"
+        if why is None and stop.is_set():
+            why = "stopped"
         if why is None and not q.isActive:
             why = f"its query ended: {q.exception()}"
         q.stop()
@@ -439,19 +454,19 @@ def _rehearse(
         if q is not None and why is not None:
             with contextlib.suppress(Exception):
                 q.stop()
-        if consumer is not None:
+        if feed is not None:
             with contextlib.suppress(Exception):
-                consumer.close()
+                feed[2].close()
         shutil.rmtree(ckpt, ignore_errors=True)
     if why is not None:
         _log(f"rehearsal skipped after {time.time() - t0:.1f}s: {why}")
         return
-    if consumer is None:
+    if feed is None:
         seen = "on the input's end, no records"
     elif first is None:
-        seen = f"{fed} input records, no result within {REHEARSAL_RESULTS_S:g}s"
+        seen = f"{feed[1]} input records, no result within {REHEARSAL_RESULTS_S:g}s"
     else:
-        seen = f"{fed} input records, first result {first:.2f}s, {results} results"
+        seen = f"{feed[1]} input records, first result {first:.2f}s, {results} results"
     _log(
         f"rehearsed the pipeline in {time.time() - t0:.1f}s (built and started "
         f"{built:.2f}s, tasks up {tasks:.2f}s, {seen})"

@@ -169,8 +169,9 @@ class ModeBase:
 STARTING_OFFSETS = "starting_offsets"
 """Mode option: the input's start offsets as Spark's ``startingOffsets`` JSON
 (``{"topic": {"0": 0, ...}}``), resolved once by deploy so that every replica (and every first
-start) reads from the same explicit positions, never from "latest" (only a standby's rehearsal,
-whose output nothing reads, starts there: ``replica/driver._rehearse``)."""
+start) reads from the same explicit positions, never from "latest" (only a standby's rehearsal
+without records of its own, whose output nothing reads, starts there:
+``replica/driver._rehearse``)."""
 
 
 STAGGER_REF = "stagger_ref"
