@@ -256,10 +256,20 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
         # listener after the commit; a local suite run lost one such batch with 348 drops).
         compared, holes = drops_between_common_cuts(result.run_dir, (0, 1))
         assert all(c[0] == c[1] for c in compared.values()), compared
-        assert sum(c[0] for c in compared.values()) > 0, compared
-        assert not holes[1 - killed] and len(holes[killed]) <= 1, holes
         drops = [late_drops(read_jsonl(result.run_dir / "progress" / f"replica-{r}.jsonl"), r)
                  for r in (0, 1)]  # fmt: skip
+        # Not vacuous: rows fell behind inside the compared stretches, where they cover enough
+        # input. The two kills can leave the replicas few common cuts (one suite run, session
+        # 19: stretches of 80 of the 4,000 records, no drop in them); then each replica must
+        # still have dropped rows over the run.
+        covered = sum(
+            h - (lo[p] if lo is not None else 0) for (lo, hi) in compared for p, h in enumerate(hi)
+        )
+        if covered >= 1000:
+            assert sum(c[0] for c in compared.values()) > 0, compared
+        else:
+            assert all(sum(d.rows for d in ds) > 0 for ds in drops), (compared, drops)
+        assert not holes[1 - killed] and len(holes[killed]) <= 1, holes
         assert all(set(d.operators) == {AGREED_WATERMARK} for ds in drops for d in ds), drops
         assert batch_drops(result.run_dir, 0) == batch_drops(result.run_dir, 1) == {}
 
