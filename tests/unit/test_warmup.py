@@ -133,7 +133,7 @@ def _rehearse(
 
     monkeypatch.setattr(driver, "kafka_source", fake_source)
     monkeypatch.setattr(driver, "_writer", lambda *a, **k: _Writer())
-    monkeypatch.setattr(driver, "_feed_rehearsal", fake_feed)
+    monkeypatch.setattr(driver, "_write_rehearsal_input", fake_feed)
     monkeypatch.setattr(driver, "EndOffsetProbe", _Probe)
     monkeypatch.setattr(driver, "ensure_topic", lambda *a: seen.update(ensured=a))
     monkeypatch.setattr(driver, "REHEARSAL_TASKS_S", tasks_s)
@@ -196,31 +196,66 @@ def test_a_rehearsal_whose_records_gave_no_result_says_so(
     assert "rehearsed the pipeline in" in err and "no result within 0.3s" in err, err
 
 
-def test_rehearsal_events_are_the_injectors_and_only_where_a_rehearsal_reads_them() -> None:
+def _spec(**over: Any) -> Any:
     from arfl.configs.spec import parse_spec
+
+    raw: dict[str, Any] = {
+        "name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
+        "replication": {"mode": "active", "replicas": 2, "trigger": "realtime"},
+        "workload": {"rate": 100, "duration": "10s", "keys": 7, "seed": 3},
+    }  # fmt: skip
+    for k, v in over.items():
+        raw[k] = raw.get(k, {}) | v
+    return parse_spec(raw, "r.toml")
+
+
+DECLARED = {
+    "workload": {
+        "fields": {
+            "user": {"kind": "key", "cardinality": 20},
+            "amount": {"kind": "float", "min": 0.0, "max": 9.0},
+        }
+    }
+}
+
+
+@pytest.mark.parametrize("over", [{}, DECLARED], ids=["default", "declared"])
+def test_rehearsal_events_are_what_the_injector_sends(over: dict[str, Any]) -> None:
     from arfl.orchestrate.supervisor import rehearsal_events
-    from arfl.workload.injector import encode_event, event_fields
+    from arfl.workload.generate import EventShape
+    from arfl.workload.injector import Injector, InjectorConfig, encode_event, event_fields
 
-    def spec(**over: Any) -> Any:
-        raw: dict[str, Any] = {
-            "name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
-            "replication": {"mode": "active", "replicas": 2, "trigger": "realtime"},
-            "workload": {"rate": 100, "duration": "10s", "keys": 7, "seed": 3},
-        }  # fmt: skip
-        for k, v in over.items():
-            raw[k] = raw.get(k, {}) | v
-        return parse_spec(raw, "r.toml")
-
-    got = rehearsal_events(spec())
+    spec = _spec(**over)
+    got = rehearsal_events(spec)
     assert len(got) == driver.REHEARSAL_RECORDS and len({k for k, _ in got}) > 1
-    user, amount = event_fields(3, 4, 7)
-    key, value = got[4]
-    ts = json.loads(value)["ts"]
-    assert (key, value) == (user, encode_event(4, user, amount, ts, ts).decode())
-    off = {"conf": {"arfl.rehearsalInput": False}}
-    assert rehearsal_events(spec(spark=off)) == []
-    assert rehearsal_events(spec(spark={"conf": {"arfl.standbyRehearsal": False}})) == []
-    assert rehearsal_events(spec(replication={"trigger": "micro-batch"})) == []
+
+    sent: list[tuple[str, str]] = []
+
+    class _Producer:
+        def produce(self, topic: str, *, key: bytes, value: bytes, on_delivery: Any) -> None:
+            sent.append((key.decode(), value.decode()))
+
+    cfg = InjectorConfig.from_workload(
+        spec.workload, bootstrap="b:9", topic="in", shape=EventShape.from_spec(spec)
+    )
+    injector = Injector(cfg, producer=_Producer())  # type: ignore[arg-type]
+    for seq in (0, 4, 199):
+        ts = json.loads(got[seq][1])["ts"]
+        # The injector's send of event seq, scheduled so that its intended time is ts.
+        injector._send(seq, ts - seq * 1000 // spec.workload.rate, ts)
+        assert sent[-1] == tuple(got[seq]), (seq, sent[-1], got[seq])
+    if not over:  # the default event, field by field
+        user, amount = event_fields(3, 4, 7)
+        ts = json.loads(got[4][1])["ts"]
+        assert got[4] == [user, encode_event(4, user, amount, ts, ts).decode()]
+
+
+def test_rehearsal_events_only_where_a_rehearsal_reads_them() -> None:
+    from arfl.orchestrate.supervisor import rehearsal_events
+
+    assert rehearsal_events(_spec(spark={"conf": {"arfl.rehearsalInput": False}})) == []
+    assert rehearsal_events(_spec(spark={"conf": {"arfl.standbyRehearsal": False}})) == []
+    assert rehearsal_events(_spec(replication={"trigger": "micro-batch"})) == []
 
 
 @pytest.mark.parametrize("rehearsal_input", [False, True])
@@ -315,7 +350,7 @@ def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
 
     raw = {"name": "r", "source": {"topic": "in", "partitions": 3}, "sink": {"topic": "out"}}
     spec = parse_spec(raw, "r.toml")
-    n = driver._feed_rehearsal(_Spark(), spec, "b:9", "t.in", [["u1", "{}"], ["u2", "{}"]])
+    n = driver._write_rehearsal_input(_Spark(), spec, "b:9", "t.in", [["u1", "{}"], ["u2", "{}"]])
     assert n == 2 and made["topic"] == ("b:9", "t.in", 3, {"log_append_time": True})
     assert made["rows"] == [("u1", "{}"), ("u2", "{}")]
     assert made["schema"] == "key string, value string" and made["format"] == "kafka"

@@ -326,7 +326,7 @@ def rehearsal_input_topic(output_topic: str) -> str:
     return f"{warmup_topic(output_topic)}.in"
 
 
-def _feed_rehearsal(
+def _write_rehearsal_input(
     spark: Any, spec: Spec, bootstrap: str, topic: str, events: list[list[str]]
 ) -> int:
     """Write ``events`` (``[key, value]`` texts) to ``topic``, created like the input (as many
@@ -352,7 +352,7 @@ def _rehearsal_feed(
     probe = None
     try:
         topic = rehearsal_input_topic(cfg.output_topic)
-        fed = _feed_rehearsal(spark, spec, cfg.bootstrap, topic, cfg.rehearsal_input)
+        fed = _write_rehearsal_input(spark, spec, cfg.bootstrap, topic, cfg.rehearsal_input)
         ensure_topic(cfg.bootstrap, output_topic, 1)  # the warm-up's, unless it failed
         probe = EndOffsetProbe(cfg.bootstrap, output_topic, 1)
         return topic, fed, probe, sum(probe().values())

@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,20 +102,30 @@ def end_of_input_ms(t0_ms: int, rate: int, duration_s: float) -> int:
     return intended_ms(t0_ms, last, rate) + END_OF_INPUT_LEAD_MS
 
 
+def event_encoder(
+    seed: int, keys: int, shape: EventShape | None
+) -> Callable[[int, int, int], tuple[bytes, bytes]]:
+    """How the injector encodes event ``seq`` with intended time ``ts`` and send time
+    ``sent_ms``: ``encode(seq, ts, sent_ms) -> (Kafka key, JSON value)`` — the declared fields
+    of ``shape``, or the default ``user``/``amount`` event (``keys`` users, ``seed``)."""
+    if shape is not None:
+        return EventGenerator(shape).encode
+
+    def encode(seq: int, ts: int, sent_ms: int) -> tuple[bytes, bytes]:
+        user, amount = event_fields(seed, seq, keys)
+        return user.encode(), encode_event(seq, user, amount, ts, sent_ms)
+
+    return encode
+
+
 def sample_events(
     workload: Workload, shape: EventShape | None, n: int, ts_ms: int
 ) -> list[tuple[bytes, bytes]]:
-    """Events ``0 .. n-1`` as the injector would send them for this workload and shape, every
-    one at intended and send time ``ts_ms``: ``(Kafka key, JSON value)`` pairs (a standby
+    """Events ``0 .. n-1`` as the injector sends them for this workload and shape
+    (:func:`event_encoder`), every one at intended and send time ``ts_ms`` (a standby
     rehearses its pipeline on them, :func:`arfl.replica.driver._rehearse`)."""
-    if shape is not None:
-        gen = EventGenerator(shape)
-        return [gen.encode(seq, ts_ms, ts_ms) for seq in range(n)]
-    out = []
-    for seq in range(n):
-        user, amount = event_fields(workload.seed, seq, workload.keys)
-        out.append((user.encode(), encode_event(seq, user, amount, ts_ms, ts_ms)))
-    return out
+    encode = event_encoder(workload.seed, workload.keys, shape)
+    return [encode(seq, ts_ms, ts_ms) for seq in range(n)]
 
 
 def event_count(rate: int, duration_s: float) -> int:
@@ -252,17 +262,11 @@ class Injector(InputProducer):
         self.config = config
         super().__init__(config, producer, clock)
         self.total = event_count(config.rate, config.duration_s)
-        self._generator = EventGenerator(config.shape) if config.shape is not None else None
+        self._encode = event_encoder(config.seed, config.keys, config.shape)
 
     def _send(self, seq: int, t0_ms: int, sent_ms: int) -> None:
-        cfg = self.config
-        if self._generator is not None:
-            key, value = self._generator.encode(seq, intended_ms(t0_ms, seq, cfg.rate), sent_ms)
-            self._produce(value=value, key=key, on_delivery=self._on_delivery)
-            return
-        user, amount = event_fields(cfg.seed, seq, cfg.keys)
-        value = encode_event(seq, user, amount, intended_ms(t0_ms, seq, cfg.rate), sent_ms)
-        self._produce(value=value, key=user.encode(), on_delivery=self._on_delivery)
+        key, value = self._encode(seq, intended_ms(t0_ms, seq, self.config.rate), sent_ms)
+        self._produce(value=value, key=key, on_delivery=self._on_delivery)
 
     def run(self) -> InjectorSummary:
         """Send every event (or until :meth:`stop`), flush, write stats and the summary.
