@@ -756,3 +756,42 @@ def test_owner_flags_round_trip_and_need_each_other(tmp_path: Path) -> None:
     assert plain.owner_pid is None and plain.owner_create_time is None
     with pytest.raises(DeployError, match="owner"):
         MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, owner_create_time=1.0)
+
+
+def test_trail_is_the_age_of_the_oldest_output_result_a_replica_has_not_delivered() -> None:
+    # Replica 0 is current on both partitions. Replica 1, restarted, is current on partition 0
+    # but still replays partition 1 from 3 s back: its newest src_ts is fresh (lag_ms small),
+    # yet it owes the output every partition-1 result since T0 + 7. The trail says so.
+    c = MergeCore(2, T0)
+    for k in range(10):
+        for p in (0, 1):
+            c.on_record(0, rec(f"{p}:{k}", int((T0 + k) * 1000)), T0 + k + 0.005)
+    for k in range(10):
+        c.on_record(1, rec(f"0:{k}", int((T0 + k) * 1000), 1), T0 + k + 0.010)
+    for k in range(7):
+        c.on_record(1, rec(f"1:{k}", int((T0 + k) * 1000), 1), T0 + 9.5)
+    line = c.tick(T0 + 10).line
+    r0, r1 = line["replicas"]["0"], line["replicas"]["1"]
+    assert r1["lag_ms"] == pytest.approx(1000)  # as fresh as replica 0 by its newest result
+    assert r1["trail_ms"] == pytest.approx(2995)  # owes 1:7 (out at T0 + 7.005), 1:8, 1:9
+    assert r0["trail_ms"] == 0.0  # owes nothing
+    # It delivers the rest: nothing owed any more.
+    for k in range(7, 10):
+        c.on_record(1, rec(f"1:{k}", int((T0 + k) * 1000), 1), T0 + 10.2)
+    c.on_record(0, rec("0:10", int((T0 + 10) * 1000)), T0 + 10.3)
+    line = c.tick(T0 + 10.5).line
+    assert line["replicas"]["1"]["trail_ms"] == pytest.approx(200)  # owes 0:10
+    snap = MonitorSnapshot.from_dict(json.loads(json.dumps(line)))
+    assert snap.replicas[1].trail_ms == pytest.approx(200)
+    assert snap.replicas[0].trail_ms == 0.0
+
+
+def test_trail_forgets_evicted_ids_and_is_none_for_a_single_replica() -> None:
+    c = MergeCore(2, T0, horizon_s=5.0)
+    c.on_record(0, rec("a", 1), T0)
+    assert c.tick(T0 + 1).line["replicas"]["1"]["trail_ms"] == pytest.approx(1000)
+    # 'a' forgotten (horizon): no longer owed, not a trail of 6 s.
+    assert c.tick(T0 + 6).line["replicas"]["1"]["trail_ms"] == 0.0
+    one = MergeCore(1, T0)
+    one.on_record(0, rec("a", 1), T0)
+    assert one.tick(T0 + 1).line["replicas"]["0"]["trail_ms"] is None

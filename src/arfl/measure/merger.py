@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -123,18 +123,29 @@ class DedupState:
     """First-copy-wins memory of result ids, bounded by size and optionally by age."""
 
     def __init__(
-        self, horizon_s: float | None = DEFAULT_HORIZON_S, max_entries: int = DEFAULT_MAX_ENTRIES
+        self,
+        horizon_s: float | None = DEFAULT_HORIZON_S,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        replicas: int = 1,
     ) -> None:
         """Args:
         horizon_s: forget an id this long after its first copy arrived; None: never by age.
         max_entries: forget the oldest ids beyond this many.
+        replicas: how many replicas deliver copies; with two or more, each one's trail is kept
+            (:meth:`trail_s`).
         """
         if (horizon_s is not None and horizon_s <= 0) or max_entries < 1:
             raise ValueError("horizon_s must be positive and max_entries at least 1")
         self.horizon_s = horizon_s
         self.max_entries = max_entries
-        # rid -> (first arrival epoch s, replica, hash); insertion order == arrival order.
-        self._seen: OrderedDict[str, tuple[float, int, str]] = OrderedDict()
+        # rid -> (first arrival epoch s, replica, hash, bit mask of the replicas that delivered
+        # it); insertion order == arrival order.
+        self._seen: OrderedDict[str, tuple[float, int, str, int]] = OrderedDict()
+        # Per replica, in arrival order, the ids the output had before that replica delivered
+        # them; an id leaves (lazily, in trail_s) once delivered or forgotten.
+        self._owed: dict[int, deque[str]] = (
+            {r: deque() for r in range(replicas)} if replicas >= 2 else {}
+        )
         self._data: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.evicted = 0
 
@@ -160,7 +171,10 @@ class DedupState:
         """
         prev = self._seen.get(rid)
         if prev is None:
-            self._seen[rid] = (arrival_s, replica, content_hash)
+            self._seen[rid] = (arrival_s, replica, content_hash, 1 << replica)
+            for r, owed in self._owed.items():
+                if r != replica:
+                    owed.append(rid)
             if data is not None:
                 self._data[rid] = data
                 if len(self._data) > DATA_MEMORY:
@@ -169,6 +183,8 @@ class DedupState:
                 self._seen.popitem(last=False)
                 self.evicted += 1
             return True, None
+        if self._owed and not prev[3] & (1 << replica):
+            self._seen[rid] = (prev[0], prev[1], prev[2], prev[3] | (1 << replica))
         if prev[2] != content_hash:
             return False, Divergence(
                 rid, prev[1], prev[2], replica, content_hash, self._data.get(rid), data
@@ -187,7 +203,7 @@ class DedupState:
         n = 0
         seen = self._seen
         while seen:
-            rid, (arrived, _r, _h) = next(iter(seen.items()))
+            rid, (arrived, *_rest) = next(iter(seen.items()))
             if arrived >= cutoff:
                 break
             del seen[rid]
@@ -195,6 +211,23 @@ class DedupState:
             n += 1
         self.evicted += n
         return n
+
+    def trail_s(self, replica: int, now_s: float) -> float | None:
+        """How far ``replica`` trails the output: the age at ``now_s`` of the oldest first copy
+        (still remembered) it has not delivered a copy of; 0 when it owes none, None with fewer
+        than two replicas (nothing to trail)."""
+        owed = self._owed.get(replica)
+        if owed is None:
+            return None
+        bit = 1 << replica
+        seen = self._seen
+        while owed:
+            entry = seen.get(owed[0])
+            if entry is None or entry[3] & bit:
+                owed.popleft()
+                continue
+            return max(0.0, now_s - entry[0])
+        return 0.0
 
 
 @dataclass
@@ -271,8 +304,8 @@ class ReplicaCounters:
     last_seen_t: float | None = None
     last_src_ts: int | None = None
 
-    def snapshot(self, now_s: float) -> dict[str, Any]:
-        """The ``replicas`` entry of a monitor line."""
+    def snapshot(self, now_s: float, trail_s: float | None = None) -> dict[str, Any]:
+        """The ``replicas`` entry of a monitor line (``trail_s``: :meth:`DedupState.trail_s`)."""
         lag = None if self.last_src_ts is None else round(now_s * 1000 - self.last_src_ts, 3)
         return {
             "received": self.received,
@@ -281,6 +314,7 @@ class ReplicaCounters:
             "last_seen_t": None if self.last_seen_t is None else round(self.last_seen_t, 3),
             "last_src_ts": self.last_src_ts,
             "lag_ms": lag,
+            "trail_ms": None if trail_s is None else round(trail_s * 1000, 3),
         }
 
 
@@ -323,7 +357,7 @@ class MergeCore:
         percentiles: shown in monitor lines and the final counts.
         window: when input flows (for gaps); updated by the caller as it learns more.
         """
-        self.dedup = DedupState(horizon_s, max_entries)
+        self.dedup = DedupState(horizon_s, max_entries, replicas)
         self.recorder = IntervalRecorder(start_s)
         self.sent_recorder = IntervalRecorder(start_s)
         """Latency of first copies from their actual send time (those that carry one)."""
@@ -422,9 +456,15 @@ class MergeCore:
             "bad": self.bad,
             "evicted": self.dedup.evicted,
             "dedup_entries": len(self.dedup),
-            "replicas": {str(i): rc.snapshot(now_s) for i, rc in sorted(self.replicas.items())},
+            "replicas": self._replica_lines(now_s),
         }
         return Tick(interval, line, sent_interval)
+
+    def _replica_lines(self, now_s: float) -> dict[str, Any]:
+        return {
+            str(i): rc.snapshot(now_s, self.dedup.trail_s(i, now_s))
+            for i, rc in sorted(self.replicas.items())
+        }
 
     def final(self, now_s: float) -> dict[str, Any]:
         """The counts for ``merger.json``."""
@@ -454,7 +494,7 @@ class MergeCore:
             "first_output_delay_ms": delay,
             "input_start": self.window.start,
             "input_end": self.window.end,
-            "replicas": {str(i): rc.snapshot(now_s) for i, rc in sorted(self.replicas.items())},
+            "replicas": self._replica_lines(now_s),
         }
 
 

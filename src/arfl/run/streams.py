@@ -9,7 +9,8 @@
      "longest_gap_ms": 15.0, "current_gap_ms": 0.4, "input_flowing": true,
      "results": 5000, "duplicates_total": 5000, "divergent": 0, "bad": 0, "evicted": 0,
      "replicas": {"0": {"received": 2500, "wins": 2600, "last_seen_t": 1764106200.99,
-                        "last_src_ts": 1764106200990, "lag_ms": 10.0, "bad": 0}, ...}}
+                        "last_src_ts": 1764106200990, "lag_ms": 10.0, "trail_ms": 4.0,
+                        "bad": 0}, ...}}
 
 The injector's stats file (one ``"type": "second"`` line per second, one ``"type": "summary"``
 line at the end)::
@@ -55,6 +56,9 @@ class ReplicaSnapshot:
     lag_ms: float | None
     """Wall time at the snapshot minus ``last_src_ts``: grows while the replica is silent."""
     bad: int = 0
+    trail_ms: float | None = None
+    """How far it trails the output: the age of the oldest result the output has that it has
+    not delivered (0: none); None with one replica, or in a run recorded before it existed."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplicaSnapshot:
@@ -66,6 +70,7 @@ class ReplicaSnapshot:
             last_src_ts=opt_int(d.get("last_src_ts")),
             lag_ms=opt_float(d.get("lag_ms")),
             bad=int(d.get("bad", 0)),
+            trail_ms=opt_float(d.get("trail_ms")),
         )
 
 
