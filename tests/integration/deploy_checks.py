@@ -263,6 +263,22 @@ def lag_over_time(run: Path, replica: int) -> list[tuple[float, float]]:
     ]
 
 
+def behind_over_time(run: Path, replica: int) -> list[tuple[float, float]]:
+    """``(epoch s, ms behind)`` of one replica per merger second, read from the raw monitor
+    lines: its ``trail_ms`` (the age of the oldest output result it had not delivered) where
+    the merger kept one (two or more replicas), else its ``lag_ms``; seconds without either
+    left out."""
+    out = []
+    for line in read_jsonl(run / "monitor.jsonl"):
+        rep = line.get("replicas", {}).get(str(replica))
+        if rep is None:
+            continue
+        lag = rep.get("trail_ms") if rep.get("trail_ms") is not None else rep.get("lag_ms")
+        if lag is not None:
+            out.append((float(line["t"]), float(lag)))
+    return out
+
+
 def check_silent_then_resumed(run: Path, replica: int, start: float, end: float) -> None:
     """The replica delivered nothing from ``start`` + 3 s (what was in flight) to ``end``,
     and delivered again after ``end``.

@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 from deploy_checks import (
     arfl_ok,
+    behind_over_time,
     check_silent_then_resumed,
     journal_events,
     kill_deploy_while_its_stack_starts,
-    lag_over_time,
     read_state,
     realtime_spec,
     start_deploy,
@@ -240,14 +240,14 @@ def test_container_faults_show_their_effect_and_revert(
     assert phase.results_per_s > 0.8 * steady.results_per_s, (phase, steady)
     assert phase.max_gap_ms < 5_000, (phase.max_gap_ms, kill.verdict)
     # The paused replica caught up (docs/design.md): from the merger second it was healthy on,
-    # the first whose lag of it was within its steady allowance -- as its lag shows, after the
-    # unpause and before the partition 4 s later.
+    # the first at which it trailed the output by no more than its steady allowance -- as the
+    # monitor's trail shows, after the unpause and before the partition 4 s later.
     pause = report.faults[1]
     assert pause.kind == "pause" and pause.caught_up_lag_ms is not None, pause
     assert pause.healthy_s is not None and pause.caught_up_s is not None, pause
     assert 4.0 <= pause.healthy_s <= pause.caught_up_s <= 8.0, pause
     paused_at = float(injected[1]["started"])
-    lags = lag_over_time(run, 0)
+    lags = behind_over_time(run, 0)
     (lag_then,) = [lag for t, lag in lags if abs(t - (paused_at + pause.caught_up_s)) < 1e-3]
     assert lag_then <= pause.caught_up_lag_ms, (lag_then, pause)
     since_healthy = [

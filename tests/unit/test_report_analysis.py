@@ -403,3 +403,77 @@ def test_caught_up_is_the_first_tick_from_healthy_on_within_the_allowance() -> N
     assert verdicts.caught_up_at(ticks, 0, None, 100.0, end) is None  # never healthy
     assert verdicts.caught_up_at(ticks, 0, T0 + 6.5, None, end) is None  # no allowance
     assert verdicts.caught_up_at(ticks, None, T0 + 6.5, 100.0, end) is None  # no replica
+
+
+def _with_lag(data: RunData, lag_ms: dict[int, dict[int, float]] | None = None) -> RunData:
+    """Give every monitor tick each replica's lag (tick time minus its newest ``src_ts``), or
+    ``lag_ms[replica][k]`` at the tick ``T0 + k`` where given."""
+    import dataclasses
+
+    for snap in data.monitor:
+        k = round(snap.t - T0)
+        for r, rs in list(snap.replicas.items()):
+            lag = None if rs.last_src_ts is None else snap.t * 1000.0 - rs.last_src_ts
+            lag = (lag_ms or {}).get(r, {}).get(k, lag)
+            snap.replicas[r] = dataclasses.replace(rs, lag_ms=lag)
+    return data
+
+
+def test_the_impact_window_runs_until_the_faulted_replica_has_caught_up() -> None:
+    # Replica 1 paused at 10 s for 1 s: it delivers again from second 11 (healthy at the 12 s
+    # tick) but stays 6 s behind until the 20 s tick. Meanwhile, at second 17, the survivor
+    # alone stalls (a batch boundary): the output shows it. R was not restored then, so the
+    # stall belongs to the fault's window: not masked. healthy + settle (17 s) would end the
+    # window before it and call the fault masked.
+    lat = [100.0] * 17 + [1000.0] + [100.0] * 12
+    behind = {1: {k: 6000.0 for k in range(12, 20)}}
+    (f,) = analyse(_with_lag(_run(lat, [_pause(10.0, 1.0)]), behind)).faults
+    assert f.healthy_s == pytest.approx(2.0)
+    assert f.caught_up_s == pytest.approx(10.0)
+    assert f.window_ended_by == "caught-up+settle"
+    assert f.window_s == pytest.approx(15.0)
+    assert f.masked is False
+    assert f.verdict.startswith("not masked: p99 1000.")
+
+
+def test_without_a_caught_up_time_the_window_is_healthy_plus_settle_or_capped() -> None:
+    lat = [100.0] * 30
+    # Caught up at once: the window ends settle after it, as after healthy.
+    (f,) = analyse(_with_lag(_run(lat, [_pause(10.0, 1.0)]))).faults
+    assert (f.healthy_s, f.caught_up_s) == (pytest.approx(2.0), pytest.approx(2.0))
+    assert f.window_ended_by == "caught-up+settle" and f.window_s == pytest.approx(7.0)
+    assert f.masked is True
+    # Never caught up before the input ended: the window runs to the end of the input.
+    never = {1: {k: 6000.0 for k in range(12, 31)}}
+    (f,) = analyse(_with_lag(_run(lat, [_pause(10.0, 1.0)]), never)).faults
+    assert f.caught_up_s is None and f.window_ended_by == "end of input"
+    assert f.window_s == pytest.approx(20.0)
+    # No lag allowance (no steady lags): caught up is unknown, the window is healthy + settle.
+    (f,) = analyse(_run(lat, [_pause(10.0, 1.0)])).faults
+    assert f.caught_up_s is None and f.window_ended_by == "healthy+settle"
+    assert f.window_s == pytest.approx(7.0)
+
+
+def test_caught_up_is_judged_on_the_trail_where_the_merger_kept_one() -> None:
+    import dataclasses
+
+    from arfl.report import verdicts
+
+    # A restarted replica current on one partition (lag 5-20 ms from T0 + 2.5 on) while it
+    # still owes the output the other partition's results (trail 4 s, 2 s, then 30 ms).
+    lags = [20.0, 3000.0, 10.0, 5.0, 8.0, 5.0]
+    trails = [20.0, 3000.0, 4000.0, 2000.0, 30.0, 0.0]
+    ticks = [_lag_tick(T0 + 0.5 + i, {0: lag}) for i, lag in enumerate(lags)]
+    with_trail = [
+        dataclasses.replace(t, replicas={0: dataclasses.replace(t.replicas[0], trail_ms=trail)})
+        for t, trail in zip(ticks, trails, strict=True)
+    ]
+    end = T0 + 60
+    assert verdicts.caught_up_at(with_trail, 0, T0 + 1.5, 100.0, end) == T0 + 4.5
+    # A run without a trail (one replica, or recorded before it existed): the lag decides.
+    assert verdicts.caught_up_at(ticks, 0, T0 + 1.5, 100.0, end) == T0 + 2.5
+    # The allowance is taken from the same figure.
+    steady = [dataclasses.replace(t, t=T0 + 100 + i) for i, t in enumerate(with_trail[4:] * 3)]
+    assert verdicts.lag_allowance(steady, 0, T0 + 100, T0 + 200) == verdicts.CAUGHT_UP_FLOOR_MS
+    assert verdicts.behind_ms(with_trail[2].replicas[0]) == 4000.0
+    assert verdicts.behind_ms(ticks[2].replicas[0]) == 10.0

@@ -52,15 +52,18 @@ def test_passive_phases(passive: Report) -> None:
     bounds = {p.name: (p.start_s, p.end_s) for p in passive.phases}
     assert bounds["warmup"] == (0.0, 5.0)
     assert bounds["steady"] == (5.0, 15.0)
-    # The impact window: the kill until the restarted replica delivered a result from input
-    # sent after the kill (its first batch, seen at the next monitor tick), plus 5 s settle.
+    # The impact window: the kill until the restarted replica had caught up, plus 5 s settle.
+    # Healthy first: it delivered a result from input sent after the kill (its first batch,
+    # seen at the next monitor tick); its lag was back within its steady allowance one tick
+    # later.
     f = passive.faults[0]
     first_batch = f.first_batch_s
     assert first_batch is not None and 10.5 < first_batch < 11.5
     assert f.healthy_s is not None and first_batch <= f.healthy_s <= first_batch + 1.0
-    assert f.window_ended_by == "healthy+settle"
-    assert bounds["fault-1"] == pytest.approx((15.0, 15.0 + f.healthy_s + 5.0))
-    assert bounds["recovery-1"][0] == pytest.approx(15.0 + f.healthy_s + 5.0)
+    assert f.caught_up_s == pytest.approx(f.healthy_s + 1.0)
+    assert f.window_ended_by == "caught-up+settle"
+    assert bounds["fault-1"] == pytest.approx((15.0, 15.0 + f.caught_up_s + 5.0))
+    assert bounds["recovery-1"][0] == pytest.approx(15.0 + f.caught_up_s + 5.0)
     # The input ended at 40 s; the tail runs on until the last results arrived (the 1-s
     # latency interval that held them).
     assert passive.input_end_s == pytest.approx(40.0, abs=0.01)
@@ -82,7 +85,7 @@ def test_passive_kill_is_detected_recovered_late_and_not_masked(passive: Report)
     assert f.recovery_s is not None and 10.5 < f.recovery_s < 15.0
     # It recovered inside the impact window: no recovery phase after it.
     rec = passive.phase("recovery-1")
-    assert rec.start_s == rec.end_s == pytest.approx(15.0 + (f.healthy_s or 0) + 5.0)
+    assert rec.start_s == rec.end_s == pytest.approx(15.0 + (f.caught_up_s or 0) + 5.0)
     assert f.masked is False
     assert f.verdict.startswith("not masked: p99 ")
     # The gap runs from the last result before the kill to the first after the restart.
@@ -116,12 +119,14 @@ def test_active_faults_masked(active: Report) -> None:
     assert pause.duration_s == 3.0
     assert pause.detect_s is None  # nothing reacts to a pause
     # Impact windows: the kill's is cut by the pause at 30 s; the paused replica delivered again
-    # ~1 s after SIGCONT at 33 s, plus 5 s settle.
+    # ~1 s after SIGCONT at 33 s and was caught up at the same tick, plus 5 s settle.
     assert active.phase("fault-1").end_s == pytest.approx(30.0)
     assert kill.window_ended_by == "next fault"
     assert active.phase("fault-2").start_s == pytest.approx(30.0)
     assert pause.healthy_s is not None and 3.0 <= pause.healthy_s <= 4.5
-    assert active.phase("fault-2").end_s == pytest.approx(30.0 + pause.healthy_s + 5.0)
+    assert pause.caught_up_s == pause.healthy_s
+    assert pause.window_ended_by == "caught-up+settle"
+    assert active.phase("fault-2").end_s == pytest.approx(30.0 + pause.caught_up_s + 5.0)
     assert all(f.max_gap_ms is not None and f.max_gap_ms < 1000 for f in active.faults)
     assert active.slo.passed
 
@@ -345,7 +350,8 @@ def test_real_executor_kill_verdicts_under_the_impact_window(
     # One replica: ~11.7 s without any result; its output is back 14.5 s after the kill.
     assert p.masked is False
     assert p.healthy_s == pytest.approx(14.50, abs=0.01)
-    assert p.window_ended_by == "healthy+settle"
+    assert p.caught_up_s == pytest.approx(14.50, abs=0.01)  # its first batch was current
+    assert p.window_ended_by == "caught-up+settle"
     assert p.window_s == pytest.approx(19.50, abs=0.01)
     assert p.max_gap_ms == pytest.approx(11_729.8, abs=0.1)
     assert p.verdict == "not masked: p99 14819.3 ms > 1.1 x steady 5091.3 ms"
@@ -398,7 +404,7 @@ def test_real_runs_json_and_slo_exit_codes(tmp_path: Path) -> None:
         (run / "spec.json").write_text(json.dumps(spec))
         assert main(["report", str(run), "--json", "--no-html"]) == code, name
     doc = build_report(tmp_path / "real-passive-kill-executor").to_dict()
-    assert doc["faults"][0]["window_ended_by"] == "healthy+settle"
+    assert doc["faults"][0]["window_ended_by"] == "caught-up+settle"
     assert doc["faults"][0]["verdict"].startswith("not masked")
     _check_shape(doc)
     assert sorted(doc["slo"]["breaches"]) == sorted(

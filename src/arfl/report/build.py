@@ -4,8 +4,8 @@ Phases (times relative to the input start ``T0``, the injector's event-0 intende
 
 * ``warmup``: ``[T0, T0 + workload.warmup)``, excluded from every verdict;
 * ``steady``: from the end of the warm-up to the first fault;
-* ``fault-N``: the fault's **impact window** (injection until the faulted replica is healthy
-  again plus ``report.settle``, capped by the next fault and the end of the input; see
+* ``fault-N``: the fault's **impact window** (injection until the faulted replica has caught
+  up plus ``report.settle``, capped by the next fault and the end of the input; see
   :mod:`arfl.report.verdicts`, where every verdict is defined);
 * ``recovery-N``: from the end of the impact window until the output recovered, or until the
   next fault / the last result when it never recovered;
@@ -393,13 +393,15 @@ def _fault_phases(
         nxt = jfaults[i].started if i < len(jfaults) else None
         limit = t_end if nxt is None else min(nxt, t_end)
         healthy = verdicts.healthy_at(data.monitor, jf.replica, jf.lifted)
-        window = verdicts.impact_window(jf.started, healthy, settle, nxt, b.t_end)
         allowance = (
             None
             if jf.replica is None
             else verdicts.lag_allowance(data.monitor, jf.replica, warm_stop, steady_end)
         )
         caught_up = verdicts.caught_up_at(data.monitor, jf.replica, healthy, allowance, limit)
+        window = verdicts.impact_window(
+            jf.started, healthy, caught_up, allowance is not None, settle, nxt, b.t_end
+        )
         win_end = min(max(window.end, win_start), limit)
         fphase = b.stats(f"fault-{i}", "fault", win_start, win_end, fault=i)
         phases.append(fphase)

@@ -131,8 +131,8 @@ class FaultStats:
         max_gap_ms: the longest output gap overlapping the impact window.
         healthy_s: injection until the faulted replica delivered a result from input sent
             after the injection (None: not before the window's cap).
-        window_ended_by: what ended the impact window: ``healthy+settle``, ``next fault`` or
-            ``end of input``.
+        window_ended_by: what ended the impact window: ``caught-up+settle``,
+            ``healthy+settle`` (caught up unknown), ``next fault`` or ``end of input``.
         verdict: the masked verdict in words, with the figure that decided it.
         description: what the chaos runner said it did.
         error: why the fault failed (then no window and no verdict).

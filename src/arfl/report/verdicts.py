@@ -14,16 +14,24 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   millisecond latency a killed driver's executors still deliver input sent after the kill).
   A killed replica that never came back is never healthy.
 * **Caught up** (:func:`caught_up_at`): from the tick it was healthy on, and before the next
-  fault, the first monitor tick at which the faulted replica's lag (tick time minus the newest
-  ``src_ts`` it delivered, over every partition) is within its **lag allowance**
-  (:func:`lag_allowance`): the p90 of that replica's own lag over the steady phase, at least
-  :data:`CAUGHT_UP_FLOOR_MS`. Healthy says it delivers again; caught up says its newest result
-  is as fresh as before the fault, so R is restored (one partition may still be behind another:
-  the merger's lag is per replica). Read from the output, not from the replica's commits: a
+  fault, the first monitor tick at which the faulted replica's **trail** (:func:`behind_ms`:
+  the age of the oldest result the output has that this replica has not delivered yet) is
+  within its **lag allowance** (:func:`lag_allowance`): the p90 of that replica's own trail
+  over the steady phase, at least :data:`CAUGHT_UP_FLOOR_MS`. Healthy says it delivers again;
+  caught up says it owes the output nothing older than it did before the fault, on every
+  partition and key, so R is restored. Its newest result being fresh is not enough: a
+  restarted real-time replica is current on one partition while it still replays another
+  (a bench run: lag 7 ms while it still owed ~2,000 results). Runs with one replica, or
+  recorded before the merger kept the trail, use the lag (tick time minus the newest
+  ``src_ts`` it delivered) instead. Read from the output, not from the replica's commits: a
   real-time replica commits at its batch's end, often tens of seconds after its output caught
   up.
-* **Impact window** (:func:`impact_window`): from the injection until the faulted replica is
-  healthy again plus ``report.settle``, capped by the next fault and by the end of the input.
+* **Impact window** (:func:`impact_window`): from the injection until the faulted replica has
+  caught up plus ``report.settle``, capped by the next fault and by the end of the input: until
+  then R is not restored, and what the survivors do alone (a batch boundary's stall) is the
+  fault's impact. When caught up is unknown (no lag allowance, or no known target) the window
+  ends at healthy again plus ``report.settle``; a replica that was healthy but did not catch up
+  before the cap keeps the window open to the cap.
 * **Masked** (:func:`masked`): over the whole impact window, p99 <= tolerance x reference p99,
   longest gap <= tolerance x reference gap (floored at the gap resolution, 1 s), and no result
   missing from the run. Otherwise not masked, with the figure that failed; unknown when the
@@ -42,7 +50,7 @@ from dataclasses import dataclass
 
 from arfl.measure.check.hops import nearest_rank
 from arfl.report.gaps import Gap
-from arfl.run.streams import MonitorSnapshot
+from arfl.run.streams import MonitorSnapshot, ReplicaSnapshot
 
 MIN_STEADY_RESULTS = 100
 """Fewer results than this give no meaningful p99 (the 99th percentile of 100 is one result)."""
@@ -142,10 +150,16 @@ def healthy_at(
     return None
 
 
+def behind_ms(snap: ReplicaSnapshot) -> float | None:
+    """How far a replica is behind, as caught up judges it: its trail where the merger kept
+    one (two or more replicas), else its lag (see the module docstring)."""
+    return snap.trail_ms if snap.trail_ms is not None else snap.lag_ms
+
+
 def lag_allowance(
     monitor: Sequence[MonitorSnapshot], replica: int, start: float, end: float
 ) -> float | None:
-    """The lag (ms) within which ``replica`` counts as caught up.
+    """The lag (ms, :func:`behind_ms`) within which ``replica`` counts as caught up.
 
     Args:
         monitor: the merger's 1-s lines.
@@ -158,10 +172,11 @@ def lag_allowance(
         fewer than :data:`MIN_LAG_SAMPLES` such ticks.
     """
     lags = sorted(
-        snap.lag_ms
+        lag
         for tick in monitor
         if start <= tick.t < end and tick.input_flowing
-        and (snap := tick.replicas.get(replica)) is not None and snap.lag_ms is not None
+        and (snap := tick.replicas.get(replica)) is not None
+        and (lag := behind_ms(snap)) is not None
     )  # fmt: skip
     if len(lags) < MIN_LAG_SAMPLES:
         return None
@@ -177,7 +192,7 @@ def caught_up_at(
 ) -> float | None:
     """When the faulted replica had caught up: the first monitor tick from ``healthy`` on, and
     before ``until`` (the next fault, or the end of the output), at which its lag is within
-    ``allowance_ms`` (:func:`lag_allowance`).
+    ``allowance_ms`` (:func:`lag_allowance`, on :func:`behind_ms`).
 
     Returns:
         Epoch seconds of that tick; None when the replica is unknown, never healthy, has no
@@ -190,8 +205,8 @@ def caught_up_at(
         if (
             healthy <= tick.t < until
             and snap is not None
-            and snap.lag_ms is not None
-            and snap.lag_ms <= allowance_ms
+            and (lag := behind_ms(snap)) is not None
+            and lag <= allowance_ms
         ):
             return tick.t
     return None
@@ -203,9 +218,9 @@ class ImpactWindow:
 
     Attributes:
         start: the injection (epoch seconds).
-        end: healthy + settle, capped.
+        end: caught up (or healthy, when caught up is unknown) + settle, capped.
         healthy: when the faulted replica was healthy again (None: not before the cap).
-        ended_by: ``healthy+settle``, ``next fault`` or ``end of input``.
+        ended_by: ``caught-up+settle``, ``healthy+settle``, ``next fault`` or ``end of input``.
     """
 
     start: float
@@ -217,16 +232,32 @@ class ImpactWindow:
 def impact_window(
     injected: float,
     healthy: float | None,
+    caught_up: float | None,
+    caught_up_known: bool,
     settle_s: float,
     next_fault: float | None,
     input_end: float,
 ) -> ImpactWindow:
-    """The impact window of a fault (see the module docstring)."""
+    """The impact window of a fault (see the module docstring).
+
+    Args:
+        injected: the injection (epoch seconds).
+        healthy: :func:`healthy_at` (None: never).
+        caught_up: :func:`caught_up_at` (None: not before the cap, or unknown).
+        caught_up_known: whether caught up can be judged at all (a known target with a lag
+            allowance); without it the window ends at ``healthy + settle_s``.
+        settle_s: :func:`settle_seconds`.
+        next_fault: the next fault's injection (None: none).
+        input_end: the end of the input.
+    """
     cap, capped_by = input_end, "end of input"
     if next_fault is not None and next_fault < cap:
         cap, capped_by = next_fault, "next fault"
-    if healthy is not None and healthy + settle_s <= cap:
-        return ImpactWindow(injected, max(injected, healthy + settle_s), healthy, "healthy+settle")
+    restored, label = (caught_up, "caught-up") if caught_up_known else (healthy, "healthy")
+    if healthy is not None and restored is not None and restored + settle_s <= cap:
+        return ImpactWindow(
+            injected, max(injected, restored + settle_s), healthy, f"{label}+settle"
+        )
     return ImpactWindow(injected, max(injected, cap), healthy, capped_by)
 
 
