@@ -795,3 +795,23 @@ def test_trail_forgets_evicted_ids_and_is_none_for_a_single_replica() -> None:
     one = MergeCore(1, T0)
     one.on_record(0, rec("a", 1), T0)
     assert one.tick(T0 + 1).line["replicas"]["0"]["trail_ms"] is None
+
+
+def test_results_a_replica_skipped_by_resuming_at_the_frontier_are_not_owed() -> None:
+    # Replica 1 delivered 0:0-0:2, died, and its successor resumed at the output frontier
+    # (offset 8): it will never deliver 0:3-0:7, which replica 0 delivered meanwhile. Having
+    # delivered 0:8 on its only output partition, it is past them: they leave its trail. On
+    # partition 1 it has delivered nothing yet: 1:0 stays owed.
+    c = MergeCore(2, T0)
+    for r in (0, 1):
+        c.frontier.set_partitions(r, 1)
+    for k in range(10):
+        c.on_record(0, rec(f"0:{k}", int((T0 + k) * 1000)), T0 + k + 0.005, out_partition=0)
+    for k in range(3):
+        c.on_record(1, rec(f"0:{k}", int((T0 + k) * 1000), 1), T0 + k + 0.010, out_partition=0)
+    assert c.tick(T0 + 10).line["replicas"]["1"]["trail_ms"] == pytest.approx(6995)  # owes 0:3
+    for k in (8, 9):
+        c.on_record(1, rec(f"0:{k}", int((T0 + k) * 1000), 1), T0 + 10.2, out_partition=0)
+    assert c.tick(T0 + 10.5).line["replicas"]["1"]["trail_ms"] == 0.0
+    c.on_record(0, rec("1:0", int((T0 + 10) * 1000)), T0 + 10.6, out_partition=0)
+    assert c.tick(T0 + 11).line["replicas"]["1"]["trail_ms"] == pytest.approx(400)

@@ -63,6 +63,20 @@ class Frontier:
             per_q[out_partition] = o
             self.changed = True
 
+    def passed(self, replica: int, rid: str) -> bool:
+        """Whether ``replica`` is past result ``rid`` (``partition:offset``): it delivered every
+        result of its own below a bound above that offset, so it delivered this one or never
+        will (it resumed at the frontier beyond it). False for other ids, and while some
+        output partition of it has no result of that input partition."""
+        m = _RID.match(rid)
+        if m is None:
+            return False
+        n = self._outputs.get(replica)
+        per_q = self._max.get((replica, int(m.group(1))))
+        if n is None or per_q is None or len(per_q) < n:
+            return False
+        return int(m.group(2)) < min(per_q.values())
+
     def safe(self) -> dict[int, int]:
         """Per input partition, an offset below which every result is delivered (partitions
         no replica bounds yet are absent)."""

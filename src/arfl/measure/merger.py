@@ -35,6 +35,7 @@ The core (:class:`MergeCore`) is pure: Kafka I/O lives in :class:`Merger`. Run a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -42,7 +43,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -212,10 +213,13 @@ class DedupState:
         self.evicted += n
         return n
 
-    def trail_s(self, replica: int, now_s: float) -> float | None:
+    def trail_s(
+        self, replica: int, now_s: float, passed: Callable[[str], bool] | None = None
+    ) -> float | None:
         """How far ``replica`` trails the output: the age at ``now_s`` of the oldest first copy
-        (still remembered) it has not delivered a copy of; 0 when it owes none, None with fewer
-        than two replicas (nothing to trail)."""
+        (still remembered) it has not delivered a copy of and is not past (``passed(rid)``:
+        it resumed beyond it, :meth:`arfl.measure.frontier.Frontier.passed`); 0 when it owes
+        none, None with fewer than two replicas (nothing to trail)."""
         owed = self._owed.get(replica)
         if owed is None:
             return None
@@ -223,7 +227,7 @@ class DedupState:
         seen = self._seen
         while owed:
             entry = seen.get(owed[0])
-            if entry is None or entry[3] & bit:
+            if entry is None or entry[3] & bit or (passed is not None and passed(owed[0])):
                 owed.popleft()
                 continue
             return max(0.0, now_s - entry[0])
@@ -462,7 +466,9 @@ class MergeCore:
 
     def _replica_lines(self, now_s: float) -> dict[str, Any]:
         return {
-            str(i): rc.snapshot(now_s, self.dedup.trail_s(i, now_s))
+            str(i): rc.snapshot(
+                now_s, self.dedup.trail_s(i, now_s, functools.partial(self.frontier.passed, i))
+            )
             for i, rc in sorted(self.replicas.items())
         }
 
