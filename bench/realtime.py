@@ -27,8 +27,9 @@ keeping its low CPU priority until it caught up or for 10 s at most (``on``, the
 and/or getting it back at once (``off``; ``replication.standby_yield``). A list of
 ``--fault-at`` times runs every fault variant at each; the kill table then says, per run, when
 the survivor's next batch boundary came (from its progress) against when the newcomer caught up
-(the report's ``caught_up_s``: its lag at the merger back within its steady allowance), and
-counts the masked runs of each side: whether a kill is masked at R=2 depends on that order.
+(the report's ``caught_up_s``: its trail of the output at the merger back within its steady
+allowance), and counts the masked runs of each side: whether a kill is masked at R=2 depends
+on that order.
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
@@ -311,8 +312,8 @@ def _replica_fault(journal: list[dict[str, Any]]) -> tuple[float, int] | None:
 
 def offset_table(rows: Sequence[dict[str, Any]]) -> None:
     """Kill runs by when the survivor's next boundary came: before or after the newcomer caught
-    up (the report's ``caught_up_s``: its lag back within its steady allowance), masked or
-    not."""
+    up (the report's ``caught_up_s``: its trail of the output back within its steady
+    allowance), masked or not."""
     kills = [r for r in rows if r.get("survivor_boundary_s") is not None and "masked" in r]
     if not kills:
         return
@@ -341,7 +342,7 @@ def offset_table(rows: Sequence[dict[str, Any]]) -> None:
     print(
         "(bnd s: seconds from the kill to the survivor's next batch end; healthy s: the report's, "
         "to the newcomer's first result from input sent after it came back; caught s: to the "
-        "report's caught_up_s, its lag at the merger back within its steady allowance)"
+        "report's caught_up_s, its trail of the output back within its steady allowance)"
     )
 
 

@@ -475,5 +475,5 @@ def test_caught_up_is_judged_on_the_trail_where_the_merger_kept_one() -> None:
     # The allowance is taken from the same figure.
     steady = [dataclasses.replace(t, t=T0 + 100 + i) for i, t in enumerate(with_trail[4:] * 3)]
     assert verdicts.lag_allowance(steady, 0, T0 + 100, T0 + 200) == verdicts.CAUGHT_UP_FLOOR_MS
-    assert verdicts.behind_ms(with_trail[2].replicas[0]) == 4000.0
-    assert verdicts.behind_ms(ticks[2].replicas[0]) == 10.0
+    assert with_trail[2].replicas[0].behind_ms == 4000.0
+    assert ticks[2].replicas[0].behind_ms == 10.0

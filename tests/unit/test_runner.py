@@ -439,10 +439,11 @@ def test_a_realtime_replica_that_lost_an_executor_is_taken_over_by_the_standby(
         assert [e["replica"] for e in _events(r.paths.root, "replica-restarted")] == [0]
 
 
-def _monitor_line(run: Path, replica: int, lag_ms: float) -> None:
+def _monitor_line(run: Path, replica: int, lag_ms: float, trail_ms: float | None = None) -> None:
     """Append a merger monitor line in which ``replica`` delivered a result just now."""
     now = time.time()
-    seen = {"received": 1, "wins": 1, "last_seen_t": now, "last_src_ts": 0, "lag_ms": lag_ms}
+    seen = {"received": 1, "wins": 1, "last_seen_t": now, "last_src_ts": 0, "lag_ms": lag_ms,
+            "trail_ms": trail_ms}  # fmt: skip
     line = {"t": now, "output_rate": 1, "received": 1, "replicas": {str(replica): seen}}
     with (run / "monitor.jsonl").open("a") as f:
         f.write(json.dumps(line) + "\n")
@@ -478,10 +479,13 @@ def test_a_yielding_standby_gets_full_priority_after_the_cap(
         _wait(lambda: [s.ready for s in r.standby_states()] == [True])
         r.kill(0)
         _wait(lambda: r.states()[0].app_id == "app-fake-1")
-        _monitor_line(r.paths.root, 0, lag_ms=5000.0)  # a result, but far behind
+        # A fresh result, but it still owes the output older ones (another partition's
+        # backlog): not caught up, so it yields until the cap.
+        _monitor_line(r.paths.root, 0, lag_ms=5.0, trail_ms=5000.0)
         _wait(lambda: bool(_events(r.paths.root, "replica-reniced")))
         (reniced,) = _events(r.paths.root, "replica-reniced")
         assert reniced["why"] == "not caught up after 0.5s" and reniced["after_s"] >= 0.5
+        assert reniced["lag_ms"] == 5000.0
 
 
 def test_without_a_ready_standby_a_new_driver_is_started(tmp_path: Path) -> None:

@@ -107,8 +107,9 @@ STANDBY_FAILURE_LIMIT = 3
 STANDBY = -1
 """The replica argument of the command factory for a standby driver."""
 YIELD_UNTIL_LAG_MS = 1000.0
-"""A promoted standby that yields (``replication.standby_yield``) gets niceness 0 back once its
-newest result the merger read is at most this old."""
+"""A promoted standby that yields (``replication.standby_yield``) gets niceness 0 back once the
+merger saw a result of its own and it is at most this far behind (``ReplicaSnapshot.behind_ms``:
+its trail of the output, with two or more replicas; else the age of its newest result)."""
 YIELD_MAX_S = 10.0
 """... or this long after the take-over, caught up or not. At niceness 19 on a saturated host
 the newcomer may get almost no CPU: in the standby integration test (300 ev/s, R=2 + standby on
@@ -792,8 +793,9 @@ class ReplicaRunner:
 
     def _end_yield(self, rep: _Replica) -> None:
         """Give a promoted standby that yielded the CPU its full priority back once the merger
-        saw it caught up (a result of its own at most :data:`YIELD_UNTIL_LAG_MS` old), or
-        after :data:`YIELD_MAX_S`."""
+        saw it caught up (a result of its own since, and at most :data:`YIELD_UNTIL_LAG_MS`
+        behind: ``ReplicaSnapshot.behind_ms``, its trail of the output with two or more
+        replicas), or after :data:`YIELD_MAX_S`."""
         if rep.yield_since is None or rep.proc is None or self._monitor is None:
             return
         now = time.time()
@@ -804,8 +806,8 @@ class ReplicaRunner:
             seen is not None
             and seen.last_seen_t is not None
             and seen.last_seen_t > rep.yield_since
-            and seen.lag_ms is not None
-            and seen.lag_ms <= YIELD_UNTIL_LAG_MS
+            and seen.behind_ms is not None
+            and seen.behind_ms <= YIELD_UNTIL_LAG_MS
         )
         if not caught_up and now - rep.yield_since < YIELD_MAX_S:
             return
@@ -816,7 +818,7 @@ class ReplicaRunner:
             pid=rep.proc.pid,
             after_s=round(now - rep.yield_since, 3),
             why="caught up" if caught_up else f"not caught up after {YIELD_MAX_S:g}s",
-            lag_ms=None if seen is None else seen.lag_ms,
+            lag_ms=None if seen is None else seen.behind_ms,
             reniced=reniced,
         )
         rep.yield_since = None

@@ -14,18 +14,18 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   millisecond latency a killed driver's executors still deliver input sent after the kill).
   A killed replica that never came back is never healthy.
 * **Caught up** (:func:`caught_up_at`): from the tick it was healthy on, and before the next
-  fault, the first monitor tick at which the faulted replica's **trail** (:func:`behind_ms`:
-  the age of the oldest result the output has that this replica has not delivered yet) is
-  within its **lag allowance** (:func:`lag_allowance`): the p90 of that replica's own trail
-  over the steady phase, at least :data:`CAUGHT_UP_FLOOR_MS`. Healthy says it delivers again;
-  caught up says it owes the output nothing older than it did before the fault, on every
-  partition and key, so R is restored. Its newest result being fresh is not enough: a
-  restarted real-time replica is current on one partition while it still replays another
-  (a bench run: lag 7 ms while it still owed ~2,000 results). Runs with one replica, or
-  recorded before the merger kept the trail, use the lag (tick time minus the newest
-  ``src_ts`` it delivered) instead. Read from the output, not from the replica's commits: a
-  real-time replica commits at its batch's end, often tens of seconds after its output caught
-  up.
+  fault, the first monitor tick at which the faulted replica's **trail**
+  (``ReplicaSnapshot.behind_ms``: the age of the oldest result the output has that this
+  replica has not delivered yet, and is not past) is within its **lag allowance**
+  (:func:`lag_allowance`): the p90 of that replica's own trail over the steady phase, at
+  least :data:`CAUGHT_UP_FLOOR_MS`. Healthy says it delivers again; caught up says it owes the
+  output nothing older than it did before the fault, on every partition and key, so R is
+  restored. Its newest result being fresh is not enough: a restarted real-time replica is
+  current on one partition while it still replays another (a bench run: lag 7 ms while it
+  still owed ~2,000 results). Runs with one replica, or recorded before the merger kept the
+  trail, use the lag (tick time minus the newest ``src_ts`` it delivered) instead. Read from
+  the output, not from the replica's commits: a real-time replica commits at its batch's
+  end, often tens of seconds after its output caught up.
 * **Impact window** (:func:`impact_window`): from the injection until the faulted replica has
   caught up plus ``report.settle``, capped by the next fault and by the end of the input: until
   then R is not restored, and what the survivors do alone (a batch boundary's stall) is the
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from arfl.measure.check.hops import nearest_rank
 from arfl.report.gaps import Gap
-from arfl.run.streams import MonitorSnapshot, ReplicaSnapshot
+from arfl.run.streams import MonitorSnapshot
 
 MIN_STEADY_RESULTS = 100
 """Fewer results than this give no meaningful p99 (the 99th percentile of 100 is one result)."""
@@ -150,16 +150,11 @@ def healthy_at(
     return None
 
 
-def behind_ms(snap: ReplicaSnapshot) -> float | None:
-    """How far a replica is behind, as caught up judges it: its trail where the merger kept
-    one (two or more replicas), else its lag (see the module docstring)."""
-    return snap.trail_ms if snap.trail_ms is not None else snap.lag_ms
-
-
 def lag_allowance(
     monitor: Sequence[MonitorSnapshot], replica: int, start: float, end: float
 ) -> float | None:
-    """The lag (ms, :func:`behind_ms`) within which ``replica`` counts as caught up.
+    """The lag (ms, ``ReplicaSnapshot.behind_ms``) within which ``replica`` counts as caught
+    up.
 
     Args:
         monitor: the merger's 1-s lines.
@@ -176,7 +171,7 @@ def lag_allowance(
         for tick in monitor
         if start <= tick.t < end and tick.input_flowing
         and (snap := tick.replicas.get(replica)) is not None
-        and (lag := behind_ms(snap)) is not None
+        and (lag := snap.behind_ms) is not None
     )  # fmt: skip
     if len(lags) < MIN_LAG_SAMPLES:
         return None
@@ -192,7 +187,7 @@ def caught_up_at(
 ) -> float | None:
     """When the faulted replica had caught up: the first monitor tick from ``healthy`` on, and
     before ``until`` (the next fault, or the end of the output), at which its lag is within
-    ``allowance_ms`` (:func:`lag_allowance`, on :func:`behind_ms`).
+    ``allowance_ms`` (:func:`lag_allowance`, on ``ReplicaSnapshot.behind_ms``).
 
     Returns:
         Epoch seconds of that tick; None when the replica is unknown, never healthy, has no
@@ -205,7 +200,7 @@ def caught_up_at(
         if (
             healthy <= tick.t < until
             and snap is not None
-            and (lag := behind_ms(snap)) is not None
+            and (lag := snap.behind_ms) is not None
             and lag <= allowance_ms
         ):
             return tick.t

@@ -60,6 +60,12 @@ class ReplicaSnapshot:
     """How far it trails the output: the age of the oldest result the output has that it has
     not delivered (0: none); None with one replica, or in a run recorded before it existed."""
 
+    @property
+    def behind_ms(self) -> float | None:
+        """How far it is behind, as "caught up" is judged (docs/design.md §4): its trail where
+        the merger kept one (two or more replicas), else its lag."""
+        return self.trail_ms if self.trail_ms is not None else self.lag_ms
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplicaSnapshot:
         """Parse one entry of the ``replicas`` object."""
