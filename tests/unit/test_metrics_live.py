@@ -22,7 +22,7 @@ def _snapshot(t: float = T0, divergent: int = 0) -> MonitorSnapshot:
         current_gap_ms=0.0, input_flowing=True, results=50_000, duplicates_total=49_000,
         divergent=divergent, bad=2, evicted=0,
         replicas={0: ReplicaSnapshot(25_000, 30_000, t, 5, 14.0),
-                  1: ReplicaSnapshot(24_000, 20_000, t - 9, 5, 9100.0)},
+                  1: ReplicaSnapshot(24_000, 20_000, t - 9, 5, 9100.0, trail_ms=6789.0)},
     )  # fmt: skip
 
 
@@ -59,6 +59,8 @@ def test_render_shows_percentiles_rates_gap_replicas_and_faults() -> None:
         "running",
         "restarting",
         "9,100",
+        "trail ms",
+        "6,789",
         "kill-driver replica 1",
         "divergent 3",
     ):

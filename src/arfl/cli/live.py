@@ -104,6 +104,7 @@ def _replica_table(snap: MonitorSnapshot | None, states: Mapping[int, str]) -> T
         ("received", "right"),
         ("first-copy wins", "right"),
         ("lag ms", "right"),
+        ("trail ms", "right"),
     ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     ids = sorted(set(states) | set(snap.replicas if snap else {}))
@@ -116,6 +117,7 @@ def _replica_table(snap: MonitorSnapshot | None, states: Mapping[int, str]) -> T
             str(rs.received) if rs else "-",
             str(rs.wins) if rs else "-",
             _ms(rs.lag_ms) if rs else "-",
+            _ms(rs.trail_ms) if rs else "-",
         )
     return t
 
