@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -277,6 +278,47 @@ def behind_over_time(run: Path, replica: int) -> list[tuple[float, float]]:
         if lag is not None:
             out.append((float(line["t"]), float(lag)))
     return out
+
+
+def caught_up_from_topics(
+    info: StackInfo,
+    result: DeployResult,
+    replica: int,
+    resumed_at: dict[str, int],
+    ticks: list[float],
+    healthy: float,
+    allowance_ms: float,
+    until: float,
+) -> float | None:
+    """The report's *caught up* (docs/design.md §4) read again without the merger: from the
+    replica topics' record timestamps. At a tick t, ``replica`` owes every result some replica
+    had written by t that it had not written by t -- except results below the offsets it
+    resumed at (``resumed_at``, per input partition: the supervisor's output frontier) that it
+    never wrote. Its trail at t is the age of the oldest one (0: none). Returns the first tick
+    in ``[healthy, until)`` at which that is within ``allowance_ms``, or None."""
+    first: dict[str, float] = {}
+    mine: dict[str, float] = {}
+    for r in range(result.summary["replicas"]):
+        with ResultReader(info.kafka, replica_topic(result.summary["topics"]["sink"], r)) as rd:
+            assert rd.drain(), f"could not read replica {r}'s topic to its end"
+            for rr in rd.results:
+                t = rr.kafka_ts_ms / 1000.0
+                first[rr.result.rid] = min(first.get(rr.result.rid, math.inf), t)
+                if r == replica:
+                    mine[rr.result.rid] = min(mine.get(rr.result.rid, math.inf), t)
+
+    def skipped(rid: str) -> bool:
+        p, _, o = rid.partition(":")
+        return rid not in mine and o.isdigit() and int(o) < resumed_at.get(p, -1)
+
+    owed = sorted((t, rid) for rid, t in first.items() if not skipped(rid))
+    for tick in ticks:
+        if not healthy <= tick < until:
+            continue
+        oldest = next((t for t, rid in owed if t <= tick and mine.get(rid, math.inf) > tick), None)
+        if (0.0 if oldest is None else (tick - oldest) * 1000.0) <= allowance_ms:
+            return tick
+    return None
 
 
 def check_silent_then_resumed(run: Path, replica: int, start: float, end: float) -> None:
