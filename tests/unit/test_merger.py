@@ -788,13 +788,30 @@ def test_trail_is_the_age_of_the_oldest_output_result_a_replica_has_not_delivere
 
 def test_trail_forgets_evicted_ids_and_is_none_for_a_single_replica() -> None:
     c = MergeCore(2, T0, horizon_s=5.0)
-    c.on_record(0, rec("a", 1), T0)
+    c.on_record(0, rec("0:0", 1), T0)
     assert c.tick(T0 + 1).line["replicas"]["1"]["trail_ms"] == pytest.approx(1000)
-    # 'a' forgotten (horizon): no longer owed, not a trail of 6 s.
+    # 0:0 forgotten (horizon): no longer owed, not a trail of 6 s.
     assert c.tick(T0 + 6).line["replicas"]["1"]["trail_ms"] == 0.0
     one = MergeCore(1, T0)
-    one.on_record(0, rec("a", 1), T0)
+    one.on_record(0, rec("0:0", 1), T0)
     assert one.tick(T0 + 1).line["replicas"]["0"]["trail_ms"] is None
+
+
+def test_no_trail_once_a_result_is_not_per_record() -> None:
+    # A window result that one replica dropped as late would never be delivered by it: the
+    # merger cannot tell that from a backlog, so window pipelines have no trail (caught up
+    # falls back to the lag).
+    c = MergeCore(2, T0)
+    c.on_record(0, rec("0:0", 1), T0)
+    assert c.tick(T0 + 1).line["replicas"]["1"]["trail_ms"] == pytest.approx(1000)
+    c.on_record(0, rec("1000-2000:u1", 1), T0 + 1.1)
+    c.on_record(0, rec("0:1", 1), T0 + 1.2)
+    line = c.tick(T0 + 2).line
+    assert line["replicas"]["0"]["trail_ms"] is None
+    assert line["replicas"]["1"]["trail_ms"] is None
+    # A record from a topic the merger has no index for (replica -1) is merged, not a crash.
+    assert c.on_record(-1, rec("0:2", 1), T0 + 2.1)[0] is Outcome.FIRST
+    assert c.on_record(-1, rec("0:0", 1), T0 + 2.2)[0] is Outcome.DUPLICATE
 
 
 def test_results_a_replica_skipped_by_resuming_at_the_frontier_are_not_owed() -> None:

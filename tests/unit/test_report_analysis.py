@@ -405,9 +405,14 @@ def test_caught_up_is_the_first_tick_from_healthy_on_within_the_allowance() -> N
     assert verdicts.caught_up_at(ticks, None, T0 + 6.5, 100.0, end) is None  # no replica
 
 
-def _with_lag(data: RunData, lag_ms: dict[int, dict[int, float]] | None = None) -> RunData:
+def _with_lag(
+    data: RunData,
+    lag_ms: dict[int, dict[int, float]] | None = None,
+    trail_ms: dict[int, dict[int, float]] | None = None,
+) -> RunData:
     """Give every monitor tick each replica's lag (tick time minus its newest ``src_ts``), or
-    ``lag_ms[replica][k]`` at the tick ``T0 + k`` where given."""
+    ``lag_ms[replica][k]`` at the tick ``T0 + k`` where given; with ``trail_ms``, a trail too
+    (``trail_ms[replica][k]`` where given, else 0)."""
     import dataclasses
 
     for snap in data.monitor:
@@ -415,7 +420,8 @@ def _with_lag(data: RunData, lag_ms: dict[int, dict[int, float]] | None = None) 
         for r, rs in list(snap.replicas.items()):
             lag = None if rs.last_src_ts is None else snap.t * 1000.0 - rs.last_src_ts
             lag = (lag_ms or {}).get(r, {}).get(k, lag)
-            snap.replicas[r] = dataclasses.replace(rs, lag_ms=lag)
+            trail = None if trail_ms is None else trail_ms.get(r, {}).get(k, 0.0)
+            snap.replicas[r] = dataclasses.replace(rs, lag_ms=lag, trail_ms=trail)
     return data
 
 
@@ -472,8 +478,36 @@ def test_caught_up_is_judged_on_the_trail_where_the_merger_kept_one() -> None:
     assert verdicts.caught_up_at(with_trail, 0, T0 + 1.5, 100.0, end) == T0 + 4.5
     # A run without a trail (one replica, or recorded before it existed): the lag decides.
     assert verdicts.caught_up_at(ticks, 0, T0 + 1.5, 100.0, end) == T0 + 2.5
-    # The allowance is taken from the same figure.
-    steady = [dataclasses.replace(t, t=T0 + 100 + i) for i, t in enumerate(with_trail[4:] * 3)]
-    assert verdicts.lag_allowance(steady, 0, T0 + 100, T0 + 200) == verdicts.CAUGHT_UP_FLOOR_MS
+    # The allowance is taken from the same figure: a steady trail of 500 ms (the replica one
+    # batch boundary behind the other) with a lag of 5 ms gives 500 ms.
+    steady = [
+        dataclasses.replace(
+            _lag_tick(T0 + 100 + i, {0: 5.0}),
+            replicas={0: dataclasses.replace(_lag_tick(0, {0: 5.0}).replicas[0], trail_ms=500.0)},
+        )
+        for i in range(10)
+    ]
+    assert verdicts.lag_allowance(steady, 0, T0 + 100, T0 + 200) == 500.0
+    no_trail = [
+        dataclasses.replace(s, replicas={0: dataclasses.replace(s.replicas[0], trail_ms=None)})
+        for s in steady
+    ]
+    assert verdicts.lag_allowance(no_trail, 0, T0 + 100, T0 + 200) == verdicts.CAUGHT_UP_FLOOR_MS
     assert with_trail[2].replicas[0].behind_ms == 4000.0
     assert ticks[2].replicas[0].behind_ms == 10.0
+
+
+def test_the_report_reads_caught_up_from_the_trail_where_the_merger_kept_one() -> None:
+    # As in the window test above, but the paused replica's lag is fresh from its first result
+    # on (one partition current) while its trail says it still owes 6 s of the other's until
+    # the 20 s tick. Judged on the trail: caught up at 10 s after the pause, the survivor's
+    # stall at second 17 inside the window, not masked. On the lag it would be caught up at
+    # once (2 s) and the stall outside.
+    lat = [100.0] * 17 + [1000.0] + [100.0] * 12
+    owed = {1: {k: 6000.0 for k in range(12, 20)}}
+    (f,) = analyse(_with_lag(_run(lat, [_pause(10.0, 1.0)]), trail_ms=owed)).faults
+    assert (f.healthy_s, f.caught_up_s) == (pytest.approx(2.0), pytest.approx(10.0))
+    assert f.caught_up_lag_ms == 100.0  # the floor: the steady trail was 0
+    assert f.window_ended_by == "caught-up+settle" and f.masked is False
+    (g,) = analyse(_with_lag(_run(lat, [_pause(10.0, 1.0)]))).faults
+    assert g.caught_up_s == pytest.approx(2.0) and g.masked is True

@@ -392,7 +392,7 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
             assert _nice(child) == 0
             (reniced,) = _events(r.paths.root, "replica-reniced")
             assert reniced["replica"] == 1 and reniced["why"] == "caught up"
-            assert reniced["lag_ms"] == 5.0 and reniced["reniced"] is True
+            assert reniced["behind_ms"] == 5.0 and reniced["reniced"] is True
         # A successor standby follows (after STANDBY_RESPAWN_DELAY_S), in its own files.
         _wait(lambda: [s.standby for s in r.standby_states() if s.ready] == [1])
         started = _events(r.paths.root, "standby-started")
@@ -485,7 +485,7 @@ def test_a_yielding_standby_gets_full_priority_after_the_cap(
         _wait(lambda: bool(_events(r.paths.root, "replica-reniced")))
         (reniced,) = _events(r.paths.root, "replica-reniced")
         assert reniced["why"] == "not caught up after 0.5s" and reniced["after_s"] >= 0.5
-        assert reniced["lag_ms"] == 5000.0
+        assert reniced["behind_ms"] == 5000.0
 
 
 def test_without_a_ready_standby_a_new_driver_is_started(tmp_path: Path) -> None:

@@ -35,7 +35,8 @@ FILE_NAME = "frontier.json"
 """In the run directory."""
 WRITE_INTERVAL_S = 0.2
 """How often the merger writes the frontier (a restart replays at most about this much more)."""
-_RID = re.compile(r"^(\d+):(\d+)$")
+PER_RECORD_RID = re.compile(r"^(\d+):(\d+)$")
+"""A per-record result's id: ``<input partition>:<input offset>``."""
 
 
 class Frontier:
@@ -54,7 +55,7 @@ class Frontier:
 
     def offer(self, replica: int, out_partition: int, rid: str) -> None:
         """A result ``rid`` of ``replica`` was read from its output partition ``out_partition``."""
-        m = _RID.match(rid)
+        m = PER_RECORD_RID.match(rid)
         if m is None:
             return
         p, o = int(m.group(1)), int(m.group(2))
@@ -68,7 +69,7 @@ class Frontier:
         result of its own below a bound above that offset, so it delivered this one or never
         will (it resumed at the frontier beyond it). False for other ids, and while some
         output partition of it has no result of that input partition."""
-        m = _RID.match(rid)
+        m = PER_RECORD_RID.match(rid)
         if m is None:
             return False
         n = self._outputs.get(replica)

@@ -51,7 +51,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from arfl.errors import ArflError, DeployError
 from arfl.measure import frontier as frontier_file
-from arfl.measure.frontier import Frontier
+from arfl.measure.frontier import PER_RECORD_RID, Frontier
 from arfl.measure.histogram import (
     DEFAULT_PERCENTILES,
     IntervalHistogram,
@@ -132,8 +132,8 @@ class DedupState:
         """Args:
         horizon_s: forget an id this long after its first copy arrived; None: never by age.
         max_entries: forget the oldest ids beyond this many.
-        replicas: how many replicas deliver copies; with two or more, each one's trail is kept
-            (:meth:`trail_s`).
+        replicas: how many replicas deliver copies (indices ``0 .. replicas-1``); with two or
+            more, each one's trail is kept (:meth:`trail_s`).
         """
         if (horizon_s is not None and horizon_s <= 0) or max_entries < 1:
             raise ValueError("horizon_s must be positive and max_entries at least 1")
@@ -143,7 +143,8 @@ class DedupState:
         # it); insertion order == arrival order.
         self._seen: OrderedDict[str, tuple[float, int, str, int]] = OrderedDict()
         # Per replica, in arrival order, the ids the output had before that replica delivered
-        # them; an id leaves (lazily, in trail_s) once delivered or forgotten.
+        # them; an id leaves (lazily, in trail_s) once delivered, forgotten or passed. Emptied
+        # for good at the first id that is not per-record (see trail_s).
         self._owed: dict[int, deque[str]] = (
             {r: deque() for r in range(replicas)} if replicas >= 2 else {}
         )
@@ -171,11 +172,16 @@ class DedupState:
             copy, where ``divergence`` is set when its hash differs from the first copy's.
         """
         prev = self._seen.get(rid)
+        bit = 1 << replica if replica >= 0 else 0
         if prev is None:
-            self._seen[rid] = (arrival_s, replica, content_hash, 1 << replica)
-            for r, owed in self._owed.items():
-                if r != replica:
-                    owed.append(rid)
+            self._seen[rid] = (arrival_s, replica, content_hash, bit)
+            if self._owed:
+                if PER_RECORD_RID.match(rid) is None:
+                    self._owed = {}
+                else:
+                    for r, owed in self._owed.items():
+                        if r != replica:
+                            owed.append(rid)
             if data is not None:
                 self._data[rid] = data
                 if len(self._data) > DATA_MEMORY:
@@ -184,8 +190,8 @@ class DedupState:
                 self._seen.popitem(last=False)
                 self.evicted += 1
             return True, None
-        if self._owed and not prev[3] & (1 << replica):
-            self._seen[rid] = (prev[0], prev[1], prev[2], prev[3] | (1 << replica))
+        if self._owed and not prev[3] & bit:
+            self._seen[rid] = (prev[0], prev[1], prev[2], prev[3] | bit)
         if prev[2] != content_hash:
             return False, Divergence(
                 rid, prev[1], prev[2], replica, content_hash, self._data.get(rid), data
@@ -219,7 +225,15 @@ class DedupState:
         """How far ``replica`` trails the output: the age at ``now_s`` of the oldest first copy
         (still remembered) it has not delivered a copy of and is not past (``passed(rid)``:
         it resumed beyond it, :meth:`arfl.measure.frontier.Frontier.passed`); 0 when it owes
-        none, None with fewer than two replicas (nothing to trail)."""
+        none.
+
+        None with fewer than two replicas (nothing to trail), for a replica index beyond those
+        given at construction, and once any result was not per-record (its id not
+        ``partition:offset``): a window that one replica dropped as late (its watermark moved
+        at other batch ends) is never delivered by it, and nothing tells the merger so; such a
+        result would stay owed for the rest of the run. An id forgotten (``max_entries``,
+        ``horizon_s``) and offered again is owed anew by the replicas that delivered it before,
+        until they are past it."""
         owed = self._owed.get(replica)
         if owed is None:
             return None

@@ -18,7 +18,7 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``interrupt-ignored`` {signals, during} — Ctrl-C or SIGTERM arrived while stopping
 * ``standby-started`` {standby, pid, nice} / ``standby-ready`` {standby, pid, startup_s} /
   ``standby-died`` {standby, pid, exit_code} / ``standby-gave-up`` {reason}
-* ``replica-reniced`` {replica, pid, after_s, why, lag_ms, reniced} — a promoted standby that
+* ``replica-reniced`` {replica, pid, after_s, why, behind_ms, reniced} — a promoted standby that
   yielded the CPU (``replication.standby_yield``) got niceness 0 back
 * ``replica-executor-lost`` {replica, pid, executors, action} — a real-time replica lost an
   executor JVM while a standby was ready: its driver is killed and the standby takes over
@@ -818,7 +818,7 @@ class ReplicaRunner:
             pid=rep.proc.pid,
             after_s=round(now - rep.yield_since, 3),
             why="caught up" if caught_up else f"not caught up after {YIELD_MAX_S:g}s",
-            lag_ms=None if seen is None else seen.behind_ms,
+            behind_ms=None if seen is None else seen.behind_ms,
             reniced=reniced,
         )
         rep.yield_since = None

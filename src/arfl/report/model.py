@@ -17,10 +17,12 @@ if TYPE_CHECKING:
     # spec validator's import of arfl.report.slo must not (a cycle).
     from arfl.measure.check.hops import HopLatency
 
-JSON_VERSION = 2
-"""Bumped when a field of the ``--json`` output changes meaning or is removed. 2:
-``faults[].caught_up_s`` reads the output (was: the journal's ``replica-caught-up``, the
-replica's commits); ``caught_up_lag_ms`` added."""
+JSON_VERSION = 3
+"""Bumped when a field of the ``--json`` output changes meaning or is removed. 3: the impact
+window (``faults[].window_s``, the ``fault-N`` phase, ``masked``) runs to caught up + settle
+(was: healthy + settle); ``caught_up_s`` and ``caught_up_lag_ms`` read the replica's trail
+where the merger kept one (was: its lag). 2: ``faults[].caught_up_s`` reads the output (was:
+the journal's ``replica-caught-up``, the replica's commits); ``caught_up_lag_ms`` added."""
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:
@@ -117,11 +119,12 @@ class FaultStats:
         restored_s: injection until the replica / executor was back (None when unknown).
         first_batch_s: kills of a replica: injection until the restarted replica finished its
             first micro-batch (None when unknown).
-        caught_up_s: injection until the faulted replica's lag was back within
-            ``caught_up_lag_ms`` (R restored; :func:`arfl.report.verdicts.caught_up_at`; None
-            when unknown or not before the output ended).
-        caught_up_lag_ms: the faulted replica's lag allowance: p90 of its lag over the steady
-            phase, at least 100 ms (:func:`arfl.report.verdicts.lag_allowance`).
+        caught_up_s: injection until the faulted replica was back within ``caught_up_lag_ms``
+            behind the output (its trail, else its lag: ``ReplicaSnapshot.behind_ms``; R
+            restored; :func:`arfl.report.verdicts.caught_up_at`; None when unknown or not
+            before the output ended).
+        caught_up_lag_ms: the faulted replica's lag allowance: p90 of its trail (else lag) over
+            the steady phase, at least 100 ms (:func:`arfl.report.verdicts.lag_allowance`).
         recovery_s: injection until the output was back within tolerance of the steady state
             and stayed there for the settle time (0: never left it; None: not recovered
             before the next fault / the end of the output, or no usable steady state).

@@ -19,11 +19,12 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   replica has not delivered yet, and is not past) is within its **lag allowance**
   (:func:`lag_allowance`): the p90 of that replica's own trail over the steady phase, at
   least :data:`CAUGHT_UP_FLOOR_MS`. Healthy says it delivers again; caught up says it owes the
-  output nothing older than it did before the fault, on every partition and key, so R is
-  restored. Its newest result being fresh is not enough: a restarted real-time replica is
-  current on one partition while it still replays another (a bench run: lag 7 ms while it
-  still owed ~2,000 results). Runs with one replica, or recorded before the merger kept the
-  trail, use the lag (tick time minus the newest ``src_ts`` it delivered) instead. Read from
+  output nothing older than it did before the fault, on every partition, so R is restored.
+  Its newest result being fresh is not enough: a restarted real-time replica is current on
+  one partition while it still replays another (a bench run: lag 7 ms while it still had an
+  estimated ~2,000 results to replay). Runs without a trail (one replica, window results,
+  recorded before the merger kept it) use the lag (tick time minus the newest ``src_ts`` it
+  delivered) instead. Read from
   the output, not from the replica's commits: a real-time replica commits at its batch's
   end, often tens of seconds after its output caught up.
 * **Impact window** (:func:`impact_window`): from the injection until the faulted replica has
