@@ -332,16 +332,20 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
     assert 1 in caught_up
     # The merger kept each replica's trail (what the report's caught up is judged on): while
-    # replica 1 delivered nothing (after its dying executor's last results), the oldest
-    # output result it owed aged with the clock, a second per monitor tick.
+    # replica 1 delivered nothing (from its dying executor's last results until the standby's
+    # first), the oldest output result it owed aged with the clock, a second per monitor tick.
     kill_at = float(journal_events(run, "fault-injected")[0]["started"])
-    lines = [
+    after = [
         (float(d["t"]), d["replicas"]["1"])
         for d in read_jsonl(run / "monitor.jsonl")
-        if float(d["t"]) >= kill_at + 1.5
+        if float(d["t"]) >= kill_at and d["input_flowing"]
     ]  # fmt: skip
-    silent = [(t, r1["trail_ms"]) for t, r1 in lines if r1["received"] == lines[0][1]["received"]]
-    assert len(silent) >= 3 and silent[0][1] > 0, lines[:10]
+    runs = [
+        [(t, r1["trail_ms"]) for t, r1 in group]
+        for _n, group in itertools.groupby(after, key=lambda x: x[1]["received"])
+    ]
+    silent = max(runs, key=len)  # the take-over: 2-9 s measured
+    assert len(silent) >= 2 and silent[0][1] > 0, after[:12]
     grew = [(b - a) - (tb - ta) * 1000 for (ta, a), (tb, b) in itertools.pairwise(silent)]
     assert all(abs(d) < 50 for d in grew), silent
     # Caught up as the report judges it (on the merger's trail) survives a reading without the
