@@ -256,6 +256,22 @@ def test_rehearsal_events_only_where_a_rehearsal_reads_them() -> None:
     assert rehearsal_events(_spec(spark={"conf": {"arfl.rehearsalInput": False}})) == []
     assert rehearsal_events(_spec(spark={"conf": {"arfl.standbyRehearsal": False}})) == []
     assert rehearsal_events(_spec(replication={"trigger": "micro-batch"})) == []
+    # A replayed source: its records come from the user's topic, the injector makes none (the
+    # same spec without the replay does get events).
+    from arfl.configs.spec import parse_spec
+
+    raw: dict[str, Any] = {
+        "name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
+        "replication": {"mode": "active", "replicas": 2, "trigger": "realtime"},
+        "workload": {"duration": "10s", "fields": {"user": {"kind": "key", "cardinality": 10},
+                                                   "created": {"kind": "event-time"}}},
+    }  # fmt: skip
+    assert len(rehearsal_events(parse_spec(raw, "r.toml"))) == driver.REHEARSAL_RECORDS
+    raw["source"]["replay"] = {"topic": "ext", "start": {"0": 0}, "end": "2026-01-05T10:00:00Z",
+                               "time_field": "created"}  # fmt: skip
+    replayed = parse_spec(raw, "r.toml")
+    assert replayed.source.replay is not None
+    assert rehearsal_events(replayed) == []
 
 
 @pytest.mark.parametrize("rehearsal_input", [False, True])
