@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _common import Column, cpu_lock, print_table, write_rows
 
-from arfl.measure.merger import MergeCore
+from arfl.measure.merger import DedupState, MergeCore
 
 T0 = 1_800_000_000.0
 
@@ -53,7 +53,9 @@ def run_once(recs: list[tuple[int, bytes, float]], trail: bool) -> float:
     """Seconds of CPU (process time) to merge ``recs``."""
     core = MergeCore(2, T0)
     if not trail:
-        core.dedup._owed = {}  # the bookkeeping off: what the merger did before the trail
+        # The bookkeeping off (a dedup memory told of one replica): what the merger did
+        # before the trail.
+        core.dedup = DedupState(replicas=1)
     next_tick = T0 + 1.0
     start = time.process_time()
     for replica, value, arrival in recs:

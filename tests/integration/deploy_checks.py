@@ -265,19 +265,15 @@ def lag_over_time(run: Path, replica: int) -> list[tuple[float, float]]:
 
 
 def behind_over_time(run: Path, replica: int) -> list[tuple[float, float]]:
-    """``(epoch s, ms behind)`` of one replica per merger second, read from the raw monitor
-    lines: its ``trail_ms`` (the age of the oldest output result it had not delivered) where
-    the merger kept one (two or more replicas), else its ``lag_ms``; seconds without either
-    left out."""
-    out = []
-    for line in read_jsonl(run / "monitor.jsonl"):
-        rep = line.get("replicas", {}).get(str(replica))
-        if rep is None:
-            continue
-        lag = rep.get("trail_ms") if rep.get("trail_ms") is not None else rep.get("lag_ms")
-        if lag is not None:
-            out.append((float(line["t"]), float(lag)))
-    return out
+    """``(epoch s, ms behind)`` of one replica per merger second, as caught up judges it
+    (``ReplicaSnapshot.behind_ms``: its trail where the merger kept one, else its lag),
+    seconds without either left out."""
+    snaps = [MonitorSnapshot.from_dict(d) for d in read_jsonl(run / "monitor.jsonl")]
+    return [
+        (s.t, behind)
+        for s in snaps
+        if replica in s.replicas and (behind := s.replicas[replica].behind_ms) is not None
+    ]
 
 
 def caught_up_from_topics(

@@ -72,22 +72,26 @@ class Frontier:
         m = PER_RECORD_RID.match(rid)
         if m is None:
             return False
+        bound = self._bound(replica, int(m.group(1)))
+        return bound is not None and int(m.group(2)) < bound
+
+    def _bound(self, replica: int, partition: int) -> int | None:
+        """The offset of input partition ``partition`` below which every result of
+        ``replica``'s is delivered (see the module docstring); None while some output
+        partition of it has no result of that input partition."""
         n = self._outputs.get(replica)
-        per_q = self._max.get((replica, int(m.group(1))))
+        per_q = self._max.get((replica, partition))
         if n is None or per_q is None or len(per_q) < n:
-            return False
-        return int(m.group(2)) < min(per_q.values())
+            return None
+        return min(per_q.values())
 
     def safe(self) -> dict[int, int]:
         """Per input partition, an offset below which every result is delivered (partitions
         no replica bounds yet are absent)."""
         out: dict[int, int] = {}
-        for (replica, p), per_q in self._max.items():
-            n = self._outputs.get(replica)
-            if n is None or len(per_q) < n:
-                continue
-            bound = min(per_q.values())
-            if bound > out.get(p, -1):
+        for replica, p in self._max:
+            bound = self._bound(replica, p)
+            if bound is not None and bound > out.get(p, -1):
                 out[p] = bound
         return out
 
