@@ -19,7 +19,7 @@ from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import DeployError
 from arfl.measure.frontier import path_in as frontier_path_in
 from arfl.measure.frontier import write_frontier
-from arfl.orchestrate.supervisor import ReplicaRunner
+from arfl.orchestrate.supervisor import STANDBY_STOP_GRACE_S, ReplicaRunner
 from arfl.processes import is_running, priority_of, stop_pid
 from arfl.replica.driver import EXIT_BAD_CONFIG
 from arfl.replica.modes.base import STARTING_OFFSETS
@@ -637,3 +637,46 @@ def test_resume_checkpoint_never_skips_input(tmp_path: Path) -> None:
         _wait(lambda: r.states()[0].app_id == "app-fake-1")
         (restarted,) = _events(r.paths.root, "replica-restarted")
         assert restarted["resume"] == "checkpoint" and "why" not in restarted
+
+
+# A standby still starting when the run stops: the real driver holds SIGTERM off until its
+# Spark session is up and its executors warmed (28 s measured in the standby integration tests).
+STARTING_STANDBY = r"""
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(600)", "CoarseGrainedExecutorBackend"]
+)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(child.pid))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1] + ".child")
+time.sleep(600)
+"""
+
+
+def test_stop_does_not_wait_for_a_standby_that_is_still_starting(tmp_path: Path) -> None:
+    """A standby holds no replica: the run's stop gives it STANDBY_STOP_GRACE_S, not the
+    replicas' stop_timeout_s, then kills its tree."""
+    script = tmp_path / "starting_standby.py"
+    script.write_text(STARTING_STANDBY)
+    command = _with_standby(tmp_path, [sys.executable, str(script), str(tmp_path / "sb")])
+    r = _runner(_standby_spec(), tmp_path, command, stop_timeout_s=30.0)
+    r.start()
+    r.wait_ready(timeout_s=20)
+    (sb,) = r.standby_states()
+    _wait(lambda: (tmp_path / "sb.child").exists())
+    child = int((tmp_path / "sb.child").read_text())
+    t0 = time.monotonic()
+    r.stop()
+    took = time.monotonic() - t0
+    # 36 s before the standby had its own grace (30 s of it the replicas' timeout); now 8 s here:
+    # its grace, then each fake replica's tree (its child outlives it by tree_grace_s).
+    assert took < STANDBY_STOP_GRACE_S + 12 < 30, took
+    assert not psutil.pid_exists(sb.pid) or psutil.Process(sb.pid).status() == psutil.STATUS_ZOMBIE
+    assert not psutil.pid_exists(child)
+    (stopped,) = _events(r.paths.root, "standby-stopped")
+    assert stopped["standby"] == 0 and stopped["pid"] == sb.pid, stopped
+    assert stopped["ready"] is False and stopped["graceful"] is False, stopped
+    assert stopped["exit_code"] == -9, stopped
+    # The replicas themselves exited on SIGTERM, as before.
+    assert [e["graceful"] for e in _events(r.paths.root, "replica-stopped")] == [True, True]

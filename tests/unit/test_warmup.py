@@ -372,3 +372,36 @@ def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
     assert made["schema"] == "key string, value string" and made["format"] == "kafka"
     assert made["options"] == {"kafka.bootstrap.servers": "b:9", "topic": "t.in"}
     assert made["saved"] is True
+
+
+def test_a_standby_stopped_while_its_session_started_neither_warms_up_nor_rehearses(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM that came while the Spark session started (the run stopped meanwhile): the
+    standby leaves at once instead of spending its warm-up and rehearsal (13-20 s) first."""
+    import threading
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from arfl.configs.spec import parse_spec
+
+    called: list[str] = []
+    monkeypatch.setattr(driver, "_warm_up", lambda *a: called.append("warm-up"))
+    monkeypatch.setattr(driver, "_rehearse", lambda *a: called.append("rehearse"))
+    raw = {"name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
+           "replication": {"mode": "active", "replicas": 2, "standby": 1,
+                           "trigger": "realtime"}}  # fmt: skip
+    spec = parse_spec(raw, "r.toml")
+    app = tmp_path / "standby-0.app.json"
+    cfg = driver.DriverConfig(
+        spec=spec.model_dump(mode="json", by_alias=True), replica=0, bootstrap="b:9",
+        output_topic="out.standby0", checkpoint_dir=str(tmp_path / "ck"), progress_file="p",
+        app_id_file=str(app), master="local[2]", standby=True,
+        assignment_file=str(tmp_path / "standby-0.assign.json"),
+    )  # fmt: skip
+    sc = SimpleNamespace(applicationId="app-1", uiWebUrl=None, defaultParallelism=2)
+    stop = threading.Event()
+    stop.set()
+    assert driver._standby(cfg, SimpleNamespace(sparkContext=sc), stop, 1.0) is None
+    assert called == []
+    assert "ready" not in json.loads(Path(app).read_text())  # never reported ready

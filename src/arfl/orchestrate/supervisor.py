@@ -17,7 +17,9 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``replica-stopped``  {replica, pid, exit_code, graceful}
 * ``interrupt-ignored`` {signals, during} — Ctrl-C or SIGTERM arrived while stopping
 * ``standby-started`` {standby, pid, nice} / ``standby-ready`` {standby, pid, startup_s} /
-  ``standby-died`` {standby, pid, exit_code} / ``standby-gave-up`` {reason}
+  ``standby-died`` {standby, pid, exit_code} / ``standby-gave-up`` {reason} /
+  ``standby-stopped`` {standby, pid, ready, exit_code, graceful, leftover_pids} — at the run's
+  stop, after at most :data:`STANDBY_STOP_GRACE_S` (a standby holds no replica)
 * ``replica-reniced`` {replica, pid, after_s, why, behind_ms, reniced} — a promoted standby that
   yielded the CPU (``replication.standby_yield``) got niceness 0 back
 * ``replica-executor-lost`` {replica, pid, executors, action} — a real-time replica lost an
@@ -102,6 +104,11 @@ STANDBY_NICE = 19
 """Niceness of a waiting standby's processes (CFS weight 15 against a replica's 1024)."""
 STANDBY_RESPAWN_DELAY_S = 20.0
 """After a standby took a replica over, how long before its successor starts."""
+STANDBY_STOP_GRACE_S = 3.0
+"""How long a standby may take to exit on SIGTERM when the run stops, before its tree is
+killed. It holds no replica (its warm-up and rehearsal are thrown away), and the real driver
+only acts on SIGTERM once its Spark session is up and its executors warmed: a standby started
+just before the stop held the standby integration tests' stop 28 s."""
 STANDBY_FAILURE_LIMIT = 3
 """Standbys that die in a row before they were ready; then no more are started."""
 STANDBY = -1
@@ -490,17 +497,30 @@ class ReplicaRunner:
             self._thread.join(timeout=10)
         with self._lock:
             live = [r for r in self._replicas if r.proc is not None]
-            standbys = [sb.proc for sb in self._standbys if sb.proc is not None]
+            standbys = [sb for sb in self._standbys if sb.proc is not None]
             # SIGTERM every driver first, so that they shut down in parallel.
             for rep in live:
                 assert rep.proc is not None
                 rep.proc.terminate()
-            for proc in standbys:
-                proc.terminate()
+            for sb in standbys:
+                assert sb.proc is not None
+                sb.proc.terminate()
             deadline = time.monotonic() + self.stop_timeout_s
-            for proc in standbys:
-                proc.stop(
-                    grace_s=max(0.1, deadline - time.monotonic()), tree_grace_s=self.tree_grace_s
+            standby_deadline = time.monotonic() + min(STANDBY_STOP_GRACE_S, self.stop_timeout_s)
+            for sb in standbys:
+                assert sb.proc is not None
+                code = sb.proc.stop(
+                    grace_s=max(0.1, standby_deadline - time.monotonic()),
+                    tree_grace_s=self.tree_grace_s,
+                )
+                self.journal.write(
+                    "standby-stopped",
+                    standby=sb.sid,
+                    pid=sb.proc.pid,
+                    ready=sb.ready,
+                    exit_code=code,
+                    graceful=bool(sb.proc.graceful) and code == 0,
+                    leftover_pids=sb.proc.survivors,
                 )
             for sb in self._standbys:
                 sb.proc, sb.spawn_at = None, None

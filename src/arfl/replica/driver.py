@@ -538,10 +538,14 @@ def _standby(
     ctx = _context(cfg)
     sc = spark.sparkContext
     write_json_atomic(Path(cfg.app_id_file), _app_info(cfg, sc, session_s, standby=True))
+    if stop.is_set():  # the run stopped while the session started: no warm-up for nothing
+        return None
     if spec.replication.trigger == "realtime":
         _warm_up(spark, mode.sink_options(ctx, spec), sc.defaultParallelism)
-        if spec.spark.flag(REHEARSAL_KEY, True):
+        if spec.spark.flag(REHEARSAL_KEY, True) and not stop.is_set():
             _rehearse(spark, spec, mode, cfg, stop)
+        if stop.is_set():
+            return None
     write_json_atomic(
         Path(cfg.app_id_file), _app_info(cfg, sc, session_s, standby=True, ready=time.time())
     )
