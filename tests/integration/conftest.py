@@ -34,3 +34,14 @@ def own_stack(tmp_path: Path) -> Iterator[EmbeddedStack]:
         yield harness
     finally:
         harness.stop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _offline_session_per_module() -> Iterator[None]:
+    """The offline recomputation's batch session (``deploy_checks.offline_recompute``) lives for
+    one test module: stopped after it, so that no other module's in-process Spark session
+    (``local_session``) finds it instead of its own."""
+    yield
+    import deploy_checks
+
+    deploy_checks.close_offline_session()

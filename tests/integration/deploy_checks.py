@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -20,6 +21,7 @@ from arfl.measure.check.kafka import read_records, replica_topics
 from arfl.measure.histogram import merge, percentiles_ms, read_latency_log
 from arfl.orchestrate.deploy import DeployResult, scoped
 from arfl.replica import offline
+from arfl.replica.sparkenv import local_session
 from arfl.run.records import Result, final_values, replica_topic, split_update
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import MonitorSnapshot
@@ -142,14 +144,40 @@ def replica_outputs(info: StackInfo, result: DeployResult) -> list[dict[str, lis
     return [read_topic(info, replica_topic(sink, i), 1) for i in range(n)]
 
 
+_offline_session: contextlib.ExitStack | None = None
+_offline_spark: Any = None
+
+
+def offline_recompute(info: StackInfo, spec: Spec) -> offline.Recomputed:
+    """:func:`arfl.replica.offline.recompute` on one in-process batch session per test module
+    (closed by ``tests/integration/conftest.py`` after the module) instead of one per call:
+    its JVM start cost ~11 s of CPU each time (measured on an idle host)."""
+    global _offline_session, _offline_spark
+    if _offline_session is None:
+        stack = contextlib.ExitStack()
+        jars = ensure_installed().spark_kafka_jars
+        conf = {"spark.jars": ",".join(str(j) for j in jars)} if jars else {}
+        _offline_spark = stack.enter_context(
+            local_session("local[1]", conf, app_name="arfl-test-offline")
+        )
+        _offline_session = stack
+    return offline.recompute_with(_offline_spark, spec, info.kafka)
+
+
+def close_offline_session() -> None:
+    """Stop the module's batch session (and its JVM), if one was started."""
+    global _offline_session, _offline_spark
+    if _offline_session is not None:
+        stack, _offline_session, _offline_spark = _offline_session, None, None
+        stack.close()
+
+
 def check_against_offline(info: StackInfo, spec: Spec, result: DeployResult) -> offline.Recomputed:
     """Final output == offline recomputation: nothing lost, nothing twice, same content."""
     out = final_output(info, result)
     dups = {rid: len(copies) for rid, copies in out.items() if len(copies) > 1}
     assert not dups, f"duplicates in the final output: {list(dups.items())[:5]}"
-    expected = offline.recompute(
-        scoped(spec, result.run_dir.name), info.kafka, ensure_installed().spark_kafka_jars
-    )
+    expected = offline_recompute(info, scoped(spec, result.run_dir.name))
     if spec.emits_updates:
         _check_final_values(out, expected)
         return expected

@@ -16,10 +16,10 @@ from typing import Any
 
 import psutil
 import pytest
+from deploy_checks import offline_recompute
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.orchestrate.supervisor import ReplicaRunner
-from arfl.replica import offline
 from arfl.run.records import replica_topic
 from arfl.run.rundir import new_run_dir
 from arfl.stack import StackInfo, ensure_installed
@@ -130,7 +130,7 @@ def test_end_of_input_markers_flush_the_last_windows(
         for reader in readers.values():
             reader.close()
 
-    expected = {s.name: offline.recompute(s, stack.kafka, jars) for s in specs}
+    expected = {s.name: offline_recompute(stack, s) for s in specs}
     emitted = {n: {x.result.rid: x for x in r.results} for n, r in readers.items()}
     for name, reader in readers.items():
         assert reader.bad == 0

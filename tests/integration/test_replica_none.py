@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
+from deploy_checks import offline_recompute
 
 from arfl.configs.spec import Spec, parse_spec
 from arfl.orchestrate.supervisor import ReplicaRunner
@@ -188,7 +189,7 @@ def test_none_replicas_window_and_per_record_match_offline(
             reader.close()
 
     # Recomputed after the replicas stopped: fewer JVMs competing for the 2 cores.
-    expected = {s.name: offline.recompute(s, stack.kafka, jars) for s in (win, rec)}
+    expected = {s.name: offline_recompute(stack, s) for s in (win, rec)}
     assert expected["nonerec"].input_records == RATE * DURATION_S + GARBAGE
     assert len(expected["nonerec"].final) > 0.7 * RATE * DURATION_S
     assert len(expected["nonewin"].final) > 10 * (DURATION_S - 3)
