@@ -154,6 +154,10 @@ def offline_recompute(info: StackInfo, spec: Spec) -> offline.Recomputed:
     its JVM start cost ~11 s of CPU each time (measured on an idle host)."""
     global _offline_session, _offline_spark
     if _offline_session is None:
+        from pyspark.sql import SparkSession
+
+        # Another in-process session would be returned instead (without the Kafka jars).
+        assert SparkSession.getActiveSession() is None, "an in-process Spark session is running"
         stack = contextlib.ExitStack()
         jars = ensure_installed().spark_kafka_jars
         conf = {"spark.jars": ",".join(str(j) for j in jars)} if jars else {}

@@ -40,7 +40,7 @@ from deploy_checks import (
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
-from arfl.orchestrate.supervisor import YIELD_MAX_S
+from arfl.orchestrate.supervisor import STANDBY_STOP_GRACE_S, YIELD_MAX_S
 from arfl.replica.driver import REHEARSAL_RECORDS
 from arfl.replica.warmup import WARMUP_RECORDS, warmup_topic
 from arfl.report import build_report, verdicts
@@ -108,6 +108,19 @@ def _taken_over_at_the_frontier(
     check_against_offline(info, spec, result)
     _check_ok(result)
     _resumed_at_the_frontier(info, result, replica, restarted["offsets"])
+    # A standby alive when the run stopped (the successor, started 20 s after the take-over,
+    # possibly still starting) was stopped within its grace, not the replicas' 30-s timeout:
+    # one still starting acts on SIGTERM only once warmed up, and held the stop 28 s before.
+    # (Within the grace, plus the tree's grace of a standby that exited by itself, 5 s.)
+    run = result.run_dir
+    started = {e["standby"] for e in journal_events(run, "standby-started")}
+    promoted = {e["standby"] for e in journal_events(run, "replica-started") if "standby" in e}
+    died = {e["standby"] for e in journal_events(run, "standby-died")}
+    stopped = journal_events(run, "standby-stopped")
+    assert {e["standby"] for e in stopped} == started - promoted - died, stopped
+    for e in stopped:
+        assert e["after_s"] <= STANDBY_STOP_GRACE_S + 5.0 + 2.0, e
+        assert not (run / "checkpoints" / f"standby-{e['standby']}").exists()
     return restarted
 
 
@@ -349,7 +362,8 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     # nothing yet there (trail 0 in a CI run; the next tick's 274.9 ms is the age of the first
     # result it then owed). From the first tick it owes something on, the trail ages with the clock.
     owing = [(t, trail) for t, trail in silent if trail is not None and trail > 0]
-    assert len(owing) >= 2 and owing[0] == silent[len(silent) - len(owing)], silent
+    assert len(owing) >= 2 and len(silent) - len(owing) <= 1, silent
+    assert owing[0] == silent[len(silent) - len(owing)], silent
     grew = [(b - a) - (tb - ta) * 1000 for (ta, a), (tb, b) in itertools.pairwise(owing)]
     assert all(abs(d) < 50 for d in grew), silent
     # Caught up as the report judges it (on the merger's trail) survives a reading without the

@@ -666,9 +666,12 @@ def test_stop_does_not_wait_for_a_standby_that_is_still_starting(tmp_path: Path)
     (sb,) = r.standby_states()
     _wait(lambda: (tmp_path / "sb.child").exists())
     child = int((tmp_path / "sb.child").read_text())
+    rehearsal = r.paths.root / "checkpoints" / "standby-0" / "rehearsal"
+    rehearsal.mkdir(parents=True)  # what a real standby's rehearsal leaves
     t0 = time.monotonic()
     r.stop()
     took = time.monotonic() - t0
+    assert not rehearsal.parent.exists()
     # 36 s before the standby had its own grace (30 s of it the replicas' timeout); now 8 s here:
     # its grace, then each fake replica's tree (its child outlives it by tree_grace_s).
     assert took < STANDBY_STOP_GRACE_S + 12 < 30, took
@@ -678,5 +681,6 @@ def test_stop_does_not_wait_for_a_standby_that_is_still_starting(tmp_path: Path)
     assert stopped["standby"] == 0 and stopped["pid"] == sb.pid, stopped
     assert stopped["ready"] is False and stopped["graceful"] is False, stopped
     assert stopped["exit_code"] == -9, stopped
+    assert STANDBY_STOP_GRACE_S <= stopped["after_s"] < STANDBY_STOP_GRACE_S + 5, stopped
     # The replicas themselves exited on SIGTERM, as before.
     assert [e["graceful"] for e in _events(r.paths.root, "replica-stopped")] == [True, True]

@@ -18,8 +18,10 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``interrupt-ignored`` {signals, during} — Ctrl-C or SIGTERM arrived while stopping
 * ``standby-started`` {standby, pid, nice} / ``standby-ready`` {standby, pid, startup_s} /
   ``standby-died`` {standby, pid, exit_code} / ``standby-gave-up`` {reason} /
-  ``standby-stopped`` {standby, pid, ready, exit_code, graceful, leftover_pids} — at the run's
-  stop, after at most :data:`STANDBY_STOP_GRACE_S` (a standby holds no replica)
+  ``standby-stopped`` {standby, pid, ready, exit_code, graceful, leftover_pids, after_s} — at
+  the run's stop, ``after_s`` after its SIGTERM: at most :data:`STANDBY_STOP_GRACE_S` before
+  its tree is killed (a standby holds no replica); ``ready`` as supervision last saw it, and a
+  standby that died since supervision's last look is reported here too (its exit code)
 * ``replica-reniced`` {replica, pid, after_s, why, behind_ms, reniced} — a promoted standby that
   yielded the CPU (``replication.standby_yield``) got niceness 0 back
 * ``replica-executor-lost`` {replica, pid, executors, action} — a real-time replica lost an
@@ -55,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -107,8 +110,9 @@ STANDBY_RESPAWN_DELAY_S = 20.0
 STANDBY_STOP_GRACE_S = 3.0
 """How long a standby may take to exit on SIGTERM when the run stops, before its tree is
 killed. It holds no replica (its warm-up and rehearsal are thrown away), and the real driver
-only acts on SIGTERM once its Spark session is up and its executors warmed: a standby started
-just before the stop held the standby integration tests' stop 28 s."""
+acts on SIGTERM only once its Spark session is up (until session 21 only once its executors
+were warmed too): a standby started just before the stop held the standby integration tests'
+stop 28 s. Its niceness is set back to 0 first."""
 STANDBY_FAILURE_LIMIT = 3
 """Standbys that die in a row before they were ready; then no more are started."""
 STANDBY = -1
@@ -499,11 +503,14 @@ class ReplicaRunner:
             live = [r for r in self._replicas if r.proc is not None]
             standbys = [sb for sb in self._standbys if sb.proc is not None]
             # SIGTERM every driver first, so that they shut down in parallel.
+            terminated = time.monotonic()
             for rep in live:
                 assert rep.proc is not None
                 rep.proc.terminate()
             for sb in standbys:
                 assert sb.proc is not None
+                if sb.niced:  # at 19 it would hardly get the CPU to exit within its grace
+                    set_nice(process_tree(sb.proc.pid), 0)
                 sb.proc.terminate()
             deadline = time.monotonic() + self.stop_timeout_s
             standby_deadline = time.monotonic() + min(STANDBY_STOP_GRACE_S, self.stop_timeout_s)
@@ -521,7 +528,10 @@ class ReplicaRunner:
                     exit_code=code,
                     graceful=bool(sb.proc.graceful) and code == 0,
                     leftover_pids=sb.proc.survivors,
+                    after_s=round(time.monotonic() - terminated, 3),
                 )
+                # What it rehearsed on (a promoted standby checkpoints as its replica instead).
+                shutil.rmtree(self._standby_checkpoint(sb.sid), ignore_errors=True)
             for sb in self._standbys:
                 sb.proc, sb.spawn_at = None, None
             for rep in live:
@@ -604,6 +614,10 @@ class ReplicaRunner:
             self.paths.log(f"standby-{sid}"),
         )
 
+    def _standby_checkpoint(self, sid: int) -> Path:
+        """Standby ``sid``'s own checkpoint directory (its rehearsal's)."""
+        return self.paths.root / "checkpoints" / f"standby-{sid}"
+
     def _spawn_standby(self, sb: _Standby) -> None:
         sid = self._standby_count
         self._standby_count += 1
@@ -614,7 +628,7 @@ class ReplicaRunner:
             replica=sid,
             bootstrap=self.bootstrap,
             output_topic=f"{self.spec.sink.topic}.standby{sid}",
-            checkpoint_dir=str(self.paths.root / "checkpoints" / f"standby-{sid}"),
+            checkpoint_dir=str(self._standby_checkpoint(sid)),
             progress_file=str(self.paths.root / "progress" / f"standby-{sid}.jsonl"),
             app_id_file=str(app),
             master=self.master,
