@@ -110,7 +110,8 @@ def _taken_over_at_the_frontier(
     _resumed_at_the_frontier(info, result, replica, restarted["offsets"])
     # A standby alive when the run stopped (the successor, started 20 s after the take-over,
     # possibly still starting) was stopped within its grace, not the replicas' 30-s timeout:
-    # one still starting acts on SIGTERM only once warmed up, and held the stop 28 s before.
+    # one still starting acts on SIGTERM only once its session is up (and until session 21 also
+    # warmed up first), which held the stop 28 s.
     # (Within the grace, plus the tree's grace of a standby that exited by itself, 5 s.)
     run = result.run_dir
     started = {e["standby"] for e in journal_events(run, "standby-started")}

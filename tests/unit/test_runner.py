@@ -639,8 +639,9 @@ def test_resume_checkpoint_never_skips_input(tmp_path: Path) -> None:
         assert restarted["resume"] == "checkpoint" and "why" not in restarted
 
 
-# A standby still starting when the run stops: the real driver holds SIGTERM off until its
-# Spark session is up and its executors warmed (28 s measured in the standby integration tests).
+# A standby still starting when the run stops: the real driver acts on SIGTERM only once its
+# Spark session is up (until session 21 also once warmed up: 28 s in the standby integration
+# tests' stop).
 STARTING_STANDBY = r"""
 import os, signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
