@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     _register()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        rv = app(args=argv, standalone_mode=False)
+        # prog_name: usage lines say "arfl", also when run as "python -m arfl" or from tests
+        # under "python -m pytest" (click would take the name from sys.argv otherwise).
+        rv = app(args=argv, prog_name="arfl", standalone_mode=False)
         if isinstance(rv, int):  # typer returns 130 for Ctrl-C in non-standalone mode
             return rv
     except ArflError as e:
