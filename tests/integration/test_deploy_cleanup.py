@@ -163,6 +163,16 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         processes = {e["process"] for e in stopped}
         assert processes - {"merger"} == {"replica-0", "standby-0", "injector"}
         assert ("merger" in processes) != bool(orphaned), (processes, orphaned)
+        # The run's own SPARK_HOME (its executors' jar copies and scratch) went with them, the
+        # executors' logs kept in the run.
+        home = Path(st["spark_home"])
+        assert home.parent.name == "spark-runs" and home.name == run_dir.name, home
+        assert not home.exists(), sorted(p.name for p in home.rglob("*"))[:20]
+        (removed,) = [e for e in journal if e["event"] == "spark-home-removed"]
+        assert removed["recovered"] is True and removed["home"] == str(home), removed
+        kept = {Path(p).name.split(".")[0] for p in removed["executor_logs"]}
+        assert rep["app_id"] in kept, (rep["app_id"], removed)
+        assert f"removed {home}" in r.stdout, r.stdout
         # Nothing is left to recover, and a second recover says so.
         again = subprocess.run(
             [str(ARFL), "chaos", "recover", str(run_dir)],

@@ -41,6 +41,7 @@ from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.orchestrate.supervisor import STANDBY_STOP_GRACE_S, YIELD_MAX_S
+from arfl.paths import state_dir
 from arfl.replica.driver import REHEARSAL_RECORDS
 from arfl.replica.warmup import WARMUP_RECORDS, warmup_topic
 from arfl.report import build_report, verdicts
@@ -53,6 +54,16 @@ from arfl.stack.topics import read_to_end
 pytestmark = pytest.mark.integration
 
 INTERVAL_S = 5.0
+
+
+def _spark_scratch(home: Path) -> set[str]:
+    """What Spark applications left in a SPARK_HOME: ``work/<app>``, ``tmp/<scratch>``."""
+    return {
+        f"{d}/{p.name}"
+        for d in ("work", "tmp")
+        if (home / d).is_dir()
+        for p in (home / d).iterdir()
+    }
 
 
 def _per_record_spec(name: str, duration: str = "15s", **extra: Any) -> Spec:
@@ -196,10 +207,22 @@ def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path:
             {"at": "15s", "fault": "kill-replica", "replica": 1},
         ],
     )
+    shared = _spark_scratch(state_dir() / "spark-home")
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
     s = result.summary
     injected = journal_events(result.run_dir, "fault-injected")
     assert [e["kind"] for e in injected] == ["kill-executor", "kill-replica"]
+    # Nothing of its Spark applications is left behind, though a killed JVM cleans nothing up:
+    # they ran in the run's own SPARK_HOME (nothing new in the shared one), deleted at the
+    # stop, every application's executor logs kept in the run.
+    assert _spark_scratch(state_dir() / "spark-home") <= shared
+    (removed,) = journal_events(result.run_dir, "spark-home-removed")
+    assert Path(removed["home"]).name == result.run_dir.name, removed
+    assert not Path(removed["home"]).exists() and removed["removed_mb"] > 0, removed
+    apps = {e["app_id"] for e in journal_events(result.run_dir, "replica-ready")}
+    logs = [Path(p) for p in removed["executor_logs"]]
+    assert len(apps) >= 3 and {p.name.split(".")[0] for p in logs} == apps, (apps, logs)
+    assert all(p.parent == result.run_dir / "logs" / "executors" and p.stat().st_size for p in logs)
     # The killed driver was restarted from its checkpoint (also when it died before its first
     # commit: drop_incomplete_writes). The executor loss was either retried inside replica 0
     # (Spark 4.3 re-ran the lost real-time tasks on a new executor, measured here) or failed

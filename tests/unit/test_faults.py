@@ -508,6 +508,57 @@ def test_recover_never_signals_a_reused_or_unidentified_pid(deployment: _Deploym
     assert len(_running(d.all())) == 4
 
 
+def _run_spark_home(tmp_path: Path) -> Path:
+    from arfl.replica.sparkenv import RUN_SPARK_HOMES, ensure_spark_home
+
+    home = ensure_spark_home(tmp_path / RUN_SPARK_HOMES / "dead-run")
+    ex = home / "work" / "app-1" / "0"
+    ex.mkdir(parents=True)
+    (ex / "stderr").write_text("executor log\n")
+    return home
+
+
+def test_recover_deletes_a_dead_deployments_spark_home_keeping_its_executor_logs(
+    deployment: _Deployment, tmp_path: Path
+) -> None:
+    d = deployment
+    home = _run_spark_home(tmp_path)
+    d.write_state(os.getpid(), pid_create_time=psutil.Process().create_time(), spark_home=str(home))
+    report = recover(d.run_dir)  # a live deployment: its SPARK_HOME is in use
+    assert home.is_dir() and report.removed_spark_home is None
+    d.write_state(_dead_owner(), spark_home=str(home))
+    report = recover(d.run_dir)
+    assert not home.exists() and report.removed_spark_home == str(home)
+    assert (d.run_dir / "logs" / "executors" / "app-1.0.stderr").read_text() == "executor log\n"
+    (ev,) = [
+        e for e in read_jsonl(d.run_dir / "journal.jsonl") if e["event"] == "spark-home-removed"
+    ]
+    assert ev["recovered"] is True and ev["home"] == str(home)
+
+
+def test_recover_never_deletes_what_state_json_names_unless_it_is_a_run_spark_home(
+    deployment: _Deployment, tmp_path: Path
+) -> None:
+    d = deployment
+    precious = tmp_path / "precious"
+    (precious / "work").mkdir(parents=True)
+    d.write_state(_dead_owner(), spark_home=str(precious))
+    with pytest.raises(FaultError, match="not one; left"):
+        recover(d.run_dir)
+    assert (precious / "work").is_dir()
+
+
+def test_a_spark_home_left_alone_is_something_to_recover(tmp_path: Path) -> None:
+    home = _run_spark_home(tmp_path)
+    run_dir = tmp_path / "runs" / "dead-run"
+    run_dir.mkdir(parents=True)
+    state = {"run": "dead-run", "pid": _dead_owner(), "mode": "none", "spark_home": str(home)}
+    (run_dir / "state.json").write_text(json.dumps(state))
+    assert runs_with_pending(run_dir.parent) == [run_dir]
+    assert recover(run_dir).removed_spark_home == str(home)
+    assert runs_with_pending(run_dir.parent) == []
+
+
 def test_leftovers_include_standbys_once() -> None:
     from arfl.faults.leftovers import recorded_processes
 

@@ -328,6 +328,8 @@ class RecoveryReport:
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     removed_network: list[str] = field(default_factory=list)
+    removed_spark_home: str | None = None
+    """The dead deployment's own SPARK_HOME, deleted (its executors' logs kept in the run)."""
     stopped: list[str] = field(default_factory=list)
     """Processes of a dead deployment that were still running, now stopped."""
 
@@ -381,6 +383,8 @@ def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
         )
     _stop_leftovers(run_dir, journal, report, force)
     report.removed_network = _remove_orphan_network(run_dir)
+    if not report.failed:  # no JVM of it survived that might still write there
+        _remove_spark_home(run_dir, journal, report)
     if report.failed:
         raise FaultError(f"{run_dir}: recover could not revert: " + "; ".join(report.failed))
     return report
@@ -426,6 +430,38 @@ def _deployment_gone(run_dir: Path) -> bool:
     return state is not None and not leftovers.owner_alive(*state)
 
 
+def _spark_home_left(run_dir: Path) -> bool:
+    """Whether the run's own SPARK_HOME (``state.json`` ``spark_home``) still exists."""
+    state = leftovers.read_state(run_dir)
+    raw = state[0].get("spark_home") if state is not None else None
+    return isinstance(raw, str) and bool(raw) and Path(raw).is_dir()
+
+
+def _remove_spark_home(run_dir: Path, journal: Journal, report: RecoveryReport) -> None:
+    """Delete the run's own SPARK_HOME (``state.json`` ``spark_home``) when the deployment that
+    made it is gone, as its stop would have (``spark-home-removed``)."""
+    from arfl.replica.sparkenv import is_run_spark_home, retire_spark_home
+
+    state = leftovers.read_state(run_dir)
+    if state is None or leftovers.owner_alive(*state):
+        return
+    raw = state[0].get("spark_home")
+    home = Path(raw) if isinstance(raw, str) and raw else None
+    if home is None or not home.is_dir():
+        return
+    if not is_run_spark_home(home):  # never delete what state.json merely names
+        report.failed.append(f"state.json names {home} as the run's SPARK_HOME: not one; left")
+        return
+    try:
+        retired = retire_spark_home(home, run_dir / "logs" / "executors")
+    except OSError as e:
+        report.failed.append(f"the run's SPARK_HOME {home}: {e}")
+        return
+    if retired is not None:
+        journal.write("spark-home-removed", recovered=True, **retired.to_json())
+        report.removed_spark_home = retired.home
+
+
 def _remove_orphan_network(run_dir: Path) -> list[str]:
     """Delete the run's isolation when the deployment that created it is gone."""
     try:
@@ -461,7 +497,8 @@ def _docker_leftovers(run: str, recorded: bool) -> bool:
 
 def runs_with_pending(root: Path) -> list[Path]:
     """Run directories under ``root`` with something to recover: a pending-faults file, or,
-    although the deployment is gone, processes it left running or its network isolation."""
+    although the deployment is gone, processes it left running, its network isolation or its
+    own SPARK_HOME."""
     if not root.is_dir():
         return []
     found = {p.parent for p in root.glob("*/pending-faults.json")}
@@ -481,6 +518,7 @@ def runs_with_pending(root: Path) -> list[Path]:
             or (state.on_docker and _docker_leftovers(state.run, state.docker is not None))
             or leftovers.find(run_dir, by_session)
             or leftovers.run_stack_running(run_dir)
+            or _spark_home_left(run_dir)
         ):
             found.add(run_dir)
     return sorted(found)

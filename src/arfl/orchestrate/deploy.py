@@ -51,6 +51,7 @@ from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import Tick, Watcher, drain_seconds
 from arfl.processes import ManagedProcess, priority_of
 from arfl.replica.modes.base import STARTING_OFFSETS
+from arfl.replica.sparkenv import ensure_spark_home, retire_spark_home, run_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.stack.config import harness_nice
@@ -174,6 +175,12 @@ class Deployment:
             master=self._replica_master(),
             journal=self.ctx.journal,
             command=self.net.driver_command,
+            # Its own SPARK_HOME, removed at the stop (a container's is its own tmpfs).
+            spark_home=(
+                ensure_spark_home(run_spark_home(self.ctx.run_id))
+                if self.net.docker is None
+                else None
+            ),
             # Active modes: ZooKeeper for the leader election; the run id names this run's
             # decision topic so that no old decision is ever replayed.
             mode_options={
@@ -313,6 +320,7 @@ class Deployment:
                 self.runner.stop()
             except Exception as e:  # keep stopping the rest
                 errors.append(f"replicas: {e}")
+            self._retire_spark_home(errors)
         if self.merger is not None:
             # Its exit status says whether every result reached the final topic (exit 4:
             # delivery failures); the report reads it back.
@@ -333,6 +341,22 @@ class Deployment:
         self.write_state()
         if errors:
             raise DeployError("; ".join(errors))
+
+    def _retire_spark_home(self, errors: list[str]) -> None:
+        """Once every driver is gone: the executors' logs into ``logs/executors``, the run's
+        SPARK_HOME (jar copies, scratch of killed JVMs) deleted; journaled
+        ``spark-home-removed``."""
+        assert self.runner is not None
+        home = self.runner.spark_home
+        if home is None:
+            return
+        try:
+            retired = retire_spark_home(home, self.ctx.dir / "logs" / "executors")
+        except OSError as e:
+            errors.append(f"the run's SPARK_HOME {home}: {e}; 'arfl chaos recover' retries")
+            return
+        if retired is not None:
+            self.ctx.journal.write("spark-home-removed", **retired.to_json())
 
     def summarise(self) -> dict[str, Any]:
         """Write ``summary.json``."""

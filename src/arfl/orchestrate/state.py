@@ -91,6 +91,8 @@ def write_state(
             "leader_path": leader_path(ctx.spec.name, ctx.run_id),
             "isolation": iso.to_json() if iso else None,
             "docker": net.docker.to_json() if net.docker else None,
+            # The run's own SPARK_HOME (not on the docker target), removed at the stop.
+            "spark_home": str(runner.spark_home) if runner and runner.spark_home else None,
             "merger_pid": merger.pid if merger else None,
             "merger_create_time": merger.create_time if merger else None,
             "injector_pid": injector.pid if injector else None,

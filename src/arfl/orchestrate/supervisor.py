@@ -384,6 +384,11 @@ class ReplicaRunner:
         self._thread = threading.Thread(target=self._supervise, name="arfl-replicas", daemon=True)
         self._thread.start()
 
+    @property
+    def spark_home(self) -> Path | None:
+        """The SPARK_HOME given to the constructor (None: the shared one)."""
+        return self._spark_home
+
     def states(self) -> dict[int, ReplicaState]:
         """Current state of every replica (refreshing app ids)."""
         with self._lock:

@@ -12,6 +12,7 @@ data sources fail with "Python worker failed to connect back" otherwise), loopba
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -81,6 +82,80 @@ def ensure_spark_home(base: Path | None = None) -> Path:
             f"cannot create SPARK_HOME at {home}: {e}; set ARFL_STATE_DIR to a writable directory"
         ) from None
     return home
+
+
+RUN_SPARK_HOMES = "spark-runs"
+"""Directory of :func:`state_dir` that holds each deployment's own SPARK_HOME."""
+
+
+def run_spark_home(run_id: str) -> Path:
+    """The SPARK_HOME of one deployment's drivers (:func:`ensure_spark_home` builds it):
+    ``state_dir()/spark-runs/<run id>``. Its own, so that what its Spark applications leave
+    there can be told from other runs' and removed with it (:func:`retire_spark_home`)."""
+    return state_dir() / RUN_SPARK_HOMES / run_id
+
+
+def is_run_spark_home(path: Path) -> bool:
+    """Whether ``path`` looks like a :func:`run_spark_home` (what ``recover`` may delete: a
+    directory named by a run under a ``spark-runs`` directory, holding arfl's ``RELEASE``)."""
+    return (
+        path.parent.name == RUN_SPARK_HOMES
+        and path.name not in ("", ".", "..")
+        and (path / "RELEASE").is_file()
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetiredHome:
+    """What :func:`retire_spark_home` did."""
+
+    home: str
+    removed_mb: float
+    executor_logs: list[str]
+    """The executor logs it kept (paths under the run's ``logs/executors``)."""
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
+    """Keep the executors' logs of a deployment's SPARK_HOME, then delete it.
+
+    A ``local-cluster`` worker writes each executor's ``stdout`` and ``stderr`` under
+    ``work/<app id>/<executor id>/`` (next to a copy of every jar the application ships, ~10 MB
+    per application), and every Spark JVM its scratch under ``tmp/`` (``spark-*``,
+    ``blockmgr-*``), which a JVM that is killed never removes: measured here, 7 applications
+    of a test session left 87 MB under ``work`` and 49 MB under ``tmp`` of the shared
+    SPARK_HOME. The non-empty logs are copied to ``logs/<app id>.<executor id>.<stdout|stderr>``;
+    the home's symlinks are removed, never followed.
+
+    Returns:
+        None when ``home`` does not exist (nothing to do).
+
+    Raises:
+        OSError: the logs could not be copied or the home not deleted.
+    """
+    if not home.is_dir():
+        return None
+    kept: list[str] = []
+    work = home / "work"
+    if work.is_dir():
+        for app in sorted(p for p in work.iterdir() if p.is_dir() and not p.is_symlink()):
+            for ex in sorted(p for p in app.iterdir() if p.is_dir() and not p.is_symlink()):
+                for stream in ("stdout", "stderr"):
+                    src = ex / stream
+                    if src.is_file() and not src.is_symlink() and src.stat().st_size > 0:
+                        logs.mkdir(parents=True, exist_ok=True)
+                        dst = logs / f"{app.name}.{ex.name}.{stream}"
+                        shutil.copyfile(src, dst)
+                        kept.append(str(dst))
+    size = 0
+    for root, _dirs, files in os.walk(home):  # does not descend into symlinked directories
+        for f in files:
+            with contextlib.suppress(OSError):
+                size += os.lstat(os.path.join(root, f)).st_size
+    shutil.rmtree(home)  # removes symlinks, never what they point to
+    return RetiredHome(str(home), round(size / 1e6, 1), kept)
 
 
 def _pyspark_version() -> str:

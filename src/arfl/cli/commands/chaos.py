@@ -386,7 +386,12 @@ def recover_runs(dirs: list[Path], force: bool = False) -> None:
             out.print(f"[green]stopped[/] {line}  ({d})", highlight=False)
         if rep.removed_network:
             out.print(f"removed {', '.join(rep.removed_network)}", highlight=False)
-        if not (rep.reverted or rep.skipped or rep.stopped or rep.removed_network):
+        if rep.removed_spark_home:
+            out.print(f"removed {rep.removed_spark_home}  ({d})", highlight=False, soft_wrap=True)
+        if not (
+            rep.reverted or rep.skipped or rep.stopped or rep.removed_network
+            or rep.removed_spark_home
+        ):  # fmt: skip
             out.print(f"nothing pending in {d}", highlight=False)
     if failures:
         raise FaultError("\n".join(failures))
