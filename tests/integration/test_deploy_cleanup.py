@@ -166,7 +166,7 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         # The run's own SPARK_HOME (its executors' jar copies and scratch) went with them, the
         # executors' logs kept in the run.
         home = Path(st["spark_home"])
-        assert home.parent.name == "spark-runs" and home.name == run_dir.name, home
+        assert home.parent.name == "spark-runs" and home.name.startswith(f"{run_dir.name}-"), home
         assert not home.exists(), sorted(p.name for p in home.rglob("*"))[:20]
         (removed,) = [e for e in journal if e["event"] == "spark-home-removed"]
         assert removed["recovered"] is True and removed["home"] == str(home), removed

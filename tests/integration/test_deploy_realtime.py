@@ -217,11 +217,12 @@ def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path:
     # stop, every application's executor logs kept in the run.
     assert _spark_scratch(state_dir() / "spark-home") <= shared
     (removed,) = journal_events(result.run_dir, "spark-home-removed")
-    assert Path(removed["home"]).name == result.run_dir.name, removed
+    assert Path(removed["home"]).name.startswith(f"{result.run_dir.name}-"), removed
     assert not Path(removed["home"]).exists() and removed["removed_mb"] > 0, removed
-    apps = {e["app_id"] for e in journal_events(result.run_dir, "replica-ready")}
+    ready = journal_events(result.run_dir, "replica-ready")  # both, and the restarted one
+    apps = {e["app_id"] for e in ready}  # (two started in one second may share an app id)
     logs = [Path(p) for p in removed["executor_logs"]]
-    assert len(apps) >= 3 and {p.name.split(".")[0] for p in logs} == apps, (apps, logs)
+    assert len(ready) >= 3 and {p.name.split(".")[0] for p in logs} == apps, (apps, logs)
     assert all(p.parent == result.run_dir / "logs" / "executors" and p.stat().st_size for p in logs)
     # The killed driver was restarted from its checkpoint (also when it died before its first
     # commit: drop_incomplete_writes). The executor loss was either retried inside replica 0

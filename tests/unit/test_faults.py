@@ -508,10 +508,11 @@ def test_recover_never_signals_a_reused_or_unidentified_pid(deployment: _Deploym
     assert len(_running(d.all())) == 4
 
 
-def _run_spark_home(tmp_path: Path) -> Path:
-    from arfl.replica.sparkenv import RUN_SPARK_HOMES, ensure_spark_home
+def _run_spark_home(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from arfl.replica.sparkenv import run_spark_home
 
-    home = ensure_spark_home(tmp_path / RUN_SPARK_HOMES / "dead-run")
+    monkeypatch.setenv("ARFL_STATE_DIR", str(run_dir.parent.parent / "state"))
+    home = run_spark_home(run_dir)
     ex = home / "work" / "app-1" / "0"
     ex.mkdir(parents=True)
     (ex / "stderr").write_text("executor log\n")
@@ -519,10 +520,10 @@ def _run_spark_home(tmp_path: Path) -> Path:
 
 
 def test_recover_deletes_a_dead_deployments_spark_home_keeping_its_executor_logs(
-    deployment: _Deployment, tmp_path: Path
+    deployment: _Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d = deployment
-    home = _run_spark_home(tmp_path)
+    home = _run_spark_home(d.run_dir, monkeypatch)
     d.write_state(os.getpid(), pid_create_time=psutil.Process().create_time(), spark_home=str(home))
     report = recover(d.run_dir)  # a live deployment: its SPARK_HOME is in use
     assert home.is_dir() and report.removed_spark_home is None
@@ -530,31 +531,46 @@ def test_recover_deletes_a_dead_deployments_spark_home_keeping_its_executor_logs
     report = recover(d.run_dir)
     assert not home.exists() and report.removed_spark_home == str(home)
     assert (d.run_dir / "logs" / "executors" / "app-1.0.stderr").read_text() == "executor log\n"
-    (ev,) = [
-        e for e in read_jsonl(d.run_dir / "journal.jsonl") if e["event"] == "spark-home-removed"
-    ]
+    journal = read_jsonl(d.run_dir / "journal.jsonl")
+    (ev,) = [e for e in journal if e["event"] == "spark-home-removed"]
     assert ev["recovered"] is True and ev["home"] == str(home)
 
 
-def test_recover_never_deletes_what_state_json_names_unless_it_is_a_run_spark_home(
-    deployment: _Deployment, tmp_path: Path
+def test_recover_never_deletes_what_state_json_names_unless_it_is_the_runs_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    d = deployment
-    precious = tmp_path / "precious"
-    (precious / "work").mkdir(parents=True)
-    d.write_state(_dead_owner(), spark_home=str(precious))
-    with pytest.raises(FaultError, match="not one; left"):
-        recover(d.run_dir)
-    assert (precious / "work").is_dir()
-
-
-def test_a_spark_home_left_alone_is_something_to_recover(tmp_path: Path) -> None:
-    home = _run_spark_home(tmp_path)
     run_dir = tmp_path / "runs" / "dead-run"
     run_dir.mkdir(parents=True)
+    precious = tmp_path / "precious"
+    (precious / "work").mkdir(parents=True)
+    other = _run_spark_home(tmp_path / "elsewhere" / run_dir.name, monkeypatch)  # same name
+    for named in (precious, other):
+        state = {"run": "dead-run", "pid": _dead_owner(), "mode": "none", "spark_home": str(named)}
+        (run_dir / "state.json").write_text(json.dumps(state))
+        assert runs_with_pending(run_dir.parent) == []  # nothing of its own is left
+        report = recover(run_dir)
+        assert report.removed_spark_home is None and not report.failed
+        assert (named / "work").is_dir()
+
+
+def test_recover_leaves_a_spark_home_a_process_still_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "runs" / "dead-run"
+    run_dir.mkdir(parents=True)
+    home = _run_spark_home(run_dir, monkeypatch)
     state = {"run": "dead-run", "pid": _dead_owner(), "mode": "none", "spark_home": str(home)}
     (run_dir / "state.json").write_text(json.dumps(state))
     assert runs_with_pending(run_dir.parent) == [run_dir]
+    # A JVM that no state.json names (a driver restarted after the last write): in use.
+    jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"{home}/jars/*"])
+    try:
+        report = recover(run_dir)
+        assert home.is_dir() and report.removed_spark_home is None
+        assert any(str(jvm.pid) in line for line in report.kept), report.kept
+    finally:
+        jvm.kill()
+        jvm.wait()
     assert recover(run_dir).removed_spark_home == str(home)
     assert runs_with_pending(run_dir.parent) == []
 

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from arfl.replica.sparkenv import (
+    OWNER_FILE,
     RUN_SPARK_HOMES,
     ensure_spark_home,
-    is_run_spark_home,
+    owns_spark_home,
+    processes_using,
     pyspark_dir,
     retire_spark_home,
     run_spark_home,
 )
 
 
-def _used_home(tmp_path: Path) -> Path:
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ARFL_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def _used_home(run_dir: Path) -> Path:
     """A run's SPARK_HOME as a local-cluster application and a killed JVM leave it."""
-    home = ensure_spark_home(tmp_path / RUN_SPARK_HOMES / "run-1")
+    home = run_spark_home(run_dir)
     ex = home / "work" / "app-20261128185800-0000" / "0"
     ex.mkdir(parents=True)
     (ex / "stderr").write_text("INFO Executor: Starting executor ID 0\n")
@@ -30,36 +40,57 @@ def _used_home(tmp_path: Path) -> Path:
     return home
 
 
-def test_a_run_spark_home_lives_under_the_state_dir(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_two_runs_of_one_name_get_two_homes_each_naming_its_run(
+    state: Path, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("ARFL_STATE_DIR", str(tmp_path))
-    assert run_spark_home("clicks-1") == tmp_path / RUN_SPARK_HOMES / "clicks-1"
+    a, b = tmp_path / "runs-a" / "clicks-1", tmp_path / "runs-b" / "clicks-1"
+    ha, hb = run_spark_home(a), run_spark_home(b)
+    assert ha != hb and ha.parent == hb.parent == state.resolve() / RUN_SPARK_HOMES
+    assert ha.name.startswith("clicks-1-") and (ha / "jars").is_symlink()
+    assert owns_spark_home(a, ha) and owns_spark_home(b, hb)
+    assert not owns_spark_home(a, hb) and not owns_spark_home(b, ha)
 
 
-def test_retiring_keeps_the_executor_logs_and_deletes_the_home_not_what_it_links(
-    tmp_path: Path,
+def test_only_a_runs_own_home_is_its_own(state: Path, tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "r"
+    home = run_spark_home(run)
+    assert not owns_spark_home(run, tmp_path)
+    assert not owns_spark_home(run, Path("/"))
+    shared = ensure_spark_home(state / "spark-home")
+    (shared / OWNER_FILE).write_text(str(run.resolve()))
+    assert not owns_spark_home(run, shared)  # not under spark-runs
+    (home / OWNER_FILE).unlink()
+    assert not owns_spark_home(run, home)  # no owner file: not arfl's (or half deleted)
+
+
+def test_retiring_moves_the_executor_logs_and_deletes_the_home_not_what_it_links(
+    state: Path, tmp_path: Path
 ) -> None:
-    home = _used_home(tmp_path)
-    logs = tmp_path / "run" / "logs" / "executors"
+    home = _used_home(tmp_path / "runs" / "r")
+    logs = tmp_path / "runs" / "r" / "logs" / "executors"
     retired = retire_spark_home(home, logs)
     assert retired is not None
     assert not home.exists()
     assert (pyspark_dir() / "jars").is_dir()  # the links were removed, not their targets
     kept = logs / "app-20261128185800-0000.0.stderr"
-    assert retired.executor_logs == [str(kept)]
+    assert retired.executor_logs == (str(kept),)
     assert kept.read_text() == "INFO Executor: Starting executor ID 0\n"
     assert 2.5 <= retired.removed_mb < 3.0  # the jar copy and the scratch, not pyspark's jars
     assert retire_spark_home(home, logs) is None  # gone: nothing to do
+    # A second home whose app id is the same (two drivers started in one second): both kept.
+    again = _used_home(tmp_path / "runs" / "r")
+    second = retire_spark_home(again, logs)
+    assert second is not None and second.executor_logs == (str(kept) + ".1",)
 
 
-def test_only_a_run_spark_home_is_one(tmp_path: Path) -> None:
-    home = _used_home(tmp_path)
-    assert is_run_spark_home(home)
-    assert not is_run_spark_home(tmp_path)
-    assert not is_run_spark_home(Path("/"))
-    bare = tmp_path / RUN_SPARK_HOMES / "no-release"
-    bare.mkdir()
-    assert not is_run_spark_home(bare)  # arfl's RELEASE file says it built it
-    shared = ensure_spark_home(tmp_path / "spark-home")
-    assert not is_run_spark_home(shared)
+def test_a_home_is_in_use_while_a_process_names_it(state: Path, tmp_path: Path) -> None:
+    home = run_spark_home(tmp_path / "runs" / "r")
+    assert processes_using(home) == []
+    code = "import time; time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code, f"-cp={home}/jars/*"])
+    try:
+        assert processes_using(home) == [proc.pid]
+        assert processes_using(home.with_name(home.name + "x")) == []
+    finally:
+        proc.kill()
+        proc.wait()

@@ -8,7 +8,8 @@ Guarantees, in order of strength:
 * after ``kill -9`` of the injector, :func:`recover` undoes what the file still lists;
 * after ``kill -9`` of the deployment's arfl, :func:`recover` also stops the processes it left
   running (replica drivers with their JVMs, merger, injector, the run's own stack; see
-  :mod:`arfl.faults.leftovers`) and journals each as ``leftover-stopped``.
+  :mod:`arfl.faults.leftovers`) and journals each as ``leftover-stopped``, then deletes the
+  run's own SPARK_HOME (``spark-home-removed``).
 
 Every injection and revert is journaled (``fault-injected`` / ``fault-reverted``) with the
 wall-clock start and end of the action.
@@ -330,6 +331,8 @@ class RecoveryReport:
     removed_network: list[str] = field(default_factory=list)
     removed_spark_home: str | None = None
     """The dead deployment's own SPARK_HOME, deleted (its executors' logs kept in the run)."""
+    kept: list[str] = field(default_factory=list)
+    """What was left for a later recover (a SPARK_HOME some process still uses)."""
     stopped: list[str] = field(default_factory=list)
     """Processes of a dead deployment that were still running, now stopped."""
 
@@ -386,7 +389,7 @@ def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
     if not report.failed:  # no JVM of it survived that might still write there
         _remove_spark_home(run_dir, journal, report)
     if report.failed:
-        raise FaultError(f"{run_dir}: recover could not revert: " + "; ".join(report.failed))
+        raise FaultError(f"{run_dir}: recover could not finish: " + "; ".join(report.failed))
     return report
 
 
@@ -430,27 +433,37 @@ def _deployment_gone(run_dir: Path) -> bool:
     return state is not None and not leftovers.owner_alive(*state)
 
 
-def _spark_home_left(run_dir: Path) -> bool:
-    """Whether the run's own SPARK_HOME (``state.json`` ``spark_home``) still exists."""
+def _own_spark_home(run_dir: Path) -> Path | None:
+    """The run's own SPARK_HOME as ``state.json`` (``spark_home``) names it, if it still
+    exists and is the run's (:func:`arfl.replica.sparkenv.owns_spark_home`)."""
+    from arfl.replica.sparkenv import owns_spark_home
+
     state = leftovers.read_state(run_dir)
     raw = state[0].get("spark_home") if state is not None else None
-    return isinstance(raw, str) and bool(raw) and Path(raw).is_dir()
+    if not isinstance(raw, str) or not raw:
+        return None
+    home = Path(raw)
+    return home if home.is_dir() and owns_spark_home(run_dir, home) else None
+
+
+def _spark_home_left(run_dir: Path) -> bool:
+    """Whether the run's own SPARK_HOME is still there."""
+    return _own_spark_home(run_dir) is not None
 
 
 def _remove_spark_home(run_dir: Path, journal: Journal, report: RecoveryReport) -> None:
-    """Delete the run's own SPARK_HOME (``state.json`` ``spark_home``) when the deployment that
-    made it is gone, as its stop would have (``spark-home-removed``)."""
-    from arfl.replica.sparkenv import is_run_spark_home, retire_spark_home
+    """Delete the run's own SPARK_HOME, keeping its executors' logs, when the deployment that
+    made it is gone and no process uses it any more, as its stop would have
+    (``spark-home-removed``). A directory ``state.json`` names that is not the run's (its
+    ``ARFL_RUN`` names another run, or none) is never touched."""
+    from arfl.replica.sparkenv import processes_using, retire_spark_home
 
-    state = leftovers.read_state(run_dir)
-    if state is None or leftovers.owner_alive(*state):
+    home = _own_spark_home(run_dir)
+    if home is None or not _deployment_gone(run_dir):
         return
-    raw = state[0].get("spark_home")
-    home = Path(raw) if isinstance(raw, str) and raw else None
-    if home is None or not home.is_dir():
-        return
-    if not is_run_spark_home(home):  # never delete what state.json merely names
-        report.failed.append(f"state.json names {home} as the run's SPARK_HOME: not one; left")
+    using = processes_using(home)
+    if using:
+        report.kept.append(f"SPARK_HOME {home}: pids {using} still use it")
         return
     try:
         retired = retire_spark_home(home, run_dir / "logs" / "executors")

@@ -51,7 +51,7 @@ from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import Tick, Watcher, drain_seconds
 from arfl.processes import ManagedProcess, priority_of
 from arfl.replica.modes.base import STARTING_OFFSETS
-from arfl.replica.sparkenv import ensure_spark_home, retire_spark_home, run_spark_home
+from arfl.replica.sparkenv import processes_using, retire_spark_home, run_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.stack.config import harness_nice
@@ -176,11 +176,7 @@ class Deployment:
             journal=self.ctx.journal,
             command=self.net.driver_command,
             # Its own SPARK_HOME, removed at the stop (a container's is its own tmpfs).
-            spark_home=(
-                ensure_spark_home(run_spark_home(self.ctx.run_id))
-                if self.net.docker is None
-                else None
-            ),
+            spark_home=run_spark_home(self.ctx.dir) if self.net.docker is None else None,
             # Active modes: ZooKeeper for the leader election; the run id names this run's
             # decision topic so that no old decision is ever replayed.
             mode_options={
@@ -189,6 +185,7 @@ class Deployment:
                 STARTING_OFFSETS: self._start_offsets,
             },
         )
+        self.write_state()  # its SPARK_HOME recorded before a driver runs there
         self.runner.start()
         self.write_state()
         deadline = time.monotonic() + self.ctx.options.ready_timeout_s
@@ -320,7 +317,8 @@ class Deployment:
                 self.runner.stop()
             except Exception as e:  # keep stopping the rest
                 errors.append(f"replicas: {e}")
-            self._retire_spark_home(errors)
+            else:
+                self._retire_spark_home()
         if self.merger is not None:
             # Its exit status says whether every result reached the final topic (exit 4:
             # delivery failures); the report reads it back.
@@ -342,18 +340,32 @@ class Deployment:
         if errors:
             raise DeployError("; ".join(errors))
 
-    def _retire_spark_home(self, errors: list[str]) -> None:
+    def _retire_spark_home(self) -> None:
         """Once every driver is gone: the executors' logs into ``logs/executors``, the run's
         SPARK_HOME (jar copies, scratch of killed JVMs) deleted; journaled
-        ``spark-home-removed``."""
+        ``spark-home-removed``. While a process still uses it, or when deleting fails, it stays
+        (a ``warning``; ``state.json`` names it, so ``arfl chaos recover`` finishes the job): it
+        never fails the run."""
         assert self.runner is not None
         home = self.runner.spark_home
         if home is None:
             return
+        using = processes_using(home)
+        if using:
+            self.ctx.journal.write(
+                "warning",
+                message=f"the run's SPARK_HOME {home} kept: pids {using} still use it; "
+                "'arfl chaos recover' removes it once they are gone",
+            )
+            return
         try:
             retired = retire_spark_home(home, self.ctx.dir / "logs" / "executors")
         except OSError as e:
-            errors.append(f"the run's SPARK_HOME {home}: {e}; 'arfl chaos recover' retries")
+            self.ctx.journal.write(
+                "warning",
+                message=f"the run's SPARK_HOME {home} not removed ({e}); "
+                "'arfl chaos recover' retries",
+            )
             return
         if retired is not None:
             self.ctx.journal.write("spark-home-removed", **retired.to_json())
