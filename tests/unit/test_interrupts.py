@@ -62,6 +62,7 @@ class _SlowRunner:
     """Replicas whose stop takes a while, during which the user presses Ctrl-C again."""
 
     stopped = False
+    spark_home = None  # the shared one: nothing of the run's own to remove
 
     def stop(self) -> None:
         os.kill(os.getpid(), signal.SIGINT)

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from arfl.replica.sparkenv import (
+from arfl.replica.sparkenv import ensure_spark_home, pyspark_dir, run_spark_home
+from arfl.run.sparkhome import (
     OWNER_FILE,
     RUN_SPARK_HOMES,
-    ensure_spark_home,
     owns_spark_home,
     processes_using,
-    pyspark_dir,
     retire_spark_home,
-    run_spark_home,
 )
 
 

@@ -38,6 +38,7 @@ from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fa
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.state import load_state
 from arfl.run.rundir import Journal, RunPaths
+from arfl.run.sparkhome import owns_spark_home, processes_using, retire_spark_home
 
 
 @dataclass
@@ -436,8 +437,6 @@ def _deployment_gone(run_dir: Path) -> bool:
 def _own_spark_home(run_dir: Path) -> Path | None:
     """The run's own SPARK_HOME as ``state.json`` (``spark_home``) names it, if it still
     exists and is the run's (:func:`arfl.replica.sparkenv.owns_spark_home`)."""
-    from arfl.replica.sparkenv import owns_spark_home
-
     state = leftovers.read_state(run_dir)
     raw = state[0].get("spark_home") if state is not None else None
     if not isinstance(raw, str) or not raw:
@@ -456,8 +455,6 @@ def _remove_spark_home(run_dir: Path, journal: Journal, report: RecoveryReport) 
     made it is gone and no process uses it any more, as its stop would have
     (``spark-home-removed``). A directory ``state.json`` names that is not the run's (its
     ``ARFL_RUN`` names another run, or none) is never touched."""
-    from arfl.replica.sparkenv import processes_using, retire_spark_home
-
     home = _own_spark_home(run_dir)
     if home is None or not _deployment_gone(run_dir):
         return

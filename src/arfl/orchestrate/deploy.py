@@ -51,9 +51,10 @@ from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import Tick, Watcher, drain_seconds
 from arfl.processes import ManagedProcess, priority_of
 from arfl.replica.modes.base import STARTING_OFFSETS
-from arfl.replica.sparkenv import processes_using, retire_spark_home, run_spark_home
+from arfl.replica.sparkenv import run_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
+from arfl.run.sparkhome import processes_using, retire_spark_home
 from arfl.stack.config import harness_nice
 from arfl.workload.generate import EventShape
 from arfl.workload.injector import InjectorConfig
