@@ -372,28 +372,27 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     assert replica_cfg["checkpoint_dir"].endswith("checkpoints/replica-1.1")
     caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
     assert 1 in caught_up
-    # The merger kept each replica's trail (what the report's caught up is judged on): while
-    # replica 1 delivered nothing (from its dying executor's last results until the standby's
-    # first), the oldest output result it owed aged with the clock, a second per monitor tick.
+    # The merger kept each replica's trail (what the report's caught up is judged on): the age
+    # of the oldest output result replica 1 owed. An age never grows faster than the clock, from
+    # one monitor tick to the next (it drops, or grows less, when the replica delivers what it
+    # owed); and while the take-over left it owing the same result, it grew with the clock,
+    # a second per tick. Read on every pair of consecutive ticks after the kill at which it owed
+    # something: the silent stretch is not told by its received count, which a dying executor's
+    # stray results move (this suite: received 2,188 then 2,190 while the trail went 516 ->
+    # 1,516 ms; a take-over of 2 s left one such pair, of 2-9 s measured before).
     kill_at = float(journal_events(run, "fault-injected")[0]["started"])
     after = [
-        (float(d["t"]), d["replicas"]["1"])
+        (float(d["t"]), d["replicas"]["1"]["trail_ms"])
         for d in read_jsonl(run / "monitor.jsonl")
         if float(d["t"]) >= kill_at and d["input_flowing"]
     ]  # fmt: skip
-    runs = [
-        [(t, r1["trail_ms"]) for t, r1 in group]
-        for _n, group in itertools.groupby(after, key=lambda x: x[1]["received"])
+    steps = [
+        (b - a) - (tb - ta) * 1000
+        for (ta, a), (tb, b) in itertools.pairwise(after)
+        if a is not None and b is not None and a > 0 and b > 0
     ]
-    silent = max(runs, key=len)  # the take-over: 2-9 s measured
-    # The stretch's first tick is the last one at which it had received something: it may owe
-    # nothing yet there (trail 0 in a CI run; the next tick's 274.9 ms is the age of the first
-    # result it then owed). From the first tick it owes something on, the trail ages with the clock.
-    owing = [(t, trail) for t, trail in silent if trail is not None and trail > 0]
-    assert len(owing) >= 2 and len(silent) - len(owing) <= 1, silent
-    assert owing[0] == silent[len(silent) - len(owing)], silent
-    grew = [(b - a) - (tb - ta) * 1000 for (ta, a), (tb, b) in itertools.pairwise(owing)]
-    assert all(abs(d) < 50 for d in grew), silent
+    assert all(d < 50 for d in steps), after
+    assert any(abs(d) < 50 for d in steps), after
     # Caught up as the report judges it (on the merger's trail) survives a reading without the
     # merger: the same definition on the replica topics' timestamps, within one monitor tick
     # (the merger reads a record a little after the broker stamped it). This run's warm-up
