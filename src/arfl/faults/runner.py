@@ -436,7 +436,7 @@ def _deployment_gone(run_dir: Path) -> bool:
 
 def _own_spark_home(run_dir: Path) -> Path | None:
     """The run's own SPARK_HOME as ``state.json`` (``spark_home``) names it, if it still
-    exists and is the run's (:func:`arfl.replica.sparkenv.owns_spark_home`)."""
+    exists and is the run's (:func:`arfl.run.sparkhome.owns_spark_home`)."""
     state = leftovers.read_state(run_dir)
     raw = state[0].get("spark_home") if state is not None else None
     if not isinstance(raw, str) or not raw:
