@@ -42,9 +42,9 @@ def claim_spark_home(home: Path, run_dir: Path) -> None:
 
 def owns_spark_home(run_dir: Path, home: Path) -> bool:
     """Whether ``home`` is ``run_dir``'s own SPARK_HOME
-    (:func:`arfl.replica.sparkenv.run_spark_home`): under a
-    ``spark-runs`` directory, its :data:`OWNER_FILE` naming ``run_dir``. ``recover`` deletes
-    nothing else, whatever ``state.json`` says."""
+    (:func:`arfl.replica.sparkenv.run_spark_home`): under a ``spark-runs`` directory, its
+    :data:`OWNER_FILE` naming ``run_dir``. ``recover`` deletes nothing else, whatever
+    ``state.json`` says."""
     try:
         owner = (home / OWNER_FILE).read_text(encoding="utf-8").strip()
     except OSError:
@@ -86,8 +86,9 @@ def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
     per application), and every Spark JVM its scratch under ``tmp/`` (``spark-*``,
     ``blockmgr-*``), which a JVM that is killed never removes: measured here, one run of the
     test suite left 26 applications (279 MB) under ``work`` and 14 scratch directories (58 MB)
-    under ``tmp`` of the shared SPARK_HOME. The non-empty logs are moved to ``logs/<app id>.<executor id>.<stdout|stderr>``
-    (an application id two drivers shared keeps both: ``...stderr``, ``...stderr.1``). The
+    under ``tmp`` of the shared SPARK_HOME. The non-empty logs are moved to
+    ``logs/<app id>.<executor id>.<stdout|stderr>`` (an application id two drivers shared
+    keeps both: ``...stderr``, ``...stderr.1``). The
     home's symlinks are removed, never followed; its :data:`OWNER_FILE` last, so that one whose
     deletion failed half-way is still found (and owned) by ``recover``.
 
