@@ -87,8 +87,9 @@ def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
     ``blockmgr-*``), which a JVM that is killed never removes: measured here, one run of the
     test suite left 26 applications (279 MB) under ``work`` and 14 scratch directories (58 MB)
     under ``tmp`` of the shared SPARK_HOME. The non-empty logs are moved to
-    ``logs/<app id>.<executor id>.<stdout|stderr>`` (an application id two drivers shared
-    keeps both: ``...stderr``, ``...stderr.1``). The
+    ``logs/<app id>.<executor id>.<stdout|stderr>`` (a name already there gets ``.1``,
+    ``.2``, ...; two drivers of one home with one application id share one executor directory,
+    so there one log has replaced the other already). The
     home's symlinks are removed, never followed; its :data:`OWNER_FILE` last, so that one whose
     deletion failed half-way is still found (and owned) by ``recover``.
 
