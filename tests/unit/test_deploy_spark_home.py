@@ -36,7 +36,10 @@ class _Runner:
         return []
 
 
-def _deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> Deployment:
+def _deployment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: bool = False
+) -> tuple[Deployment, Path]:
+    """A deployment whose runner is done, and its run's SPARK_HOME (an executor log in it)."""
     monkeypatch.setenv("ARFL_STATE_DIR", str(tmp_path / "state"))
     spec = parse_spec({"name": "s", "source": {"topic": "in"}, "sink": {"topic": "out"}})
     d = Deployment(create_run(spec, None, DeployOptions(runs_root=tmp_path / "runs")))
@@ -45,7 +48,7 @@ def _deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: bool = Fa
     ex.mkdir(parents=True)
     (ex / "stderr").write_text("executor log\n")
     d.runner = _Runner(home, fail)  # type: ignore[assignment]
-    return d
+    return d, home
 
 
 def _events(d: Deployment, name: str) -> list[dict[str, object]]:
@@ -55,9 +58,7 @@ def _events(d: Deployment, name: str) -> list[dict[str, object]]:
 def test_the_stop_removes_the_runs_spark_home_and_keeps_its_executor_logs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    d = _deployment(tmp_path, monkeypatch)
-    home = d.runner.spark_home if d.runner else None
-    assert home is not None
+    d, home = _deployment(tmp_path, monkeypatch)
     d.stop()
     assert not home.exists()
     assert (d.ctx.dir / "logs" / "executors" / "app-1.0.stderr").read_text() == "executor log\n"
@@ -68,9 +69,7 @@ def test_the_stop_removes_the_runs_spark_home_and_keeps_its_executor_logs(
 def test_a_failed_removal_is_a_warning_not_a_failed_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    d = _deployment(tmp_path, monkeypatch)
-    home = d.runner.spark_home if d.runner else None
-    assert home is not None
+    d, home = _deployment(tmp_path, monkeypatch)
 
     def refuse(home: Path, logs: Path) -> None:
         raise OSError(39, "Directory not empty", str(home / "tmp"))
@@ -87,9 +86,7 @@ def test_a_failed_removal_is_a_warning_not_a_failed_run(
 def test_the_home_stays_while_a_process_uses_it_or_a_driver_could_not_be_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    d = _deployment(tmp_path, monkeypatch)
-    home = d.runner.spark_home if d.runner else None
-    assert home is not None
+    d, home = _deployment(tmp_path, monkeypatch)
     jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"{home}/jars/*"])
     try:
         d.stop()
@@ -99,9 +96,7 @@ def test_the_home_stays_while_a_process_uses_it_or_a_driver_could_not_be_stopped
     assert home.is_dir()
     (warning,) = _events(d, "warning")
     assert f"pids [{jvm.pid}] still use it" in str(warning["message"])
-    failed = _deployment(tmp_path / "b", monkeypatch, fail=True)
-    fhome = failed.runner.spark_home if failed.runner else None
-    assert fhome is not None
+    failed, fhome = _deployment(tmp_path / "b", monkeypatch, fail=True)
     with pytest.raises(DeployError, match="survived SIGKILL"):
         failed.stop()
     assert fhome.is_dir() and not _events(failed, "spark-home-removed")

@@ -445,11 +445,6 @@ def _own_spark_home(run_dir: Path) -> Path | None:
     return home if home.is_dir() and owns_spark_home(run_dir, home) else None
 
 
-def _spark_home_left(run_dir: Path) -> bool:
-    """Whether the run's own SPARK_HOME is still there."""
-    return _own_spark_home(run_dir) is not None
-
-
 def _remove_spark_home(run_dir: Path, journal: Journal, report: RecoveryReport) -> None:
     """Delete the run's own SPARK_HOME, keeping its executors' logs, when the deployment that
     made it is gone and no process uses it any more, as its stop would have
@@ -528,7 +523,7 @@ def runs_with_pending(root: Path) -> list[Path]:
             or (state.on_docker and _docker_leftovers(state.run, state.docker is not None))
             or leftovers.find(run_dir, by_session)
             or leftovers.run_stack_running(run_dir)
-            or _spark_home_left(run_dir)
+            or _own_spark_home(run_dir) is not None
         ):
             found.add(run_dir)
     return sorted(found)
