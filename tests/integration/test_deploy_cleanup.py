@@ -170,8 +170,9 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         assert not home.exists(), sorted(p.name for p in home.rglob("*"))[:20]
         (removed,) = [e for e in journal if e["event"] == "spark-home-removed"]
         assert removed["recovered"] is True and removed["home"] == str(home), removed
-        kept = {Path(p).name.split(".")[0] for p in removed["executor_logs"]}
-        assert rep["app_id"] in kept, (rep["app_id"], removed)
+        # <driver>.<app id>.<executor id>.<stream>: each driver ran in a SPARK_HOME of its own.
+        kept = {tuple(Path(p).name.split(".")[:2]) for p in removed["executor_logs"]}
+        assert ("replica-0", rep["app_id"]) in kept, (rep["app_id"], removed)
         assert f"removed {home}" in r.stdout, r.stdout
         # Nothing is left to recover, and a second recover says so.
         again = subprocess.run(

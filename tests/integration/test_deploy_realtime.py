@@ -219,10 +219,14 @@ def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path:
     (removed,) = journal_events(result.run_dir, "spark-home-removed")
     assert Path(removed["home"]).name.startswith(f"{result.run_dir.name}-"), removed
     assert not Path(removed["home"]).exists() and removed["removed_mb"] > 0, removed
+    # Every driver ran in a SPARK_HOME of its own (two started in one second get one app id,
+    # and in one home their executors would share one log): a log per driver and application,
+    # named <driver>.<app id>.<executor id>.<stream>.
     ready = journal_events(result.run_dir, "replica-ready")  # both, and the restarted one
-    apps = {e["app_id"] for e in ready}  # (two started in one second may share an app id)
+    apps = {(f"replica-{e['replica']}", e["app_id"]) for e in ready}
     logs = [Path(p) for p in removed["executor_logs"]]
-    assert len(ready) >= 3 and {p.name.split(".")[0] for p in logs} == apps, (apps, logs)
+    named = {tuple(p.name.split(".")[:2]) for p in logs}
+    assert len(ready) >= 3 and named == apps, (apps, logs)
     assert all(p.parent == result.run_dir / "logs" / "executors" and p.stat().st_size for p in logs)
     # The killed driver was restarted from its checkpoint (also when it died before its first
     # commit: drop_incomplete_writes). The executor loss was either retried inside replica 0

@@ -44,7 +44,7 @@ def _deployment(
     spec = parse_spec({"name": "s", "source": {"topic": "in"}, "sink": {"topic": "out"}})
     d = Deployment(create_run(spec, None, DeployOptions(runs_root=tmp_path / "runs")))
     home = run_spark_home(d.ctx.dir)
-    ex = home / "work" / "app-1" / "0"
+    ex = home / "replica-0" / "work" / "app-1" / "0"
     ex.mkdir(parents=True)
     (ex / "stderr").write_text("executor log\n")
     d.runner = _Runner(home, fail)  # type: ignore[assignment]
@@ -61,7 +61,8 @@ def test_the_stop_removes_the_runs_spark_home_and_keeps_its_executor_logs(
     d, home = _deployment(tmp_path, monkeypatch)
     d.stop()
     assert not home.exists()
-    assert (d.ctx.dir / "logs" / "executors" / "app-1.0.stderr").read_text() == "executor log\n"
+    kept = d.ctx.dir / "logs" / "executors" / "replica-0.app-1.0.stderr"
+    assert kept.read_text() == "executor log\n"
     (ev,) = _events(d, "spark-home-removed")
     assert ev["home"] == str(home)
 

@@ -685,3 +685,37 @@ def test_stop_does_not_wait_for_a_standby_that_is_still_starting(tmp_path: Path)
     assert STANDBY_STOP_GRACE_S <= stopped["after_s"] < STANDBY_STOP_GRACE_S + 5, stopped
     # The replicas themselves exited on SIGTERM, as before.
     assert [e["graceful"] for e in _events(r.paths.root, "replica-stopped")] == [True, True]
+
+
+ENV_DRIVER = r"""
+import json, os, sys, time
+cfg = json.load(open(sys.argv[1]))
+names = ("SPARK_HOME", "SPARK_WORKER_DIR", "SPARK_LOCAL_DIRS")
+with open(cfg["app_id_file"] + ".env", "w") as f:
+    json.dump({n: os.environ.get(n) for n in names}, f)
+with open(cfg["app_id_file"], "w") as f:
+    json.dump({"app_id": "app-fake-%d" % cfg["attempt"], "pid": 0}, f)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_each_driver_gets_a_spark_home_of_its_own_in_the_runs(tmp_path: Path) -> None:
+    """Two local-cluster drivers started in one second get one application id; in one home
+    their executors would share ``work/<app>/0/`` (one log replacing the other's)."""
+    script = tmp_path / "env_driver.py"
+    script.write_text(ENV_DRIVER)
+    r = _runner(_spec(replicas=2), tmp_path, lambda i, c: [sys.executable, str(script), str(c)])
+    with r:
+        r.wait_ready(timeout_s=20)
+        for i in (0, 1):
+            path = r._replicas[i].app_id_path.with_name(r._replicas[i].app_id_path.name + ".env")
+            _wait(path.exists)
+            env = json.loads(path.read_text())
+            home = tmp_path / "sh" / f"replica-{i}"
+            assert env == {
+                "SPARK_HOME": str(home),
+                "SPARK_WORKER_DIR": str(home / "work"),
+                "SPARK_LOCAL_DIRS": str(home / "tmp"),
+            }, env
+            assert (home / "jars").is_symlink() and (home / "work").is_dir()

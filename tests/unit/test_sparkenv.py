@@ -12,6 +12,7 @@ from arfl.replica.sparkenv import ensure_spark_home, pyspark_dir, run_spark_home
 from arfl.run.sparkhome import (
     OWNER_FILE,
     RUN_SPARK_HOMES,
+    driver_spark_home,
     owns_spark_home,
     processes_using,
     retire_spark_home,
@@ -24,15 +25,18 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "state"
 
 
-def _used_home(run_dir: Path) -> Path:
-    """A run's SPARK_HOME as a local-cluster application and a killed JVM leave it."""
+def _used_home(run_dir: Path, drivers: tuple[str, ...] = ("replica-0",)) -> Path:
+    """A run's SPARK_HOME as its drivers' ``local-cluster`` applications (all started in one
+    second: one application id) and a killed JVM leave it."""
     home = run_spark_home(run_dir)
-    ex = home / "work" / "app-20261128185800-0000" / "0"
-    ex.mkdir(parents=True)
-    (ex / "stderr").write_text("INFO Executor: Starting executor ID 0\n")
-    (ex / "stdout").write_text("")  # empty: not kept
-    (ex / "kafka-clients.jar").write_bytes(b"\0" * 2_000_000)
-    scratch = home / "tmp" / "spark-0a3917d9" / "executor-62744f89"
+    for driver in drivers:
+        own = ensure_spark_home(driver_spark_home(home, driver))
+        ex = own / "work" / "app-20261128185800-0000" / "0"
+        ex.mkdir(parents=True)
+        (ex / "stderr").write_text(f"INFO Executor: Starting executor ID 0 of {driver}\n")
+        (ex / "stdout").write_text("")  # empty: not kept
+        (ex / "kafka-clients.jar").write_bytes(b"\0" * 2_000_000)
+    scratch = own / "tmp" / "spark-0a3917d9" / "executor-62744f89"
     scratch.mkdir(parents=True)
     (scratch / "block").write_bytes(b"\0" * 500_000)
     return home
@@ -44,7 +48,7 @@ def test_two_runs_of_one_name_get_two_homes_each_naming_its_run(
     a, b = tmp_path / "runs-a" / "clicks-1", tmp_path / "runs-b" / "clicks-1"
     ha, hb = run_spark_home(a), run_spark_home(b)
     assert ha != hb and ha.parent == hb.parent == state.resolve() / RUN_SPARK_HOMES
-    assert ha.name.startswith("clicks-1-") and (ha / "jars").is_symlink()
+    assert ha.name.startswith("clicks-1-") and sorted(p.name for p in ha.iterdir()) == [OWNER_FILE]
     assert owns_spark_home(a, ha) and owns_spark_home(b, hb)
     assert not owns_spark_home(a, hb) and not owns_spark_home(b, ha)
 
@@ -70,15 +74,46 @@ def test_retiring_moves_the_executor_logs_and_deletes_the_home_not_what_it_links
     assert retired is not None
     assert not home.exists()
     assert (pyspark_dir() / "jars").is_dir()  # the links were removed, not their targets
-    kept = logs / "app-20261128185800-0000.0.stderr"
+    kept = logs / "replica-0.app-20261128185800-0000.0.stderr"
     assert retired.executor_logs == (str(kept),)
-    assert kept.read_text() == "INFO Executor: Starting executor ID 0\n"
+    assert kept.read_text() == "INFO Executor: Starting executor ID 0 of replica-0\n"
     assert 2.5 <= retired.removed_mb < 3.0  # the jar copy and the scratch, not pyspark's jars
     assert retire_spark_home(home, logs) is None  # gone: nothing to do
-    # A second home whose app id is the same (two drivers started in one second): both kept.
+    # The same run again (its logs already there): kept beside them.
     again = _used_home(tmp_path / "runs" / "r")
     second = retire_spark_home(again, logs)
     assert second is not None and second.executor_logs == (str(kept) + ".1",)
+
+
+def test_drivers_started_in_one_second_keep_an_executor_log_each(
+    state: Path, tmp_path: Path
+) -> None:
+    """Two ``local-cluster`` drivers started in one second get one application id: in one
+    shared home their executors wrote one ``work/<app>/0/`` (one log lost); each in its own
+    home, both logs are kept, named by the driver."""
+    drivers = ("replica-0", "replica-1", "standby-0")
+    home = _used_home(tmp_path / "runs" / "r", drivers)
+    logs = tmp_path / "runs" / "r" / "logs" / "executors"
+    retired = retire_spark_home(home, logs)
+    assert retired is not None and not home.exists()
+    names = [Path(p).name for p in retired.executor_logs]
+    assert names == [f"{d}.app-20261128185800-0000.0.stderr" for d in drivers]
+    for d in drivers:
+        text = (logs / f"{d}.app-20261128185800-0000.0.stderr").read_text()
+        assert text == f"INFO Executor: Starting executor ID 0 of {d}\n"
+
+
+def test_a_home_its_drivers_shared_is_retired_too(state: Path, tmp_path: Path) -> None:
+    """An older arfl ran every driver of a run in the run's home itself (``work/`` at its top):
+    ``recover`` still keeps those logs and deletes it."""
+    run = tmp_path / "runs" / "r"
+    home = run_spark_home(run)
+    ex = home / "work" / "app-1" / "0"
+    ex.mkdir(parents=True)
+    (ex / "stderr").write_text("executor log\n")
+    retired = retire_spark_home(home, run / "logs" / "executors")
+    assert retired is not None and not home.exists()
+    assert retired.executor_logs == (str(run / "logs" / "executors" / "app-1.0.stderr"),)
 
 
 def test_a_home_is_in_use_while_a_process_names_it(state: Path, tmp_path: Path) -> None:

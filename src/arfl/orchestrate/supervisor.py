@@ -89,6 +89,7 @@ from arfl.replica.modes.base import PEER_PROGRESS, STAGGER_REF, STARTING_OFFSETS
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
+from arfl.run.sparkhome import driver_spark_home
 from arfl.run.streams import MonitorTail
 from arfl.workload.generate import EventShape
 from arfl.workload.injector import sample_events
@@ -287,7 +288,9 @@ class ReplicaRunner:
             extra_conf: Spark conf applied last.
             mode_options: passed to the replication mode (``ReplicaContext.options``).
             journal: where to journal events; default ``run_dir/journal.jsonl``.
-            spark_home: writable SPARK_HOME; default :func:`ensure_spark_home`.
+            spark_home: the run's SPARK_HOME directory
+                (:func:`arfl.replica.sparkenv.run_spark_home`), one SPARK_HOME per driver in it;
+                default: every driver in the shared one (:func:`ensure_spark_home`).
             command: argv factory for a driver (tests); default :func:`default_command`.
             poll_interval_s: supervision period.
             stop_timeout_s: grace period between SIGTERM and SIGKILL in :meth:`stop`.
@@ -368,14 +371,8 @@ class ReplicaRunner:
         """
         if self._thread is not None:
             raise DeployError("replica runner already started")
-        home = self._spark_home or ensure_spark_home()
-        self._env = driver_env(home)
-        # Let the driver import arfl even when it is not installed (a source checkout).
-        src = str(Path(__file__).resolve().parents[2])
-        self._env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (src, self._env.get("PYTHONPATH", "")) if p
-        )
-        self._env.setdefault("PYTHONUNBUFFERED", "1")
+        # The shared SPARK_HOME's environment; a run's own home gives each driver its own.
+        self._env = self._env_in(None) if self._spark_home is None else None
         for rep in self._replicas:
             rep.config_path.parent.mkdir(parents=True, exist_ok=True)
             self._spawn(rep)
@@ -386,8 +383,33 @@ class ReplicaRunner:
 
     @property
     def spark_home(self) -> Path | None:
-        """The SPARK_HOME given to the constructor (None: the shared one)."""
+        """The run's SPARK_HOME given to the constructor (None: the shared one)."""
         return self._spark_home
+
+    @staticmethod
+    def _env_in(home: Path | None) -> dict[str, str]:
+        """A driver's environment with ``home`` as its SPARK_HOME (None: the shared one)."""
+        env = driver_env(home or ensure_spark_home())
+        # Let the driver import arfl even when it is not installed (a source checkout).
+        src = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def _driver_env(self, name: str) -> dict[str, str]:
+        """The environment of driver ``name`` (``replica-N``, ``standby-K``). In a run's own
+        SPARK_HOME each driver gets a home of its own under it
+        (:func:`arfl.run.sparkhome.driver_spark_home`): two ``local-cluster`` drivers started
+        in one second get one application id, and in one home they would share
+        ``work/<app>/0/`` (one executor's log replacing the other's).
+
+        Raises:
+            DeployError: that home cannot be created.
+        """
+        if self._spark_home is None:
+            assert self._env is not None
+            return self._env
+        return self._env_in(ensure_spark_home(driver_spark_home(self._spark_home, name)))
 
     def states(self) -> dict[int, ReplicaState]:
         """Current state of every replica (refreshing app ids)."""
@@ -653,7 +675,11 @@ class ReplicaRunner:
         argv = list(self._command(STANDBY, config))
         try:
             proc = ManagedProcess.start(
-                f"standby-{sid}", argv, log, env=self._env, cwd=self.paths.root
+                f"standby-{sid}",
+                argv,
+                log,
+                env=self._driver_env(f"standby-{sid}"),
+                cwd=self.paths.root,
             )
         except OSError as e:
             raise DeployError(f"cannot start standby {sid} ({argv[0]}): {e}") from None
@@ -766,7 +792,11 @@ class ReplicaRunner:
         argv = list(self._command(rep.index, rep.config_path))
         try:
             rep.proc = ManagedProcess.start(
-                f"replica-{rep.index}", argv, rep.log_path, env=self._env, cwd=self.paths.root
+                f"replica-{rep.index}",
+                argv,
+                rep.log_path,
+                env=self._driver_env(f"replica-{rep.index}"),
+                cwd=self.paths.root,
             )
         except OSError as e:
             raise DeployError(f"cannot start replica {rep.index} ({argv[0]}): {e}") from None

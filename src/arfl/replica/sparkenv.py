@@ -85,19 +85,23 @@ def ensure_spark_home(base: Path | None = None) -> Path:
 
 
 def run_spark_home(run_dir: Path) -> Path:
-    """Build the SPARK_HOME of one deployment's drivers (:func:`ensure_spark_home` at
-    :func:`arfl.run.sparkhome.spark_home_path`, its owner file naming ``run_dir``). Its own,
-    so that what its Spark applications leave there is removed with it
-    (:func:`arfl.run.sparkhome.retire_spark_home`).
+    """Create the directory of one deployment's SPARK_HOMEs
+    (:func:`arfl.run.sparkhome.spark_home_path`, its owner file naming ``run_dir``). Each
+    driver's own SPARK_HOME (:func:`ensure_spark_home`) lives in it
+    (:func:`arfl.run.sparkhome.driver_spark_home`), so that what its Spark applications leave
+    there is removed with it (:func:`arfl.run.sparkhome.retire_spark_home`).
 
     Raises:
         DeployError: it cannot be created.
     """
-    home = ensure_spark_home(spark_home_path(run_dir))
+    home = spark_home_path(run_dir)
     try:
+        home.mkdir(parents=True, exist_ok=True)
         claim_spark_home(home, run_dir)
     except OSError as e:
-        raise DeployError(f"cannot write {home / OWNER_FILE}: {e}") from None
+        raise DeployError(
+            f"cannot create {home / OWNER_FILE}: {e}; set ARFL_STATE_DIR to a writable directory"
+        ) from None
     return home
 
 

@@ -31,6 +31,12 @@ def spark_home_path(run_dir: Path) -> Path:
     return state_dir().resolve() / RUN_SPARK_HOMES / f"{run_dir.name}-{tag}"
 
 
+def driver_spark_home(run_home: Path, driver: str) -> Path:
+    """The SPARK_HOME of one driver of a deployment (``replica-N``, ``standby-K``): a
+    directory of ``run_home`` (its replicas' restarts use it again, one after the other)."""
+    return run_home / driver
+
+
 def claim_spark_home(home: Path, run_dir: Path) -> None:
     """Write ``home``'s :data:`OWNER_FILE`: it is ``run_dir``'s.
 
@@ -78,20 +84,37 @@ class RetiredHome:
                 "executor_logs": list(self.executor_logs)}  # fmt: skip
 
 
+def _executor_dirs(home: Path) -> list[tuple[str, Path]]:
+    """``(prefix, executor directory)`` of every executor a deployment's SPARK_HOME holds:
+    ``<driver>/work/<app id>/<executor id>/`` (prefix ``<driver>.<app id>.<executor id>``), and
+    ``work/<app id>/<executor id>/`` of a home whose drivers shared it (an older arfl's)."""
+    homes = [("", home)] + [
+        (f"{d.name}.", d) for d in sorted(home.iterdir()) if d.is_dir() and not d.is_symlink()
+    ]
+    found: list[tuple[str, Path]] = []
+    for prefix, h in homes:
+        work = h / "work"
+        if not work.is_dir() or work.is_symlink():
+            continue
+        for app in sorted(p for p in work.iterdir() if p.is_dir() and not p.is_symlink()):
+            for ex in sorted(p for p in app.iterdir() if p.is_dir() and not p.is_symlink()):
+                found.append((f"{prefix}{app.name}.{ex.name}", ex))
+    return found
+
+
 def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
     """Keep the executors' logs of a deployment's SPARK_HOME, then delete it.
 
     A ``local-cluster`` worker writes each executor's ``stdout`` and ``stderr`` under
-    ``work/<app id>/<executor id>/`` (next to a copy of every jar the application ships, ~10 MB
-    per application), and every Spark JVM its scratch under ``tmp/`` (``spark-*``,
-    ``blockmgr-*``), which a JVM that is killed never removes: measured here, one run of the
-    test suite left 26 applications (279 MB) under ``work`` and 14 scratch directories (58 MB)
-    under ``tmp`` of the shared SPARK_HOME. The non-empty logs are moved to
-    ``logs/<app id>.<executor id>.<stdout|stderr>`` (a name already there gets ``.1``,
-    ``.2``, ...; two drivers of one home with one application id share one executor directory,
-    so there one log has replaced the other already). The
-    home's symlinks are removed, never followed; its :data:`OWNER_FILE` last, so that one whose
-    deletion failed half-way is still found (and owned) by ``recover``.
+    ``work/<app id>/<executor id>/`` of its driver's SPARK_HOME (next to a copy of every jar the
+    application ships, ~10 MB per application), and every Spark JVM its scratch under ``tmp/``
+    (``spark-*``, ``blockmgr-*``), which a JVM that is killed never removes: measured here, one
+    run of the test suite left 26 applications (279 MB) under ``work`` and 14 scratch
+    directories (58 MB) under ``tmp`` of the shared SPARK_HOME. The non-empty logs are moved to
+    ``logs/<driver>.<app id>.<executor id>.<stdout|stderr>`` (:func:`_executor_dirs`; a name
+    already there gets ``.1``, ``.2``, ...). The home's symlinks are removed, never followed;
+    its :data:`OWNER_FILE` last, so that one whose deletion failed half-way is still found (and
+    owned) by ``recover``.
 
     Returns:
         None when ``home`` does not exist (nothing to do).
@@ -102,21 +125,18 @@ def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
     if not home.is_dir():
         return None
     kept: list[str] = []
-    work = home / "work"
-    if work.is_dir():
-        for app in sorted(p for p in work.iterdir() if p.is_dir() and not p.is_symlink()):
-            for ex in sorted(p for p in app.iterdir() if p.is_dir() and not p.is_symlink()):
-                for stream in ("stdout", "stderr"):
-                    src = ex / stream
-                    if src.is_file() and not src.is_symlink() and src.stat().st_size > 0:
-                        logs.mkdir(parents=True, exist_ok=True)
-                        dst = logs / f"{app.name}.{ex.name}.{stream}"
-                        n = 0
-                        while dst.exists():
-                            n += 1
-                            dst = logs / f"{app.name}.{ex.name}.{stream}.{n}"
-                        shutil.move(src, dst)
-                        kept.append(str(dst))
+    for name, ex in _executor_dirs(home):
+        for stream in ("stdout", "stderr"):
+            src = ex / stream
+            if src.is_file() and not src.is_symlink() and src.stat().st_size > 0:
+                logs.mkdir(parents=True, exist_ok=True)
+                dst = logs / f"{name}.{stream}"
+                n = 0
+                while dst.exists():
+                    n += 1
+                    dst = logs / f"{name}.{stream}.{n}"
+                shutil.move(src, dst)
+                kept.append(str(dst))
     size = 0
     for root, _dirs, files in os.walk(home):  # does not descend into symlinked directories
         for f in files:
