@@ -14,6 +14,7 @@ from arfl.cli.main import app
 from arfl.configs.spec import load_spec
 from arfl.orchestrate.deploy import DeployOptions, Tick
 from arfl.orchestrate.deploy import deploy as run_deploy
+from arfl.report.model import Report
 
 
 def _fmt_ms(v: Any) -> str:
@@ -70,35 +71,47 @@ def deploy(
     out.print(
         f"[green]done[/] {result.run_dir}: produced {s.get('produced')}, results "
         f"{s.get('results')}, duplicates dropped {s.get('duplicates_dropped')}, divergent "
-        f"{s.get('divergent')}, bad {s.get('bad_records')}; latency ms "
+        f"{s.get('divergent')}, bad {s.get('bad_records')}; latency ms (whole run) "
         + " ".join(f"{k}={_fmt_ms(v)}" for k, v in lat.items())
         + f"; longest gap {_fmt_ms(s.get('longest_gap_ms'))} ms",
         highlight=False,
     )
-    if spec.chaos:
-        _print_fault_verdicts(result.run_dir)
+    _print_report_lines(result.run_dir)
 
 
-def _print_fault_verdicts(run_dir: Path) -> None:
-    """One line per injected fault: masked or not, with the figure that decided it (the same
-    verdict ``arfl report`` gives, computed by the report)."""
+def _print_report_lines(run_dir: Path) -> None:
+    """The report's closing lines (:func:`report_lines`), or why there are none."""
     from arfl.errors import ArflError
     from arfl.report.build import build_report
 
     try:
         report = build_report(run_dir)
     except (ArflError, OSError, ValueError) as e:
-        err.print(f"[yellow]no fault verdicts[/]: {escape(str(e))}", highlight=False)
+        err.print(f"[yellow]no report figures[/]: {escape(str(e))}", highlight=False)
         return
+    for line in report_lines(report):
+        out.print(line, highlight=False, soft_wrap=True)
+
+
+def report_lines(report: Report) -> list[str]:
+    """What deploy says last, from the run's report (the figures and verdicts ``arfl report``
+    gives, computed there): the latency after the warm-up (the ``done`` line's whole-run
+    figures include the start-up's first seconds, which no verdict uses), then one line per
+    injected fault: masked or not, with the figure that decided it. Rich markup."""
+    lines = []
+    o = report.overall
+    if o.count:
+        pct = " ".join(f"{k}={_fmt_ms(v)}" for k, v in o.percentiles_ms.items())
+        lines.append(
+            f"after the {report.warmup_s:g}-s warm-up: latency ms {pct} max={_fmt_ms(o.max_ms)} "
+            f"({o.count:,} results)"
+        )
     for f in report.faults:
         where = f" on replica {f.target}" if f.target is not None else ""
         at = f" at {f.at_s:.1f}s" if f.at_s is not None else ""
         word = {True: "[green]masked[/]", False: "[red]NOT masked[/]", None: "masking unknown"}
         if f.error:
-            out.print(f"fault {f.index} {f.kind}{where}{at}: [red]failed[/]: {escape(f.error)}")
+            lines.append(f"fault {f.index} {f.kind}{where}{at}: [red]failed[/]: {escape(f.error)}")
             continue
-        out.print(
-            f"fault {f.index} {f.kind}{where}{at}: {word[f.masked]} ({escape(f.verdict)})",
-            highlight=False,
-            soft_wrap=True,
-        )
+        lines.append(f"fault {f.index} {f.kind}{where}{at}: {word[f.masked]} ({escape(f.verdict)})")
+    return lines
