@@ -11,10 +11,10 @@ import pytest
 
 from arfl.configs.spec import parse_spec
 from arfl.errors import DeployError
-from arfl.orchestrate import deploy as deploy_mod
 from arfl.orchestrate.context import DeployOptions, create_run
 from arfl.orchestrate.deploy import Deployment
 from arfl.replica.sparkenv import run_spark_home
+from arfl.run import sparkhome as sparkhome_mod
 from arfl.run.rundir import read_jsonl
 
 
@@ -75,7 +75,7 @@ def test_a_failed_removal_is_a_warning_not_a_failed_run(
     def refuse(home: Path, logs: Path) -> None:
         raise OSError(39, "Directory not empty", str(home / "tmp"))
 
-    monkeypatch.setattr(deploy_mod, "retire_spark_home", refuse)
+    monkeypatch.setattr(sparkhome_mod, "retire_spark_home", refuse)
     d.stop()  # does not raise
     assert home.is_dir() and not _events(d, "spark-home-removed")
     (warning,) = _events(d, "warning")

@@ -38,7 +38,7 @@ from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fa
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.state import load_state
 from arfl.run.rundir import Journal, RunPaths
-from arfl.run.sparkhome import owns_spark_home, processes_using, retire_spark_home
+from arfl.run.sparkhome import owns_spark_home, retire_unless_used
 
 
 @dataclass
@@ -435,10 +435,13 @@ def _deployment_gone(run_dir: Path) -> bool:
 
 
 def _own_spark_home(run_dir: Path) -> Path | None:
-    """The run's own SPARK_HOME as ``state.json`` (``spark_home``) names it, if it still
-    exists and is the run's (:func:`arfl.run.sparkhome.owns_spark_home`)."""
+    """The run's own SPARK_HOME as ``state.json`` (``spark_home``) names it, if the deployment
+    that made it is gone, and it still exists and is the run's
+    (:func:`arfl.run.sparkhome.owns_spark_home`)."""
     state = leftovers.read_state(run_dir)
-    raw = state[0].get("spark_home") if state is not None else None
+    if state is None or leftovers.owner_alive(*state):
+        return None
+    raw = state[0].get("spark_home")
     if not isinstance(raw, str) or not raw:
         return None
     home = Path(raw)
@@ -451,20 +454,16 @@ def _remove_spark_home(run_dir: Path, journal: Journal, report: RecoveryReport) 
     (``spark-home-removed``). A directory ``state.json`` names that is not the run's (its
     ``ARFL_RUN`` names another run, or none) is never touched."""
     home = _own_spark_home(run_dir)
-    if home is None or not _deployment_gone(run_dir):
+    if home is None:
         return
-    using = processes_using(home)
-    if using:
-        report.kept.append(f"SPARK_HOME {home}: pids {using} still use it")
-        return
-    try:
-        retired = retire_spark_home(home, run_dir / "logs" / "executors")
-    except OSError as e:
-        report.failed.append(f"the run's SPARK_HOME {home}: {e}")
-        return
-    if retired is not None:
-        journal.write("spark-home-removed", recovered=True, **retired.to_json())
-        report.removed_spark_home = retired.home
+    done = retire_unless_used(home, run_dir)
+    if done.using:
+        report.kept.append(f"SPARK_HOME {home}: pids {list(done.using)} still use it")
+    elif done.error is not None:
+        report.failed.append(f"the run's SPARK_HOME {home}: {done.error}")
+    elif done.retired is not None:
+        journal.write("spark-home-removed", recovered=True, **done.retired.to_json())
+        report.removed_spark_home = done.retired.home
 
 
 def _remove_orphan_network(run_dir: Path) -> list[str]:

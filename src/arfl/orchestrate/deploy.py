@@ -54,7 +54,7 @@ from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.replica.sparkenv import run_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
-from arfl.run.sparkhome import processes_using, retire_spark_home
+from arfl.run.sparkhome import retire_unless_used
 from arfl.stack.config import harness_nice
 from arfl.workload.generate import EventShape
 from arfl.workload.injector import InjectorConfig
@@ -351,25 +351,21 @@ class Deployment:
         home = self.runner.spark_home
         if home is None:
             return
-        using = processes_using(home)
-        if using:
+        done = retire_unless_used(home, self.ctx.dir)
+        if done.using:
             self.ctx.journal.write(
                 "warning",
-                message=f"the run's SPARK_HOME {home} kept: pids {using} still use it; "
-                "'arfl chaos recover' removes it once they are gone",
+                message=f"the run's SPARK_HOME {home} kept: pids {list(done.using)} still use "
+                "it; 'arfl chaos recover' removes it once they are gone",
             )
-            return
-        try:
-            retired = retire_spark_home(home, self.ctx.dir / "logs" / "executors")
-        except OSError as e:
+        elif done.error is not None:
             self.ctx.journal.write(
                 "warning",
-                message=f"the run's SPARK_HOME {home} not removed ({e}); "
+                message=f"the run's SPARK_HOME {home} not removed ({done.error}); "
                 "'arfl chaos recover' retries",
             )
-            return
-        if retired is not None:
-            self.ctx.journal.write("spark-home-removed", **retired.to_json())
+        elif done.retired is not None:
+            self.ctx.journal.write("spark-home-removed", **done.retired.to_json())
 
     def summarise(self) -> dict[str, Any]:
         """Write ``summary.json``."""

@@ -19,6 +19,8 @@ from arfl.paths import state_dir
 
 RUN_SPARK_HOMES = "spark-runs"
 """Directory of :func:`state_dir` that holds each deployment's own SPARK_HOME."""
+EXECUTOR_LOGS = "logs/executors"
+"""Where a run directory keeps its executors' logs (moved there from its SPARK_HOME)."""
 OWNER_FILE = "ARFL_RUN"
 """In a run's SPARK_HOME: the run directory it belongs to (what ``recover`` checks)."""
 
@@ -152,3 +154,29 @@ def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
     (home / OWNER_FILE).unlink(missing_ok=True)
     home.rmdir()
     return RetiredHome(str(home), round(size / 1e6, 1), tuple(kept))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Retirement:
+    """What :func:`retire_unless_used` did: retired, kept for a process, or failed."""
+
+    retired: RetiredHome | None = None
+    """Set when the home was deleted (None also when it did not exist)."""
+    using: tuple[int, ...] = ()
+    """The pids that still use it (then it was kept)."""
+    error: str | None = None
+    """Why deleting it failed."""
+
+
+def retire_unless_used(home: Path, run_dir: Path) -> Retirement:
+    """The stop of a deployment's SPARK_HOME, defined once for deploy's stop and ``recover``:
+    kept while a process names it (:func:`processes_using`), else retired
+    (:func:`retire_spark_home`) with its executors' logs moved to ``run_dir``'s
+    :data:`EXECUTOR_LOGS`."""
+    using = processes_using(home)
+    if using:
+        return Retirement(using=tuple(using))
+    try:
+        return Retirement(retired=retire_spark_home(home, run_dir / EXECUTOR_LOGS))
+    except OSError as e:
+        return Retirement(error=str(e))
