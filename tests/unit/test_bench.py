@@ -125,3 +125,23 @@ def test_realtime_spec_takes_extra_spark_conf() -> None:
     assert spec.spark.conf["spark.sql.shuffle.partitions"] == "2"  # the bench's own kept
     plain = realtime.spec_for("per-record", "active", 1000, t, "kill-replica")
     assert "spark.eventLog.enabled" not in plain.spark.conf
+
+
+def test_null_faults_reads_only_the_fault_free_output_and_judges_both_ways() -> None:
+    import null_faults
+
+    from arfl.report import build_report
+
+    run = ROOT / "tests" / "fixtures" / "runs" / "real-active-rtm-kill-replica"
+    rows = null_faults.null_faults(run, steady_s=20.0, window_s=15.0, tolerance=1.1, warmup_s=60)
+    report = build_report(run)
+    kill_s = report.faults[0].at_s
+    assert kill_s is not None and rows
+    # Every null fault's window ends before the real fault; steady phases start after warm-up.
+    assert all(r["t_s"] >= 80.0 and r["t_s"] + 15.0 <= kill_s + 0.5 for r in rows)
+    for r in rows:
+        assert r["stretch_p99"] >= r["steady_p99"]
+        assert r["whole_masked"] == (r["window_p99"] <= 1.1 * r["steady_p99"])
+        assert r["stretch_masked"] == (r["window_p99"] <= 1.1 * r["stretch_p99"])
+        assert r["whole_masked"] <= r["stretch_masked"]  # the stretch is never stricter
+    assert rows[0]["t_s"] == 80.0  # warm-up 60 s + steady 20 s

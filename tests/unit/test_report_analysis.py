@@ -511,3 +511,49 @@ def test_the_report_reads_caught_up_from_the_trail_where_the_merger_kept_one() -
     assert f.window_ended_by == "caught-up+settle" and f.masked is False
     (g,) = analyse(_with_lag(_run(lat, [_pause(10.0, 1.0)]))).faults
     assert g.caught_up_s == pytest.approx(2.0) and g.masked is True
+
+
+def test_a_window_is_held_to_the_steady_p99_at_its_own_length() -> None:
+    """A steady phase of 118 s with one slow second (0.85 % of its results: its p99 is the
+    fast 100 ms) and a 9-s impact window with one such second (11 %: p99 300 ms). Held to
+    the whole phase's p99 a fault that did nothing worse than the steady state did on its own
+    was "not masked"; the steady state's worst 9-s stretch shows the same 300 ms."""
+    lat = [100.0] * 130
+    lat[60] = 300.0  # in the steady phase
+    lat[123] = 300.0  # in the fault's window
+    rep = analyse(_run(lat, [_pause(120.0, 3.0)]))
+    (f,) = rep.faults
+    assert rep.phase("steady").percentiles_ms["p99"] == pytest.approx(100.0, rel=1e-3)
+    assert rep.phase("fault-1").end_s - rep.phase("fault-1").start_s == pytest.approx(9.0)
+    assert f.p99_ms == pytest.approx(300.0, rel=1e-3)
+    assert f.steady_p99_ms == pytest.approx(300.0, rel=1e-3)
+    assert f.masked is True, f.verdict
+    assert f.verdict.startswith("masked: p99 300.") and "worst 9-s stretch" in f.verdict
+    # Worse than anything the steady state did: not masked, the reference named.
+    lat[123] = 400.0
+    (f,) = analyse(_run(lat, [_pause(120.0, 3.0)])).faults
+    assert f.masked is False
+    assert "> 1.1 x steady 300." in f.verdict and "whole steady 100." in f.verdict, f.verdict
+    # Without the slow steady second the window's is beyond tolerance, as before.
+    lat[60], lat[123] = 100.0, 300.0
+    (f,) = analyse(_run(lat, [_pause(120.0, 3.0)])).faults
+    assert f.masked is False and f.steady_p99_ms == pytest.approx(100.0, rel=1e-3)
+    assert f.verdict.startswith("not masked: p99 300.") and "stretch" not in f.verdict
+
+
+def test_the_stretch_reference_never_falls_below_the_whole_steady_p99() -> None:
+    from arfl.report.verdicts import reference, stretch_p99
+
+    ref = reference(100.0, 500.0, 10_000, 100.0)
+    calls: list[tuple[float, float]] = []
+
+    def p99_over(a: float, b: float) -> tuple[float | None, int]:
+        calls.append((a, b))
+        return (50.0, 1000) if a < 10 else (250.0, 99)  # thin stretches are ignored
+
+    assert stretch_p99(ref, 20.0, (0.0, 100.0), p99_over) == 100.0
+    assert calls[0] == (0.0, 20.0) and calls[-1] == (80.0, 100.0) and len(calls) == 81
+    calls.clear()
+    assert stretch_p99(ref, 100.0, (0.0, 100.0), p99_over) == 100.0  # as long: the whole
+    assert calls == []
+    assert stretch_p99(reference(None, None, 0, 0.0), 20.0, (0.0, 100.0), p99_over) is None

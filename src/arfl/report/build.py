@@ -179,6 +179,15 @@ class _Builder:
             for p in self.percentiles
         }
 
+    def p99_over(self, start: float, end: float) -> tuple[float | None, int]:
+        """The output's p99 (ms) and result count over ``[start, end)`` (its intervals as a
+        phase takes them: :func:`_select`)."""
+        hist = _merged(_select(self.ivs, start, end))
+        count = int(hist.get_total_count())
+        if not count:
+            return None, 0
+        return values_at_percentiles(hist, (99.0,))[99.0] / 1000.0, count
+
     def intervals(self) -> list[verdicts.Interval]:
         """The latency intervals as the verdicts read them."""
         return [verdicts.Interval(iv.start, iv.end, iv.count, iv.p99) for iv in self.ivs]
@@ -408,7 +417,10 @@ def _fault_phases(
         whole = overlapping(b.gaps, win_start, win_end)
         fault_gap = None if whole is None else round(whole.length_ms, 3)
         fp99 = fphase.percentiles_ms.get("p99") if fphase.count else None
-        verdict = verdicts.masked(fp99, fault_gap, ref, tol, missing)
+        held_to = verdicts.stretch_p99(
+            ref, win_end - win_start, (warm_stop, steady_end), b.p99_over
+        )
+        verdict = verdicts.masked(fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start)
         rec_at = verdicts.recovery_at(ivs, b.gaps, jf.started, limit, ref, tol, settle)
         recovery_s = None if rec_at is None else max(0.0, rec_at - jf.started)
         rec_end = limit if rec_at is None else min(max(rec_at, win_end), limit)
@@ -439,6 +451,7 @@ def _fault_phases(
                 healthy_s=None if healthy is None else max(0.0, healthy - jf.started),
                 window_ended_by=window.ended_by,
                 verdict=verdict.reason,
+                steady_p99_ms=held_to,
             )
         )
     return phases, fstats

@@ -17,8 +17,11 @@ if TYPE_CHECKING:
     # spec validator's import of arfl.report.slo must not (a cycle).
     from arfl.measure.check.hops import HopLatency
 
-JSON_VERSION = 3
-"""Bumped when a field of the ``--json`` output changes meaning or is removed. 3: the impact
+JSON_VERSION = 4
+"""Bumped when a field of the ``--json`` output changes meaning or is removed. 4:
+``faults[].masked`` holds the window's p99 to the steady p99 at the window's length
+(``faults[].steady_p99_ms``: the steady phase's worst stretch as long as the window, at least
+the whole phase's; was: the whole phase's p99). 3: the impact
 window (``faults[].window_s``, the ``fault-N`` phase, ``masked``) runs to caught up + settle
 (was: healthy + settle); ``caught_up_s`` and ``caught_up_lag_ms`` read the replica's trail
 where the merger kept one (was: its lag). 2: ``faults[].caught_up_s`` reads the output (was:
@@ -131,6 +134,9 @@ class FaultStats:
         masked: over the impact window, p99 and longest gap within tolerance of the steady
             state and no result missing (None: unknown, see ``verdict``).
         p99_ms: p99 of the impact window.
+        steady_p99_ms: the steady p99 the window's p99 was held to: the highest p99 of the
+            steady phase's stretches as long as the window, at least the whole phase's
+            (:func:`arfl.report.verdicts.stretch_p99`; None: no usable steady state).
         max_gap_ms: the longest output gap overlapping the impact window.
         healthy_s: injection until the faulted replica delivered a result from input sent
             after the injection (None: not before the window's cap).
@@ -161,6 +167,7 @@ class FaultStats:
     healthy_s: float | None = None
     window_ended_by: str | None = None
     verdict: str = ""
+    steady_p99_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``faults[]`` entry of the JSON output."""
@@ -182,6 +189,7 @@ class FaultStats:
             "healthy_s": _r(self.healthy_s),
             "window_ended_by": self.window_ended_by,
             "p99_ms": self.p99_ms,
+            "steady_p99_ms": _r(self.steady_p99_ms),
             "max_gap_ms": self.max_gap_ms,
             "description": self.description,
             "error": self.error,

@@ -33,10 +33,15 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   fault's impact. When caught up is unknown (no lag allowance, or no known target) the window
   ends at healthy again plus ``report.settle``; a replica that was healthy but did not catch up
   before the cap keeps the window open to the cap.
-* **Masked** (:func:`masked`): over the whole impact window, p99 <= tolerance x reference p99,
-  longest gap <= tolerance x reference gap (floored at the gap resolution, 1 s), and no result
-  missing from the run. Otherwise not masked, with the figure that failed; unknown when the
-  reference or the completeness is unknown.
+* **Masked** (:func:`masked`): over the whole impact window, p99 <= tolerance x the steady
+  p99 **at the window's length** (:func:`stretch_p99`), longest gap <= tolerance x reference
+  gap (floored at the gap resolution, 1 s), and no result missing from the run. Otherwise not
+  masked, with the figure that failed; unknown when the reference or the completeness is
+  unknown. The steady p99 at the window's length is the highest p99 of any stretch of the
+  steady phase as long as the window (and never below the whole phase's): a p99 over 15 s of
+  output scatters more than one over 40 s, and held to the longer phase's a fault that changed
+  nothing was "not masked" about as often as not (measured in docs/benchmarks.md, session 23).
+  Masked says the window was no worse than the steady state itself over as long a stretch.
 * **Recovered** (:func:`recovery_at`): the first time T from the injection on such that over
   ``[T, T + settle]`` every 1-s interval with results has p99 <= tolerance x reference p99 and
   no output gap is longer than tolerance x reference gap — empty seconds count only through
@@ -46,7 +51,7 @@ Every figure is measured on the **user-visible output** (the merger's first copi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from arfl.measure.check.hops import nearest_rank
@@ -257,6 +262,44 @@ def impact_window(
     return ImpactWindow(injected, max(injected, cap), healthy, capped_by)
 
 
+def stretch_p99(
+    ref: Reference,
+    window_s: float,
+    steady: tuple[float, float],
+    p99_over: Callable[[float, float], tuple[float | None, int]],
+    step_s: float = 1.0,
+) -> float | None:
+    """The steady p99 a window of ``window_s`` seconds is held to: the highest p99 of the
+    stretches ``[t, t + window_s)`` of the steady phase (``t`` from its start by ``step_s``,
+    each holding at least :data:`MIN_STEADY_RESULTS` results), never below the whole phase's
+    (``ref.p99_ms``). A window at least as long as the steady phase gets the whole phase's.
+
+    Args:
+        ref: the steady reference.
+        window_s: the impact window's length.
+        steady: the steady phase (epoch seconds).
+        p99_over: p99 (ms) and result count of the output over ``[a, b)``.
+        step_s: how far apart stretches start (the latency intervals' length).
+
+    Returns:
+        None when the reference is not usable.
+    """
+    if not ref.usable:
+        return None
+    assert ref.p99_ms is not None
+    start, end = steady
+    worst = ref.p99_ms
+    if window_s <= 0 or window_s >= end - start:
+        return worst
+    t = start
+    while t + window_s <= end + 1e-6:
+        p99, n = p99_over(t, t + window_s)
+        if p99 is not None and n >= MIN_STEADY_RESULTS:
+            worst = max(worst, p99)
+        t += step_s
+    return worst
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A verdict with the figure that decided it."""
@@ -271,6 +314,8 @@ def masked(
     ref: Reference,
     tolerance: float,
     missing: int | None,
+    ref_p99_ms: float | None = None,
+    window_s: float | None = None,
 ) -> Verdict:
     """Masked over an impact window (see the module docstring).
 
@@ -280,17 +325,23 @@ def masked(
         ref: the steady reference.
         tolerance: ``report.tolerance``.
         missing: results missing from the run (None: unknown).
+        ref_p99_ms: the steady p99 at the window's length (:func:`stretch_p99`); None: the
+            whole steady phase's.
+        window_s: the window's length (named in the verdict when ``ref_p99_ms`` is given).
     """
     if not ref.usable:
         return Verdict(None, f"unknown: {ref.problem or 'no steady p99'}")
     assert ref.p99_ms is not None
-    p99_limit, gap_limit = tolerance * ref.p99_ms, tolerance * ref.gap_ms
+    held_to = ref.p99_ms if ref_p99_ms is None else ref_p99_ms
+    p99_limit, gap_limit = tolerance * held_to, tolerance * ref.gap_ms
+    stretch = window_s is not None and held_to > ref.p99_ms
+    steady = f"steady {held_to:.1f} ms"
+    if stretch:
+        steady += f" (its worst {window_s:.0f}-s stretch; whole steady {ref.p99_ms:.1f} ms)"
     if p99_ms is None:
         return Verdict(False, "not masked: no result in the impact window")
     if p99_ms > p99_limit:
-        return Verdict(
-            False, f"not masked: p99 {p99_ms:.1f} ms > {tolerance:g} x steady {ref.p99_ms:.1f} ms"
-        )
+        return Verdict(False, f"not masked: p99 {p99_ms:.1f} ms > {tolerance:g} x {steady}")
     if gap_ms is not None and gap_ms > gap_limit:
         return Verdict(
             False,
@@ -303,7 +354,9 @@ def masked(
         return Verdict(False, f"not masked: {missing} result(s) missing from the run")
     return Verdict(
         True,
-        f"masked: p99 {p99_ms:.1f} ms <= {p99_limit:.1f} ms, longest gap "
+        f"masked: p99 {p99_ms:.1f} ms <= {p99_limit:.1f} ms"
+        + (f" = {tolerance:g} x {steady}" if stretch else "")
+        + ", longest gap "
         f"{(gap_ms or 0) / 1000:.2f} s <= {gap_limit / 1000:.2f} s, nothing missing",
     )
 
