@@ -11,6 +11,11 @@ loses nothing):
 * ``stretch``: window p99 <= tolerance x the highest p99 of the steady phase's stretches as
   long as the window, at least the whole phase's (``arfl.report.verdicts.stretch_p99``).
 
+And the p99 part of the recovery time (the first T from the null fault on such that every
+1-s interval of ``[T, T + settle)`` has p99 within tolerance; a null fault should need 0 s):
+held to the whole steady phase's p99 (``whole``, arfl until session 23) or to its worst 1-s
+interval's (``stretch``).
+
 Independent of arfl's report code: the intervals come from ``latency.hlog`` through hdrh's own
 ``HistogramLogReader``, an interval belongs to a span when it starts in it, and the input
 start is the injector's ``t0`` in ``injector.jsonl``. Only the run's output before its first
@@ -61,12 +66,42 @@ def p99(ivs: list[tuple[float, HdrHistogram]], a: float, b: float) -> tuple[floa
     return (h.get_value_at_percentile(99.0) / 1000.0 if n else None), n
 
 
+def _seconds(a: float, b: float) -> list[float]:
+    """Starts of the 1-s steps from ``a`` while a whole second fits before ``b``."""
+    out = []
+    while a + 1.0 <= b + 1e-6:
+        out.append(a)
+        a += 1.0
+    return out
+
+
+def recovery(
+    ivs: list[tuple[float, HdrHistogram]], t: float, end: float, settle_s: float, limit: float
+) -> float | None:
+    """Seconds from ``t`` to the first T (``t`` + whole seconds) from which every interval
+    starting in ``[T, T + settle_s)`` has p99 <= ``limit``; None when none before ``end``."""
+    starts = sorted(s for s, _ in ivs if t <= s < end)
+    by_start = dict(ivs)
+    bad = [s for s in starts if by_start[s].get_value_at_percentile(99.0) / 1000.0 > limit]
+    for cand in [t] + [b + 1.0 for b in bad]:
+        if cand + settle_s > end:
+            return None
+        if not any(cand <= b < cand + settle_s for b in bad):
+            return round(cand - t, 1)
+    return None
+
+
 def _journal(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines() if line]
 
 
 def null_faults(
-    run: Path, steady_s: float, window_s: float, tolerance: float, warmup_s: float
+    run: Path,
+    steady_s: float,
+    window_s: float,
+    tolerance: float,
+    warmup_s: float,
+    settle_s: float = 5.0,
 ) -> list[dict[str, Any]]:
     """One row per null fault of ``run``: its time, p99s and both verdicts."""
     t0 = next(
@@ -96,9 +131,15 @@ def null_faults(
             if v is not None and n >= 100:
                 worst = max(worst, v)
             a += 1.0
+        seconds = [p99(ivs, a, a + 1.0) for a in _seconds(s_from, t)]
+        worst_second = max((v for v, n in seconds if v is not None and n >= 100), default=0.0)
+        rec_whole = recovery(ivs, t, end, settle_s, tolerance * whole)
+        rec_stretch = recovery(ivs, t, end, settle_s, tolerance * max(whole, worst_second))
         rows.append(
             {
                 "t_s": round(t - t0, 1),
+                "recovery_whole_s": rec_whole,
+                "recovery_stretch_s": rec_stretch,
                 "steady_p99": round(whole, 1),
                 "stretch_p99": round(worst, 1),
                 "window_p99": round(win, 1),
@@ -117,17 +158,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=float, default=15.0, help="impact window, s (demo: 11-17)")
     ap.add_argument("--tolerance", type=float, default=1.10)
     ap.add_argument("--warmup", type=float, default=35.0)
+    ap.add_argument("--settle", type=float, default=5.0, help="recovery's settle time, s")
     ap.add_argument("--rows", action="store_true", help="print every null fault")
     args = ap.parse_args(argv)
     total = {"n": 0, "whole": 0, "stretch": 0}
     for run in args.runs:
-        rows = null_faults(run, args.steady, args.window, args.tolerance, args.warmup)
+        rows = null_faults(run, args.steady, args.window, args.tolerance, args.warmup, args.settle)
         if args.rows:
             for r in rows:
                 print(json.dumps(r))
         n = len(rows)
         fa_whole = sum(not r["whole_masked"] for r in rows)
         fa_stretch = sum(not r["stretch_masked"] for r in rows)
+        for kind in ("whole", "stretch"):
+            rec = [r[f"recovery_{kind}_s"] for r in rows]
+            done = sorted(x for x in rec if x is not None)
+            print(
+                f"{run.name}: recovery ({kind}): 0 s in {sum(x == 0 for x in done)} of {n}, "
+                f"never {sum(x is None for x in rec)}, median "
+                f"{done[len(done) // 2] if done else '-'} s, max {done[-1] if done else '-'} s"
+            )
         total["n"] += n
         total["whole"] += fa_whole
         total["stretch"] += fa_stretch

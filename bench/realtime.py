@@ -34,7 +34,9 @@ on that order.
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
 warm-up); the ratio is the p99 over the fault's impact window (the report's, see
-:mod:`arfl.report.verdicts`) ÷ the steady p99; gaps are the report's longest output gap
+:mod:`arfl.report.verdicts`) ÷ the whole steady phase's p99 (issue 11's ratio; the masked
+verdict holds it to the steady p99 at the window's length, ``steady_p99_ms``); gaps are the
+report's longest output gap
 overlapping the impact window and the steady phase's; masked is the report's verdict;
 missing / duplicates / divergent are the report's correctness (the independent check in
 ``check.json``). The sweep stops at the first rate whose p99 reaches 100 ms and names the

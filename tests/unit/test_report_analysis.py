@@ -557,3 +557,23 @@ def test_the_stretch_reference_never_falls_below_the_whole_steady_p99() -> None:
     assert stretch_p99(ref, 100.0, (0.0, 100.0), p99_over) == 100.0  # as long: the whole
     assert calls == []
     assert stretch_p99(reference(None, None, 0, 0.0), 20.0, (0.0, 100.0), p99_over) is None
+
+
+def test_recovery_holds_each_second_to_the_steady_states_worst_second() -> None:
+    """Every second of the output has its own p99; a fault-free steady phase has slower seconds
+    than its whole p99 (here one of 118 at 140 ms; the phase's p99 is 100 ms). A second as slow
+    after a fault is what the steady state does on its own: no recovery needed. Held to the
+    whole phase's p99 that second made a fault that changed nothing "recover" only after it."""
+    lat = [100.0] * 140
+    lat[60] = 140.0
+    lat[122] = 140.0  # after the fault: no slower than the steady state's slowest second
+    (f,) = analyse(_run(lat, [_pause(120.0, 1.0)])).faults
+    assert f.steady_interval_p99_ms == pytest.approx(140.0, rel=1e-3)
+    assert f.recovery_s == 0.0
+    lat[122] = 200.0  # slower than any steady second: recovered after it
+    (f,) = analyse(_run(lat, [_pause(120.0, 1.0)])).faults
+    assert f.recovery_s == pytest.approx(3.0)
+    lat[60], lat[122] = 100.0, 140.0  # no slow steady second: 140 ms is beyond tolerance
+    (f,) = analyse(_run(lat, [_pause(120.0, 1.0)])).faults
+    assert f.steady_interval_p99_ms == pytest.approx(100.0, rel=1e-3)
+    assert f.recovery_s == pytest.approx(3.0)

@@ -56,6 +56,8 @@ from arfl.report.slo import check_slos
 from arfl.run.progress import AGREED_WATERMARK, NOT_CATCHING_UP, batch_ends, unreported_batches
 from arfl.units import percentile_key
 
+INTERVAL_S = 1.0
+"""The latency intervals' length (the merger's ``latency.hlog``)."""
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 """Always computed: the ``--json`` contract has a field for each."""
 
@@ -396,6 +398,9 @@ def _fault_phases(
     fstats: list[FaultStats] = []
     # The steady phase the lag allowances come from: the warm-up's end to the first fault.
     steady_end = jfaults[0].started if jfaults and jfaults[0].started is not None else t_end
+    span = (warm_stop, steady_end)
+    # What one latency interval's p99 is held to (recovery), from the same steady phase.
+    per_iv = verdicts.stretch_p99(ref, INTERVAL_S, span, b.p99_over)
     for i, jf in enumerate(jfaults, start=1):
         assert jf.started is not None
         win_start = max(jf.started, warm_stop)
@@ -417,11 +422,9 @@ def _fault_phases(
         whole = overlapping(b.gaps, win_start, win_end)
         fault_gap = None if whole is None else round(whole.length_ms, 3)
         fp99 = fphase.percentiles_ms.get("p99") if fphase.count else None
-        held_to = verdicts.stretch_p99(
-            ref, win_end - win_start, (warm_stop, steady_end), b.p99_over
-        )
+        held_to = verdicts.stretch_p99(ref, win_end - win_start, span, b.p99_over)
         verdict = verdicts.masked(fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start)
-        rec_at = verdicts.recovery_at(ivs, b.gaps, jf.started, limit, ref, tol, settle)
+        rec_at = verdicts.recovery_at(ivs, b.gaps, jf.started, limit, ref, tol, settle, per_iv)
         recovery_s = None if rec_at is None else max(0.0, rec_at - jf.started)
         rec_end = limit if rec_at is None else min(max(rec_at, win_end), limit)
         phases.append(b.stats(f"recovery-{i}", "recovery", win_end, rec_end, fault=i))
@@ -452,6 +455,7 @@ def _fault_phases(
                 window_ended_by=window.ended_by,
                 verdict=verdict.reason,
                 steady_p99_ms=held_to,
+                steady_interval_p99_ms=per_iv,
             )
         )
     return phases, fstats

@@ -21,7 +21,8 @@ JSON_VERSION = 4
 """Bumped when a field of the ``--json`` output changes meaning or is removed. 4:
 ``faults[].masked`` holds the window's p99 to the steady p99 at the window's length
 (``faults[].steady_p99_ms``: the steady phase's worst stretch as long as the window, at least
-the whole phase's; was: the whole phase's p99). 3: the impact
+the whole phase's; was: the whole phase's p99), ``recovery_s`` each interval's p99 to the
+steady p99 at an interval's length (``faults[].steady_interval_p99_ms``). 3: the impact
 window (``faults[].window_s``, the ``fault-N`` phase, ``masked``) runs to caught up + settle
 (was: healthy + settle); ``caught_up_s`` and ``caught_up_lag_ms`` read the replica's trail
 where the merger kept one (was: its lag). 2: ``faults[].caught_up_s`` reads the output (was:
@@ -137,6 +138,8 @@ class FaultStats:
         steady_p99_ms: the steady p99 the window's p99 was held to: the highest p99 of the
             steady phase's stretches as long as the window, at least the whole phase's
             (:func:`arfl.report.verdicts.stretch_p99`; None: no usable steady state).
+        steady_interval_p99_ms: the same at a latency interval's length (1 s): what each
+            interval's p99 is held to for ``recovery_s``.
         max_gap_ms: the longest output gap overlapping the impact window.
         healthy_s: injection until the faulted replica delivered a result from input sent
             after the injection (None: not before the window's cap).
@@ -168,6 +171,7 @@ class FaultStats:
     window_ended_by: str | None = None
     verdict: str = ""
     steady_p99_ms: float | None = None
+    steady_interval_p99_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``faults[]`` entry of the JSON output."""
@@ -190,6 +194,7 @@ class FaultStats:
             "window_ended_by": self.window_ended_by,
             "p99_ms": self.p99_ms,
             "steady_p99_ms": _r(self.steady_p99_ms),
+            "steady_interval_p99_ms": _r(self.steady_interval_p99_ms),
             "max_gap_ms": self.max_gap_ms,
             "description": self.description,
             "error": self.error,
