@@ -145,3 +145,34 @@ def test_null_faults_reads_only_the_fault_free_output_and_judges_both_ways() -> 
         assert r["stretch_masked"] == (r["window_p99"] <= 1.1 * r["stretch_p99"])
         assert r["whole_masked"] <= r["stretch_masked"]  # the stretch is never stricter
     assert rows[0]["t_s"] == 80.0  # warm-up 60 s + steady 20 s
+
+
+def test_the_reports_masked_figures_survive_a_reading_with_hdrhs_own_reader() -> None:
+    """The window p99 and the steady p99 at the window's length that decided a real run's
+    masked verdict, recomputed from ``latency.hlog`` with hdrh's reader (bench/null_faults.py:
+    no report code; an interval belongs to a span when it starts in it, the report takes its
+    midpoint, so spans shift by up to half a second)."""
+    import null_faults
+
+    from arfl.report import build_report
+
+    run = ROOT / "tests" / "fixtures" / "runs" / "real-active-rtm-kill-replica"
+    report = build_report(run)
+    (f,) = report.faults
+    assert report.input_start is not None and f.at_s is not None and f.window_s is not None
+    assert f.p99_ms is not None and f.steady_p99_ms is not None
+    ivs = null_faults.intervals(run / "latency.hlog")
+    kill = report.input_start + f.at_s
+    window, _ = null_faults.p99(ivs, kill, kill + f.window_s)
+    steady_from = report.input_start + report.warmup_s
+    stretches = [
+        null_faults.p99(ivs, a, a + f.window_s)
+        for a in null_faults._seconds(steady_from, kill - f.window_s + 1.0)
+    ]
+    whole, _ = null_faults.p99(ivs, steady_from, kill)
+    assert window is not None and whole is not None
+    worst = max([whole] + [v for v, n in stretches if v is not None and n >= 100])
+    assert window == pytest.approx(f.p99_ms, rel=0.05), (window, f.p99_ms)
+    assert worst == pytest.approx(f.steady_p99_ms, rel=0.05), (worst, f.steady_p99_ms)
+    assert worst > whole  # the stretch reference is not the whole phase's here
+    assert f.masked is (f.p99_ms <= report.tolerance * f.steady_p99_ms)
