@@ -76,13 +76,12 @@ def _seconds(a: float, b: float) -> list[float]:
 
 
 def recovery(
-    ivs: list[tuple[float, HdrHistogram]], t: float, end: float, settle_s: float, limit: float
+    per_iv: list[tuple[float, float]], t: float, end: float, settle_s: float, limit: float
 ) -> float | None:
-    """Seconds from ``t`` to the first T (``t`` + whole seconds) from which every interval
-    starting in ``[T, T + settle_s)`` has p99 <= ``limit``; None when none before ``end``."""
-    starts = sorted(s for s, _ in ivs if t <= s < end)
-    by_start = dict(ivs)
-    bad = [s for s in starts if by_start[s].get_value_at_percentile(99.0) / 1000.0 > limit]
+    """Seconds from ``t`` to the first T (``t``, or the end of a slow interval) from which every
+    interval starting in ``[T, T + settle_s)`` has p99 <= ``limit``; None when none before
+    ``end``. ``per_iv``: ``(start, p99 ms)`` of every interval."""
+    bad = [s for s, v in per_iv if t <= s < end and v > limit]
     for cand in [t] + [b + 1.0 for b in bad]:
         if cand + settle_s > end:
             return None
@@ -115,6 +114,7 @@ def null_faults(
     end = min(faults) if faults else (min(done) if done else float("inf"))
     ivs = intervals(run / "latency.hlog")
     end = min(end, max(s for s, _ in ivs) + 1.0)
+    per_iv = [(s, h.get_value_at_percentile(99.0) / 1000.0) for s, h in ivs]
     rows = []
     t = t0 + warmup_s + steady_s
     while t + window_s <= end:
@@ -125,16 +125,17 @@ def null_faults(
             t += 1.0
             continue
         worst = whole
-        a = s_from
-        while a + window_s <= t + 1e-6:
+        starts = _seconds(s_from, t - window_s + 1.0)
+        if not starts or starts[-1] + window_s < t - 1e-6:
+            starts.append(t - window_s)  # the last stretch ends where the steady phase does
+        for a in starts:
             v, n = p99(ivs, a, a + window_s)
             if v is not None and n >= 100:
                 worst = max(worst, v)
-            a += 1.0
         seconds = [p99(ivs, a, a + 1.0) for a in _seconds(s_from, t)]
         worst_second = max((v for v, n in seconds if v is not None and n >= 100), default=0.0)
-        rec_whole = recovery(ivs, t, end, settle_s, tolerance * whole)
-        rec_stretch = recovery(ivs, t, end, settle_s, tolerance * max(whole, worst_second))
+        rec_whole = recovery(per_iv, t, end, settle_s, tolerance * whole)
+        rec_stretch = recovery(per_iv, t, end, settle_s, tolerance * max(whole, worst_second))
         rows.append(
             {
                 "t_s": round(t - t0, 1),

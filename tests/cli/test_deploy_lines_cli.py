@@ -42,8 +42,8 @@ def test_deploy_ends_with_the_latency_after_the_warm_up_and_each_faults_verdict(
     reader.get_next_interval_histogram()  # reads the header (BaseTime)
     base = reader.base_time_sec
     reader.close()
-    since = report.input_start + report.warmup_s - base
-    until = report.input_start + report.input_end_s - base
+    since = report.input_start + report.overall.start_s - base
+    until = report.input_start + report.overall.end_s - base
     independent = _p99_after(RUN / "latency.hlog", since, until)
     assert abs(independent - shown) <= 0.05 * shown + 0.1, (independent, shown)
     assert lines[1].startswith("fault 1 kill-replica on replica 0 at 100.0s: ")

@@ -88,7 +88,8 @@ def test_the_home_stays_while_a_process_uses_it_or_a_driver_could_not_be_stopped
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d, home = _deployment(tmp_path, monkeypatch)
-    jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"{home}/jars/*"])
+    jars = f"{home}/replica-0/jars/*"  # a driver's SPARK_HOME in the run's
+    jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", jars])
     try:
         d.stop()
     finally:

@@ -551,7 +551,8 @@ def test_recover_never_deletes_what_state_json_names_unless_it_is_the_runs_own(
         assert runs_with_pending(run_dir.parent) == []  # nothing of its own is left
         report = recover(run_dir)
         assert report.removed_spark_home is None and not report.failed
-        assert named.is_dir() and any(named.iterdir())
+    assert (precious / "work").is_dir()
+    assert (other / "replica-0" / "work" / "app-1" / "0" / "stderr").is_file()
 
 
 def test_recover_leaves_a_spark_home_a_process_still_uses(
@@ -564,7 +565,8 @@ def test_recover_leaves_a_spark_home_a_process_still_uses(
     (run_dir / "state.json").write_text(json.dumps(state))
     assert runs_with_pending(run_dir.parent) == [run_dir]
     # A JVM that no state.json names (a driver restarted after the last write): in use.
-    jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"{home}/jars/*"])
+    jars = f"{home}/replica-0/jars/*"  # a driver's SPARK_HOME in the run's
+    jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", jars])
     try:
         report = recover(run_dir)
         assert home.is_dir() and report.removed_spark_home is None

@@ -553,6 +553,9 @@ def test_the_stretch_reference_never_falls_below_the_whole_steady_p99() -> None:
 
     assert stretch_p99(ref, 20.0, (0.0, 100.0), p99_over) == 100.0
     assert calls[0] == (0.0, 20.0) and calls[-1] == (80.0, 100.0) and len(calls) == 81
+    calls.clear()  # a phase that is no whole number of steps: its last second is in one too
+    stretch_p99(ref, 20.0, (0.5, 100.0), p99_over)
+    assert calls[-2] == (79.5, 99.5) and calls[-1] == (80.0, 100.0) and len(calls) == 81
     calls.clear()
     assert stretch_p99(ref, 100.0, (0.0, 100.0), p99_over) == 100.0  # as long: the whole
     assert calls == []

@@ -120,7 +120,7 @@ def test_a_home_is_in_use_while_a_process_names_it(state: Path, tmp_path: Path) 
     home = run_spark_home(tmp_path / "runs" / "r")
     assert processes_using(home) == []
     code = "import time; time.sleep(60)"
-    proc = subprocess.Popen([sys.executable, "-c", code, f"-cp={home}/jars/*"])
+    proc = subprocess.Popen([sys.executable, "-c", code, f"-cp={home}/standby-0/jars/*"])
     try:
         assert processes_using(home) == [proc.pid]
         assert processes_using(home.with_name(home.name + "x")) == []

@@ -35,6 +35,8 @@ LOWEST_TRACKABLE_US = 1
 HIGHEST_TRACKABLE_US = 3_600_000_000
 """One hour in microseconds: anything slower is clamped (and still counted)."""
 SIGNIFICANT_DIGITS = 3
+INTERVAL_S = 1.0
+"""The length of the merger's latency intervals (``latency.hlog``) and monitor ticks."""
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
 _US_PER_MS = 1000.0
 

@@ -54,6 +54,7 @@ from arfl.measure import frontier as frontier_file
 from arfl.measure.frontier import PER_RECORD_RID, Frontier
 from arfl.measure.histogram import (
     DEFAULT_PERCENTILES,
+    INTERVAL_S,
     IntervalHistogram,
     IntervalRecorder,
     LatencyLogWriter,
@@ -852,7 +853,7 @@ class Merger:
         started = time.time()
         # Intervals end on whole wall-clock seconds so runs line up with each other.
         start_s = started
-        next_tick = math.floor(started) + 1.0
+        next_tick = math.floor(started) + INTERVAL_S
         next_owner_check = started
         next_frontier = started
         frontier_path = frontier_file.path_in(cfg.run_dir)
@@ -945,7 +946,7 @@ class Merger:
                         hlog.write(tick.interval)
                         sent_hlog.write(tick.sent_interval)
                         monitor.write(json.dumps(tick.line) + "\n")
-                        next_tick += 1.0
+                        next_tick += INTERVAL_S
                     monitor.flush()
                     if self._unassigned:
                         self._assign(None, 0.5)

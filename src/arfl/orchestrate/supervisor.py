@@ -324,6 +324,7 @@ class ReplicaRunner:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._env: dict[str, str] | None = None
+        self._driver_envs: dict[str, dict[str, str]] = {}
         rdir = run_dir / "replicas"
         self._replicas = [
             _Replica(
@@ -371,8 +372,11 @@ class ReplicaRunner:
         """
         if self._thread is not None:
             raise DeployError("replica runner already started")
-        # The shared SPARK_HOME's environment; a run's own home gives each driver its own.
+        # The shared SPARK_HOME's environment; a run's own home gives each driver its own,
+        # every replica's built here (a failure fails the start, not a later restart).
         self._env = self._env_in(None) if self._spark_home is None else None
+        for rep in self._replicas:
+            self._driver_env(f"replica-{rep.index}")
         for rep in self._replicas:
             rep.config_path.parent.mkdir(parents=True, exist_ok=True)
             self._spawn(rep)
@@ -409,7 +413,11 @@ class ReplicaRunner:
         if self._spark_home is None:
             assert self._env is not None
             return self._env
-        return self._env_in(ensure_spark_home(driver_spark_home(self._spark_home, name)))
+        env = self._driver_envs.get(name)
+        if env is None:  # built once: a restart on the supervision thread only reuses it
+            env = self._env_in(ensure_spark_home(driver_spark_home(self._spark_home, name)))
+            self._driver_envs[name] = env
+        return env
 
     def states(self) -> dict[int, ReplicaState]:
         """Current state of every replica (refreshing app ids)."""

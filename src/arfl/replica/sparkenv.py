@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from arfl.errors import DeployError
 from arfl.paths import state_dir
 from arfl.processes import kill_all, process_tree
-from arfl.run.sparkhome import OWNER_FILE, claim_spark_home, spark_home_path
+from arfl.run.sparkhome import claim_spark_home, spark_home_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -100,7 +100,8 @@ def run_spark_home(run_dir: Path) -> Path:
         claim_spark_home(home, run_dir)
     except OSError as e:
         raise DeployError(
-            f"cannot create {home / OWNER_FILE}: {e}; set ARFL_STATE_DIR to a writable directory"
+            f"cannot create the run's SPARK_HOME directory {home}: {e}; set ARFL_STATE_DIR to "
+            "a writable directory"
         ) from None
     return home
 

@@ -20,6 +20,7 @@ it overlaps), so phase edges are exact to the second.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from arfl.configs.slo import slo_percentiles
 from arfl.errors import ReportError
 from arfl.measure.check.hops import HopLatency
 from arfl.measure.histogram import (
+    INTERVAL_S,
     IntervalHistogram,
     new_histogram,
     values_at_percentiles,
@@ -56,8 +58,6 @@ from arfl.report.slo import check_slos
 from arfl.run.progress import AGREED_WATERMARK, NOT_CATCHING_UP, batch_ends, unreported_batches
 from arfl.units import percentile_key
 
-INTERVAL_S = 1.0
-"""The latency intervals' length (the merger's ``latency.hlog``)."""
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 """Always computed: the ``--json`` contract has a field for each."""
 
@@ -94,9 +94,15 @@ def _interval_stats(intervals: Sequence[IntervalHistogram]) -> list[_Iv]:
     return out
 
 
-def _select(ivs: Sequence[_Iv], start: float, end: float) -> list[_Iv]:
-    """Intervals whose midpoint is in ``[start, end)``; else those overlapping it."""
-    chosen = [iv for iv in ivs if start <= iv.mid < end]
+def _select(
+    ivs: Sequence[_Iv], start: float, end: float, mids: Sequence[float] | None = None
+) -> list[_Iv]:
+    """Intervals whose midpoint is in ``[start, end)``; else those overlapping it. ``mids``:
+    the intervals' midpoints, in order (``ivs`` sorted by time), to find them by bisection."""
+    if mids is None:
+        chosen = [iv for iv in ivs if start <= iv.mid < end]
+    else:
+        chosen = list(ivs[bisect.bisect_left(mids, start) : bisect.bisect_left(mids, end)])
     if chosen or end <= start:
         return chosen
     return [iv for iv in ivs if iv.start < end and iv.end > start]
@@ -116,6 +122,7 @@ class _Builder:
         self.t0 = t0
         self.t_end = t_end
         self.ivs = _interval_stats(data.intervals)
+        self._mids = [iv.mid for iv in self.ivs]
         self.sent_ivs = _interval_stats(data.sent_intervals)
         # Results of events sent before the input ended still arrive afterwards (the last
         # batches, windows closing, a replay): the measurement runs until the last of them.
@@ -183,8 +190,11 @@ class _Builder:
 
     def p99_over(self, start: float, end: float) -> tuple[float | None, int]:
         """The output's p99 (ms) and result count over ``[start, end)`` (its intervals as a
-        phase takes them: :func:`_select`)."""
-        hist = _merged(_select(self.ivs, start, end))
+        phase takes them: :func:`_select`; one interval's p99 as computed once)."""
+        chosen = _select(self.ivs, start, end, self._mids)
+        if len(chosen) == 1:
+            return chosen[0].p99, chosen[0].count
+        hist = _merged(chosen)
         count = int(hist.get_total_count())
         if not count:
             return None, 0
@@ -400,7 +410,7 @@ def _fault_phases(
     steady_end = jfaults[0].started if jfaults and jfaults[0].started is not None else t_end
     span = (warm_stop, steady_end)
     # What one latency interval's p99 is held to (recovery), from the same steady phase.
-    per_iv = verdicts.stretch_p99(ref, INTERVAL_S, span, b.p99_over)
+    per_iv = verdicts.stretch_p99(ref, INTERVAL_S, span, b.p99_over) if jfaults else None
     for i, jf in enumerate(jfaults, start=1):
         assert jf.started is not None
         win_start = max(jf.started, warm_stop)

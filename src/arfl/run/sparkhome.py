@@ -1,4 +1,6 @@
-"""A deployment's own SPARK_HOME: where it lives, whose it is, and retiring it.
+"""A deployment's own SPARK_HOME directory (one SPARK_HOME per driver in it): where it lives,
+whose it is, and retiring it. Called "the run's SPARK_HOME" below, ``state.json``'s
+``spark_home``.
 
 Built by :func:`arfl.replica.sparkenv.run_spark_home`; retired by deploy at its stop and by
 ``arfl chaos recover`` for a dead deployment (docs/design.md, "Spark's scratch").
@@ -18,17 +20,17 @@ import psutil
 from arfl.paths import state_dir
 
 RUN_SPARK_HOMES = "spark-runs"
-"""Directory of :func:`state_dir` that holds each deployment's own SPARK_HOME."""
+"""Directory of :func:`state_dir` that holds each deployment's own SPARK_HOME directory."""
 EXECUTOR_LOGS = "logs/executors"
 """Where a run directory keeps its executors' logs (moved there from its SPARK_HOME)."""
 OWNER_FILE = "ARFL_RUN"
-"""In a run's SPARK_HOME: the run directory it belongs to (what ``recover`` checks)."""
+"""In a run's SPARK_HOME directory: the run directory it belongs to (what ``recover`` checks)."""
 
 
 def spark_home_path(run_dir: Path) -> Path:
-    """Where the SPARK_HOME of ``run_dir``'s drivers lives: ``state_dir()/spark-runs/<run>-<h>``
+    """Where the SPARK_HOMEs of ``run_dir``'s drivers live: ``state_dir()/spark-runs/<run>-<h>``
     (``h`` from the run directory's absolute path: two runs of one name under two runs roots
-    get two homes)."""
+    get two)."""
     tag = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:8]
     return state_dir().resolve() / RUN_SPARK_HOMES / f"{run_dir.name}-{tag}"
 
@@ -49,15 +51,20 @@ def claim_spark_home(home: Path, run_dir: Path) -> None:
 
 
 def owns_spark_home(run_dir: Path, home: Path) -> bool:
-    """Whether ``home`` is ``run_dir``'s own SPARK_HOME
-    (:func:`arfl.replica.sparkenv.run_spark_home`): under a ``spark-runs`` directory, its
+    """Whether ``home`` is ``run_dir``'s own SPARK_HOME directory
+    (:func:`arfl.replica.sparkenv.run_spark_home`): not a symlink, under a ``spark-runs``
+    directory, its
     :data:`OWNER_FILE` naming ``run_dir``. ``recover`` deletes nothing else, whatever
     ``state.json`` says."""
     try:
         owner = (home / OWNER_FILE).read_text(encoding="utf-8").strip()
     except OSError:
         return False
-    return home.parent.name == RUN_SPARK_HOMES and owner == str(run_dir.resolve())
+    return (
+        not home.is_symlink()
+        and home.parent.name == RUN_SPARK_HOMES
+        and owner == str(run_dir.resolve())
+    )
 
 
 def processes_using(home: Path) -> list[int]:
@@ -124,6 +131,8 @@ def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
     Raises:
         OSError: the logs could not be moved or the home not deleted.
     """
+    if home.is_symlink():
+        raise OSError(f"{home} is a symlink, not a run's SPARK_HOME directory")
     if not home.is_dir():
         return None
     kept: list[str] = []

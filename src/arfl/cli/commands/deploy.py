@@ -95,15 +95,16 @@ def _print_report_lines(run_dir: Path) -> None:
 
 def report_lines(report: Report) -> list[str]:
     """What deploy says last, from the run's report (the figures and verdicts ``arfl report``
-    gives, computed there): the latency after the warm-up (the ``done`` line's whole-run
-    figures include the start-up's first seconds, which no verdict uses), then one line per
+    gives, computed there): the latency after the warm-up (the report's ``overall``, from the
+    warm-up's end or an earlier first fault; the ``done`` line's whole-run figures include the
+    start-up's first seconds, which no verdict uses), then one line per
     injected fault: masked or not, with the figure that decided it. Rich markup."""
     lines = []
     o = report.overall
     if o.count:
         pct = " ".join(f"{k}={_fmt_ms(v)}" for k, v in o.percentiles_ms.items())
         lines.append(
-            f"after the {report.warmup_s:g}-s warm-up: latency ms {pct} max={_fmt_ms(o.max_ms)} "
+            f"after the {o.start_s:g}-s warm-up: latency ms {pct} max={_fmt_ms(o.max_ms)} "
             f"({o.count:,} results)"
         )
     for f in report.faults:
