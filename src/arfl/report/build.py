@@ -94,15 +94,10 @@ def _interval_stats(intervals: Sequence[IntervalHistogram]) -> list[_Iv]:
     return out
 
 
-def _select(
-    ivs: Sequence[_Iv], start: float, end: float, mids: Sequence[float] | None = None
-) -> list[_Iv]:
+def _select(ivs: Sequence[_Iv], mids: Sequence[float], start: float, end: float) -> list[_Iv]:
     """Intervals whose midpoint is in ``[start, end)``; else those overlapping it. ``mids``:
-    the intervals' midpoints, in order (``ivs`` sorted by time), to find them by bisection."""
-    if mids is None:
-        chosen = [iv for iv in ivs if start <= iv.mid < end]
-    else:
-        chosen = list(ivs[bisect.bisect_left(mids, start) : bisect.bisect_left(mids, end)])
+    the intervals' midpoints, in order (``ivs`` sorted by time), found by bisection."""
+    chosen = list(ivs[bisect.bisect_left(mids, start) : bisect.bisect_left(mids, end)])
     if chosen or end <= start:
         return chosen
     return [iv for iv in ivs if iv.start < end and iv.end > start]
@@ -122,8 +117,9 @@ class _Builder:
         self.t0 = t0
         self.t_end = t_end
         self.ivs = _interval_stats(data.intervals)
-        self._mids = [iv.mid for iv in self.ivs]
+        self.mids = [iv.mid for iv in self.ivs]
         self.sent_ivs = _interval_stats(data.sent_intervals)
+        self._sent_mids = [iv.mid for iv in self.sent_ivs]
         # Results of events sent before the input ended still arrive afterwards (the last
         # batches, windows closing, a replay): the measurement runs until the last of them.
         last = max((iv.end for iv in self.ivs if iv.count), default=t_end)
@@ -152,14 +148,16 @@ class _Builder:
     def stats(
         self, name: str, kind: str, start: float, end: float, fault: int | None = None
     ) -> PhaseStats:
-        chosen = _select(self.ivs, start, end)
+        chosen = _select(self.ivs, self.mids, start, end)
         hist = _merged(chosen)
         count = int(hist.get_total_count())
         covered = sum(iv.end - iv.start for iv in chosen)
         pct = self._percentiles(hist)
         max_ms = round(hist.get_max_value() / 1000.0, 3) if count else None
         sent = (
-            self._percentiles(_merged(_select(self.sent_ivs, start, end))) if self.sent_ivs else {}
+            self._percentiles(_merged(_select(self.sent_ivs, self._sent_mids, start, end)))
+            if self.sent_ivs
+            else {}
         )
         gap = longest_in(self.gaps, start, end)
         gap_ms, gap_exact = gap if gap is not None else ((0.0 if chosen else None), True)
@@ -191,7 +189,7 @@ class _Builder:
     def p99_over(self, start: float, end: float) -> tuple[float | None, int]:
         """The output's p99 (ms) and result count over ``[start, end)`` (its intervals as a
         phase takes them: :func:`_select`; one interval's p99 as computed once)."""
-        chosen = _select(self.ivs, start, end, self._mids)
+        chosen = _select(self.ivs, self.mids, start, end)
         if len(chosen) == 1:
             return chosen[0].p99, chosen[0].count
         hist = _merged(chosen)
@@ -502,7 +500,7 @@ def distribution_percentiles(count: int) -> list[float]:
 
 
 def _distribution(b: _Builder, phase: PhaseStats) -> list[tuple[float, float]]:
-    chosen = _select(b.ivs, phase.start_s + b.t0, phase.end_s + b.t0)
+    chosen = _select(b.ivs, b.mids, phase.start_s + b.t0, phase.end_s + b.t0)
     hist = new_histogram()
     for iv in chosen:
         hist.add(iv.hist)

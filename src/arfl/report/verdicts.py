@@ -59,6 +59,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from arfl.measure.check.hops import nearest_rank
+from arfl.measure.histogram import INTERVAL_S
 from arfl.report.gaps import Gap
 from arfl.run.streams import MonitorSnapshot
 
@@ -271,7 +272,7 @@ def stretch_p99(
     window_s: float,
     steady: tuple[float, float],
     p99_over: Callable[[float, float], tuple[float | None, int]],
-    step_s: float = 1.0,
+    step_s: float = INTERVAL_S,
 ) -> float | None:
     """The steady p99 a window of ``window_s`` seconds is held to: the highest p99 of the
     stretches ``[t, t + window_s)`` of the steady phase (``t`` from its start by ``step_s``,
@@ -324,8 +325,8 @@ def masked(
     ref: Reference,
     tolerance: float,
     missing: int | None,
-    ref_p99_ms: float | None = None,
-    window_s: float | None = None,
+    held_to_ms: float | None,
+    window_s: float,
 ) -> Verdict:
     """Masked over an impact window (see the module docstring).
 
@@ -335,17 +336,16 @@ def masked(
         ref: the steady reference.
         tolerance: ``report.tolerance``.
         missing: results missing from the run (None: unknown).
-        ref_p99_ms: the steady p99 at the window's length (:func:`stretch_p99`); None: the
-            whole steady phase's.
-        window_s: the window's length (named in the verdict when ``ref_p99_ms`` is given).
+        held_to_ms: the steady p99 at the window's length (:func:`stretch_p99`; None only
+            when the reference is unusable).
+        window_s: the window's length (named in the verdict).
     """
     if not ref.usable:
         return Verdict(None, f"unknown: {ref.problem or 'no steady p99'}")
-    assert ref.p99_ms is not None
-    held_to = ref.p99_ms if ref_p99_ms is None else ref_p99_ms
-    p99_limit, gap_limit = tolerance * held_to, tolerance * ref.gap_ms
-    stretch = window_s is not None and held_to > ref.p99_ms
-    steady = f"steady {held_to:.1f} ms"
+    assert ref.p99_ms is not None and held_to_ms is not None
+    p99_limit, gap_limit = tolerance * held_to_ms, tolerance * ref.gap_ms
+    stretch = held_to_ms > ref.p99_ms
+    steady = f"steady {held_to_ms:.1f} ms"
     if stretch:
         steady += f" (its worst {window_s:.0f}-s stretch; whole steady {ref.p99_ms:.1f} ms)"
     if p99_ms is None:
@@ -389,7 +389,7 @@ def recovery_at(
     ref: Reference,
     tolerance: float,
     settle_s: float,
-    interval_ref_ms: float | None = None,
+    interval_ref_ms: float | None,
 ) -> float | None:
     """When the output was back within tolerance and stayed there for ``settle_s``.
 
@@ -401,8 +401,8 @@ def recovery_at(
         ref: the steady reference (unusable: None).
         tolerance: ``report.tolerance``.
         settle_s: how long the output must stay good.
-        interval_ref_ms: the steady p99 at an interval's length (:func:`stretch_p99`); None:
-            the whole steady phase's.
+        interval_ref_ms: the steady p99 at an interval's length (:func:`stretch_p99`; None
+            only when the reference is unusable).
 
     Returns:
         Epoch seconds, ``injected`` when the output never left tolerance, or None when it did
@@ -410,9 +410,8 @@ def recovery_at(
     """
     if not ref.usable:
         return None
-    assert ref.p99_ms is not None
-    held_to = ref.p99_ms if interval_ref_ms is None else interval_ref_ms
-    p99_limit, gap_limit = tolerance * held_to, tolerance * ref.gap_ms / 1000.0
+    assert interval_ref_ms is not None
+    p99_limit, gap_limit = tolerance * interval_ref_ms, tolerance * ref.gap_ms / 1000.0
 
     def bad_iv(iv: Interval) -> bool:
         return iv.count > 0 and iv.p99_ms is not None and iv.p99_ms > p99_limit
