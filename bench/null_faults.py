@@ -14,7 +14,9 @@ loses nothing):
 And the p99 part of the recovery time (the first T from the null fault on such that every
 1-s interval of ``[T, T + settle)`` has p99 within tolerance; a null fault should need 0 s):
 held to the whole steady phase's p99 (``whole``, arfl until session 23) or to its worst 1-s
-interval's (``stretch``).
+interval's (``stretch``); ``window``: held to the worst 1-s interval's and good through the
+impact window too, not only for ``settle`` (arfl from session 24: an effect later than settle
+after the injection is recovered from after it).
 
 Independent of arfl's report code: the intervals come from ``latency.hlog`` through hdrh's own
 ``HistogramLogReader``, an interval belongs to a span when it starts in it, and the input
@@ -76,16 +78,23 @@ def _seconds(a: float, b: float) -> list[float]:
 
 
 def recovery(
-    per_iv: list[tuple[float, float]], t: float, end: float, settle_s: float, limit: float
+    per_iv: list[tuple[float, float]],
+    t: float,
+    end: float,
+    settle_s: float,
+    limit: float,
+    through: float | None = None,
 ) -> float | None:
     """Seconds from ``t`` to the first T (``t``, or the end of a slow interval) from which every
-    interval starting in ``[T, T + settle_s)`` has p99 <= ``limit``; None when none before
-    ``end``. ``per_iv``: ``(start, p99 ms)`` of every interval."""
+    interval starting in ``[T, max(T + settle_s, through))`` has p99 <= ``limit``; None when
+    none before ``end``. ``per_iv``: ``(start, p99 ms)`` of every interval; ``through``: the
+    impact window's end (None: settle only, arfl until session 24)."""
     bad = [s for s, v in per_iv if t <= s < end and v > limit]
     for cand in [t] + [b + 1.0 for b in bad]:
         if cand + settle_s > end:
             return None
-        if not any(cand <= b < cand + settle_s for b in bad):
+        stop = cand + settle_s if through is None else max(cand + settle_s, through)
+        if not any(cand <= b < stop for b in bad):
             return round(cand - t, 1)
     return None
 
@@ -136,11 +145,15 @@ def null_faults(
         worst_second = max((v for v, n in seconds if v is not None and n >= 100), default=0.0)
         rec_whole = recovery(per_iv, t, end, settle_s, tolerance * whole)
         rec_stretch = recovery(per_iv, t, end, settle_s, tolerance * max(whole, worst_second))
+        rec_window = recovery(
+            per_iv, t, end, settle_s, tolerance * max(whole, worst_second), t + window_s
+        )
         rows.append(
             {
                 "t_s": round(t - t0, 1),
                 "recovery_whole_s": rec_whole,
                 "recovery_stretch_s": rec_stretch,
+                "recovery_window_s": rec_window,
                 "steady_p99": round(whole, 1),
                 "stretch_p99": round(worst, 1),
                 "window_p99": round(win, 1),
@@ -171,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         n = len(rows)
         fa_whole = sum(not r["whole_masked"] for r in rows)
         fa_stretch = sum(not r["stretch_masked"] for r in rows)
-        for kind in ("whole", "stretch"):
+        for kind in ("whole", "stretch", "window"):
             rec = [r[f"recovery_{kind}_s"] for r in rows]
             done = sorted(x for x in rec if x is not None)
             print(

@@ -181,3 +181,35 @@ def test_the_reports_masked_figures_survive_a_reading_with_hdrhs_own_reader() ->
     assert worst == pytest.approx(f.steady_p99_ms, rel=0.05), (worst, f.steady_p99_ms)
     assert worst > whole  # the stretch reference is not the whole phase's here
     assert f.masked is (f.p99_ms <= report.tolerance * f.steady_p99_ms)
+
+
+def test_the_reports_recovery_time_survives_a_reading_with_hdrhs_own_reader() -> None:
+    """A real passive run's recovery from an executor kill (its output stopped, then a backlog
+    of slow seconds), recomputed with bench/null_faults.py's rule from ``latency.hlog`` read by
+    hdrh: the worst steady second as the reference, then the first T after which every second
+    is good through the impact window and ``settle`` (5 s). No report code shares the rule."""
+    import null_faults
+
+    from arfl.report import build_report
+
+    run = ROOT / "tests" / "fixtures" / "runs" / "real-passive-kill-executor"
+    report = build_report(run)
+    (f,) = report.faults
+    assert report.input_start is not None and f.at_s is not None and f.window_s is not None
+    assert f.recovery_s is not None and f.recovery_s > 5.0  # the effect outlasted settle
+    ivs = null_faults.intervals(run / "latency.hlog")
+    kill = report.input_start + f.at_s
+    steady = [
+        null_faults.p99(ivs, a, a + 1.0)
+        for a in null_faults._seconds(report.input_start + report.warmup_s, kill)
+    ]
+    whole, _ = null_faults.p99(ivs, report.input_start + report.warmup_s, kill)
+    assert whole is not None
+    worst = max([whole] + [v for v, n in steady if v is not None and n >= 100])
+    assert worst == pytest.approx(f.steady_interval_p99_ms, rel=0.05)
+    per_iv = [(s, h.get_value_at_percentile(99.0) / 1000.0) for s, h in ivs if h.total_count]
+    end = max(s for s, _ in ivs) + 1.0
+    rec = null_faults.recovery(
+        per_iv, kill, end, 5.0, report.tolerance * worst, through=kill + f.window_s
+    )
+    assert rec is not None and rec == pytest.approx(f.recovery_s, abs=1.0), (rec, f.recovery_s)

@@ -161,6 +161,18 @@ def test_recovery_time_is_end_of_last_bad_second() -> None:
     assert rep.phase("fault-1").percentiles_ms["p99"] == pytest.approx(1000.0, rel=1e-3)
 
 
+def test_an_effect_later_than_settle_after_the_injection_is_recovered_from_after_it() -> None:
+    # Paused 10..14 s; the output is good until a slow second at 17 s, inside the impact window
+    # (healthy at 14 s, seen at the 15 s tick, + 5 s settle) but more than settle after the
+    # injection. Recovered only after that second, not "0 s" while the window is not masked.
+    lat = [100.0] * 17 + [1000.0] + [100.0] * 12
+    rep = analyse(_run(lat, [_pause(10.0, 4.0)]))
+    (f,) = rep.faults
+    assert f.masked is False
+    assert rep.phase("fault-1").end_s >= 18.0  # the slow second is in the window
+    assert f.recovery_s == pytest.approx(8.0)
+
+
 def test_a_short_dip_does_not_count_as_recovered() -> None:
     # Good for 2 s (< the 5 s settle time) in between: recovered after the second bad stretch.
     lat = [100.0] * 10 + [1000.0] * 2 + [100.0] * 2 + [1000.0] * 2 + [100.0] * 10

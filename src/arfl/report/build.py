@@ -432,7 +432,9 @@ def _fault_phases(
         fp99 = fphase.percentiles_ms.get("p99") if fphase.count else None
         held_to = verdicts.stretch_p99(ref, win_end - win_start, span, b.p99_over)
         verdict = verdicts.masked(fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start)
-        rec_at = verdicts.recovery_at(ivs, b.gaps, jf.started, limit, ref, tol, settle, per_iv)
+        rec_at = verdicts.recovery_at(
+            ivs, b.gaps, jf.started, limit, ref, tol, settle, per_iv, win_end
+        )
         recovery_s = None if rec_at is None else max(0.0, rec_at - jf.started)
         rec_end = limit if rec_at is None else min(max(rec_at, win_end), limit)
         phases.append(b.stats(f"recovery-{i}", "recovery", win_end, rec_end, fault=i))

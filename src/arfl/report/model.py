@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     # spec validator's import of arfl.report.slo must not (a cycle).
     from arfl.measure.check.hops import HopLatency
 
-JSON_VERSION = 4
-"""Bumped when a field of the ``--json`` output changes meaning or is removed. 4:
+JSON_VERSION = 5
+"""Bumped when a field of the ``--json`` output changes meaning or is removed. 5:
+``faults[].recovery_s`` requires the output good through the impact window too (was: for
+``settle`` from T only, so an effect later than settle after the injection gave 0 s). 4:
 ``faults[].masked`` holds the window's p99 to the steady p99 at the window's length
 (``faults[].steady_p99_ms``: the steady phase's worst stretch as long as the window, at least
 the whole phase's; was: the whole phase's p99), ``recovery_s`` each interval's p99 to the

@@ -43,14 +43,17 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   nothing was "not masked" about as often as not (measured in docs/benchmarks.md, session 23).
   Masked says the window was no worse than the steady state itself over as long a stretch.
 * **Recovered** (:func:`recovery_at`): the first time T from the injection on such that over
-  ``[T, T + settle]`` every 1-s interval with results has p99 <= tolerance x the steady p99
-  **at an interval's length** (:func:`stretch_p99` of 1 s: the steady phase's worst 1-s
-  interval, never below the whole phase's p99) and no output gap is longer than tolerance x
-  reference gap — empty seconds count only through the gaps, so a batch cadence that leaves
-  empty seconds in the steady state itself does not fake or prevent a recovery. ``settle`` is
-  at least twice the reference gap. Held to the whole phase's p99, one second's p99 is above
-  it in many a fault-free second: a fault that changed nothing "recovered" after a median of
-  2.6 s, up to 39.6 s, or never (11 of 111 null faults; docs/benchmarks.md, session 23).
+  ``[T, max(T + settle, end of the impact window)]`` every 1-s interval with results has p99 <=
+  tolerance x the steady p99 **at an interval's length** (:func:`stretch_p99` of 1 s: the steady
+  phase's worst 1-s interval, never below the whole phase's p99) and no output gap is longer
+  than tolerance x reference gap — empty seconds count only through the gaps, so a batch cadence
+  that leaves empty seconds in the steady state itself does not fake or prevent a recovery.
+  ``settle`` is at least twice the reference gap. Held to the whole phase's p99, one second's
+  p99 is above it in many a fault-free second: a fault that changed nothing "recovered" after a
+  median of 2.6 s, up to 39.6 s, or never (11 of 111 null faults; docs/benchmarks.md, session
+  23). The output must stay good through the impact window: an effect that shows later than
+  ``settle`` after the injection (a survivor's batch boundary while the faulted replica is away)
+  is recovered from after it, not at the injection.
 """
 
 from __future__ import annotations
@@ -390,6 +393,7 @@ def recovery_at(
     tolerance: float,
     settle_s: float,
     interval_ref_ms: float | None,
+    through: float,
 ) -> float | None:
     """When the output was back within tolerance and stayed there for ``settle_s``.
 
@@ -403,6 +407,7 @@ def recovery_at(
         settle_s: how long the output must stay good.
         interval_ref_ms: the steady p99 at an interval's length (:func:`stretch_p99`; None
             only when the reference is unusable).
+        through: the impact window's end: the output must stay good until then too.
 
     Returns:
         Epoch seconds, ``injected`` when the output never left tolerance, or None when it did
@@ -421,9 +426,9 @@ def recovery_at(
     candidates += [iv.end for iv in intervals if iv.end > injected and bad_iv(iv)]
     candidates += [g.end for g in gaps if g.end > injected and g.length_ms / 1000 > gap_limit]
     for t in sorted(set(candidates)):
-        stop = t + settle_s
-        if stop > limit:
+        if t + settle_s > limit:
             return None
+        stop = max(t + settle_s, through)
         if any(bad_iv(iv) for iv in intervals if iv.end > t and iv.start < stop):
             continue
         if any(_gap_in(g, t, stop) > gap_limit for g in gaps):
