@@ -13,6 +13,8 @@ mode (``none`` 1 replica; ``passive`` 1; ``active-leaderless`` / ``active-leader
 * ``bi=<duration>``: ``replication.batch_interval`` (active modes);
 * ``hb=<duration>``: ``replication.heartbeat_interval`` (active-leaderless);
 * ``catch=auto|aligned``: ``replication.catch_up`` (active-leader/-leaderless);
+* ``jvm`` / ``py``: ``replication.reader`` (active-leader/-leaderless: arfl's JVM or Python
+  reader);
 * ``conf:<key>=<value>``: one Spark conf entry in ``[spark.conf]``;
 * a name from :data:`KNOBS` (a named set of Spark conf entries).
 
@@ -126,10 +128,12 @@ class Variant:
                 repl["heartbeat_interval"] = k[3:]
             elif k.startswith("catch="):
                 repl["catch_up"] = k[6:]
+            elif k in ("jvm", "py"):
+                repl["reader"] = "jvm" if k == "jvm" else "python"
             elif k in KNOBS:
                 conf.update(KNOBS[k])
             else:
-                more = ["bi=<d>", "hb=<d>", "catch=<auto|aligned>", "conf:<key>=<value>"]
+                more = ["bi=<d>", "hb=<d>", "catch=<auto|aligned>", "jvm|py", "conf:<key>=<value>"]
                 known = ", ".join([*KNOBS, *more])
                 raise ValueError(f"{text}: unknown knob {k!r} (known: {known})")
         return cls(text, mode, conf, repl)

@@ -353,9 +353,9 @@ def test_nondeterministic_transform_is_caught_as_divergence(
 def test_per_record_leaderless_defaults_replica_killed_output_complete(
     stack: StackInfo, tmp_path: Path
 ) -> None:
-    # A filter pipeline on the defaults: 1-s agreed batches (two 500-ms epochs) and
-    # asynchronous progress tracking, so a restarted replica may replay batches its offset
-    # log had not recorded yet; the merger drops those copies by id.
+    # A filter pipeline on the defaults: 500-ms agreed batches (one epoch), read by arfl's JVM
+    # reader, and asynchronous progress tracking, so a restarted replica may replay batches its
+    # offset log had not recorded yet; the merger drops those copies by id.
     spec = windowed_spec(
         "actk-pr",
         mode="active-leaderless",
@@ -364,7 +364,7 @@ def test_per_record_leaderless_defaults_replica_killed_output_complete(
         steps=[{"filter": "amount > 10"}],
         chaos=[{"at": "6s", "fault": "kill-replica", "replica": 1}],
     )
-    assert spec.agreed_batch_interval == 1.0
+    assert spec.agreed_batch_interval == 0.5 and spec.replication.reader == "jvm"
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
     s = result.summary
     restarted = [e for e in _events(result, "replica-restarted") if e["replica"] == 1]
@@ -382,14 +382,14 @@ def test_per_record_leaderless_defaults_replica_killed_output_complete(
         ]
         # (The restarted replica merges what it missed into a few batches.)
         assert len(busy) >= (5 if r == 0 else 1), r
-        # Every batch ends on a 1-s boundary (an even epoch of 500 ms).
+        # Read by the JVM reader, every batch ending on an epoch boundary of the agreed cuts.
+        assert all("ArflMicroBatchStream" in p["sources"][0]["description"] for p in busy), r
         ends = [p["sources"][0]["endOffset"]["batch"] for p in busy]
-        assert all(j % 2 == 0 for j in ends), ends
         steps |= {b - a for a, b in itertools.pairwise(ends)}
         # Progress is tracked asynchronously: the offset log is not written inside the batch
         # (synchronous writes take 75-130 ms each here).
         wal = statistics.median(p["durationMs"].get("walCommit", 0) for p in busy)
         assert wal < 30, (r, wal)
-    # A replica keeping up ran one 1-s agreed batch per Spark batch (2-s groups: 4 epochs).
-    assert 2 in steps, sorted(steps)
+    # A replica keeping up ran one agreed batch (one epoch) per Spark batch.
+    assert 1 in steps, sorted(steps)
     check_run_dir(result)

@@ -28,7 +28,7 @@ from arfl.replica.source.kafka import TopicLog
 from arfl.replica.source.offsets import NO_BATCH
 from arfl.replica.sparkenv import local_session
 from arfl.run.names import leader_path
-from arfl.stack import StackInfo
+from arfl.stack import StackInfo, ensure_installed
 from arfl.stack.topics import ensure_topic
 
 INTERVAL_S = 1.0
@@ -42,6 +42,8 @@ def spark() -> Iterator[Any]:
         conf = {
             "spark.sql.shuffle.partitions": "2",
             "spark.python.unix.domain.socket.enabled": "true",
+            # arfl's JVM reader (and the Kafka client it reads with)
+            "spark.jars": ",".join(str(j) for j in ensure_installed().spark_kafka_jars),
         }
         with local_session("local[2]", conf) as session:
             session.sparkContext.setLogLevel("ERROR")
@@ -166,9 +168,13 @@ def stats(progress: list[dict[str, Any]]) -> str:
     )
 
 
+@pytest.mark.parametrize("reader", ["python", "jvm"])
 def test_leaderless_replicas_agree_drop_markers_and_replay_after_restart(
-    spark: Any, stack: StackInfo, topic_name: str, tmp_path: Path
+    spark: Any, stack: StackInfo, topic_name: str, tmp_path: Path, reader: str
 ) -> None:
+    """Both readers: the Python data source, and the JVM one (``arfl.source``, the same
+    policy deciding in this process through Py4J, the executors reading with Kafka's Java
+    client)."""
     ensure_topic(stack.kafka, topic_name, 3, log_append_time=True)
 
     def opts(r: int) -> SourceOptions:
@@ -178,6 +184,7 @@ def test_leaderless_replicas_agree_drop_markers_and_replay_after_restart(
             mode="active-leaderless",
             replica=r,
             heartbeat_interval_s=INTERVAL_S,
+            reader=reader,
         )
 
     n = 300
@@ -220,6 +227,8 @@ def test_leaderless_replicas_agree_drop_markers_and_replay_after_restart(
                 assert probe.final and probe.cut == dict(e.offsets), (j, e, probe)
         finally:
             log.close()
+        described = {p["sources"][0]["description"] for p in r0.all_progress()}
+        assert all(("ArflMicroBatchStream" in d) is (reader == "jvm") for d in described), described
         print(f"\nleaderless r0: {stats(r0.all_progress())}")
         print(f"leaderless r1: {stats(r1.all_progress())}")
 
@@ -349,7 +358,8 @@ def test_leaderless_windows_drop_the_same_late_rows_however_batches_run(
     """Issue 13: a windowed replica that keeps up and two that start with the whole input in
     the log — one running the agreed batches one by one, one merging them — drop the same late
     rows and emit the same windows (before the agreed watermark the merging one kept rows the
-    others dropped: Spark drops by the previous Spark batch's watermark)."""
+    others dropped: Spark drops by the previous Spark batch's watermark). A fourth merges
+    too, read by arfl's JVM reader: the same rows dropped, the same windows."""
     from deploy_checks import windowed_spec
 
     from arfl.replica.query import apply_steps, parse_events, shape_results
@@ -403,6 +413,14 @@ def test_leaderless_windows_drop_the_same_late_rows_however_batches_run(
             "merging": Replica(
                 spark, opts(2, heartbeat=False, max_epochs_per_batch=0), tmp_path / "r2", build
             ),
+            # The JVM reader gives each row its agreed batch's watermark (KafkaRange.lateBefore)
+            # from the same plan: several agreed batches per Spark batch here.
+            "merging-jvm": Replica(
+                spark,
+                opts(3, heartbeat=False, max_epochs_per_batch=0, reader="jvm"),
+                tmp_path / "r3",
+                build,
+            ),
         }
         try:
             for name, r in behind.items():
@@ -425,6 +443,7 @@ def test_leaderless_windows_drop_the_same_late_rows_however_batches_run(
         assert drops["live"][1] > 0 and len(set(drops.values())) == 1, drops
         assert all(own == 0 for own, _ in drops.values()), drops
         assert batches["merging"] < batches["aligned"] // 2, batches
+        assert batches["merging-jvm"] < batches["aligned"] // 2, batches
         for name in behind:
             a, b = got["live"], got[name]
             differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))

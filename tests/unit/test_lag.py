@@ -252,9 +252,9 @@ def test_real_time_mode_is_not_watched(tmp_path: Path) -> None:
 
 def test_the_cadence_is_the_agreed_batch_interval_the_replicas_use() -> None:
     assert cadence_s(_spec()) == 0.0
-    # Filter/select replicas that merge ready agreed batches cut them every second by default;
+    # Filter/select replicas that merge ready agreed batches cut them every 500 ms by default;
     # windows (slower batches) and one agreed batch per Spark batch need the longer default.
-    assert cadence_s(_spec("active-leader", 2)) == 1.0
+    assert cadence_s(_spec("active-leader", 2)) == 0.5
     assert cadence_s(_spec("active-leader", 2, catch_up="aligned")) == 2.0
     assert cadence_s(_spec("active-leaderless", 2, [{"transform": "mod:fn"}])) == 2.0
     window = {"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}

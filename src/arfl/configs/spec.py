@@ -49,13 +49,14 @@ DEFAULT_BATCH_INTERVAL_S = 2.0
 """active-leader/-leaderless: ``replication.batch_interval`` when not given (but see
 :data:`DEFAULT_STATELESS_BATCH_INTERVAL_S`): above the 1-2 s a micro-batch takes on this kind
 of machine (docs/benchmarks.md), so replicas keep up with the agreed batches."""
-DEFAULT_STATELESS_BATCH_INTERVAL_S = 1.0
-"""The same for filter/select pipelines whose replicas merge ready agreed batches: their
-batches take ~0.5 s here, so 1-s agreed batches keep up, and a replica that does not merges
-instead of falling behind; a result waits half as long for its batch to close
-(docs/benchmarks.md "Shorter agreed batches": p50 0.6x of 2 s at 1,000 ev/s). Not windows: a
-windowed batch takes ~1.2 s here, and with 1-s agreed batches the replicas ran behind, merging,
-at 1.2-1.4x the p50 of 2 s."""
+DEFAULT_STATELESS_BATCH_INTERVAL_S = 0.5
+"""The same for filter/select pipelines whose replicas merge ready agreed batches: read by the
+JVM reader their batches take ~0.25 s here, so 500-ms agreed batches keep up, and a replica
+that does not merges instead of falling behind; a result waits half as long for its batch to
+close (docs/benchmarks.md "The JVM reader": p50 0.59x of 1 s at 1,000 ev/s; with the Python
+reader 500 ms and 1 s were within the noise, "Shorter agreed batches"). Not windows: a windowed
+batch takes ~1.2 s here, and with 1-s agreed batches the replicas ran behind, merging, at
+1.2-1.4x the p50 of 2 s."""
 
 # Spark SQL functions whose result depends on when or where a row is processed: replicas
 # would disagree, so deduplication by result id would keep arbitrary copies.
@@ -277,6 +278,13 @@ class Replication(_Model):
     result can depend on the grouping (a window's late rows are dropped per agreed batch by
     the source), and the per-batch cost is paid once (:attr:`Spec.merges_agreed_batches`)."""
     max_records_per_batch: int = Field(100_000, ge=1)
+    reader: Literal["jvm", "python"] = "jvm"
+    """active-leader/-leaderless: who reads an agreed batch on the executors. ``jvm``: arfl's
+    JVM reader (Kafka's Java client in the executor, no Python worker on the data path);
+    ``python``: arfl's Python data source (a Python worker per read task). Both cut the same
+    batches: the boundaries are decided by the same policy in the driver's Python process. The
+    JVM reader's batches took 0.7x the time at 1,000 ev/s (docs/benchmarks.md "The JVM
+    reader")."""
     trigger: Literal["micro-batch", "realtime"] = "micro-batch"
     trigger_interval: Duration = 0.0
     stagger: bool = True

@@ -52,7 +52,8 @@ class Installed:
 
     Attributes:
         kafka_jars: directory whose ``*.jar`` files are a Kafka broker's classpath.
-        spark_kafka_jars: jars to add to ``spark.jars`` for Spark's built-in Kafka source/sink.
+        spark_kafka_jars: jars to add to ``spark.jars``: Spark's built-in Kafka source/sink and
+            arfl's JVM source reader (:func:`ensure_source_jar`).
         spark_kafka_version: the spark-sql-kafka-0-10 version fetched; equals pyspark's version
             unless Maven Central has no connector for it (then the closest older release).
     """
@@ -417,6 +418,89 @@ def ensure_spark_kafka(cache: Path | None = None) -> tuple[list[Path], str]:
     return [root / "libs" / j for j in jars], version
 
 
+SOURCE_JAR = "arfl-source.jar"
+SOURCE_PACKAGE = "arfl.source"
+"""The JVM half of arfl's agreed-batch source (``resources/jvm``): compiled here by ``javac``
+against pyspark's jars and the Kafka client, once per source text and pyspark version."""
+
+
+def javac() -> str:
+    """The ``javac`` executable (``$JAVA_HOME/bin/javac`` first, then PATH).
+
+    Raises:
+        StackError: there is none (a JRE without a JDK).
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(Path(home) / "bin" / "javac", os.X_OK):
+        return str(Path(home) / "bin" / "javac")
+    found = shutil.which("javac")
+    if not found:
+        raise StackError(
+            "no 'javac' on PATH (arfl compiles its JVM source reader once); install a JDK "
+            "(e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
+        )
+    return found
+
+
+def _jvm_sources() -> list[tuple[str, bytes]]:
+    root = importlib.resources.files("arfl.stack") / "resources" / "jvm"
+    out: list[tuple[str, bytes]] = []
+    pkg = root
+    for part in SOURCE_PACKAGE.split("."):
+        pkg = pkg / part
+    for f in sorted(pkg.iterdir(), key=lambda t: t.name):
+        if f.name.endswith(".java"):
+            out.append((f.name, f.read_bytes()))
+    return out
+
+
+def ensure_source_jar(spark_kafka_jars: list[Path], cache: Path | None = None) -> Path:
+    """Compile arfl's JVM source reader (``resources/jvm``) into the cache, once.
+
+    Args:
+        spark_kafka_jars: the connector's jars (the Kafka client is among them).
+        cache: cache directory (default :func:`arfl.paths.cache_dir`).
+
+    Returns:
+        The jar, for ``spark.jars``.
+
+    Raises:
+        StackError: no javac, or the compilation failed (its output is in the message).
+    """
+    import zipfile
+
+    sources = _jvm_sources()
+    digest = hashlib.sha256(pyspark_version().encode())
+    for name, text in sources:
+        digest.update(name.encode() + b"\0" + text)
+    root = (cache or cache_dir()) / f"arfl-source-{digest.hexdigest()[:12]}"
+    jar = root / SOURCE_JAR
+    if jar.is_file():
+        return jar
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp_s:
+        tmp = Path(tmp_s)
+        src = tmp / "src"
+        src.mkdir()
+        for name, text in sources:
+            (src / name).write_bytes(text)
+        classes = tmp / "classes"
+        cp = os.pathsep.join([str(pyspark_jars() / "*"), *(str(j) for j in spark_kafka_jars)])
+        cmd = [javac(), "--release", "17", "-nowarn", "-d", str(classes), "-cp", cp]
+        done = subprocess.run(
+            cmd + [str(src / n) for n, _ in sources],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise StackError(f"compiling arfl's JVM source reader failed:\n{done.stderr[-3000:]}")
+        staged = tmp / SOURCE_JAR
+        with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in sorted(classes.rglob("*.class")):
+                z.write(f, f.relative_to(classes).as_posix())
+        staged.replace(jar)
+    return jar
+
+
 def ensure_installed(cache: Path | None = None) -> Installed:
     """Fetch Kafka's jars and Spark's Kafka connector into the cache, once.
 
@@ -431,7 +515,10 @@ def ensure_installed(cache: Path | None = None) -> Installed:
     """
     kafka = ensure_kafka(cache)
     spark_jars, version = ensure_spark_kafka(cache)
-    return Installed(kafka_jars=kafka, spark_kafka_jars=spark_jars, spark_kafka_version=version)
+    source = ensure_source_jar(spark_jars, cache)
+    return Installed(
+        kafka_jars=kafka, spark_kafka_jars=[*spark_jars, source], spark_kafka_version=version
+    )
 
 
 def kafka_installed(cache: Path | None = None) -> bool:

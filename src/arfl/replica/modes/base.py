@@ -256,6 +256,7 @@ def arfl_source_options(
         replica=ctx.replica,
         pipeline=spec.name,
         max_records_per_batch=spec.replication.max_records_per_batch,
+        reader=spec.replication.reader,
         # As many read tasks as the executors have slots: more would only queue.
         read_tasks=declared_slots(spec.spark.master) or 0,
         **late,

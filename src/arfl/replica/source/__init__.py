@@ -44,5 +44,43 @@ def read_stream(spark: SparkSession, opts: SourceOptions) -> DataFrame:
     Columns: ``key``, ``value`` (strings), ``topic``, ``partition`` (int), ``offset`` (long),
     ``timestamp`` (long, epoch ms). Marker records never appear.
     """
+    if opts.reader == "jvm":
+        return _read_stream_jvm(spark, opts)
     register(spark)
     return spark.readStream.format(SOURCE_NAME).options(**opts.to_options()).load()
+
+
+JVM_PROVIDER = "arfl.source.ArflKafkaProvider"
+"""The JVM reader's data source class (``arfl/stack/resources/jvm``, in ``spark.jars``)."""
+
+
+def _read_stream_jvm(spark: SparkSession, opts: SourceOptions) -> DataFrame:
+    """The same batches read by the JVM on the executors: the boundary policy stays in this
+    driver process (:class:`arfl.replica.source.datasource.JvmOracle`), registered with the
+    driver JVM under an id the reader's ``oracle`` option names."""
+    import uuid
+
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    from arfl.replica.source.datasource import JvmOracle
+
+    sc = spark.sparkContext
+    gateway = sc._gateway  # PySpark's own Py4J gateway (as its foreachBatch uses)
+    assert gateway is not None
+    ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
+    oracle_id = f"{opts.topic}-r{opts.replica}-{uuid.uuid4().hex[:8]}"
+    oracle = JvmOracle(opts)
+    jvm = sc._jvm
+    assert jvm is not None
+    jvm.arfl.source.Oracles.register(oracle_id, oracle)
+    _oracles[oracle_id] = oracle  # Py4J holds a weak reference only
+    return (
+        spark.readStream.format(JVM_PROVIDER)
+        .option("bootstrap", opts.bootstrap)
+        .option("topic", opts.topic)
+        .option("oracle", oracle_id)
+        .load()
+    )
+
+
+_oracles: dict[str, object] = {}

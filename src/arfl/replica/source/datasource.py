@@ -13,10 +13,11 @@ creates; ``late_before``: the agreed watermark of the row's agreed batch,
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -157,6 +158,48 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
             policy.close()
         finally:
             log.close()
+
+
+def offset_json(offset: dict[str, Any]) -> str:
+    """An offset as the JVM reader carries it: equal positions give equal text (Spark compares
+    a batch's end with its start by their JSON)."""
+    return json.dumps(offset, sort_keys=True, separators=(",", ":"))
+
+
+class JvmOracle:
+    """The boundary policy behind arfl's JVM source reader (``arfl.source.Oracle``, called
+    through Py4J's callback server from the driver's stream execution thread): the same
+    :class:`ArflKafkaStreamReader` planning as the Python source, so both cut every batch alike;
+    only the executor-side read differs (the JVM's Kafka client, no Python worker)."""
+
+    class Java:
+        implements: ClassVar[list[str]] = ["arfl.source.Oracle"]
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.reader = ArflKafkaStreamReader(opts)
+
+    def initialOffset(self) -> str:
+        """The first batch's start (the Java interface's names, hence camel case)."""
+        return offset_json(self.reader.initialOffset())
+
+    def latestOffset(self, start: str) -> str:
+        """The end of the batch starting at ``start`` (the policy's)."""
+        return offset_json(self.reader.latestOffset(json.loads(start), ReadAllAvailable()))
+
+    def partitions(self, start: str, end: str) -> str:
+        """The read tasks of ``[start, end)``: ``[[partition, from, to, late], ...]`` each."""
+        tasks = self.reader.partitions(json.loads(start), json.loads(end))
+        return json.dumps(
+            [
+                [[r.partition, r.start, r.end, [list(x) for x in r.late]] for r in t.ranges]
+                for t in tasks
+                if isinstance(t, RangePartition)
+            ]
+        )
+
+    def stop(self) -> None:
+        """Stop the policy's threads and clients."""
+        self.reader.stop()
 
 
 class ArflKafkaSource(DataSource):

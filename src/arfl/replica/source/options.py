@@ -72,6 +72,9 @@ class SourceOptions:
             field; with ``watermark_delay_ms`` >= 0 the reader applies the agreed watermark
             (:mod:`arfl.replica.source.late`). Empty: off (the ``late_before`` column is null).
         watermark_delay_ms: the window's watermark delay (with ``event_time_field``).
+        reader: who reads the batches on the executors: ``python`` (this Python data source,
+            a Python worker per task) or ``jvm`` (arfl's JVM reader, ``arfl.source``, with the
+            boundaries still decided by this module's policies in the driver process).
     """
 
     bootstrap: str
@@ -97,6 +100,7 @@ class SourceOptions:
     merge_decisions: bool = False
     event_time_field: str = ""
     watermark_delay_ms: int = -1
+    reader: str = "python"
 
     @property
     def late_rule(self) -> LateRule | None:
@@ -132,6 +136,8 @@ class SourceOptions:
         mode = values.get("mode", "none")
         if mode not in MODES:
             problems.append(f"option mode={mode!r}: unknown (known: {', '.join(MODES.names())})")
+        if values.get("reader", "python") not in ("python", "jvm"):
+            problems.append(f"option reader={values['reader']!r}: expected python or jvm")
         if mode == "active-leader":
             for req in ("zookeeper", "decision_topic"):
                 if not values.get(req):
