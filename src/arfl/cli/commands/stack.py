@@ -41,9 +41,12 @@ def install_cmd(
         ),
     ] = None,
 ) -> None:
-    """Fetch Kafka's jars and Spark's Kafka connector once (idempotent)."""
+    """Fetch Kafka's jars and Spark's Kafka connector, compile arfl's JVM reader, once
+    (idempotent)."""
     t0 = time.monotonic()
-    with err.status("fetching Kafka and spark-sql-kafka jars (once; mvn)..."):
+    with err.status(
+        "fetching Kafka and spark-sql-kafka jars (once; mvn), compiling arfl's reader..."
+    ):
         installed = stack_install.ensure_installed(cache)
     out.print(
         f"[green]kafka[/] {stack_install.KAFKA_VERSION} jars in {installed.kafka_jars}",

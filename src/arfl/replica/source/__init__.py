@@ -73,7 +73,8 @@ def _read_stream_jvm(spark: SparkSession, opts: SourceOptions) -> DataFrame:
     jvm = sc._jvm
     assert jvm is not None
     jvm.arfl.source.Oracles.register(oracle_id, oracle)
-    _oracles[oracle_id] = oracle  # Py4J holds a weak reference only
+    _oracles[oracle_id] = oracle  # (Py4J and the JVM's registry hold it too; never removed:
+    # a query restarted from this DataFrame asks the same oracle, its policy rebuilt lazily)
     return (
         spark.readStream.format(JVM_PROVIDER)
         .option("bootstrap", opts.bootstrap)

@@ -161,9 +161,11 @@ class ArflKafkaStreamReader(DataSourceStreamReader):
 
 
 def offset_json(offset: dict[str, Any]) -> str:
-    """An offset as the JVM reader carries it: equal positions give equal text (Spark compares
-    a batch's end with its start by their JSON)."""
-    return json.dumps(offset, sort_keys=True, separators=(",", ":"))
+    """An offset as the JVM reader carries it: the text PySpark writes for the Python reader
+    (``json.dumps`` of :meth:`BatchOffset.to_dict`, whose key order is fixed), so equal
+    positions give equal text (Spark compares a batch's end with its start by their JSON), and
+    a checkpoint written by either reader reads back the same."""
+    return json.dumps(offset)
 
 
 class JvmOracle:

@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -27,6 +28,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 final class RangeReader implements PartitionReader<InternalRow> {
     static final String MARKER_HEADER = "arfl-marker";
     static final long FETCH_TIMEOUT_MS = 30_000;
+    private static final AtomicInteger CONSUMERS = new AtomicInteger();
     private static final ConcurrentHashMap<String, ConcurrentLinkedQueue<KafkaConsumer<byte[], byte[]>>>
         POOL = new ConcurrentHashMap<>();
 
@@ -36,7 +38,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
     private KafkaConsumer<byte[], byte[]> consumer;
     private final ArrayDeque<ConsumerRecord<byte[], byte[]>> buffered = new ArrayDeque<>();
     private long next;
-    private long deadline;
+    private long deadlineNanos;
     private InternalRow current;
 
     RangeReader(KafkaRange[] ranges) {
@@ -52,7 +54,11 @@ final class RangeReader implements PartitionReader<InternalRow> {
         Properties p = new Properties();
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ConsumerConfig.GROUP_ID_CONFIG, "arfl-source-reader");
-        p.put(ConsumerConfig.CLIENT_ID_CONFIG, "arfl-jvm-reader-" + ProcessHandle.current().pid());
+        p.put(ConsumerConfig.CLIENT_ID_CONFIG,
+            "arfl-jvm-reader-" + ProcessHandle.current().pid() + "-" + CONSUMERS.incrementAndGet());
+        // As the Python reader's librdkafka (its default): records of aborted transactions are
+        // never rows, and the driver's event-time scan (late.group_maxes) sees the same records.
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "none");
         p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "10");
@@ -85,7 +91,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
             consumer.seek(tp, r.from);
             range = r;
             next = r.from;
-            deadline = System.currentTimeMillis() + FETCH_TIMEOUT_MS;
+            deadlineNanos = System.nanoTime() + FETCH_TIMEOUT_MS * 1_000_000L;
             buffered.clear();
             return true;
         }
@@ -97,8 +103,68 @@ final class RangeReader implements PartitionReader<InternalRow> {
         return it.hasNext();
     }
 
-    private static UTF8String text(byte[] b) {
-        return b == null ? null : UTF8String.fromBytes(b);
+    /** The bytes as text, invalid UTF-8 replaced by U+FFFD as the Python reader's
+     * {@code decode("utf-8", errors="replace")} does it (one per maximal invalid subpart, the
+     * Unicode practice; Java's own decoder replaces some sequences, e.g. an encoded surrogate,
+     * with one U+FFFD where Python writes three). */
+    static UTF8String text(byte[] b) {
+        if (b == null) {
+            return null;
+        }
+        UTF8String s = UTF8String.fromBytes(b);
+        return s.isValid() ? s : UTF8String.fromString(decodeReplacing(b));
+    }
+
+    static String decodeReplacing(byte[] b) {
+        StringBuilder sb = new StringBuilder(b.length);
+        int i = 0;
+        while (i < b.length) {
+            int c = b[i] & 0xff;
+            if (c < 0x80) {
+                sb.append((char) c);
+                i++;
+                continue;
+            }
+            int need;
+            int cp;
+            int lo = 0x80;
+            int hi = 0xBF;
+            if (c >= 0xC2 && c <= 0xDF) {
+                need = 1;
+                cp = c & 0x1F;
+            } else if (c >= 0xE0 && c <= 0xEF) {
+                need = 2;
+                cp = c & 0x0F;
+                lo = c == 0xE0 ? 0xA0 : 0x80;
+                hi = c == 0xED ? 0x9F : 0xBF;
+            } else if (c >= 0xF0 && c <= 0xF4) {
+                need = 3;
+                cp = c & 0x07;
+                lo = c == 0xF0 ? 0x90 : 0x80;
+                hi = c == 0xF4 ? 0x8F : 0xBF;
+            } else {
+                sb.append('\uFFFD');
+                i++;
+                continue;
+            }
+            int j = i + 1;
+            boolean ok = true;
+            for (int k = 0; k < need; k++, j++) {
+                int d = j < b.length ? b[j] & 0xff : -1;
+                if (d < (k == 0 ? lo : 0x80) || d > (k == 0 ? hi : 0xBF)) {
+                    ok = false;
+                    break;
+                }
+                cp = (cp << 6) | (d & 0x3F);
+            }
+            if (ok) {
+                sb.appendCodePoint(cp);
+            } else {
+                sb.append('\uFFFD');  // the valid prefix before the bad byte
+            }
+            i = j;
+        }
+        return sb.toString();
     }
 
     @Override
@@ -139,7 +205,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
                     range = null;
                     continue;
                 }
-                if (System.currentTimeMillis() > deadline) {
+                if (System.nanoTime() - deadlineNanos > 0) {
                     throw new IllegalStateException(
                         "kafka at " + range.bootstrap + ": " + range.topic + "[" + range.partition
                         + "] offsets [" + range.from + ", " + range.to + ") not readable within "
