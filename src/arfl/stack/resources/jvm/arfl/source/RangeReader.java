@@ -35,6 +35,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
     private final KafkaRange[] ranges;
     private int rangeIndex = -1;
     private KafkaRange range;
+    private UTF8String topic;
     private KafkaConsumer<byte[], byte[]> consumer;
     private final ArrayDeque<ConsumerRecord<byte[], byte[]>> buffered = new ArrayDeque<>();
     private long next;
@@ -90,6 +91,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
             consumer.assign(Collections.singletonList(tp));
             consumer.seek(tp, r.from);
             range = r;
+            topic = UTF8String.fromString(r.topic);  // once per range, not per row
             next = r.from;
             deadlineNanos = System.nanoTime() + FETCH_TIMEOUT_MS * 1_000_000L;
             buffered.clear();
@@ -187,7 +189,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
                     continue;
                 }
                 current = new GenericInternalRow(new Object[] {
-                    text(rec.key()), text(rec.value()), UTF8String.fromString(range.topic),
+                    text(rec.key()), text(rec.value()), topic,
                     range.partition, off, rec.timestamp(), range.lateBefore(off)});
                 return true;
             }
