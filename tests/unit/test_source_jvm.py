@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,15 +97,21 @@ def test_the_spec_passes_its_reader_to_the_source() -> None:
         assert arfl_source_options(spec, ctx, "active-leaderless").reader == reader
 
 
-def test_the_jar_is_compiled_once_per_source_text(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _install_with_javac() -> Any:
+    """``arfl.stack.install``, or skip where there is no javac."""
     from arfl.stack import install
 
     try:
         install.javac()
     except StackError:
         pytest.skip("no javac here")
+    return install
+
+
+def test_the_jar_is_compiled_once_per_source_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install = _install_with_javac()
     jars = sorted(cache_dir().glob("spark-kafka-*/libs/kafka-clients-*.jar"))
     if not jars:
         pytest.skip("the Kafka client is not in the cache (make jars)")
@@ -175,12 +182,7 @@ def test_the_jvm_reader_decodes_text_as_the_python_reader_does(tmp_path: Path) -
 def test_a_failed_compilation_names_the_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from arfl.stack import install
-
-    try:
-        install.javac()
-    except StackError:
-        pytest.skip("no javac here")
+    install = _install_with_javac()
     monkeypatch.setattr(install, "_jvm_sources", lambda: [("Bad.java", b"class Bad { int x = ; }")])
     with pytest.raises(StackError, match="compiling arfl's JVM source reader failed"):
         install.ensure_source_jar([], tmp_path)

@@ -63,22 +63,31 @@ class Installed:
     spark_kafka_version: str = ""
 
 
+def _jdk_tool(name: str, why: str) -> str:
+    """The JDK's ``name`` (``$JAVA_HOME/bin/<name>`` first, then PATH).
+
+    Raises:
+        StackError: there is none (``why`` says what needs it).
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(Path(home) / "bin" / name, os.X_OK):
+        return str(Path(home) / "bin" / name)
+    found = shutil.which(name)
+    if not found:
+        raise StackError(
+            f"no '{name}' on PATH ({why}); install a JDK "
+            "(e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
+        )
+    return found
+
+
 def java() -> str:
     """Return the ``java`` executable (``$JAVA_HOME/bin/java`` first, then PATH).
 
     Raises:
         StackError: if there is none.
     """
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(Path(home) / "bin" / "java", os.X_OK):
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
-        raise StackError(
-            "no 'java' on PATH (Java 17+ runs ZooKeeper and Kafka); install a JDK "
-            "(e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
-        )
-    return found
+    return _jdk_tool("java", "Java 17+ runs ZooKeeper and Kafka")
 
 
 def pyspark_version() -> str:
@@ -430,16 +439,7 @@ def javac() -> str:
     Raises:
         StackError: there is none (a JRE without a JDK).
     """
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(Path(home) / "bin" / "javac", os.X_OK):
-        return str(Path(home) / "bin" / "javac")
-    found = shutil.which("javac")
-    if not found:
-        raise StackError(
-            "no 'javac' on PATH (arfl compiles its JVM source reader once); install a JDK "
-            "(e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
-        )
-    return found
+    return _jdk_tool("javac", "arfl compiles its JVM source reader once")
 
 
 def _jvm_sources() -> list[tuple[str, bytes]]:
