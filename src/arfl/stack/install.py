@@ -443,15 +443,14 @@ def javac() -> str:
 
 
 def _jvm_sources() -> list[tuple[str, bytes]]:
-    root = importlib.resources.files("arfl.stack") / "resources" / "jvm"
-    out: list[tuple[str, bytes]] = []
-    pkg = root
-    for part in SOURCE_PACKAGE.split("."):
-        pkg = pkg / part
-    for f in sorted(pkg.iterdir(), key=lambda t: t.name):
-        if f.name.endswith(".java"):
-            out.append((f.name, f.read_bytes()))
-    return out
+    pkg = importlib.resources.files("arfl.stack").joinpath(
+        "resources", "jvm", *SOURCE_PACKAGE.split(".")
+    )
+    return [
+        (f.name, f.read_bytes())
+        for f in sorted(pkg.iterdir(), key=lambda t: t.name)
+        if f.name.endswith(".java")
+    ]
 
 
 def ensure_source_jar(spark_kafka_jars: list[Path], cache: Path | None = None) -> Path:

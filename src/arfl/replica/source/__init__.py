@@ -72,9 +72,10 @@ def _read_stream_jvm(spark: SparkSession, opts: SourceOptions) -> DataFrame:
     oracle = JvmOracle(opts)
     jvm = sc._jvm
     assert jvm is not None
+    # Py4J keeps a Python object passed to Java until the Java side drops its proxy, which the
+    # registry never does: a query restarted from this DataFrame asks the same oracle (its
+    # policy rebuilt lazily after stop()).
     jvm.arfl.source.Oracles.register(oracle_id, oracle)
-    _oracles[oracle_id] = oracle  # (Py4J and the JVM's registry hold it too; never removed:
-    # a query restarted from this DataFrame asks the same oracle, its policy rebuilt lazily)
     return (
         spark.readStream.format(JVM_PROVIDER)
         .option("bootstrap", opts.bootstrap)
@@ -82,6 +83,3 @@ def _read_stream_jvm(spark: SparkSession, opts: SourceOptions) -> DataFrame:
         .option("oracle", oracle_id)
         .load()
     )
-
-
-_oracles: dict[str, object] = {}
