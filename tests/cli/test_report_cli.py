@@ -131,3 +131,23 @@ def test_text_with_brackets_is_printed_verbatim(
     out = capsys.readouterr().out
     assert "the run failed: replica(s) [0] [bold]x" in out
     assert "no SLO in the spec ([report.slo])" in out
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_wide_tables_show_every_value_whole_in_a_narrow_terminal(
+    width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arfl.cli.console import out as console
+    from arfl.report.build import build_report
+    from arfl.report.html import correctness_rows, fault_rows
+
+    monkeypatch.setattr(console, "width", width)
+    assert main(["report", str(RUNS / "sim-active-kill"), "--no-html"]) == 0
+    text = capsys.readouterr().out
+    assert "…" not in text  # a value cut to "1…" reads as a different number
+    assert max(len(line) for line in text.splitlines()) <= width
+    rep = build_report(RUNS / "sim-active-kill")
+    for headers, rows in (fault_rows(rep), correctness_rows(rep)):
+        for row in rows:
+            for header, cell in zip(headers, row, strict=True):
+                assert cell in text, (header, cell)

@@ -24,21 +24,43 @@ if TYPE_CHECKING:
     from arfl.report.model import Report
 
 
-def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+def _table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
     table = Table(
         title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
         pad_edge=False,
     )  # fmt: skip
     for i, h in enumerate(headers):
-        # Names and times must stay readable in a narrow terminal; numbers may squeeze.
+        # Names and times must stay readable in a narrow terminal; other values may wrap
+        # ("fold"), never be cut: "1…" for 15.0 reads as another number.
         widest = max([len(h), *(len(r[i]) for r in rows)]) if i < 2 else None
         table.add_column(
-            escape(h), justify="left" if i == 0 else "right", min_width=widest, no_wrap=i < 2
-        )
+            escape(h), justify="left" if i == 0 else "right", min_width=widest, no_wrap=i < 2,
+            overflow="fold",
+        )  # fmt: skip
     for row in rows:
         style = "red" if any(c in ("NO", "never") or c.startswith("failed") for c in row) else None
         table.add_row(*(escape(c) for c in row), style=style)
     return table
+
+
+def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+    """The table of ``rows``; turned on its side (one column per row, the headers down the
+    first) when it is wider than the terminal and that is narrower (a fault or correctness
+    table of a few rows in 80 columns)."""
+    table = _table(title, headers, rows)
+    if not rows or _natural_width(table) <= out.width:
+        return table
+    side = _table(
+        title,
+        [headers[0], *(r[0] for r in rows)],
+        [[h, *(r[i] for r in rows)] for i, h in enumerate(headers) if i > 0],
+    )
+    return side if _natural_width(side) < _natural_width(table) else table
+
+
+def _natural_width(table: Table) -> int:
+    """The table's width with no column squeezed (``Console.measure`` caps at the terminal)."""
+    return out.measure(table, options=out.options.update_width(1_000_000)).maximum
 
 
 def _print_report(rep: Report) -> None:
