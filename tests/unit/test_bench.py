@@ -127,6 +127,16 @@ def test_realtime_spec_takes_extra_spark_conf() -> None:
     assert "spark.eventLog.enabled" not in plain.spark.conf
 
 
+def test_realtime_runs_the_leader_design_on_micro_batch_when_asked() -> None:
+    import realtime
+
+    t = realtime.Timing(60.0, 30.0, 10.0, 30.0)
+    spec = realtime.spec_for("per-record", "active-leader", 1000, t, "kill-executor")
+    assert (spec.replication.mode, spec.replication.replicas) == ("active-leader", 2)
+    assert spec.replication.trigger == "micro-batch"
+    assert [(c.fault, c.replica) for c in spec.chaos] == [("kill-executor", 0)]
+
+
 def test_null_faults_reads_only_the_fault_free_output_and_judges_both_ways() -> None:
     import null_faults
 
