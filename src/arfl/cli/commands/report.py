@@ -24,38 +24,65 @@ if TYPE_CHECKING:
     from arfl.report.model import Report
 
 
-def _table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+def _bad(cell: str) -> bool:
+    return cell in ("NO", "never") or cell.startswith("failed")
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]], keep: int) -> Table:
+    """A plain table whose first ``keep`` columns (names, times) never wrap; the other values
+    may wrap ("fold"), never be cut: "1…" for 15.0 reads as another number."""
     table = Table(
         title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
         pad_edge=False,
     )  # fmt: skip
     for i, h in enumerate(headers):
-        # Names and times must stay readable in a narrow terminal; other values may wrap
-        # ("fold"), never be cut: "1…" for 15.0 reads as another number.
-        widest = max([len(h), *(len(r[i]) for r in rows)]) if i < 2 else None
+        widest = max([len(h), *(len(r[i]) for r in rows)]) if i < keep else None
         table.add_column(
-            escape(h), justify="left" if i == 0 else "right", min_width=widest, no_wrap=i < 2,
-            overflow="fold",
+            escape(h), justify="left" if i == 0 else "right", min_width=widest,
+            no_wrap=i < keep, overflow="fold",
         )  # fmt: skip
     for row in rows:
-        style = "red" if any(c in ("NO", "never") or c.startswith("failed") for c in row) else None
-        table.add_row(*(escape(c) for c in row), style=style)
+        table.add_row(*(escape(c) for c in row))
     return table
 
 
-def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
-    """The table of ``rows``; turned on its side (one column per row, the headers down the
-    first) when it is wider than the terminal and that is narrower (a fault or correctness
-    table of a few rows in 80 columns)."""
-    table = _table(title, headers, rows)
-    if not rows or _natural_width(table) <= out.width:
+def _layout(title: str, headers: list[str], rows: list[list[str]], side: bool) -> Table:
+    """The table as it is (a row in red when it holds a failure), or on its side: one column
+    per row (that column in red), the headers down the first."""
+    red = [any(_bad(c) for c in r) for r in rows]
+    if not side:
+        table = _table(title, headers, rows, keep=2)
+        for i, bad in enumerate(red):
+            table.rows[i].style = "red" if bad else None
         return table
-    side = _table(
+    table = _table(
         title,
         [headers[0], *(r[0] for r in rows)],
         [[h, *(r[i] for r in rows)] for i, h in enumerate(headers) if i > 0],
+        keep=1,
     )
-    return side if _natural_width(side) < _natural_width(table) else table
+    for j, bad in enumerate(red):
+        if bad:
+            table.columns[j + 1].style = "red"
+    return table
+
+
+def _sideways(headers: list[str], rows: list[list[str]]) -> bool:
+    """Whether the table reads better on its side: wider than the terminal as it is, and
+    narrower on its side (a fault or correctness table of a few rows in 80 columns)."""
+    if not rows:
+        return False
+    width = _natural_width(_layout("", headers, rows, side=False))
+    return width > out.width and _natural_width(_layout("", headers, rows, side=True)) < width
+
+
+def _rich_table(
+    title: str, headers: list[str], rows: list[list[str]], side: bool | None = None
+) -> Table:
+    """The table of ``rows``, on its side when :func:`_sideways` says so (or ``side``)."""
+    if any(len(r) != len(headers) for r in rows):
+        raise ValueError(f"table {title!r}: a row does not have one cell per header")
+    return _layout(title, headers, rows, _sideways(headers, rows) if side is None else side)
 
 
 def _natural_width(table: Table) -> int:
@@ -119,8 +146,11 @@ def print_comparison(comp: Comparison) -> None:
     """The comparison tables (one per metric) on stdout."""
     from arfl.report.html import comparison_tables
 
-    for metric, headers, rows in comparison_tables(comp):
-        out.print(_rich_table(metric, headers, rows))
+    tables = comparison_tables(comp)
+    # One orientation for all of them: the same runs, read side by side.
+    side = any(_sideways(headers, rows) for _, headers, rows in tables)
+    for metric, headers, rows in tables:
+        out.print(_rich_table(metric, headers, rows, side))
 
 
 @app.command()
