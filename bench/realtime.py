@@ -659,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         " replicas started in the same second share a local-cluster app id, and the second one's"
         " event-log directory exists, so it fails once and is restarted before the input)",
     )
-    ap.add_argument("--modes", default="none,passive,active,active-leaderless")
+    ap.add_argument("--modes", default=",".join(m for m in MODES if m != "active-leader"))
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument(
