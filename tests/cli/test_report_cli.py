@@ -134,15 +134,21 @@ def test_text_with_brackets_is_printed_verbatim(
     assert "no SLO in the spec ([report.slo])" in out
 
 
-@pytest.mark.parametrize("width", [80, 100])
-def test_wide_tables_show_every_value_whole_in_a_narrow_terminal(
+def _report_text(
     width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> str:
     from arfl.cli.console import out as console
 
     monkeypatch.setattr(console, "_width", width)
     assert main(["report", str(RUNS / "sim-active-kill"), "--no-html"]) == 0
-    text = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_wide_tables_show_every_value_whole_in_a_narrow_terminal(
+    width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = _report_text(width, capsys, monkeypatch)
     assert "…" not in text  # a value cut to "1…" reads as a different number
     # On their side: a line per field, a column per fault (the correctness table per basis).
     lines = [line.strip() for line in text.splitlines()]
@@ -156,11 +162,7 @@ def test_wide_tables_show_every_value_whole_in_a_narrow_terminal(
 def test_a_wide_terminal_keeps_a_row_per_fault(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from arfl.cli.console import out as console
-
-    monkeypatch.setattr(console, "_width", 200)
-    assert main(["report", str(RUNS / "sim-active-kill"), "--no-html"]) == 0
-    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    lines = [line.strip() for line in _report_text(200, capsys, monkeypatch).splitlines()]
     assert any(re.match(r"1 +kill-replica +0 +15\.0 +15\.0 ", line) for line in lines)
 
 

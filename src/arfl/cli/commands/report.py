@@ -28,9 +28,11 @@ def _bad(cell: str) -> bool:
     return cell in ("NO", "never") or cell.startswith("failed")
 
 
-def _table(title: str, headers: list[str], rows: list[list[str]], keep: int) -> Table:
+def _table(
+    title: str, headers: list[str], rows: list[list[str]], keep: int, red: list[bool]
+) -> Table:
     """A plain table whose first ``keep`` columns (names, times) never wrap; the other values
-    may wrap ("fold"), never be cut: "1…" for 15.0 reads as another number."""
+    may wrap ("fold"), never be cut: "1…" for 15.0 reads as another number. ``red``: per row."""
     table = Table(
         title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -41,8 +43,8 @@ def _table(title: str, headers: list[str], rows: list[list[str]], keep: int) -> 
             escape(h), justify="left" if i == 0 else "right", min_width=widest,
             no_wrap=i < keep, overflow="fold",
         )  # fmt: skip
-    for row in rows:
-        table.add_row(*(escape(c) for c in row))
+    for row, bad in zip(rows, red, strict=True):
+        table.add_row(*(escape(c) for c in row), style="red" if bad else None)
     return table
 
 
@@ -51,15 +53,13 @@ def _layout(title: str, headers: list[str], rows: list[list[str]], side: bool) -
     per row (that column in red), the headers down the first."""
     red = [any(_bad(c) for c in r) for r in rows]
     if not side:
-        table = _table(title, headers, rows, keep=2)
-        for i, bad in enumerate(red):
-            table.rows[i].style = "red" if bad else None
-        return table
+        return _table(title, headers, rows, keep=2, red=red)
     table = _table(
         title,
         [headers[0], *(r[0] for r in rows)],
         [[h, *(r[i] for r in rows)] for i, h in enumerate(headers) if i > 0],
         keep=1,
+        red=[False] * (len(headers) - 1),
     )
     for j, bad in enumerate(red):
         if bad:
