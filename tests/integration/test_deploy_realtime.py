@@ -21,6 +21,7 @@ import math
 import os
 import re
 import statistics
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +155,6 @@ def _hops_measured(
 
 
 def _batch_starts(run: Path, replica: int) -> list[float]:
-    from datetime import datetime
-
     return [
         datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
         for p in read_jsonl(run / "progress" / f"replica-{replica}.jsonl")
@@ -431,11 +430,28 @@ def test_a_lost_executor_hands_the_replica_to_the_warm_standby(
         "rtm-exec-standby",
         duration="25s",
         replication={"standby": 1},
-        chaos=[{"at": "8s", "fault": "kill-executor", "replica": 0}],
+        chaos=[{"at": "8s", "fault": "kill-executor", "replica": 0, "after_boundary": "1s"}],
     )
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
     run = result.run_dir
     (injected,) = journal_events(run, "fault-injected")
+    # It waited from 8 s for the survivor's next batch boundary (a batch end in replica 1's
+    # progress, read here on its own: start + batchDuration), then 1 s.
+    (aligned,) = journal_events(run, "fault-aligned")
+    assert aligned["boundary_replica"] == 1 and aligned["after_s"] == 1.0, aligned
+    ends = [
+        datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        + p["batchDuration"] / 1000
+        for p in read_jsonl(run / "progress" / "replica-1.jsonl")
+    ]  # fmt: skip
+    waited_from, boundary = injected["started"] - injected["at_s"] + 8.0, aligned["boundary"]
+    assert any(abs(boundary - e) < 0.01 for e in ends), (aligned, ends)
+    assert waited_from - 0.5 <= boundary < waited_from + INTERVAL_S + 2.0, (boundary, waited_from)
+    skipped = [e for e in ends if waited_from + 0.5 < e < boundary - 0.01]
+    assert not skipped, (skipped, aligned)
+    # 1 s after it, or as soon as its progress line was read (1.2 s after the batch's end once).
+    due = max(boundary + 1.0, aligned["seen"])
+    assert due <= injected["started"] < due + 0.5, (injected, aligned)
     (lost,) = journal_events(run, "replica-executor-lost")
     assert lost["replica"] == 0 and injected["details"]["pid"] in lost["executors"], lost
     assert lost["action"] == "driver killed: standby 0 takes over"

@@ -436,6 +436,9 @@ class Chaos(_Model):
     executor: str | None = None
     delay: Duration | None = None
     from_: list[int] | None = Field(None, alias="from")
+    after_boundary: Duration | None = None
+    """Inject this long after the first batch boundary of another replica from ``at`` on
+    (:mod:`arfl.faults.align`)."""
 
     @field_validator("fault")
     @classmethod

@@ -38,6 +38,9 @@ class FaultParams:
     delay_s: float | None = None
     from_: tuple[int, ...] = ()
     at_s: float = 0.0
+    after_boundary_s: float | None = None
+    """Inject this long after the first batch boundary from ``at_s`` on
+    (:mod:`arfl.faults.align`)."""
 
     @classmethod
     def from_chaos(cls, entry: Any) -> FaultParams:
@@ -51,6 +54,7 @@ class FaultParams:
             delay_s=_seconds(entry.delay),
             from_=tuple(entry.from_ or ()),
             at_s=_seconds(entry.at) or 0.0,
+            after_boundary_s=_seconds(entry.after_boundary),
         )
 
     def describe(self) -> str:
@@ -66,6 +70,8 @@ class FaultParams:
             parts.append("from " + ",".join(str(i) for i in self.from_))
         if not self.restart:
             parts.append("no restart")
+        if self.after_boundary_s is not None:
+            parts.append(f"{format_duration(self.after_boundary_s)} after a batch boundary")
         if self.duration_s is not None:
             parts.append(f"for {format_duration(self.duration_s)}")
         return " ".join(parts)

@@ -33,7 +33,7 @@ import psutil
 from arfl import stack
 from arfl.coerce import opt_int
 from arfl.errors import FaultError, StackError
-from arfl.faults import docker, leftovers, netns
+from arfl.faults import align, docker, leftovers, netns
 from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fault
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.state import load_state
@@ -111,6 +111,12 @@ class ChaosRunner:
         outcome = FaultOutcome(params=params, description=fault.describe())
         with self._lock:
             self.outcomes.append(outcome)
+        if params.after_boundary_s is not None:
+            try:
+                self._align(params)
+            except FaultError as e:
+                outcome.error = f"{type(e).__name__}: {e}"
+                raise
         record = fault.prepare(self.target)
         replica = fault.details.get("replica")
         outcome.replica = replica
@@ -150,6 +156,42 @@ class ChaosRunner:
             with _signals_blocked():
                 self._revert(fault, params, outcome, entry)
         return outcome
+
+    def _align(self, params: FaultParams) -> None:
+        """Wait until ``params.after_boundary_s`` after the next batch boundary of the replicas
+        :func:`arfl.faults.align.watched_replicas` names; journal ``fault-aligned`` (``boundary``:
+        the batch's end by its progress line; ``seen``: when that line was read, later by the
+        time the replica takes to write it; a fault is injected no earlier).
+
+        Raises:
+            FaultError: no boundary within :data:`arfl.faults.align.WAIT_MAX_S`, or
+                :meth:`stop` while waiting (the fault is not injected).
+        """
+        assert params.after_boundary_s is not None
+        began = time.time()
+        watched = align.watched_replicas(self.target.replicas(), params.replica)
+        boundary = align.next_boundary(RunPaths(self.target.run_dir).progress, watched, self._stop)
+        names = ", ".join(str(r) for r in watched)
+        if boundary is None:
+            why = "the run ended" if self._stop.is_set() else f"{align.WAIT_MAX_S:g} s passed"
+            raise FaultError(
+                f"{params.describe()}: not injected: {why} before a batch boundary of replica "
+                f"{names} (progress/replica-N.jsonl)"
+            )
+        seen = time.time()
+        wait = boundary.t + params.after_boundary_s - seen
+        if wait > 0 and self._stop.wait(wait):
+            raise FaultError(f"{params.describe()}: not injected: the run ended")
+        self.journal.write(
+            "fault-aligned",
+            kind=params.kind,
+            replica=params.replica,
+            boundary_replica=boundary.replica,
+            boundary=round(boundary.t, 3),
+            seen=round(seen, 3),
+            after_s=params.after_boundary_s,
+            waited_s=round(time.time() - began, 3),
+        )
 
     def refusal(self, fault: Fault, record: dict[str, Any]) -> str | None:
         """Why a planned fault (:meth:`plan`) would be refused now, or None (``--dry-run``)."""
