@@ -8,7 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -236,6 +239,44 @@ def test_pause_by_hand_blocks_then_reverts(
         json.loads(x)["event"] for x in (run_dir / "journal.jsonl").read_text().split("\n") if x
     ]
     assert events == ["fault-injected", "fault-reverted"]
+
+
+def test_by_hand_after_a_batch_boundary(
+    run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--after-boundary``: the only replica's next batch end (a progress line appended every
+    0.25 s from now on; an older line does not count), then 200 ms; nothing before."""
+    progress = run_dir / "progress" / "replica-0.jsonl"
+    progress.parent.mkdir(parents=True, exist_ok=True)
+    progress.write_text('{"timestamp": "2026-11-29T07:00:00.000Z", "batchDuration": 1000}\n')
+    ended: list[float] = []
+    done = threading.Event()
+
+    def batch_ends() -> None:
+        while not done.wait(0.25):
+            ended.append(time.time())
+            start = datetime.fromtimestamp(ended[-1] - 0.5, UTC).isoformat(timespec="milliseconds")
+            with progress.open("a") as f:
+                f.write(json.dumps({"timestamp": start, "batchDuration": 500}) + "\n")
+
+    writer = threading.Thread(target=batch_ends)
+    writer.start()
+    args = ["chaos", "inject", str(run_dir), "pause", "-r", "0", "--duration", "100ms"]
+    try:
+        assert main([*args, "--after-boundary", "200ms"]) == 0
+    finally:
+        done.set()
+        writer.join()
+    out = capsys.readouterr().out
+    assert "waiting for a batch boundary, then 200ms" in out and "reverted" in out
+    aligned, injected, _reverted = (
+        json.loads(x) for x in (run_dir / "journal.jsonl").read_text().split("\n") if x
+    )
+    assert aligned["event"] == "fault-aligned" and aligned["boundary_replica"] == 0
+    (boundary,) = [t for t in ended if abs(aligned["boundary"] - t) < 0.01]
+    assert 0.2 <= injected["started"] - boundary < 0.5, (injected, boundary)
+    assert main([*args, "--after-boundary", "soon"]) == 2
+    assert "--after-boundary" in capsys.readouterr().err
 
 
 def test_unknown_fault_exits_5_with_known_kinds(

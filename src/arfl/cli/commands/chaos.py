@@ -206,6 +206,14 @@ def inject_cmd(
     no_restart: Annotated[
         bool, typer.Option("--no-restart", help="kill-replica: the supervisor must not restart.")
     ] = False,
+    after_boundary: Annotated[
+        str | None,
+        typer.Option(
+            "--after-boundary",
+            help="Wait for the next batch boundary of another replica (the only one's if it "
+            "is alone), then this long, e.g. 3s.",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Resolve and show what would be done; inject nothing.")
     ] = False,
@@ -231,6 +239,7 @@ def inject_cmd(
         executor=executor,
         delay_s=_duration(delay, "--delay"),
         from_=_peers(from_),
+        after_boundary_s=_duration(after_boundary, "--after-boundary"),
     )
     runner = ChaosRunner(target)
     if dry_run:
@@ -251,6 +260,11 @@ def inject_cmd(
         )
         out.print(f"[yellow]injected[/] {o.description} (replica {o.replica}){extra}")
 
+    if params.after_boundary_s is not None:
+        out.print(
+            f"waiting for a batch boundary, then {format_duration(params.after_boundary_s)} "
+            "(Ctrl-C: inject nothing)"
+        )
     try:
         outcome = runner.run_fault(params, on_injected=injected)
     except KeyboardInterrupt:
