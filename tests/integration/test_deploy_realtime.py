@@ -376,16 +376,17 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
     assert 1 in caught_up
     # The merger kept each replica's trail (what the report's caught up is judged on): the age
-    # of the oldest output result replica 1 owed. An age never grows faster than the clock, from
-    # one monitor tick to the next (it drops, or grows less, when the replica delivers what it
-    # owed). Between two ticks at which replica 1 owed something and received nothing, it owed
-    # the same result: the age grew by exactly the ticks' distance. The silent stretch is not
-    # always so told by the received count, which a dying executor's stray results move (a
-    # suite: received 2,188 then 2,190 while the trail went 516 -> 1,516 ms), so over all
-    # owing pairs after the kill one must have grown with the clock (a take-over of 2 s left one
-    # such pair, of 2-9 s measured before) -- unless the take-over was too short to leave two
-    # owing ticks: then the trail stayed under two ticks' age (CI, session 25: 793 ms at the
-    # tick after the kill, 0 at the next).
+    # of the oldest output result replica 1 owed. It noticed the kill (some tick after it found
+    # replica 1 owing), and an age never grows faster than the clock from one monitor tick to the
+    # next (it drops, or grows less, when the replica delivers what it owed). Between two ticks
+    # at which replica 1 owed something and received nothing, it owed the same result: the age
+    # grew by exactly the ticks' distance (nothing else moves the oldest owed result: the merger
+    # forgets no ids here, no horizon and far below its size limit, and the frontier moves only
+    # with replica 1's own records). Such a silent pair needs a take-over longer than two ticks
+    # with no stray result of the dying replica between them; a shorter one (CI, session 25:
+    # 793 ms at the tick after the kill, 0 at the next) or strays (a suite: received 2,188
+    # then 2,190 while the trail went 516 -> 1,516 ms) leave none, and a standby catching up in
+    # order but slower than the input leaves shrinking steps.
     kill_at = float(journal_events(run, "fault-injected")[0]["started"])
     after = [
         (float(d["t"]), d["replicas"]["1"]["trail_ms"], d["replicas"]["1"]["received"])
@@ -393,6 +394,7 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
         if float(d["t"]) >= kill_at and d["input_flowing"]
     ]  # fmt: skip
     assert after and all(a is not None for _t, a, _n in after), after
+    assert max(a for _t, a, _n in after) > 0, after
     owing = [
         ((b - a) - (tb - ta) * 1000, na == nb)
         for (ta, a, na), (tb, b, nb) in itertools.pairwise(after)
@@ -400,8 +402,6 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     ]
     assert all(d < 50 for d, _silent in owing), after
     assert all(abs(d) < 50 for d, silent in owing if silent), after
-    longest = max(a for _t, a, _n in after)
-    assert any(abs(d) < 50 for d, _silent in owing) or longest < 2000, after
     # Caught up as the report judges it (on the merger's trail) survives a reading without the
     # merger: the same definition on the replica topics' timestamps, within one monitor tick
     # (the merger reads a record a little after the broker stamped it). This run's warm-up
@@ -435,8 +435,11 @@ def test_a_lost_executor_hands_the_replica_to_the_warm_standby(
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
     run = result.run_dir
     (injected,) = journal_events(run, "fault-injected")
-    # It waited from 8 s for the survivor's next batch boundary (a batch end in replica 1's
-    # progress, read here on its own: start + batchDuration), then 1 s.
+    # It waited from 8 s for the survivor's next batch boundary, then 1 s. The boundary is a
+    # batch end in replica 1's progress (read here on its own: start + batchDuration), the first
+    # whose line was appended after the wait began: a real-time replica appends it after the
+    # boundary's stall (0.7-2.8 s later in session 26's demo runs), so it may end before the wait
+    # began; a batch that ended after that did not come before it.
     (aligned,) = journal_events(run, "fault-aligned")
     assert aligned["boundary_replica"] == 1 and aligned["after_s"] == 1.0, aligned
     ends = [
@@ -444,10 +447,11 @@ def test_a_lost_executor_hands_the_replica_to_the_warm_standby(
         + p["batchDuration"] / 1000
         for p in read_jsonl(run / "progress" / "replica-1.jsonl")
     ]  # fmt: skip
-    waited_from, boundary = injected["started"] - injected["at_s"] + 8.0, aligned["boundary"]
+    began, boundary = aligned["t"] - aligned["waited_s"], aligned["boundary"]
+    assert began >= injected["started"] - injected["at_s"] + 8.0 - 0.1, (aligned, injected)
     assert any(abs(boundary - e) < 0.01 for e in ends), (aligned, ends)
-    assert waited_from - 0.5 <= boundary < waited_from + INTERVAL_S + 2.0, (boundary, waited_from)
-    skipped = [e for e in ends if waited_from + 0.5 < e < boundary - 0.01]
+    assert began - 4.0 <= boundary <= aligned["seen"] < began + INTERVAL_S + 4.0, (aligned, ends)
+    skipped = [e for e in ends if began + 0.05 < e < boundary - 0.01]
     assert not skipped, (skipped, aligned)
     # 1 s after it, or as soon as its progress line was read (1.2 s after the batch's end once).
     due = max(boundary + 1.0, aligned["seen"])

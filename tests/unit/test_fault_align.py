@@ -38,7 +38,10 @@ def test_the_survivors_boundaries_count() -> None:
     assert align.watched_replicas([0, 1, 2], 1) == [0, 2]
     assert align.watched_replicas([0], 0) == [0]  # alone: its own (passive: after a checkpoint)
     assert align.watched_replicas([0, 1], None) == [0, 1]
-    assert align.watched_replicas([0, 1], "leader") == [0, 1]
+    assert align.watched_replicas([0, 1, 2], "leader", leader=2) == [0, 1]
+    assert align.watched_replicas([0, 1], "leader") == [0, 1]  # leader unknown: any
+    assert align.watched_replicas([0, 1, 2], 0, peers=[1]) == [2]  # partition 0 from 1
+    assert align.watched_replicas([0, 1], 0, peers=[1]) == [0, 1]  # hits both: either
 
 
 def test_the_first_line_appended_after_the_wait_began_is_the_boundary(tmp_path: Path) -> None:
@@ -49,7 +52,7 @@ def test_the_first_line_appended_after_the_wait_began_is_the_boundary(tmp_path: 
     stop = threading.Event()
 
     def later() -> None:
-        time.sleep(0.3)
+        time.sleep(0.5)
         _append(paths.progress(1), "not json\n" + _line(t - 30.0, 30_400.0)[:20])  # half a line
         time.sleep(0.2)
         _append(paths.progress(0), _line(t, 500.0) + "\n")
@@ -89,28 +92,35 @@ def test_spec_entry_and_description() -> None:
 
 @pytest.mark.usefixtures("fake_kind")
 def test_the_runner_injects_after_the_survivors_boundary(tmp_path: Path) -> None:
+    """Every 0.25 s both replicas end a batch, the target's (replica 0) a little earlier; the
+    fault waits for the survivor's (replica 1) first one after the wait began, then 0.4 s."""
     paths = RunPaths(tmp_path)
     runner = ChaosRunner(FakeTarget(tmp_path))
-    marks: dict[str, float] = {}
+    ends: list[float] = []
+    done = threading.Event()
 
     def boundaries() -> None:
-        time.sleep(0.3)
-        _append(paths.progress(0), _line(time.time() - 1.0, 1_000.0) + "\n")  # the target's own
-        time.sleep(0.2)
-        marks["boundary"] = time.time()
-        _append(paths.progress(1), _line(marks["boundary"] - 2.0, 2_000.0) + "\n")
+        while not done.wait(0.25):
+            now = time.time()
+            _append(paths.progress(0), _line(now - 1.05, 1_000.0) + "\n")
+            ends.append(now)
+            _append(paths.progress(1), _line(now - 2.0, 2_000.0) + "\n")
 
     writer = threading.Thread(target=boundaries)
     writer.start()
-    out = runner.run_fault(FaultParams("test-fault", replica=0, after_boundary_s=0.4))
-    writer.join()
+    try:
+        out = runner.run_fault(FaultParams("test-fault", replica=0, after_boundary_s=0.4))
+    finally:
+        done.set()
+        writer.join()
     assert out.error is None and out.injected_at is not None
-    assert out.injected_at - marks["boundary"] == pytest.approx(0.4, abs=0.15)
     aligned, injected, _reverted = read_jsonl(paths.journal)
     assert aligned["event"] == "fault-aligned" and injected["event"] == "fault-injected"
     assert aligned["boundary_replica"] == 1 and aligned["after_s"] == 0.4
-    assert aligned["boundary"] == pytest.approx(marks["boundary"], abs=0.002)
-    assert 0 <= aligned["seen"] - marks["boundary"] < 0.2
+    (boundary,) = [t for t in ends if abs(aligned["boundary"] - t) < 0.002]
+    assert boundary == min(t for t in ends if t >= aligned["t"] - aligned["waited_s"])
+    assert -0.001 <= aligned["seen"] - boundary < 0.2
+    assert out.injected_at - boundary == pytest.approx(0.4, abs=0.15)
     assert aligned["t"] <= injected["started"]
     assert CALLS == ["inject 0 0.0", "undo 0"]
 

@@ -78,7 +78,10 @@ def test_every_problem_is_reported_at_once() -> None:
         ],
         "replication": {"mode": "active-leader", "replicas": 1, "heartbeat_interval": "20ms"},
         "workload": {"duration": "30s", "rate": "fast"},
-        "chaos": [{"at": "40s", "fault": "kil-executor", "replica": 3}],
+        "chaos": [
+            {"at": "40s", "fault": "kil-executor", "replica": 3},
+            {"at": "25s", "fault": "kill-replica", "replica": 0, "after_boundary": "5s"},
+        ],
     }
     problems = _problems(raw)
     text = "\n".join(problems)
@@ -98,6 +101,8 @@ def test_every_problem_is_reported_at_once() -> None:
         "t.toml: source.event_time: a window step needs event_time",
         "t.toml: chaos[0].at: 40s is not inside the workload duration (30s)",
         "t.toml: chaos[0].replica: replica 3 out of range",
+        "t.toml: chaos[1].after_boundary: 25s + 5s (at the earliest) is not inside the workload "
+        "duration (30s)",
     ]:
         assert expected in text, f"missing {expected!r} in:\n{text}"
     assert len(problems) == len(set(problems))

@@ -805,6 +805,20 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
                     f"({_get(raw, 'workload', 'duration') or '60s'})",
                 )
             )
+        after = _safe_duration(c.get("after_boundary"))
+        if (
+            at is not None
+            and after is not None
+            and duration is not None
+            and at < duration <= at + after
+        ):
+            out.append(
+                (
+                    f"chaos[{i}].after_boundary",
+                    f"{c.get('at')} + {c.get('after_boundary')} (at the earliest) is not inside "
+                    f"the workload duration ({_get(raw, 'workload', 'duration') or '60s'})",
+                )
+            )
         target = c.get("replica")
         fault = str(c.get("fault"))
         kind = FAULTS.info(fault) if fault in FAULTS else None

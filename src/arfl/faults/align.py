@@ -9,22 +9,25 @@ fault placed a few seconds after a survivor's boundary has the most time before 
 one placed right after a checkpoint (passive) replays the least. Which one an experiment wants
 is the user's choice: this module only finds the boundary.
 
-A boundary is where a batch ends: its progress line (``progress/replica-N.jsonl``, written by the
-replica when the batch ends) gives the time, :func:`arfl.run.progress.batch_ends`. The first
-line appended after the wait began counts, whatever the batch.
+A boundary is where a batch ends: its progress line (``progress/replica-N.jsonl``) gives the time,
+:func:`arfl.run.progress.batch_ends` (start plus duration). A real-time replica appends that line
+only once the next batch runs, after the boundary's stall (0.7-2.8 s after the batch's end in
+session 26's demo runs), so the wait is measured from the batch's end, not from the reading. The
+first line appended after the wait began counts (of several read at once, the earliest end),
+whatever the batch.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from arfl.run.progress import batch_ends
+from arfl.run.streams import JsonlTail
 
 WAIT_MAX_S = 120.0
 """How long a fault waits for a boundary before it fails (not injected): real-time mode's
@@ -43,43 +46,23 @@ class Boundary:
     """Epoch seconds: when the batch ended (the batch's start plus its duration)."""
 
 
-def watched_replicas(replicas: Sequence[int], target: int | Literal["leader"] | None) -> list[int]:
-    """Whose boundaries a fault aimed at ``target`` waits for: every other replica's (the
-    survivors' whose stall the fault would uncover); the replica's own when it is the only one;
-    every replica's when the fault names none (or ``leader``, resolved only when injected)."""
-    if isinstance(target, int):
-        others = [r for r in replicas if r != target]
-        return others or [target]
-    return list(replicas)
-
-
-class _Tail:
-    """The complete lines appended to one file since it was opened."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = path.stat().st_size if path.exists() else 0
-
-    def new_lines(self) -> list[dict[str, Any]]:
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        lines: list[dict[str, Any]] = []
-        for raw in data[: end + 1].splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue  # not a progress line: skipped (the replica writes whole lines)
-            if isinstance(line, dict):
-                lines.append(line)
-        return lines
+def watched_replicas(
+    replicas: Sequence[int],
+    target: int | Literal["leader"] | None,
+    *,
+    leader: int | None = None,
+    peers: Collection[int] = (),
+) -> list[int]:
+    """Whose boundaries a fault waits for: every replica it does not hit (the survivors, whose
+    stall the fault would uncover). It hits ``target`` (``"leader"``: ``leader``, the current
+    one) and the ``peers`` a partition cuts it from. When that leaves none (a lone replica), the
+    replicas it hits; a fault aimed at no replica (or at a leader not known) waits for any."""
+    victim = leader if target == "leader" else target
+    hit = set(peers) | ({victim} if isinstance(victim, int) else set())
+    if not hit:
+        return list(replicas)
+    others = [r for r in replicas if r not in hit]
+    return others or [r for r in replicas if r in hit] or list(replicas)
 
 
 def next_boundary(
@@ -96,12 +79,15 @@ def next_boundary(
         stop: ends the wait early (returns None).
         timeout_s: longest wait (returns None); :data:`WAIT_MAX_S` if not given.
     """
-    tails = {r: _Tail(progress_file(r)) for r in replicas}
+    tails = {r: JsonlTail(progress_file(r), from_end=True) for r in replicas}
     deadline = time.monotonic() + (WAIT_MAX_S if timeout_s is None else timeout_s)
     while True:
-        for r, tail in tails.items():
-            ends = batch_ends(tail.new_lines())
-            if ends:
-                return Boundary(r, ends[-1])
+        found = [
+            Boundary(r, ends[0])
+            for r, tail in tails.items()
+            if (ends := batch_ends(tail.read_new()))
+        ]
+        if found:
+            return min(found, key=lambda b: b.t)
         if time.monotonic() >= deadline or stop.wait(POLL_S):
             return None

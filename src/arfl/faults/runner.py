@@ -37,6 +37,7 @@ from arfl.faults import align, docker, leftovers, netns
 from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fault
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.state import load_state
+from arfl.registry import FAULTS
 from arfl.run.rundir import Journal, RunPaths
 from arfl.run.sparkhome import owns_spark_home, retire_unless_used
 
@@ -113,6 +114,9 @@ class ChaosRunner:
             self.outcomes.append(outcome)
         if params.after_boundary_s is not None:
             try:
+                # What it would hit must exist before the wait (a wrong replica fails now, not
+                # after a boundary); it is resolved again after the wait (pids change).
+                make_fault(params).prepare(self.target)
                 self._align(params)
             except FaultError as e:
                 outcome.error = f"{type(e).__name__}: {e}"
@@ -169,7 +173,13 @@ class ChaosRunner:
         """
         assert params.after_boundary_s is not None
         began = time.time()
-        watched = align.watched_replicas(self.target.replicas(), params.replica)
+        at_leader = params.replica == "leader" or FAULTS.info(params.kind).targets_leader
+        watched = align.watched_replicas(
+            self.target.replicas(),
+            "leader" if at_leader else params.replica,
+            leader=self.target.leader() if at_leader else None,
+            peers=params.from_ if params.kind == "partition" else (),
+        )
         boundary = align.next_boundary(RunPaths(self.target.run_dir).progress, watched, self._stop)
         names = ", ".join(str(r) for r in watched)
         if boundary is None:

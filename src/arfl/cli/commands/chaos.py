@@ -175,7 +175,8 @@ def _peers(value: str | None) -> tuple[int, ...]:
     "inject",
     epilog=(
         "Injects one fault and always reverts it: a fault with a duration blocks until "
-        "reverted (Ctrl-C reverts early and exits 130). A fault that cannot be injected or "
+        "reverted (Ctrl-C reverts early and exits 130). With --after-boundary it first waits "
+        "for a batch boundary (Ctrl-C then injects nothing). A fault that cannot be injected or "
         "reverted exits 5. See 'arfl chaos list RUN' for targets, 'arfl chaos kinds' for faults."
     ),
 )
@@ -268,7 +269,11 @@ def inject_cmd(
     try:
         outcome = runner.run_fault(params, on_injected=injected)
     except KeyboardInterrupt:
-        out.print(f"[yellow]reverted early[/] {runner.outcomes[-1].description}")
+        last = runner.outcomes[-1]
+        if last.injected_at is None:  # still waiting for a batch boundary
+            out.print(f"[yellow]not injected[/] {last.description}")
+        else:
+            out.print(f"[yellow]reverted early[/] {last.description}")
         # typer turns KeyboardInterrupt into a *returned* 130 that main() does not propagate
         raise SystemExit(int(ExitCode.INTERRUPTED)) from None
     took = (outcome.reverted_at or 0) - (outcome.injected_at or 0)
