@@ -475,6 +475,7 @@ def _variant(r: dict[str, Any]) -> str:
     more += "+standby" if r.get("standby") else ""
     more += " no-yield" if r.get("standby_yield") is False else ""
     more += f" from {r['resume']}" if r.get("resume") else ""
+    more += f" int={r['interval']}" if r.get("interval") else ""
     return f"{r['pipeline']} {r['fault']} {r['mode']}{more}"
 
 
@@ -533,7 +534,7 @@ def sweep_table(rows: Sequence[dict[str, Any]]) -> None:
     """The rate sweep: latency, whether the injector kept up, who used the CPU."""
     print_table(
         rows,
-        Column("RTM per-record", 26, "", _sweep_variant),
+        Column("RTM per-record", 36, "", _sweep_variant),
         [
             Column("jit", 3, "", lambda r: r.get("jit", "c1")),
             Column("stagger", 7, "", lambda r: "off" if r.get("stagger") is False else "on"),
@@ -563,7 +564,9 @@ def sweep_table(rows: Sequence[dict[str, Any]]) -> None:
 def _sweep_variant(r: dict[str, Any]) -> str:
     mode = r.get("mode", "active")
     reps = r.get("replicas") or MODES[mode].replicas
-    return f"{mode} R={reps} {r['rate']} ev/s"
+    more = f" int={r['interval']}" if r.get("interval") else ""
+    more += f" #{r['round']}" if r.get("round") else ""
+    return f"{mode} R={reps} {r['rate']} ev/s{more}"
 
 
 def print_tables(rows: Sequence[dict[str, Any]], sweep: Sequence[dict[str, Any]]) -> None:
@@ -614,7 +617,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--warmup", default="25s", help="excluded from every figure")
     ap.add_argument("--rate", type=int, default=1000)
-    ap.add_argument("--interval", default="", help="real-time checkpoint interval (e.g. 30s)")
+    ap.add_argument(
+        "--interval",
+        default="",
+        help="real-time checkpoint interval (e.g. 30s); a list (30s,60s) runs every variant and "
+        "sweep run with each",
+    )
     ap.add_argument(
         "--stagger",
         choices=("on", "off", "both"),
@@ -668,6 +676,13 @@ def main(argv: list[str] | None = None) -> int:
         help="rates for active RTM R=2 per-record, fault-free ('' for none)",
     )
     ap.add_argument("--sweep-duration", default="50s")
+    ap.add_argument(
+        "--sweep-rounds",
+        type=int,
+        default=1,
+        help="run the whole sweep this many times in turn (variants alternate: a noisy host "
+        "drifts between rounds, not within a pair)",
+    )
     ap.add_argument(
         "--sweep-modes",
         default="active",
@@ -723,6 +738,12 @@ def main(argv: list[str] | None = None) -> int:
     modes, pipelines = args.modes.split(","), args.pipelines.split(",")
     faults = args.faults.split(",") if args.faults else []
     rates = [int(r) for r in args.sweep.split(",") if r]
+    intervals = [i for i in args.interval.split(",") if i] or [""]
+    for i in intervals:
+        try:
+            d(i)
+        except ValueError as e:
+            ap.error(f"--interval: {e}")
     sweep_modes = args.sweep_modes.split(",")
     for name, known in (
         (modes, MODES),
@@ -752,8 +773,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     yields = {"on": [True], "off": [False], "both": [False, True]}[args.standby_yield]
     variants = [
-        (p, f, m, sb, rs, y, at)
+        (p, f, m, sb, rs, y, at, iv)
         for at in fault_times
+        for iv in intervals
         for p in pipelines
         for f in faults
         for m in modes
@@ -761,8 +783,10 @@ def main(argv: list[str] | None = None) -> int:
         for rs in (resumes if MODES[m].mode == "active" else ["auto"])
         for y in (yields if sb else [True])
     ]
-    for pipeline, fault, mode, sb, resume, yields_cpu, at in variants:
+    for pipeline, fault, mode, sb, resume, yields_cpu, at, interval in variants:
         row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
+        if len(intervals) > 1:
+            row["interval"] = interval
         timing = dataclasses.replace(t, fault_at=at).of(pipeline)
         row["fault_at"] = timing.fault_at
         if MODES[mode].replicas > 1 and args.replicas is not None:
@@ -779,7 +803,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rate,
             timing,
             fault,
-            interval=args.interval,
+            interval=interval,
             target=args.target,
             replicas=args.replicas,
             standby=sb,
@@ -797,11 +821,17 @@ def main(argv: list[str] | None = None) -> int:
         record(row)
     staggers = {"on": [True], "off": [False], "both": [False, True]}[args.stagger]
     jits = {"c1": ["c1"], "c2": ["c2"], "both": ["c1", "c2"]}[args.jit]
-    done: set[tuple[str, str, bool]] = set()  # (mode, jit, stagger) past the p99 bar
-    for rate, mode, jit, stagger in (
-        (r, m, j, g) for r in rates for m in sweep_modes for j in jits for g in staggers
+    done: set[tuple[int, str, str, bool, str]] = set()  # past the p99 bar
+    for rnd, rate, mode, jit, stagger, interval in (
+        (n, r, m, j, g, i)
+        for n in range(max(1, args.sweep_rounds))
+        for r in rates
+        for m in sweep_modes
+        for j in jits
+        for g in staggers
+        for i in intervals
     ):
-        if (mode, jit, stagger) in done:
+        if (rnd, mode, jit, stagger, interval) in done:
             continue
         row = {
             "pipeline": "per-record",
@@ -811,8 +841,12 @@ def main(argv: list[str] | None = None) -> int:
             "stagger": stagger,
             "jit": jit,
         }
+        if len(intervals) > 1:
+            row["interval"] = interval
+        if args.sweep_rounds > 1:
+            row["round"] = rnd + 1
         spec = spec_for(
-            "per-record", mode, rate, t, None, t.sweep_duration, args.interval, stagger,
+            "per-record", mode, rate, t, None, t.sweep_duration, interval, stagger,
             args.target, args.replicas, jit,
         )  # fmt: skip
         if args.replicas is not None and MODES[mode].replicas > 1:
@@ -827,7 +861,7 @@ def main(argv: list[str] | None = None) -> int:
         sweep.append(row)
         record(row)
         if "error" in row or _num(row.get("overall_p99")) >= P99_LIMIT_MS:
-            done.add((mode, jit, stagger))
+            done.add((rnd, mode, jit, stagger, interval))
     if rows:
         print(f"\n{args.rate} ev/s, 2 partitions, fault on replica 0")
         for pipeline in pipelines:

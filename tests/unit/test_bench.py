@@ -127,6 +127,19 @@ def test_realtime_spec_takes_extra_spark_conf() -> None:
     assert "spark.eventLog.enabled" not in plain.spark.conf
 
 
+def test_realtime_names_the_interval_and_round_of_a_sweep_run() -> None:
+    import realtime
+
+    t = realtime.Timing(60.0, 30.0, 10.0, 30.0)
+    spec = realtime.spec_for("per-record", "active", 1000, t, None, 150.0, "60s")
+    assert spec.replication.trigger_interval == 60.0
+    row = {"mode": "active", "rate": 1000, "interval": "60s", "round": 2}
+    assert realtime._sweep_variant(row) == "active R=2 1000 ev/s int=60s #2"
+    assert realtime._sweep_variant({"mode": "active", "rate": 1000}) == "active R=2 1000 ev/s"
+    fault = {"pipeline": "per-record", "fault": "kill-replica", "mode": "active", "interval": "30s"}
+    assert realtime._variant(fault) == "per-record kill-replica active int=30s"
+
+
 def test_realtime_runs_the_leader_design_on_micro_batch_when_asked() -> None:
     import realtime
 
