@@ -178,7 +178,7 @@ class ChaosRunner:
             self.target.replicas(),
             "leader" if at_leader else params.replica,
             leader=self.target.leader() if at_leader else None,
-            peers=params.from_ if params.kind == "partition" else (),
+            peers=params.from_,  # only a partition has them
         )
         boundary = align.next_boundary(RunPaths(self.target.run_dir).progress, watched, self._stop)
         names = ", ".join(str(r) for r in watched)
