@@ -277,6 +277,11 @@ def test_by_hand_after_a_batch_boundary(
     assert 0.2 <= injected["started"] - boundary < 0.5, (injected, boundary)
     assert main([*args, "--after-boundary", "soon"]) == 2
     assert "--after-boundary" in capsys.readouterr().err
+    # A replica that does not exist fails before the wait, not after a boundary (or 120 s).
+    t0 = time.monotonic()
+    wrong = ["chaos", "inject", str(run_dir), "pause", "-r", "7", "--after-boundary", "1s"]
+    assert main(wrong) == 5
+    assert "has no replica 7" in capsys.readouterr().err and time.monotonic() - t0 < 10
 
 
 def test_unknown_fault_exits_5_with_known_kinds(

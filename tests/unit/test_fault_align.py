@@ -136,7 +136,7 @@ def test_without_a_boundary_nothing_is_injected(
                        r"of replica 1 \(progress/replica-N.jsonl\)"):  # fmt: skip
         runner.run_fault(params)
     assert CALLS == [] and runner.outcomes[0].error is not None
-    assert not paths_journal_events(tmp_path)
+    assert not _journal(tmp_path)
     # A schedule that ends first: the fault is journaled as failed, never injected.
     monkeypatch.setattr(align, "WAIT_MAX_S", 30.0)
     runner.start_schedule([params])
@@ -145,11 +145,11 @@ def test_without_a_boundary_nothing_is_injected(
         assert time.monotonic() - t0 < 5
         time.sleep(0.01)
     runner.stop()
-    (failed,) = paths_journal_events(tmp_path)
+    (failed,) = _journal(tmp_path)
     assert failed["event"] == "fault-failed" and "the run ended" in failed["error"], failed
     assert CALLS == []
 
 
-def paths_journal_events(run_dir: Path) -> list[dict[str, Any]]:
+def _journal(run_dir: Path) -> list[dict[str, Any]]:
     path = RunPaths(run_dir).journal
     return read_jsonl(path) if path.exists() else []

@@ -116,7 +116,7 @@ class ChaosRunner:
             try:
                 # What it would hit must exist before the wait (a wrong replica fails now, not
                 # after a boundary); it is resolved again after the wait (pids change).
-                make_fault(params).prepare(self.target)
+                self.plan(params)
                 self._align(params)
             except FaultError as e:
                 outcome.error = f"{type(e).__name__}: {e}"
