@@ -740,6 +740,8 @@ def main(argv: list[str] | None = None) -> int:
     rates = [int(r) for r in args.sweep.split(",") if r]
     intervals = [i for i in args.interval.split(",") if i] or [""]
     for i in intervals:
+        if not i:  # the spec's default
+            continue
         try:
             d(i)
         except ValueError as e:

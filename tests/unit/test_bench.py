@@ -236,3 +236,22 @@ def test_the_reports_recovery_time_survives_a_reading_with_hdrhs_own_reader() ->
         per_iv, kill, end, 5.0, report.tolerance * worst, through=kill + f.window_s
     )
     assert rec is not None and rec == pytest.approx(f.recovery_s, abs=1.0), (rec, f.recovery_s)
+
+
+def test_realtime_runs_without_an_interval(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No ``--interval``: every run keeps the spec's default interval (session 26's list made
+    the empty default a parse error before anything ran)."""
+    import realtime
+
+    class Parsed(Exception):
+        pass
+
+    def up() -> None:
+        raise Parsed
+
+    monkeypatch.setattr(realtime.stack, "up", up)
+    argv = ["--faults", "", "--sweep", "1000", "--runs", str(tmp_path), "--out", "x.json"]
+    with pytest.raises(Parsed):
+        realtime.main(argv)
+    with pytest.raises(SystemExit):
+        realtime.main([*argv, "--interval", "30s,soon"])
