@@ -2,6 +2,7 @@
 measured on active RTM R=2 per-record (fault-free), one run per variant in one invocation.
 
     .venv/bin/python bench/rtm_knobs.py --runs /tmp/knobs --out /tmp/knobs/knobs.json
+    .venv/bin/python bench/rtm_knobs.py --variants default,"sink linger 1 ms" --rounds 3 ...
 
 The machine saturates at 1,000 ev/s with two RTM replicas (docs/benchmarks.md): each RTM task
 polls Kafka hundreds of times a second and each replica's producer sends with ``linger.ms`` 0,
@@ -26,7 +27,9 @@ from arfl.units import parse_duration
 VARIANTS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     # name: (source options, sink options)
     "default": ({}, {}),
+    "sink linger 1 ms": ({}, {"kafka.linger.ms": "1"}),
     "sink linger 2 ms": ({}, {"kafka.linger.ms": "2"}),
+    "sink linger 5 ms": ({}, {"kafka.linger.ms": "5"}),
     "source fetch >= 4 KB or 5 ms": (
         {"kafka.fetch.min.bytes": "4096", "kafka.fetch.max.wait.ms": "5"},
         {},
@@ -48,25 +51,40 @@ def variant_spec(base: Spec, source: dict[str, str], sink: dict[str, str]) -> Sp
     )
 
 
+def _name(row: dict[str, Any]) -> str:
+    return f"{row['variant']} #{row['round']}" if row.get("round") else row["variant"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--duration", default="60s")
     ap.add_argument("--warmup", default="25s")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every variant this many times, alternating (a noisy host drifts between "
+        "rounds, not within one)",
+    )
     ap.add_argument("--runs", type=Path, default=Path("runs/bench"))
     ap.add_argument("--out", type=Path, default=Path("runs/bench/knobs.json"))
     args = ap.parse_args(argv)
+    names = args.variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variant {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
     duration, warmup = parse_duration(args.duration), parse_duration(args.warmup)
     t = Timing(duration, duration, warmup, duration)
     args.runs.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
-    for name in args.variants.split(","):
+    for rnd, name in ((r, n) for r in range(max(1, args.rounds)) for n in names):
         source, sink = VARIANTS[name]
         spec = variant_spec(
             spec_for("per-record", "active", args.rate, t, None, duration), source, sink
         )
-        row: dict[str, Any] = {"variant": name, "source": source, "sink": sink}
+        row: dict[str, Any] = {"variant": name, "round": rnd, "source": source, "sink": sink}
         try:
             run_dir, summary, cpu, _ = run(spec, args.runs)
             row.update(analyse(run_dir, summary))
@@ -83,12 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     for r in rows:
         if "error" in r:
-            print(f"{r['variant']:30} failed: {r['error'][:60]}")
+            print(f"{_name(r):30} failed: {r['error'][:60]}")
             continue
         pc = r.get("process_cores", {})
         execs = sum(v for k, v in pc.items() if "executor" in k)
         print(
-            f"{r['variant']:30} {r['overall_p50']:7.1f} {r['overall_p99']:8.1f} "
+            f"{_name(r):30} {r['overall_p50']:7.1f} {r['overall_p99']:8.1f} "
             f"{r.get('host_cores_busy', float('nan')):5.2f} {pc.get('kafka', float('nan')):6.2f} "
             f"{execs:9.2f} {pc.get('merger', float('nan')):6.2f} {r['missing']:4}"
         )
