@@ -247,6 +247,43 @@ def test_overlapping_faults_on_one_thing_are_named_each() -> None:
     assert not [p for p in _problems(odd) if "do not stack" in p]
 
 
+def test_a_placed_fault_may_start_up_to_a_boundary_spacing_after_its_earliest_start() -> None:
+    """``after_boundary`` starts a fault at ``at + after_boundary`` at the earliest and about
+    one boundary spacing (the real-time interval) later at the latest: the overlap check
+    compares that span, not ``at``."""
+
+    def c(at: str, duration: str, **kw: object) -> dict[str, object]:
+        return {"at": at, "fault": "pause", "replica": 0, "duration": duration, **kw}
+
+    rtm = {"mode": "active", "replicas": 2, "trigger": "realtime", "trigger_interval": "30s"}
+    raw = _with(
+        replication=rtm,
+        workload={"rate": 100, "duration": "200s"},
+        chaos=[
+            c("10s", "10s", after_boundary="5s"),  # 15s to 45s + 10s
+            c("50s", "5s"),  # inside the placed one's span: may overlap
+            c("100s", "5s"),
+            c("90s", "3s", after_boundary="2s"),  # 92s to 122s + 3s: may overlap chaos[2]
+            c("160s", "5s"),
+            c("150s", "2s", after_boundary="1s"),  # 151s to 183s: may overlap chaos[4]
+        ],
+    )
+    stacked = [p for p in _problems(raw) if "do not stack" in p]
+    assert [p.split(": ")[1] for p in stacked] == ["chaos[1]", "chaos[3]", "chaos[5]"], stacked
+    assert "may overlap chaos[0] (pause of replica 0, placed: 15s to 55s)" in stacked[0]
+    assert (
+        "chaos[3]: starts between 92s and 122s (after a batch boundary) and may overlap "
+        "chaos[2] (pause of replica 0, 100s to 105s)"
+    ) in stacked[1]
+    # placed later than ``at``: no longer taken for an overlap of what ends before it starts
+    clear = _with(
+        replication=rtm,
+        workload={"rate": 100, "duration": "200s"},
+        chaos=[c("10s", "10s"), c("15s", "5s", after_boundary="6s")],
+    )
+    parse_spec(clear, "t.toml")
+
+
 def test_missing_sections_are_named() -> None:
     problems = _problems({"name": "x"})
     assert "t.toml: source: required key is missing" in problems

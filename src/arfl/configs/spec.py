@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from arfl.configs.realtime import realtime_problems
+from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S, realtime_problems
 from arfl.configs.replay import Replay, drop_generator_problems, replay_problems
 from arfl.configs.schema import schema_problems
 from arfl.configs.slo import validate_slo
@@ -844,24 +844,49 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         if kind and not kind.targets_leader and target is None:
             out.append((f"chaos[{i}].replica", 'which replica? set replica = N or "leader"'))
-    out.extend(_stacked_faults(chaos))
+    out.extend(_stacked_faults(chaos, _boundary_spacing_s(raw)))
     return out
 
 
-def _stacked_faults(chaos: list[Any]) -> list[tuple[str, str]]:
+MICRO_BATCH_BOUNDARY_SPACING_S = 2.0
+"""How far apart :func:`_stacked_faults` takes a micro-batch replica's batch ends to be at most
+when its trigger interval is shorter (a replica that keeps up ends a batch every 0.2-2 s here,
+docs/benchmarks.md)."""
+
+
+def _boundary_spacing_s(raw: dict[str, Any]) -> float:
+    """How long a fault placed ``after_boundary`` may wait for its boundary, about: one
+    real-time interval (``0s``: Spark's 5-s minimum), or a micro-batch trigger interval of at
+    least :data:`MICRO_BATCH_BOUNDARY_SPACING_S`. The runner waits up to its own bound
+    (:data:`arfl.faults.align.WAIT_MAX_S`) for a replica that stalls."""
+    repl = raw.get("replication") if isinstance(raw.get("replication"), dict) else {}
+    assert isinstance(repl, dict)
+    interval = _safe_duration(repl.get("trigger_interval")) or 0.0
+    if repl.get("trigger") == REALTIME:
+        return interval or RTM_MIN_BATCH_S
+    return max(interval, MICRO_BATCH_BOUNDARY_SPACING_S)
+
+
+def _stacked_faults(chaos: list[Any], spacing_s: float) -> list[tuple[str, str]]:
     """Lasting faults whose windows overlap on the same thing: the first revert would lift both
     (the runner refuses the second at run time; here every such pair is named at once). What a
     fault holds mirrors the kinds' ``claims``: a partition the replica's link, or with ``from``
     the routes between the replica and each peer (both directions); the other kinds the replica.
     The replica is compared as written (``"leader"`` is not matched with an index, which the
     leader may be at run time); the runner's check at injection is the one that decides.
+    A fault placed ``after_boundary`` starts between ``at + after_boundary`` and ``spacing_s``
+    later (:func:`_boundary_spacing_s`): it is held over that whole span, and a pair that may
+    overlap is named as such.
     """
 
     def index(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 
+    def span(start: float, end: float, placed: bool) -> str:
+        return f"{'placed: ' if placed else ''}{start:g}s to {end:g}s"
+
     out: list[tuple[str, str]] = []
-    seen: list[tuple[int, float, float, str, set[tuple[Any, ...]]]] = []
+    seen: list[tuple[int, float, float, bool, str, set[tuple[Any, ...]]]] = []
     for i, c in enumerate(chaos):
         fault = str(c.get("fault")) if isinstance(c, dict) else ""
         if fault not in FAULTS or not FAULTS.info(fault).takes_duration:
@@ -871,6 +896,10 @@ def _stacked_faults(chaos: list[Any]) -> list[tuple[str, str]]:
         target = c.get("replica")
         if at is None or length is None or not (index(target) or target == "leader"):
             continue
+        after = _safe_duration(c.get("after_boundary"))
+        placed = after is not None
+        first = at + (after or 0.0)
+        last = first + (spacing_s if placed else 0.0)
         peers = c.get("from") if fault == "partition" else None
         held: set[tuple[Any, ...]]
         what = f"{fault} of replica {target}"
@@ -879,17 +908,24 @@ def _stacked_faults(chaos: list[Any]) -> list[tuple[str, str]]:
             what += f" from {peers}"
         else:
             held = {(fault, target)}
-        for j, start, end, theirs_what, theirs in seen:
-            if at < end and start < at + length and held & theirs:
+        for j, start, end, theirs_placed, theirs_what, theirs in seen:
+            if first < end and start < last + length and held & theirs:
+                mine = (
+                    f"starts between {first:g}s and {last:g}s (after a batch boundary) and "
+                    if placed
+                    else ""
+                )
+                verb = "may overlap" if placed or theirs_placed else "overlaps"
                 out.append(
                     (
                         f"chaos[{i}]",
-                        f"overlaps chaos[{j}] ({theirs_what}, {start:g}s to {end:g}s): "
-                        "faults of one kind on one replica do not stack (the first revert "
-                        "would lift both); let one end before the other starts",
+                        f"{mine}{verb} chaos[{j}] ({theirs_what}, "
+                        f"{span(start, end, theirs_placed)}): faults of one kind on one replica "
+                        "do not stack (the first revert would lift both); let one end before "
+                        "the other starts",
                     )
                 )
-        seen.append((i, at, at + length, what, held))
+        seen.append((i, first, last + length, placed, what, held))
     return out
 
 
