@@ -102,6 +102,9 @@ def test_sink_and_triggers(tmp_path: Path) -> None:
     opts = get_mode("passive").sink_options(ctx, _spec())  # type: ignore[arg-type]
     assert opts["topic"] == "out.r1" and opts["kafka.bootstrap.servers"] == "127.0.0.1:9"
     assert opts["kafka.linger.ms"] == "0"
+    # real-time mode sends records as they come: 5 ms of batching (docs/benchmarks.md)
+    rtm = get_mode("passive").sink_options(ctx, _spec(trigger="realtime"))  # type: ignore[arg-type]
+    assert rtm["kafka.linger.ms"] == "5"
     assert get_mode("passive").trigger(_spec()) == {"processingTime": "0 milliseconds"}  # type: ignore[arg-type]
     assert get_mode("none").trigger(_spec(trigger_interval="250ms")) == {  # type: ignore[arg-type]
         "processingTime": "250 milliseconds"
