@@ -1,5 +1,6 @@
 """Real-time mode's Kafka knobs: the replicas' sink linger and the source's fetch batching,
-measured on active RTM R=2 per-record (fault-free), one run per variant in one invocation.
+measured on active RTM R=2 per-record (fault-free), every variant in one invocation
+(``--rounds``: that many runs each, alternating), at Spark's 5-s real-time interval.
 
     .venv/bin/python bench/rtm_knobs.py --runs /tmp/knobs --out /tmp/knobs/knobs.json
     .venv/bin/python bench/rtm_knobs.py --variants default,"sink linger 1 ms" --rounds 3 ...
@@ -53,8 +54,8 @@ def variant_spec(base: Spec, source: dict[str, str], sink: dict[str, str]) -> Sp
     )
 
 
-def _name(row: dict[str, Any]) -> str:
-    return f"{row['variant']} #{row['round']}" if row.get("round") else row["variant"]
+def _name(row: dict[str, Any], rounds: int) -> str:
+    return f"{row['variant']} #{row['round'] + 1}" if rounds > 1 else row["variant"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=Path("runs/bench"))
     ap.add_argument("--out", type=Path, default=Path("runs/bench/knobs.json"))
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1")
     names = args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     t = Timing(duration, duration, warmup, duration)
     args.runs.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
-    for rnd, name in ((r, n) for r in range(max(1, args.rounds)) for n in names):
+    for rnd, name in ((r, n) for r in range(args.rounds) for n in names):
         source, sink = VARIANTS[name]
         spec = variant_spec(
             spec_for("per-record", "active", args.rate, t, None, duration), source, sink
@@ -103,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     for r in rows:
         if "error" in r:
-            print(f"{_name(r):30} failed: {r['error'][:60]}")
+            print(f"{_name(r, args.rounds):30} failed: {r['error'][:60]}")
             continue
         pc = r.get("process_cores", {})
         execs = sum(v for k, v in pc.items() if "executor" in k)
         print(
-            f"{_name(r):30} {r['overall_p50']:7.1f} {r['overall_p99']:8.1f} "
+            f"{_name(r, args.rounds):30} {r['overall_p50']:7.1f} {r['overall_p99']:8.1f} "
             f"{r.get('host_cores_busy', float('nan')):5.2f} {pc.get('kafka', float('nan')):6.2f} "
             f"{execs:9.2f} {pc.get('merger', float('nan')):6.2f} {r['missing']:4}"
         )

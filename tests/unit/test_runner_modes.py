@@ -126,3 +126,7 @@ def test_sink_options_of_the_spec_override_the_producer_defaults(tmp_path: Path)
     opts = get_mode("passive").sink_options(_ctx(tmp_path), spec)
     assert opts["kafka.linger.ms"] == "2" and opts["kafka.acks"] == "1"
     assert opts["topic"] == "out.r1"
+    rtm = spec.model_copy(
+        update={"replication": spec.replication.model_copy(update={"trigger": "realtime"})}
+    )
+    assert get_mode("passive").sink_options(_ctx(tmp_path), rtm)["kafka.linger.ms"] == "2"

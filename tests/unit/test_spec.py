@@ -248,9 +248,12 @@ def test_overlapping_faults_on_one_thing_are_named_each() -> None:
 
 
 def test_a_placed_fault_may_start_up_to_a_boundary_spacing_after_its_earliest_start() -> None:
-    """``after_boundary`` starts a fault at ``at + after_boundary`` at the earliest and about
-    one boundary spacing (the real-time interval) later at the latest: the overlap check
-    compares that span, not ``at``."""
+    """``after_boundary`` starts a fault ``after_boundary`` past the first boundary whose
+    progress line is read from ``at`` on (the line up to ~3 s late), so between ``at +
+    after_boundary - 3 s`` (never before ``at``) and about one boundary spacing (the real-time
+    interval) plus ``max(after_boundary, 3 s)`` after ``at``: the overlap check compares that
+    span, not ``at``."""
+    from arfl.configs.spec import _boundary_spacing_s
 
     def c(at: str, duration: str, **kw: object) -> dict[str, object]:
         return {"at": at, "fault": "pause", "replica": 0, "duration": duration, **kw}
@@ -260,28 +263,35 @@ def test_a_placed_fault_may_start_up_to_a_boundary_spacing_after_its_earliest_st
         replication=rtm,
         workload={"rate": 100, "duration": "200s"},
         chaos=[
-            c("10s", "10s", after_boundary="5s"),  # 15s to 45s + 10s
+            c("10s", "10s", after_boundary="5s"),  # starts 12s to 45s, held to 55s
             c("50s", "5s"),  # inside the placed one's span: may overlap
             c("100s", "5s"),
-            c("90s", "3s", after_boundary="2s"),  # 92s to 122s + 3s: may overlap chaos[2]
+            c("90s", "3s", after_boundary="2s"),  # starts 90s to 123s: may overlap chaos[2]
             c("160s", "5s"),
-            c("150s", "2s", after_boundary="1s"),  # 151s to 183s: may overlap chaos[4]
+            c("150s", "2s", after_boundary="1s"),  # starts 150s to 183s: may overlap chaos[4]
         ],
     )
     stacked = [p for p in _problems(raw) if "do not stack" in p]
     assert [p.split(": ")[1] for p in stacked] == ["chaos[1]", "chaos[3]", "chaos[5]"], stacked
-    assert "may overlap chaos[0] (pause of replica 0, placed: 15s to 55s)" in stacked[0]
+    assert "may overlap chaos[0] (pause of replica 0, placed: 12s to 55s)" in stacked[0]
     assert (
-        "chaos[3]: starts between 92s and 122s (after a batch boundary) and may overlap "
+        "chaos[3]: starts between 90s and 123s (after a batch boundary) and may overlap "
         "chaos[2] (pause of replica 0, 100s to 105s)"
     ) in stacked[1]
     # placed later than ``at``: no longer taken for an overlap of what ends before it starts
     clear = _with(
         replication=rtm,
         workload={"rate": 100, "duration": "200s"},
-        chaos=[c("10s", "10s"), c("15s", "5s", after_boundary="6s")],
+        chaos=[c("10s", "10s"), c("15s", "5s", after_boundary="10s")],
     )
     parse_spec(clear, "t.toml")
+    # the spacing: the real-time interval ("0s": Spark's 5 s), else the micro-batch trigger
+    # interval or the agreed batch interval (default 2 s), whichever is longer
+    assert _boundary_spacing_s({"replication": rtm}) == 30.0
+    assert _boundary_spacing_s({"replication": {**rtm, "trigger_interval": "0s"}}) == 5.0
+    assert _boundary_spacing_s({"replication": {"mode": "none"}}) == 2.0
+    assert _boundary_spacing_s({"replication": {"trigger_interval": "30s"}}) == 30.0
+    assert _boundary_spacing_s({"replication": {"batch_interval": "10s"}}) == 10.0
 
 
 def test_missing_sections_are_named() -> None:

@@ -848,23 +848,36 @@ def _cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-MICRO_BATCH_BOUNDARY_SPACING_S = 2.0
-"""How far apart :func:`_stacked_faults` takes a micro-batch replica's batch ends to be at most
-when its trigger interval is shorter (a replica that keeps up ends a batch every 0.2-2 s here,
-docs/benchmarks.md)."""
+BOUNDARY_LINE_LAG_S = 3.0
+"""How late a batch's progress line may come after the batch's end, about (a real-time replica
+writes it after the boundary's stall: 0.7-2.8 s in session 26's demo runs, docs/design.md §5).
+A fault placed ``after_boundary`` counts from the first line appended after ``at``, so it may
+start up to this much earlier than ``at + after_boundary`` (never before ``at``), and later."""
 
 
 def _boundary_spacing_s(raw: dict[str, Any]) -> float:
-    """How long a fault placed ``after_boundary`` may wait for its boundary, about: one
-    real-time interval (``0s``: Spark's 5-s minimum), or a micro-batch trigger interval of at
-    least :data:`MICRO_BATCH_BOUNDARY_SPACING_S`. The runner waits up to its own bound
-    (:data:`arfl.faults.align.WAIT_MAX_S`) for a replica that stalls."""
+    """How far apart a replica's batch ends are, about: one real-time interval (``0s``:
+    Spark's 5-s minimum), or a micro-batch trigger interval of at least the agreed batch
+    interval (``batch_interval``, default :data:`DEFAULT_BATCH_INTERVAL_S`; the active modes end
+    a batch per agreed group, the others about as often or more)."""
     repl = raw.get("replication") if isinstance(raw.get("replication"), dict) else {}
     assert isinstance(repl, dict)
     interval = _safe_duration(repl.get("trigger_interval")) or 0.0
     if repl.get("trigger") == REALTIME:
         return interval or RTM_MIN_BATCH_S
-    return max(interval, MICRO_BATCH_BOUNDARY_SPACING_S)
+    agreed = _safe_duration(repl.get("batch_interval")) or DEFAULT_BATCH_INTERVAL_S
+    return max(interval, agreed)
+
+
+def _placed_start_s(at: float, after: float, spacing_s: float) -> tuple[float, float]:
+    """When a fault placed ``after`` seconds after a boundary from ``at`` on starts, at the
+    earliest and (about) the latest: ``after`` past the first boundary whose line is read from
+    ``at`` on, or when that line is read if later (:mod:`arfl.faults.align`); a boundary comes
+    at least every ``spacing_s`` (:func:`_boundary_spacing_s`), its line up to
+    :data:`BOUNDARY_LINE_LAG_S` after it."""
+    return max(at, at + after - BOUNDARY_LINE_LAG_S), at + spacing_s + max(
+        after, BOUNDARY_LINE_LAG_S
+    )
 
 
 def _stacked_faults(chaos: list[Any], spacing_s: float) -> list[tuple[str, str]]:
@@ -874,9 +887,8 @@ def _stacked_faults(chaos: list[Any], spacing_s: float) -> list[tuple[str, str]]
     the routes between the replica and each peer (both directions); the other kinds the replica.
     The replica is compared as written (``"leader"`` is not matched with an index, which the
     leader may be at run time); the runner's check at injection is the one that decides.
-    A fault placed ``after_boundary`` starts between ``at + after_boundary`` and ``spacing_s``
-    later (:func:`_boundary_spacing_s`): it is held over that whole span, and a pair that may
-    overlap is named as such.
+    A fault placed ``after_boundary`` is held from its earliest to its latest start
+    (:func:`_placed_start_s`) plus its duration, and a pair that may overlap is named as such.
     """
 
     def index(v: Any) -> bool:
@@ -898,8 +910,7 @@ def _stacked_faults(chaos: list[Any], spacing_s: float) -> list[tuple[str, str]]
             continue
         after = _safe_duration(c.get("after_boundary"))
         placed = after is not None
-        first = at + (after or 0.0)
-        last = first + (spacing_s if placed else 0.0)
+        first, last = _placed_start_s(at, after, spacing_s) if after is not None else (at, at)
         peers = c.get("from") if fault == "partition" else None
         held: set[tuple[Any, ...]]
         what = f"{fault} of replica {target}"

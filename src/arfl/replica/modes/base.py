@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S
 from arfl.configs.spec import Spec, option_strings
 from arfl.errors import DeployError
 from arfl.registry import MODES, UnknownKind
@@ -265,11 +266,11 @@ def arfl_source_options(
     return SourceOptions.parse(base.to_options() | passthrough(ctx.options))
 
 
-SINK_LINGER_MS = {"micro-batch": 0, "realtime": 5}
+SINK_LINGER_MS = {"micro-batch": 0, REALTIME: 5}
 """The replicas' Kafka sink ``linger.ms`` by trigger. A micro-batch task flushes its producer
 at its end; a real-time task sends each record as it comes, and with 0 nearly every record was
 a produce request of its own (the broker's largest share of CPU). 5 ms (Kafka 4's own default,
-KIP-1030) cost ~3 ms of p50 and saved ~0.1 of the broker's ~0.6 cores and ~0.06 of the
+KIP-1030) cost ~2.5 ms of p50 and saved ~0.1 of the broker's ~0.6 cores and ~0.06 of the
 merger's at 1,000 ev/s with two replicas; no run of five had a p99 above 40 ms, against three
 of five at 0 (docs/benchmarks.md, "The replicas' sink batches for 5 ms")."""
 
@@ -287,7 +288,7 @@ def kafka_sink_options(ctx: ReplicaContext, spec: Spec) -> dict[str, str]:
     }
 
 
-REALTIME_DEFAULT_MS = 5000
+REALTIME_DEFAULT_MS = round(RTM_MIN_BATCH_S * 1000)
 """Real-time mode's checkpoint interval when ``trigger_interval`` is 0 (Spark's minimum batch
 duration, ``spark.sql.streaming.realTimeMode.minBatchDuration``)."""
 
