@@ -1,6 +1,7 @@
 """Real-time mode's Kafka knobs: the replicas' sink linger and the source's fetch batching,
 measured on active RTM R=2 per-record (fault-free), every variant in one invocation
-(``--rounds``: that many runs each, alternating), at Spark's 5-s real-time interval.
+(``--rounds``: that many runs each, alternating), at Spark's 5-s real-time interval unless
+``--interval`` says otherwise.
 
     .venv/bin/python bench/rtm_knobs.py --runs /tmp/knobs --out /tmp/knobs/knobs.json
     .venv/bin/python bench/rtm_knobs.py --variants default,"sink linger 1 ms" --rounds 3 ...
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         help="run every variant this many times, alternating (a noisy host drifts between "
         "rounds, not within one)",
     )
+    ap.add_argument(
+        "--interval", default="", help="real-time checkpoint interval (default: Spark's 5 s)"
+    )
     ap.add_argument("--runs", type=Path, default=Path("runs/bench"))
     ap.add_argument("--out", type=Path, default=Path("runs/bench/knobs.json"))
     args = ap.parse_args(argv)
@@ -81,13 +85,20 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown variant {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
     duration, warmup = parse_duration(args.duration), parse_duration(args.warmup)
+    if args.interval:
+        try:
+            parse_duration(args.interval)
+        except ValueError as e:
+            ap.error(f"--interval: {e}")
     t = Timing(duration, duration, warmup, duration)
     args.runs.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for rnd, name in ((r, n) for r in range(args.rounds) for n in names):
         source, sink = VARIANTS[name]
         spec = variant_spec(
-            spec_for("per-record", "active", args.rate, t, None, duration), source, sink
+            spec_for("per-record", "active", args.rate, t, None, duration, args.interval),
+            source,
+            sink,
         )
         row: dict[str, Any] = {"variant": name, "round": rnd, "source": source, "sink": sink}
         try:
