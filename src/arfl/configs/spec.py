@@ -875,9 +875,8 @@ def _placed_start_s(at: float, after: float, spacing_s: float) -> tuple[float, f
     ``at`` on, or when that line is read if later (:mod:`arfl.faults.align`); a boundary comes
     at least every ``spacing_s`` (:func:`_boundary_spacing_s`), its line up to
     :data:`BOUNDARY_LINE_LAG_S` after it."""
-    return max(at, at + after - BOUNDARY_LINE_LAG_S), at + spacing_s + max(
-        after, BOUNDARY_LINE_LAG_S
-    )
+    earliest = max(at, at + after - BOUNDARY_LINE_LAG_S)
+    return earliest, at + spacing_s + max(after, BOUNDARY_LINE_LAG_S)
 
 
 def _stacked_faults(chaos: list[Any], spacing_s: float) -> list[tuple[str, str]]:
