@@ -738,10 +738,9 @@ def main(argv: list[str] | None = None) -> int:
     modes, pipelines = args.modes.split(","), args.pipelines.split(",")
     faults = args.faults.split(",") if args.faults else []
     rates = [int(r) for r in args.sweep.split(",") if r]
-    intervals = [i for i in args.interval.split(",") if i] or [""]
-    for i in intervals:
-        if not i:  # the spec's default
-            continue
+    given = [i for i in args.interval.split(",") if i]
+    intervals = given or [""]  # "": the spec's default
+    for i in given:
         try:
             d(i)
         except ValueError as e:

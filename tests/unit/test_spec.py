@@ -247,7 +247,7 @@ def test_overlapping_faults_on_one_thing_are_named_each() -> None:
     assert not [p for p in _problems(odd) if "do not stack" in p]
 
 
-def test_a_placed_fault_may_start_up_to_a_boundary_spacing_after_its_earliest_start() -> None:
+def test_a_placed_fault_is_held_over_every_start_it_may_get() -> None:
     """``after_boundary`` starts a fault ``after_boundary`` past the first boundary whose
     progress line is read from ``at`` on (the line up to ~3 s late), so between ``at +
     after_boundary - 3 s`` (never before ``at``) and about one boundary spacing (the real-time
