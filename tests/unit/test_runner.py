@@ -388,8 +388,9 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
             time.sleep(0.3)
             assert _nice(sb.pid) == 19 and _nice(child) == 19
             _monitor_line(r.paths.root, 1, lag_ms=5.0)
-            _wait(lambda: _nice(sb.pid) == 0)
-            assert _nice(child) == 0
+            # The supervisor renices, then journals it: wait for the line, not the niceness.
+            _wait(lambda: bool(_events(r.paths.root, "replica-reniced")))
+            assert _nice(sb.pid) == 0 and _nice(child) == 0
             (reniced,) = _events(r.paths.root, "replica-reniced")
             assert reniced["replica"] == 1 and reniced["why"] == "caught up"
             assert reniced["behind_ms"] == 5.0 and reniced["reniced"] is True
