@@ -172,6 +172,7 @@ def spec_for(
     resume: str = "auto",
     standby_yield: bool = True,
     spark_conf: dict[str, str] | None = None,
+    after_boundary: str = "",
 ) -> Spec:
     """The benchmark spec: 2 partitions, every replica on ``local-cluster[1,1,1024]`` (deploy
     gives real-time replicas a slot per partition and shuffle partition); ``interval``: the
@@ -179,7 +180,9 @@ def spec_for(
     each replica in a container of its own); ``replicas``: R of the replicated modes instead
     of 2; ``jit``: ``c2`` gives replica JVMs HotSpot's default tiered JIT instead of arfl's
     C1-only default; ``standby``: ``replication.standby``; ``resume``: ``replication.resume``;
-    ``spark_conf``: added to ``spark.conf`` (e.g. Spark's event log)."""
+    ``spark_conf``: added to ``spark.conf`` (e.g. Spark's event log); ``after_boundary``: the
+    fault's ``after_boundary`` (from ``fault_at`` on, that long after the survivor's next batch
+    boundary, as the demo places its kill; empty: at ``fault_at``)."""
     m = MODES[mode]
     if replicas is not None and m.replicas > 1:
         m = dataclasses.replace(m, replicas=replicas)
@@ -215,6 +218,8 @@ def spec_for(
         raw["replication"]["trigger_interval"] = interval
     if fault is not None:
         raw["chaos"] = [{"at": f"{t.fault_at:g}s", "fault": fault, "replica": 0}]
+        if after_boundary:
+            raw["chaos"][0]["after_boundary"] = after_boundary
     return parse_spec(raw, "realtime")
 
 
@@ -615,6 +620,12 @@ def main(argv: list[str] | None = None) -> int:
         default="45s",
         help="when the fault comes; a list (68s,72s,76s) runs every variant at each",
     )
+    ap.add_argument(
+        "--after-boundary",
+        default="",
+        help="place each fault this long after the survivor's next batch boundary from "
+        "--fault-at on (the spec's chaos after_boundary, as the demo does; e.g. 5s)",
+    )
     ap.add_argument("--warmup", default="25s", help="excluded from every figure")
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument(
@@ -759,6 +770,11 @@ def main(argv: list[str] | None = None) -> int:
     if bad_conf:
         ap.error(f"--spark-conf: expected KEY=VALUE, got {', '.join(bad_conf)}")
     spark_conf = dict(c.split("=", 1) for c in args.spark_conf)
+    if args.after_boundary:
+        try:
+            d(args.after_boundary)
+        except ValueError as e:
+            ap.error(f"--after-boundary: {e}")
     args.runs.mkdir(parents=True, exist_ok=True)
     stack.up()  # once, up front; a no-op when the embedded stack runs
     rows: list[dict[str, Any]] = []
@@ -798,6 +814,8 @@ def main(argv: list[str] | None = None) -> int:
             row["resume"] = resume
         if sb and not yields_cpu:
             row["standby_yield"] = False
+        if args.after_boundary:
+            row["after_boundary"] = args.after_boundary
         spec = spec_for(
             pipeline,
             mode,
@@ -811,6 +829,7 @@ def main(argv: list[str] | None = None) -> int:
             resume=resume,
             standby_yield=yields_cpu,
             spark_conf=spark_conf,
+            after_boundary=args.after_boundary,
         )
         try:
             run_dir, summary, _, wall = run(spec, args.runs)

@@ -1,16 +1,20 @@
-"""Real-time mode's Kafka knobs: the replicas' sink linger and the source's fetch batching,
-measured on active RTM R=2 per-record (fault-free), every variant in one invocation
-(``--rounds``: that many runs each, alternating), at Spark's 5-s real-time interval unless
-``--interval`` says otherwise.
+"""Real-time mode's latency knobs: the replicas' sink linger, the source's fetch batching and
+the streaming shuffle's flush wait, measured on active RTM R=2 (fault-free; ``--pipeline``
+per-record or windowed), every variant in one invocation (``--rounds``: that many runs each,
+alternating), at Spark's 5-s real-time interval unless ``--interval`` says otherwise.
 
     .venv/bin/python bench/rtm_knobs.py --runs /tmp/knobs --out /tmp/knobs/knobs.json
     .venv/bin/python bench/rtm_knobs.py --variants default,"sink linger 1 ms" --rounds 3 ...
+    .venv/bin/python bench/rtm_knobs.py --pipeline windowed --variants "shuffle flush 50 ms,default"
 
 The machine saturates at 1,000 ev/s with two RTM replicas (docs/benchmarks.md): each RTM task
 polls Kafka hundreds of times a second and each replica's producer sends what it has every
 ``linger.ms`` (5 ms by default under RTM since session 27; 0 before, nearly a produce request
 per record), so the broker is the busiest process. The variants trade a few ms of batching for
-fewer requests; the table says what each did to p50, p99 and the cores used.
+fewer requests; the table says what each did to p50, p99 and the cores used. A windowed
+pipeline's aggregation sits behind RTM's streaming shuffle, whose writer holds a partly filled
+buffer up to ``spark.shuffle.streaming.networkBufferMaxWaitTimeMs`` (Spark's default 50 ms)
+before it sends it to the reader; the "shuffle flush" variants set it.
 """
 
 from __future__ import annotations
@@ -27,32 +31,43 @@ from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.units import parse_duration
 
-VARIANTS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
-    # name: (source options, sink options)
-    "default": ({}, {}),
-    "sink linger 0 ms": ({}, {"kafka.linger.ms": "0"}),
-    "sink linger 1 ms": ({}, {"kafka.linger.ms": "1"}),
-    "sink linger 2 ms": ({}, {"kafka.linger.ms": "2"}),
-    "sink linger 5 ms": ({}, {"kafka.linger.ms": "5"}),
+SHUFFLE_FLUSH = "spark.shuffle.streaming.networkBufferMaxWaitTimeMs"
+"""Spark's streaming-shuffle flush wait (RTM aggregations; Spark's default 50 ms)."""
+
+VARIANTS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
+    # name: (source options, sink options, spark conf)
+    "default": ({}, {}, {}),
+    "sink linger 0 ms": ({}, {"kafka.linger.ms": "0"}, {}),
+    "sink linger 1 ms": ({}, {"kafka.linger.ms": "1"}, {}),
+    "sink linger 2 ms": ({}, {"kafka.linger.ms": "2"}, {}),
+    "sink linger 5 ms": ({}, {"kafka.linger.ms": "5"}, {}),
     "source fetch >= 4 KB or 5 ms": (
         {"kafka.fetch.min.bytes": "4096", "kafka.fetch.max.wait.ms": "5"},
+        {},
         {},
     ),
     "both": (
         {"kafka.fetch.min.bytes": "4096", "kafka.fetch.max.wait.ms": "5"},
         {"kafka.linger.ms": "2"},
+        {},
     ),
+    "shuffle flush 50 ms": ({}, {}, {SHUFFLE_FLUSH: "50"}),
+    "shuffle flush 5 ms": ({}, {}, {SHUFFLE_FLUSH: "5"}),
+    "shuffle flush 1 ms": ({}, {}, {SHUFFLE_FLUSH: "1"}),
 }
 
 
-def variant_spec(base: Spec, source: dict[str, str], sink: dict[str, str]) -> Spec:
-    """``base`` with the variant's ``[source]``/``[sink]`` options."""
-    return base.model_copy(
-        update={
-            "source": base.source.model_copy(update={"options": source}),
-            "sink": base.sink.model_copy(update={"options": sink}),
-        }
-    )
+def variant_spec(
+    base: Spec, source: dict[str, str], sink: dict[str, str], conf: dict[str, str] | None = None
+) -> Spec:
+    """``base`` with the variant's ``[source]``/``[sink]`` options and ``[spark] conf``."""
+    update: dict[str, Any] = {
+        "source": base.source.model_copy(update={"options": source}),
+        "sink": base.sink.model_copy(update={"options": sink}),
+    }
+    if conf:
+        update["spark"] = base.spark.model_copy(update={"conf": {**base.spark.conf, **conf}})
+    return base.model_copy(update=update)
 
 
 def _name(row: dict[str, Any], rounds: int) -> str:
@@ -62,6 +77,7 @@ def _name(row: dict[str, Any], rounds: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--pipeline", choices=("per-record", "windowed"), default="per-record")
     ap.add_argument("--duration", default="60s")
     ap.add_argument("--warmup", default="25s")
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -94,13 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     args.runs.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for rnd, name in ((r, n) for r in range(args.rounds) for n in names):
-        source, sink = VARIANTS[name]
+        source, sink, conf = VARIANTS[name]
         spec = variant_spec(
-            spec_for("per-record", "active", args.rate, t, None, duration, args.interval),
+            spec_for(args.pipeline, "active", args.rate, t, None, duration, args.interval),
             source,
             sink,
+            conf,
         )
-        row: dict[str, Any] = {"variant": name, "round": rnd, "source": source, "sink": sink}
+        row: dict[str, Any] = {
+            "variant": name,
+            "round": rnd,
+            "pipeline": args.pipeline,
+            "source": source,
+            "sink": sink,
+            "conf": conf,
+        }
         try:
             run_dir, summary, cpu, _ = run(spec, args.runs)
             row.update(analyse(run_dir, summary))
@@ -110,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: failed: {e}", file=sys.stderr)
         rows.append(row)
         args.out.write_text(json.dumps(rows, indent=1, default=str))
-    print(f"\nactive RTM R=2 per-record, {args.rate} ev/s, after a {args.warmup} warm-up")
+    print(f"\nactive RTM R=2 {args.pipeline}, {args.rate} ev/s, after a {args.warmup} warm-up")
     print(
         f"{'variant':30} {'p50 ms':>7} {'p99 ms':>8} {'host':>5} {'kafka':>6} "
         f"{'executors':>9} {'merger':>6} {'miss':>4}"
