@@ -38,6 +38,7 @@ from deploy_checks import (
     windowed_spec,
 )
 
+from arfl.configs.realtime import SHUFFLE_FLUSH_CONF, SHUFFLE_FLUSH_MS
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
@@ -187,6 +188,13 @@ def test_window_updates_fault_free_match_offline(stack: StackInfo, tmp_path: Pat
     assert s["results"] > 3 * check["windows"]
     # An update names a window, not an input record: no hop-by-hop latency, and it says so.
     assert check["hops"]["hops"] == {} and "window updates" in check["hops"]["unsupported"]
+    # Both replicas' running Spark applications flush the streaming shuffle after arfl's few
+    # ms, not Spark's 50 (read back from each SparkContext into its app file).
+    apps = sorted((result.run_dir / "replicas").glob("replica-*.app.json"))
+    assert len(apps) == 2, apps
+    for app in apps:
+        conf = json.loads(app.read_text())["conf"]
+        assert conf == {SHUFFLE_FLUSH_CONF: str(SHUFFLE_FLUSH_MS)}, (app, conf)
     # The merger and the injector ran ahead of the replicas for the CPU (root: a negative
     # niceness), their threads and their sessions' groups; the replicas at the default.
     prio = {e["process"]: e for e in journal_events(result.run_dir, "harness-priority")}

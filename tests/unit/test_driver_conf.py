@@ -6,14 +6,17 @@ from typing import Any
 
 import pytest
 
+from arfl.configs.realtime import SHUFFLE_FLUSH_CONF, SHUFFLE_FLUSH_MS
 from arfl.configs.spec import parse_spec
 from arfl.replica.driver import C1_ONLY_JIT, DriverConfig, spark_conf
 
 
-def _conf(spark: dict[str, Any]) -> dict[str, str]:
-    spec = parse_spec(
-        {"name": "c", "source": {"topic": "a"}, "sink": {"topic": "b"}, "spark": spark}, "c.toml"
-    )
+def _conf(spark: dict[str, Any], replication: dict[str, Any] | None = None) -> dict[str, str]:
+    raw: dict[str, Any] = {"name": "c", "source": {"topic": "a"}, "sink": {"topic": "b"}}
+    raw["spark"] = spark
+    if replication:
+        raw["replication"] = replication
+    spec = parse_spec(raw, "c.toml")
     cfg = DriverConfig(
         spec=spec.model_dump(mode="json", by_alias=True),
         replica=1,
@@ -41,6 +44,17 @@ def test_the_spec_can_have_the_jvm_default_back() -> None:
     assert conf["spark.executor.extraJavaOptions"] == ""
     assert conf["spark.driver.extraJavaOptions"] == C1_ONLY_JIT
     assert "spark.executor.memory" not in conf
+
+
+def test_a_real_time_replica_flushes_its_streaming_shuffle_within_a_few_ms() -> None:
+    realtime = {"mode": "active", "replicas": 2, "trigger": "realtime"}
+    assert _conf({}, realtime)[SHUFFLE_FLUSH_CONF] == str(SHUFFLE_FLUSH_MS)
+    assert SHUFFLE_FLUSH_MS < 50  # Spark's own default, which this replaces
+    # micro-batch has no streaming shuffle: Spark's default stays
+    assert SHUFFLE_FLUSH_CONF not in _conf({})
+    # the spec's [spark] conf wins
+    own = _conf({"conf": {SHUFFLE_FLUSH_CONF: "20"}}, realtime)
+    assert own[SHUFFLE_FLUSH_CONF] == "20"
 
 
 def _spec(steps: list[dict[str, Any]], conf: dict[str, Any] | None = None, **repl: Any) -> Any:

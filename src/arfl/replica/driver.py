@@ -37,7 +37,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from arfl.configs.realtime import DEFAULT_SHUFFLE_PARTITIONS
+from arfl.configs.realtime import (
+    DEFAULT_SHUFFLE_PARTITIONS,
+    REALTIME,
+    SHUFFLE_FLUSH_CONF,
+    SHUFFLE_FLUSH_MS,
+)
 from arfl.configs.spec import (
     ARFL_CONF_KEYS,
     ASYNC_PROGRESS_KEY,
@@ -215,6 +220,10 @@ def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
     }
     if cfg.master.startswith(("local-cluster", "spark://")):
         conf["spark.executor.memory"] = "512m"
+    if spec.replication.trigger == REALTIME:
+        # A real-time aggregation's shuffle sends a partly filled buffer after this wait (Spark:
+        # 50 ms, half of it added to a windowed replica's median latency).
+        conf[SHUFFLE_FLUSH_CONF] = str(SHUFFLE_FLUSH_MS)
     if cfg.jars:
         conf["spark.jars"] = ",".join(cfg.jars)
     conf.update(
@@ -503,7 +512,13 @@ def _await_assignment(path: Path, stop: threading.Event) -> DriverConfig | None:
     return None
 
 
+REPORTED_CONF = (SHUFFLE_FLUSH_CONF,)
+"""Spark settings arfl tunes for latency, read back from the running application into its
+``replicas/*.app.json`` (``conf``; absent: Spark's default)."""
+
+
 def _app_info(cfg: DriverConfig, sc: Any, session_s: float, **extra: Any) -> dict[str, Any]:
+    conf = sc.getConf()
     return {
         "app_id": sc.applicationId,
         "pid": os.getpid(),
@@ -512,6 +527,7 @@ def _app_info(cfg: DriverConfig, sc: Any, session_s: float, **extra: Any) -> dic
         "master": cfg.master,
         "ui": sc.uiWebUrl,
         "session_s": round(session_s, 3),
+        "conf": {k: conf.get(k) for k in REPORTED_CONF if conf.contains(k)},
         "t": time.time(),
         **extra,
     }
