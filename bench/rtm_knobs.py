@@ -27,12 +27,13 @@ from typing import Any
 
 from realtime import Timing, analyse, run, spec_for, sweep_cpu
 
+from arfl.configs.realtime import SHUFFLE_FLUSH_CONF
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.units import parse_duration
 
-SHUFFLE_FLUSH = "spark.shuffle.streaming.networkBufferMaxWaitTimeMs"
-"""Spark's streaming-shuffle flush wait (RTM aggregations; Spark's default 50 ms)."""
+SHUFFLE_FLUSH = SHUFFLE_FLUSH_CONF
+"""Spark's streaming-shuffle flush wait (RTM aggregations; Spark's default 50 ms, arfl's 5)."""
 
 VARIANTS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
     # name: (source options, sink options, spark conf)

@@ -255,3 +255,32 @@ def test_realtime_runs_without_an_interval(monkeypatch: pytest.MonkeyPatch, tmp_
         realtime.main(argv)
     with pytest.raises(SystemExit):
         realtime.main([*argv, "--interval", "30s,soon"])
+
+
+def test_realtime_places_a_kill_after_the_survivors_boundary_when_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import realtime
+
+    t = realtime.Timing(145.0, 85.0, 35.0, 30.0)
+    spec = realtime.spec_for("per-record", "active", 1000, t, "kill-replica", after_boundary="5s")
+    [fault] = spec.chaos
+    assert (fault.at, fault.after_boundary) == (85.0, 5.0)
+    [plain] = realtime.spec_for("per-record", "active", 1000, t, "kill-replica").chaos
+    assert plain.after_boundary is None
+    monkeypatch.setattr(realtime.stack, "up", lambda: None)
+    with pytest.raises(SystemExit):  # refused before anything is deployed
+        realtime.main(["--after-boundary", "soon", "--runs", str(tmp_path), "--out", "x.json"])
+
+
+def test_rtm_knobs_sets_the_shuffle_flush_of_a_windowed_variant() -> None:
+    import realtime
+    import rtm_knobs
+
+    t = realtime.Timing(150.0, 150.0, 70.0, 150.0)
+    base = realtime.spec_for("windowed", "active", 1000, t, None, 150.0, "30s")
+    source, sink, conf = rtm_knobs.VARIANTS["shuffle flush 1 ms"]
+    spec = rtm_knobs.variant_spec(base, source, sink, conf)
+    assert spec.spark.conf[rtm_knobs.SHUFFLE_FLUSH] == "1"
+    assert spec.spark.conf["spark.sql.shuffle.partitions"] == "2"  # the bench's own kept
+    assert spec.has_window and rtm_knobs.SHUFFLE_FLUSH not in base.spark.conf
