@@ -1,7 +1,8 @@
 """Real-time mode: active (RTM, R=2) vs passive (RTM) vs micro-batch, under the same faults.
 
-    .venv/bin/python bench/realtime.py [--duration 75s] [--fault-at 45s[,50s...]] [--warmup 25s]
-        [--windowed-later 20s] [--rate 1000] [--modes none,passive,active,active-leaderless]
+    .venv/bin/python bench/realtime.py [--duration 75s] [--fault-at 45s[,50s...]]
+        [--after-boundary 5s] [--warmup 25s] [--windowed-later 20s] [--rate 1000]
+        [--modes none,passive,active,active-leaderless]
         [--pipelines per-record,windowed] [--faults kill-executor,kill-replica]
         [--sweep 1000,2500,5000] [--sweep-duration 50s] [--sweep-modes active]
         [--stagger on|off|both] [--jit c1|c2|both] [--standby 0|1|both]
@@ -30,7 +31,8 @@ and/or getting it back at once (``off``; ``replication.standby_yield``). A list 
 the survivor's next batch boundary came (from its progress) against when the newcomer caught up
 (the report's ``caught_up_s``: its trail of the output at the merger back within its steady
 allowance), and counts the masked runs of each side: whether a kill is masked at R=2 depends
-on that order.
+on that order. ``--after-boundary 5s`` places each fault as the demo does: from ``--fault-at``
+on, 5 s after the survivor's next batch boundary (a lone replica: its own).
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
