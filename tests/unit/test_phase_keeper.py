@@ -160,3 +160,65 @@ def test_the_keeper_freezes_from_before_the_boundary_it_holds(tmp_path: Path) ->
     assert at == pytest.approx(now + 1.5 - phase.MARGIN_S, abs=0.1)
     assert hold == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
     assert freeze == pytest.approx(phase.MARGIN_S + hold)
+
+
+def _app(path: Path, t: float, query_started: float | None = None) -> None:
+    """A peer's app file as its driver writes it (``t``: when; ``query_started``: its query)."""
+    info: dict[str, object] = {"app_id": "app-1", "pid": 1, "t": t}
+    if query_started is not None:
+        info["query_started"] = query_started
+    path.write_text(json.dumps(info))
+
+
+def test_a_restarted_peer_is_kept_away_from_at_its_new_query(tmp_path: Path) -> None:
+    """A peer whose query started after its last reported batch ended (a standby took its
+    place, or a new application) has its phase from that start; one whose driver is being
+    replaced (app file rewritten, no query yet) has none; its old batches are no phase."""
+    peer, app = tmp_path / "replica-0.jsonl", tmp_path / "replica-0.app.json"
+    now = time.time()
+    _append(peer, [(now - 40, 30000)])  # its last batch ended 10 s ago
+    _app(app, now - 45, query_started=now - 41)
+    keeper = PhaseKeeper(0, [peer], 2, lambda m: None, peer_apps=[app])
+    [(start, period)] = keeper.peer_phases(now)
+    assert start == pytest.approx(now - 10, abs=0.01) and period == pytest.approx(30)
+    _app(app, now - 3)  # a standby took over: no query yet
+    assert keeper.peer_phases(now) == []
+    _app(app, now - 3, query_started=now - 2)  # its query started: its first batch with it
+    [(start, period)] = keeper.peer_phases(now)
+    assert start == pytest.approx(now - 2, abs=0.01) and period == pytest.approx(30)
+    # Without app files, as before: the last reported batch.
+    plain = PhaseKeeper(0, [peer], 2, lambda m: None)
+    [(start, _)] = plain.peer_phases(now)
+    assert start == pytest.approx(now - 10, abs=0.01)
+
+
+def test_a_hold_planned_for_a_peer_that_then_restarted_is_dropped(tmp_path: Path) -> None:
+    """Session 28's windowed kill: the survivor planned, before the kill, to hold its next
+    boundary 6.8 s away from the killed replica's projected one, and held it ~27 s later,
+    after a standby had taken that replica's place with a new phase; the hold moved the
+    survivor's stall onto the newcomer's first boundary (merged p99 1.7 s for a second)."""
+    peer, app = tmp_path / "replica-0.jsonl", tmp_path / "replica-0.app.json"
+    held: list[tuple[float, float, float]] = []
+    logs: list[str] = []
+
+    class Recording(PhaseKeeper):
+        def _hold(self, freeze: float, hold: float) -> None:
+            held.append((time.time(), freeze, hold))
+
+    keeper = Recording(0, [peer], 2, logs.append, peer_apps=[app])
+    now = time.time()
+    _app(app, now - 30, query_started=now - 29)
+    _append(peer, [(now - 5.0 - 0.4 + 1.5 - 5, 5000)])  # peer boundary 0.4 s before mine
+    for k in range(3):
+        keeper.on_progress(_progress(now + 1.5 - 5 * (4 - k), 5000))  # mine at now + 1.5
+    planned = keeper.plan(now)  # while the peer ran: hold
+    assert planned is not None and planned[1] == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
+    # Then it was killed, and a standby's query started 3 s before this replica's boundary.
+    _app(app, now - 2, query_started=now - 1.5)
+    keeper._carry_out(*planned)
+    assert held == []
+    assert any("dropped a planned hold of 1.25s" in m for m in logs), logs
+    # A peer whose new query started too close before this replica's boundary is kept away
+    # from: its start is a boundary too.
+    _app(app, now - 1, query_started=now + 1.0)
+    assert keeper.hold_for(planned[0], now + 1.1) == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)

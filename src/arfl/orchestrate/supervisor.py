@@ -85,7 +85,7 @@ from arfl.processes import (
     wait_until,
 )
 from arfl.replica.driver import EXIT_BAD_CONFIG, REHEARSAL_RECORDS, DriverConfig
-from arfl.replica.modes.base import PEER_PROGRESS, STAGGER_REF, STARTING_OFFSETS
+from arfl.replica.modes.base import PEER_APPS, PEER_PROGRESS, STAGGER_REF, STARTING_OFFSETS
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.run.records import replica_topic
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
@@ -612,12 +612,14 @@ class ReplicaRunner:
             # Replica 0's app file: where a staggered replica reads when replica 0's query
             # started (see arfl.replica.modes.active).
             # and the other replicas' progress files, whose batch boundaries a real-time
-            # replica keeps away from (arfl.replica.phase).
+            # replica keeps away from, and their app files, which say when one restarted
+            # (arfl.replica.phase).
             mode_options={
                 STAGGER_REF: str(self._replicas[0].app_id_path),
                 PEER_PROGRESS: json.dumps(
                     [str(self.paths.progress(r.index)) for r in self._replicas if r is not rep]
                 ),
+                PEER_APPS: json.dumps([str(r.app_id_path) for r in self._replicas if r is not rep]),
                 **self.mode_options,
                 **({STARTING_OFFSETS: rep.start_offsets} if rep.start_offsets else {}),
             },

@@ -53,6 +53,7 @@ from arfl.configs.spec import (
 from arfl.errors import ArflError
 from arfl.replica import query
 from arfl.replica.modes.base import (
+    PEER_APPS,
     PEER_PROGRESS,
     ReplicaContext,
     ReplicationMode,
@@ -492,7 +493,14 @@ def _phase_keeper(spark: Any, spec: Spec, ctx: ReplicaContext) -> PhaseKeeper | 
     except Exception as e:  # only keeps the stagger: the query runs without it
         _log(f"no phase keeper: the driver JVM's pid is unknown ({type(e).__name__}: {e})")
         return None
-    return PhaseKeeper(jvm_pid, [Path(p) for p in peers], spec.replication.replicas, _log)
+    apps = json.loads(ctx.options.get(PEER_APPS, "[]"))
+    return PhaseKeeper(
+        jvm_pid,
+        [Path(p) for p in peers],
+        spec.replication.replicas,
+        _log,
+        peer_apps=[Path(p) for p in apps] if len(apps) == len(peers) else None,
+    )
 
 
 ASSIGNMENT_POLL_S = 0.02

@@ -14,7 +14,11 @@ freezes its own driver JVM (SIGSTOP, then SIGCONT) across that boundary for the 
 capped. The executors' tasks end on their own at the batch's end time; Spark commits, plans and
 launches the next batch only after the thaw, so that batch starts, and ends, that much later.
 Only the replica that comes too close *after* another holds back, so two replicas never both
-wait; the hold lengthens only its own stall, which the others cover. Spark offers no hook
+wait; the hold lengthens only its own stall, which the others cover. A peer that restarted (a
+standby took its place, or a new application) has a new phase: its query's start, read from its
+app file, replaces its last reported batch, and a hold planned before the restart is checked
+again just before the freeze (session 28: a survivor held its boundary 6.8 s away from a
+replica killed after the plan, onto the newcomer's first boundary). Spark offers no hook
 between two real-time batches (no ``foreachBatch``, a Kafka source, listeners run
 asynchronously and late), hence the freeze. A ``pause`` fault freezes the driver's whole process
 tree; a hold that overlaps one can thaw the driver JVM early (a window of microseconds: the
@@ -23,6 +27,7 @@ fault signals every process at once).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -79,6 +84,24 @@ def hold_back_s(mine: float, peer_starts: list[float], period: float, replicas: 
     return min(need, HOLD_CAP_FRACTION * period)
 
 
+def _restart_after(app: Path | None, last_end: float) -> tuple[bool, float | None]:
+    """Whether the peer whose app file is ``app`` restarted after its batch that ended at
+    ``last_end`` (its driver rewrote the file later: a promoted standby or a new
+    application), and when its new query started (None: not yet)."""
+    if app is None:
+        return False, None
+    try:
+        info = json.loads(app.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False, None
+    if not isinstance(info, dict):
+        return False, None
+    started, written = info.get("query_started"), info.get("t")
+    if isinstance(started, int | float) and started > last_end:
+        return True, float(started)
+    return isinstance(written, int | float) and written > last_end, None
+
+
 def boundary_before(t: float, start: float, period: float) -> float | None:
     """The latest batch boundary at or before ``t`` of a replica whose current batch started at
     ``start`` and whose batches last ``period`` (None if ``start`` is after ``t``)."""
@@ -107,13 +130,23 @@ class PhaseKeeper:
         peers: the other replicas' progress files.
         replicas: R.
         log: where a hold is reported.
+        peer_apps: the other replicas' app files, in ``peers``' order (None: restarts are
+            seen only from the progress files).
     """
 
     def __init__(
-        self, jvm_pid: int, peers: list[Path], replicas: int, log: Callable[[str], None]
+        self,
+        jvm_pid: int,
+        peers: list[Path],
+        replicas: int,
+        log: Callable[[str], None],
+        peer_apps: list[Path] | None = None,
     ) -> None:
+        if peer_apps is not None and len(peer_apps) != len(peers):
+            raise ValueError("peer_apps must name one app file per peer")
         self.jvm_pid = jvm_pid
         self.peers = peers
+        self.peer_apps: list[Path | None] = list(peer_apps) if peer_apps else [None] * len(peers)
         self.replicas = replicas
         self.log = log
         self.holds: list[float] = []
@@ -153,17 +186,35 @@ class PhaseKeeper:
     def peer_phases(self, now: float) -> list[tuple[float, float]]:
         """``(current batch start, period)`` of every peer still running: the end of its last
         reported batch and its median batch length, if that end is less than two periods ago
-        (a dead or restarting peer has no phase to keep away from)."""
+        (a dead or restarting peer has no phase to keep away from). A peer whose app file
+        says it restarted after that batch: its query's start instead (none while its new
+        driver has not started the query yet)."""
         out = []
-        for tail, spans in zip(self._peer_tails, self._peer_spans, strict=True):
+        for tail, spans, app in zip(
+            self._peer_tails, self._peer_spans, self.peer_apps, strict=True
+        ):
             spans.extend(s for s in map(batch_span, tail.read_new()) if s is not None)
             if not spans:
                 continue
             period = statistics.median_high([e - s for s, e in spans])
-            last_end = spans[-1][1]
-            if now - last_end < 2 * period:
-                out.append((last_end, period))
+            start = spans[-1][1]
+            restarted, query_started = _restart_after(app, start)
+            if restarted:
+                if query_started is None:
+                    continue
+                start = query_started
+            if now - start < 2 * period:
+                out.append((start, period))
         return out
+
+    def hold_for(self, mine: float, now: float) -> float:
+        """How long to hold this replica's boundary at ``mine`` back, from the peers' phases as
+        they are at ``now`` (0: not at all)."""
+        period = self.period()
+        if period is None:
+            return 0.0
+        peers = [boundary_before(mine, s, p) for s, p in self.peer_phases(now)]
+        return hold_back_s(mine, [b for b in peers if b is not None], period, self.replicas)
 
     def plan(self, now: float) -> tuple[float, float] | None:
         """``(next boundary, hold)`` when this replica's predicted next boundary falls too
@@ -174,8 +225,7 @@ class PhaseKeeper:
         mine = last_end + period
         if mine - now < MARGIN_S:
             return None
-        peers = [boundary_before(mine, s, p) for s, p in self.peer_phases(now)]
-        hold = hold_back_s(mine, [b for b in peers if b is not None], period, self.replicas)
+        hold = self.hold_for(mine, now)
         return (mine, hold) if hold > 0 else None
 
     def _run(self) -> None:
@@ -187,10 +237,22 @@ class PhaseKeeper:
             planned = self.plan(time.time())
             if planned is None:
                 continue
-            mine, hold = planned
-            if self._stop.wait(max(0.0, mine - MARGIN_S - time.time())):
-                return
-            self._hold(MARGIN_S + hold, hold)
+            self._carry_out(*planned)
+
+    def _carry_out(self, mine: float, planned: float) -> None:
+        """Wait until ``MARGIN_S`` before the boundary at ``mine``, look at the peers again (one
+        may have died or restarted since the plan, a period ago) and hold for what they ask
+        now."""
+        if self._stop.wait(max(0.0, mine - MARGIN_S - time.time())):
+            return
+        hold = self.hold_for(mine, time.time())
+        if hold <= 0:
+            self.log(
+                f"dropped a planned hold of {planned:.2f}s: the peers' boundaries moved since "
+                "(one restarted or died)"
+            )
+            return
+        self._hold(MARGIN_S + hold, hold)
 
     def _hold(self, freeze: float, hold: float) -> None:
         """Freeze the driver JVM for ``freeze`` seconds (to hold its next batch ``hold``)."""

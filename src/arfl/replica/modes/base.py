@@ -183,6 +183,11 @@ PEER_PROGRESS = "peer_progress"
 """Mode option: the other replicas' progress files (a JSON list), whose batch starts a
 real-time replica keeps its own away from (:mod:`arfl.replica.phase`)."""
 
+PEER_APPS = "peer_apps"
+"""Mode option: the other replicas' app-id files (a JSON list, in :data:`PEER_PROGRESS`'s
+order), whose ``query_started`` tells the phase keeper that a peer restarted since its last
+reported batch (:mod:`arfl.replica.phase`)."""
+
 
 def kafka_source(
     spark: SparkSession,
