@@ -305,10 +305,22 @@ FAKE_STANDBY_DRIVER = r"""
 import json, os, signal, subprocess, sys, time
 cfg = json.load(open(sys.argv[1]))
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-# stands in for the executor JVM (matched by its main class, as Spark's)
-child = subprocess.Popen(
-    [sys.executable, "-c", "import time; time.sleep(600)", "CoarseGrainedExecutorBackend"]
-)
+# stands in for the executor JVM (matched by its main class, as Spark's); "forking": one that
+# keeps forking short-lived children, which carry its command line until they exec (as a JVM's
+# process launches do: Hadoop's local file system runs shell commands for a state checkpoint)
+code = "import time; time.sleep(600)"
+if sys.argv[2:] == ["forking"]:
+    code = (
+        "import os, time\n"
+        "while True:\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        time.sleep(0.15)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+        "    time.sleep(0.05)\n"
+    )
+child = subprocess.Popen([sys.executable, "-c", code, "CoarseGrainedExecutorBackend"])
 if cfg.get("standby"):
     with open(cfg["app_id_file"], "w") as f:
         json.dump({"app_id": "app-standby-%d" % cfg["replica"], "ready": time.time()}, f)
@@ -335,10 +347,10 @@ def _standby_spec(standby: int = 1) -> Spec:
     )
 
 
-def _fake_standby(tmp_path: Path) -> Callable[[int, Path], list[str]]:
+def _fake_standby(tmp_path: Path, *extra: str) -> Callable[[int, Path], list[str]]:
     script = tmp_path / "fake_standby_driver.py"
     script.write_text(FAKE_STANDBY_DRIVER)
-    return lambda replica, config: [sys.executable, str(script), str(config)]
+    return lambda replica, config: [sys.executable, str(script), str(config), *extra]
 
 
 def _with_standby(tmp_path: Path, standby: list[str]) -> Callable[[int, Path], list[str]]:
@@ -438,6 +450,37 @@ def test_a_realtime_replica_that_lost_an_executor_is_taken_over_by_the_standby(
         assert r.states()[0].pid == sb.pid
         # replica 1 kept its executor and its driver
         assert [e["replica"] for e in _events(r.paths.root, "replica-restarted")] == [0]
+
+
+def test_an_executors_short_lived_children_are_not_taken_for_a_lost_executor(
+    tmp_path: Path,
+) -> None:
+    """Session 28: a windowed real-time replica was killed and taken over at its first batch
+    boundary with its executor alive (two 'lost executors', one executor JVM): children the
+    executor forked, which carry its command line until they exec, had been counted as
+    executors and then vanished."""
+    spec = parse_spec(
+        {
+            "name": "fake",
+            "source": {"topic": "in"},
+            "sink": {"topic": "out"},
+            "replication": {"mode": "active", "replicas": 2, "standby": 1, "trigger": "realtime"},
+        }
+    )
+    r = _runner(spec, tmp_path, _fake_standby(tmp_path, "forking"))
+    with r:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        drivers = [s.pid for s in r.states().values()]
+        time.sleep(2.0)  # ~10 forks per executor, the supervisor looking every 50 ms
+        assert _events(r.paths.root, "replica-executor-lost") == []
+        assert [s.pid for s in r.states().values()] == drivers
+        # A real loss is still seen.
+        executor = int((r.paths.root / "replicas" / "replica-0.app.json.child").read_text())
+        os.kill(executor, signal.SIGKILL)
+        _wait(lambda: bool(_events(r.paths.root, "replica-executor-lost")))
+        (lost,) = _events(r.paths.root, "replica-executor-lost")
+        assert lost["replica"] == 0 and lost["executors"] == [executor]
 
 
 def _monitor_line(run: Path, replica: int, lag_ms: float, trail_ms: float | None = None) -> None:

@@ -916,11 +916,15 @@ class ReplicaRunner:
         tree = [p for p in process_tree(rep.proc.pid) if is_running(p)]
         if not tree or tree[0].pid != rep.proc.pid:
             return  # the driver itself is gone: its death is handled below
-        alive: set[int] = set()
+        # Executor JVMs by their main class; not their children, which carry the same command
+        # line from fork to exec (the JVM launches processes; Hadoop's local file system runs
+        # shell commands at a state checkpoint) and then vanish: counted, they looked lost.
+        parent_of: dict[int, int] = {}
         for p in tree[1:]:
             with contextlib.suppress(psutil.Error):
                 if EXECUTOR_MAIN in " ".join(p.cmdline()[:200]):
-                    alive.add(p.pid)
+                    parent_of[p.pid] = p.ppid()
+        alive = {pid for pid, parent in parent_of.items() if parent not in parent_of}
         lost, rep.executors = rep.executors - alive, alive
         ready = [
             sb for sb in self._standbys if sb.proc is not None and sb.ready and sb.proc.alive()
