@@ -917,8 +917,9 @@ class ReplicaRunner:
         if not tree or tree[0].pid != rep.proc.pid:
             return  # the driver itself is gone: its death is handled below
         # Executor JVMs by their main class; not their children, which carry the same command
-        # line from fork to exec (the JVM launches processes; Hadoop's local file system runs
-        # shell commands at a state checkpoint) and then vanish: counted, they looked lost.
+        # line from fork to exec (a JVM starts processes: most likely Hadoop's local file system
+        # at a state checkpoint, which runs chmod/ls without its native library) and then
+        # vanish: counted, they looked lost.
         parent_of: dict[int, int] = {}
         for p in tree[1:]:
             with contextlib.suppress(psutil.Error):
