@@ -36,8 +36,8 @@ def executors_of_app(
     Spark's REST API has no pids, so command lines are matched:
     ``... CoarseGrainedExecutorBackend ... --executor-id N ... --app-id APP ...``.
     """
-    found: dict[str, int] = {}
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    matches: dict[int, tuple[str, int]] = {}
+    for proc in psutil.process_iter(["pid", "ppid", "cmdline"]):
         if keep is not None and not keep(int(proc.info["pid"])):
             continue
         cmd = proc.info.get("cmdline") or []
@@ -46,8 +46,16 @@ def executors_of_app(
         exe_id = _arg(cmd, "--executor-id")
         if exe_id is None or (app_id is not None and _arg(cmd, "--app-id") != app_id):
             continue
-        found[exe_id] = int(proc.info["pid"])
-    return found
+        matches[int(proc.info["pid"])] = (exe_id, int(proc.info["ppid"] or 0))
+    return _executors(matches)
+
+
+def _executors(matches: dict[int, tuple[str, int]]) -> dict[str, int]:
+    """Executor id -> pid from ``{pid: (executor id, parent pid)}`` of the processes whose
+    command line is an executor's, leaving out those whose parent is one of them: a process
+    the executor JVM starts carries its command line from fork to exec (the supervisor counts
+    executors the same way)."""
+    return {exe: pid for pid, (exe, parent) in sorted(matches.items()) if parent not in matches}
 
 
 def _arg(cmd: list[str], flag: str) -> str | None:
@@ -168,16 +176,17 @@ class LocalTarget:
                 if same_process(pid, created, slack_s=1.0) is not None:
                     theirs.update(process_tree(pid))
             return executors_of_app(rep.app_id, keep=lambda pid: pid not in theirs)
-        found: dict[str, int] = {}
+        matches: dict[int, tuple[str, int]] = {}
         for pid in self.replica_pids(replica):
             try:
-                cmd = psutil.Process(pid).cmdline()
+                proc = psutil.Process(pid)
+                cmd, parent = proc.cmdline(), proc.ppid()
             except psutil.NoSuchProcess:
                 continue
             exe_id = _arg(cmd, "--executor-id")
             if EXECUTOR_MAIN in " ".join(cmd) and exe_id is not None:
-                found[exe_id] = pid
-        return found
+                matches[pid] = (exe_id, parent)
+        return _executors(matches)
 
     def netns(self, replica: int) -> str | None:
         """The replica's network namespace (``replicas.N.netns`` or the isolation table)."""
