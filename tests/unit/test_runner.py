@@ -307,7 +307,7 @@ cfg = json.load(open(sys.argv[1]))
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 # stands in for the executor JVM (matched by its main class, as Spark's); "forking": one that
 # keeps forking short-lived children, which carry its command line until they exec (as a JVM's
-# processes do: most likely Hadoop's local file system, which runs chmod/ls at a state checkpoint)
+# processes do: Hadoop's local file system runs readlink/chmod/rm at a state checkpoint)
 code = "import time; time.sleep(600)"
 if sys.argv[2:] == ["forking"]:
     code = (

@@ -917,9 +917,9 @@ class ReplicaRunner:
         if not tree or tree[0].pid != rep.proc.pid:
             return  # the driver itself is gone: its death is handled below
         # Executor JVMs by their main class; not their children, which carry the same command
-        # line from fork to exec (a JVM starts processes: most likely Hadoop's local file system
-        # at a state checkpoint, which runs chmod/ls without its native library) and then
-        # vanish: counted, they looked lost.
+        # line from fork to exec (a windowed replica's executors start hundreds: Hadoop's local
+        # file system runs readlink/chmod/rm at each state checkpoint) and then vanish:
+        # counted, they looked lost.
         parent_of: dict[int, int] = {}
         for p in tree[1:]:
             with contextlib.suppress(psutil.Error):
