@@ -248,8 +248,8 @@ class PhaseKeeper:
         hold = self.hold_for(mine, time.time())
         if hold <= 0:
             self.log(
-                f"dropped a planned hold of {planned:.2f}s: the peers' boundaries moved since "
-                "(one restarted or died)"
+                f"dropped a planned hold of {planned:.2f}s: the peers' boundaries as known now "
+                "do not ask for it (a newer progress line, a restart or a death since the plan)"
             )
             return
         self._hold(MARGIN_S + hold, hold)
