@@ -525,8 +525,18 @@ REPORTED_CONF = (SHUFFLE_FLUSH_CONF,)
 ``replicas/*.app.json`` (``conf``; absent: Spark's default)."""
 
 
+def _running_conf(sc: Any) -> dict[str, str]:
+    """:data:`REPORTED_CONF` as the running SparkContext has it (for the app file only: a
+    failure to read it is logged, not raised)."""
+    try:
+        conf = sc.getConf()
+        return {k: conf.get(k) for k in REPORTED_CONF if conf.contains(k)}
+    except Exception as e:  # reporting only: the replica runs without it
+        _log(f"cannot read the Spark conf back ({type(e).__name__}: {e})")
+        return {}
+
+
 def _app_info(cfg: DriverConfig, sc: Any, session_s: float, **extra: Any) -> dict[str, Any]:
-    conf = sc.getConf()
     return {
         "app_id": sc.applicationId,
         "pid": os.getpid(),
@@ -535,7 +545,7 @@ def _app_info(cfg: DriverConfig, sc: Any, session_s: float, **extra: Any) -> dic
         "master": cfg.master,
         "ui": sc.uiWebUrl,
         "session_s": round(session_s, 3),
-        "conf": {k: conf.get(k) for k in REPORTED_CONF if conf.contains(k)},
+        "conf": _running_conf(sc),
         "t": time.time(),
         **extra,
     }
