@@ -170,10 +170,11 @@ def _app(path: Path, t: float, query_started: float | None = None) -> None:
     path.write_text(json.dumps(info))
 
 
-def test_a_restarted_peer_is_kept_away_from_at_its_new_query(tmp_path: Path) -> None:
-    """A peer whose query started after its last reported batch ended (a standby took its
-    place, or a new application) has its phase from that start; one whose driver is being
-    replaced (app file rewritten, no query yet) has none; its old batches are no phase."""
+def test_a_restarted_peer_has_no_phase_until_its_new_query_reports_a_batch(
+    tmp_path: Path,
+) -> None:
+    """While a peer is replaced (its app file deleted by the supervisor, or rewritten by its
+    new driver after its last reported batch) it replays or catches up and covers nobody."""
     peer, app = tmp_path / "replica-0.jsonl", tmp_path / "replica-0.app.json"
     now = time.time()
     _append(peer, [(now - 40, 30000)])  # its last batch ended 10 s ago
@@ -181,22 +182,26 @@ def test_a_restarted_peer_is_kept_away_from_at_its_new_query(tmp_path: Path) -> 
     keeper = PhaseKeeper(0, [peer], 2, lambda m: None, peer_apps=[app])
     [(start, period)] = keeper.peer_phases(now)
     assert start == pytest.approx(now - 10, abs=0.01) and period == pytest.approx(30)
-    _app(app, now - 3)  # a standby took over: no query yet
+    app.unlink()  # the supervisor deleted it: a standby is promoted, or a driver respawned
     assert keeper.peer_phases(now) == []
-    _app(app, now - 3, query_started=now - 2)  # its query started: its first batch with it
-    [(start, period)] = keeper.peer_phases(now)
-    assert start == pytest.approx(now - 2, abs=0.01) and period == pytest.approx(30)
+    _app(app, now - 3)  # its new driver is up, no query yet
+    assert keeper.peer_phases(now) == []
+    _app(app, now - 3, query_started=now - 2)  # its query started: replaying
+    assert keeper.peer_phases(now) == []
+    _append(peer, [(now - 2, 1500)])  # its first batch reported: a phase again
+    [(start, _)] = keeper.peer_phases(now)
+    assert start == pytest.approx(now - 0.5, abs=0.01)
     # Without app files, as before: the last reported batch.
     plain = PhaseKeeper(0, [peer], 2, lambda m: None)
     [(start, _)] = plain.peer_phases(now)
-    assert start == pytest.approx(now - 10, abs=0.01)
+    assert start == pytest.approx(now - 0.5, abs=0.01)
 
 
 def test_a_hold_planned_for_a_peer_that_then_restarted_is_dropped(tmp_path: Path) -> None:
     """Session 28's windowed kill: the survivor planned, before the kill, to hold its next
     boundary 6.8 s away from the killed replica's projected one, and held it ~27 s later,
-    after a standby had taken that replica's place with a new phase; the hold moved the
-    survivor's stall onto the newcomer's first boundary (merged p99 1.7 s for a second)."""
+    after a standby had taken that replica's place; the hold moved the survivor's stall onto
+    the newcomer's first boundary (merged p99 1.7 s for a second)."""
     peer, app = tmp_path / "replica-0.jsonl", tmp_path / "replica-0.app.json"
     held: list[tuple[float, float, float]] = []
     logs: list[str] = []
@@ -213,12 +218,21 @@ def test_a_hold_planned_for_a_peer_that_then_restarted_is_dropped(tmp_path: Path
         keeper.on_progress(_progress(now + 1.5 - 5 * (4 - k), 5000))  # mine at now + 1.5
     planned = keeper.plan(now)  # while the peer ran: hold
     assert planned is not None and planned[1] == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
-    # Then it was killed, and a standby's query started 3 s before this replica's boundary.
-    _app(app, now - 2, query_started=now - 1.5)
+    # Then it was killed, and a standby's query started.
+    _app(app, now - 0.2, query_started=now - 0.1)
     keeper._carry_out(*planned)
     assert held == []
     assert any("dropped a planned hold of 1.25s" in m for m in logs), logs
-    # A peer whose new query started too close before this replica's boundary is kept away
-    # from: its start is a boundary too.
-    _app(app, now - 1, query_started=now + 1.0)
-    assert keeper.hold_for(planned[0], now + 1.1) == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
+    # A hold planned toward a peer that still runs is carried out.
+    _app(app, now - 30, query_started=now - 29)
+    t = time.time()
+    peer2 = tmp_path / "replica-2.jsonl"
+    _append(peer2, [(t - 5.0 - 0.4 + 1.0 - 5, 5000)])  # its boundary 0.4 s before mine
+    again = Recording(0, [peer2], 2, logs.append, peer_apps=[app])
+    for k in range(3):
+        again.on_progress(_progress(t + 1.0 - 5 * (4 - k), 5000))  # mine at t + 1.0
+    planned = again.plan(t)
+    assert planned is not None
+    again._carry_out(*planned)
+    [(_, freeze, hold)] = held
+    assert hold == pytest.approx(planned[1]) and freeze == pytest.approx(phase.MARGIN_S + hold)

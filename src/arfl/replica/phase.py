@@ -15,10 +15,10 @@ capped. The executors' tasks end on their own at the batch's end time; Spark com
 launches the next batch only after the thaw, so that batch starts, and ends, that much later.
 Only the replica that comes too close *after* another holds back, so two replicas never both
 wait; the hold lengthens only its own stall, which the others cover. A peer that restarted (a
-standby took its place, or a new application) has a new phase: its query's start, read from its
-app file, replaces its last reported batch, and a hold planned before the restart is checked
-again just before the freeze (session 28: a survivor held its boundary 6.8 s away from a
-replica killed after the plan, onto the newcomer's first boundary). Spark offers no hook
+standby took its place, or a new application; its app file says so) has no phase until its
+new query reports a batch, and a planned hold is checked again just before the freeze with the
+peers as known then (session 28: a survivor held its boundary 6.8 s away from a replica killed
+after the plan, onto the newcomer's first boundary). Spark offers no hook
 between two real-time batches (no ``foreachBatch``, a Kafka source, listeners run
 asynchronously and late), hence the freeze. A ``pause`` fault freezes the driver's whole process
 tree; a hold that overlaps one can thaw the driver JVM early (a window of microseconds: the
@@ -84,22 +84,25 @@ def hold_back_s(mine: float, peer_starts: list[float], period: float, replicas: 
     return min(need, HOLD_CAP_FRACTION * period)
 
 
-def _restart_after(app: Path | None, last_end: float) -> tuple[bool, float | None]:
+def _restarted(app: Path | None, last_end: float) -> bool:
     """Whether the peer whose app file is ``app`` restarted after its batch that ended at
-    ``last_end`` (its driver rewrote the file later: a promoted standby or a new
-    application), and when its new query started (None: not yet)."""
+    ``last_end``: the supervisor deleted the file (a standby is being promoted or a new
+    application starts), or the peer's new driver rewrote it later (``t``, ``query_started``).
+    Such a peer replays or catches up before it covers anything; its phase comes with its next
+    progress line."""
     if app is None:
-        return False, None
+        return False
     try:
         info = json.loads(app.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return True
     except (OSError, ValueError):
-        return False, None
+        return False
     if not isinstance(info, dict):
-        return False, None
-    started, written = info.get("query_started"), info.get("t")
-    if isinstance(started, int | float) and started > last_end:
-        return True, float(started)
-    return isinstance(written, int | float) and written > last_end, None
+        return False
+    return any(
+        isinstance(info.get(k), int | float) and info[k] > last_end for k in ("t", "query_started")
+    )
 
 
 def boundary_before(t: float, start: float, period: float) -> float | None:
@@ -186,9 +189,10 @@ class PhaseKeeper:
     def peer_phases(self, now: float) -> list[tuple[float, float]]:
         """``(current batch start, period)`` of every peer still running: the end of its last
         reported batch and its median batch length, if that end is less than two periods ago
-        (a dead or restarting peer has no phase to keep away from). A peer whose app file
-        says it restarted after that batch: its query's start instead (none while its new
-        driver has not started the query yet)."""
+        (a dead or restarting peer has no phase to keep away from). Nor has a peer whose app
+        file says it restarted after that batch, until its new query reports a batch: while it
+        replays or catches up it covers nobody's stall, and a hold toward it would lengthen
+        one that nothing covers."""
         out = []
         for tail, spans, app in zip(
             self._peer_tails, self._peer_spans, self.peer_apps, strict=True
@@ -197,14 +201,11 @@ class PhaseKeeper:
             if not spans:
                 continue
             period = statistics.median_high([e - s for s, e in spans])
-            start = spans[-1][1]
-            restarted, query_started = _restart_after(app, start)
-            if restarted:
-                if query_started is None:
-                    continue
-                start = query_started
-            if now - start < 2 * period:
-                out.append((start, period))
+            last_end = spans[-1][1]
+            if _restarted(app, last_end):
+                continue
+            if now - last_end < 2 * period:
+                out.append((last_end, period))
         return out
 
     def hold_for(self, mine: float, now: float) -> float:
