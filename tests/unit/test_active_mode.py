@@ -6,7 +6,6 @@ import contextlib
 import json
 from pathlib import Path
 
-import psutil
 import pytest
 
 from arfl.configs.spec import Spec, parse_spec
@@ -155,34 +154,3 @@ def test_stagger_false_starts_replicas_together_without_a_keeper() -> None:
     assert get_mode("active").start_delay(off, ctx) == 0.0
     assert _phase_keeper(object(), off, ctx) is None
     assert _spec().replication.stagger is True
-
-
-def test_an_executors_child_is_not_taken_for_the_executor() -> None:
-    """A process the executor JVM starts carries its command line until it execs; found after
-    the executor (a higher pid), it replaced it as the executor to kill."""
-    import subprocess
-    import sys
-    import time
-
-    from arfl.faults.local import EXECUTOR_MAIN, executors_of_app
-
-    app = "app-20261129140000-0007"
-    code = (
-        "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\ntime.sleep(60)"
-    )
-    executor = subprocess.Popen(
-        [sys.executable, "-c", code, EXECUTOR_MAIN, "--executor-id", "0", "--app-id", app]
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not psutil.Process(executor.pid).children():
-            time.sleep(0.02)
-        [child] = psutil.Process(executor.pid).children()
-        assert EXECUTOR_MAIN in " ".join(child.cmdline())  # the fork's command line
-        assert executors_of_app(app) == {"0": executor.pid}
-    finally:
-        for c in psutil.Process(executor.pid).children():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                c.kill()
-        executor.kill()
-        executor.wait()

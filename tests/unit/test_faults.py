@@ -594,3 +594,30 @@ def test_leftovers_include_standbys_once() -> None:
     }
     got = [(r.name, r.pid) for r in recorded_processes(raw)]
     assert got == [("replica-0", 10), ("standby-2", 11), ("merger", 20)]
+
+
+def test_an_executors_child_is_not_taken_for_the_executor() -> None:
+    """A process the executor JVM starts carries its command line until it execs; found after
+    the executor (a higher pid), it replaced it as the executor to kill."""
+    from arfl.faults.local import EXECUTOR_MAIN, executors_of_app
+
+    app = "app-20261129140000-0007"
+    code = (
+        "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\ntime.sleep(60)"
+    )
+    executor = subprocess.Popen(
+        [sys.executable, "-c", code, EXECUTOR_MAIN, "--executor-id", "0", "--app-id", app]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not psutil.Process(executor.pid).children():
+            time.sleep(0.02)
+        [child] = psutil.Process(executor.pid).children()
+        assert EXECUTOR_MAIN in " ".join(child.cmdline())  # the fork's command line
+        assert executors_of_app(app) == {"0": executor.pid}
+    finally:
+        for c in psutil.Process(executor.pid).children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                c.kill()
+        executor.kill()
+        executor.wait()
