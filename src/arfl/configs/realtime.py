@@ -50,7 +50,7 @@ SHUFFLE_FLUSH_MS = 5
 (``arfl.replica.driver.spark_conf``): how long RTM's streaming-shuffle writer holds a partly
 filled buffer before it sends it to the aggregation's reader. Spark's default, 50 ms, put a
 windowed replica's p50 at 25-28 ms here (a record waited 0-50 ms at the shuffle);
-docs/benchmarks.md "The streaming shuffle's flush wait"."""
+docs/benchmarks.md "A windowed pipeline: the streaming shuffle's flush wait"."""
 DEFAULT_SOURCE_KEY = "user"
 TIMES = "\N{MULTIPLICATION SIGN}"
 OVERSUBSCRIPTION = 4

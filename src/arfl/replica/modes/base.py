@@ -185,8 +185,8 @@ real-time replica keeps its own away from (:mod:`arfl.replica.phase`)."""
 
 PEER_APPS = "peer_apps"
 """Mode option: the other replicas' app-id files (a JSON list, in :data:`PEER_PROGRESS`'s
-order), whose ``query_started`` tells the phase keeper that a peer restarted since its last
-reported batch (:mod:`arfl.replica.phase`)."""
+order): one deleted, or rewritten after the peer's last reported batch, tells the phase keeper
+that the peer restarted (:mod:`arfl.replica.phase`)."""
 
 
 def kafka_source(
