@@ -32,9 +32,6 @@ from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.units import parse_duration
 
-SHUFFLE_FLUSH = SHUFFLE_FLUSH_CONF
-"""Spark's streaming-shuffle flush wait (RTM aggregations; Spark's default 50 ms, arfl's 5)."""
-
 VARIANTS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
     # name: (source options, sink options, spark conf)
     "default": ({}, {}, {}),
@@ -52,9 +49,9 @@ VARIANTS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
         {"kafka.linger.ms": "2"},
         {},
     ),
-    "shuffle flush 50 ms": ({}, {}, {SHUFFLE_FLUSH: "50"}),
-    "shuffle flush 5 ms": ({}, {}, {SHUFFLE_FLUSH: "5"}),
-    "shuffle flush 1 ms": ({}, {}, {SHUFFLE_FLUSH: "1"}),
+    "shuffle flush 50 ms": ({}, {}, {SHUFFLE_FLUSH_CONF: "50"}),
+    "shuffle flush 5 ms": ({}, {}, {SHUFFLE_FLUSH_CONF: "5"}),
+    "shuffle flush 1 ms": ({}, {}, {SHUFFLE_FLUSH_CONF: "1"}),
 }
 
 

@@ -281,6 +281,6 @@ def test_rtm_knobs_sets_the_shuffle_flush_of_a_windowed_variant() -> None:
     base = realtime.spec_for("windowed", "active", 1000, t, None, 150.0, "30s")
     source, sink, conf = rtm_knobs.VARIANTS["shuffle flush 1 ms"]
     spec = rtm_knobs.variant_spec(base, source, sink, conf)
-    assert spec.spark.conf[rtm_knobs.SHUFFLE_FLUSH] == "1"
+    assert spec.spark.conf[rtm_knobs.SHUFFLE_FLUSH_CONF] == "1"
     assert spec.spark.conf["spark.sql.shuffle.partitions"] == "2"  # the bench's own kept
-    assert spec.has_window and rtm_knobs.SHUFFLE_FLUSH not in base.spark.conf
+    assert spec.has_window and rtm_knobs.SHUFFLE_FLUSH_CONF not in base.spark.conf

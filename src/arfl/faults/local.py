@@ -55,7 +55,16 @@ def _executors(matches: dict[int, tuple[str, int]]) -> dict[str, int]:
     command line is an executor's, leaving out those whose parent is one of them: a process
     the executor JVM starts carries its command line from fork to exec (the supervisor counts
     executors the same way)."""
-    return {exe: pid for pid, (exe, parent) in sorted(matches.items()) if parent not in matches}
+    roots = not_forked_from_another({pid: parent for pid, (_, parent) in matches.items()})
+    return {exe: pid for pid, (exe, _) in sorted(matches.items()) if pid in roots}
+
+
+def not_forked_from_another(parent_of: dict[int, int]) -> set[int]:
+    """The pids of ``{pid: parent pid}`` (processes whose command line is an executor's) whose
+    parent is not one of them: the executor JVMs, without the processes they start, which
+    carry the JVM's command line from fork to exec (a windowed replica's executors start
+    hundreds at state checkpoints). The supervisor and ``kill-executor`` both use it."""
+    return {pid for pid, parent in parent_of.items() if parent not in parent_of}
 
 
 def _arg(cmd: list[str], flag: str) -> str | None:

@@ -71,7 +71,7 @@ import psutil
 
 from arfl.configs.spec import REHEARSAL_INPUT_KEY, REHEARSAL_KEY, Spec
 from arfl.errors import DeployError
-from arfl.faults.local import EXECUTOR_MAIN, restart_suppressed
+from arfl.faults.local import EXECUTOR_MAIN, not_forked_from_another, restart_suppressed
 from arfl.measure import frontier as frontier_file
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.processes import (
@@ -925,7 +925,7 @@ class ReplicaRunner:
             with contextlib.suppress(psutil.Error):
                 if EXECUTOR_MAIN in " ".join(p.cmdline()[:200]):
                     parent_of[p.pid] = p.ppid()
-        alive = {pid for pid, parent in parent_of.items() if parent not in parent_of}
+        alive = not_forked_from_another(parent_of)
         lost, rep.executors = rep.executors - alive, alive
         ready = [
             sb for sb in self._standbys if sb.proc is not None and sb.ready and sb.proc.alive()
