@@ -6,7 +6,7 @@
         [--pipelines per-record,windowed] [--faults kill-executor,kill-replica]
         [--sweep 1000,2500,5000] [--sweep-duration 50s] [--sweep-modes active]
         [--stagger on|off|both] [--jit c1|c2|both] [--standby 0|1|both]
-        [--resume checkpoint|output|both] [--standby-yield on|off|both] [--interval 5s]
+        [--resume checkpoint,peer,output|both] [--standby-yield on|off|both] [--interval 5s]
         [--spark-conf KEY=VALUE ...] [--quick]
         [--runs DIR] [--out F]
 
@@ -22,17 +22,18 @@ C1 + C2 (``c2``), or both. Pipelines: ``per-record`` (filter ``amount > 10``) an
 Faults, on replica 0 at ``--fault-at``: ``kill-executor`` and ``kill-replica``. ``--standby``
 runs each fault variant without (``0``) and/or with (``1``) a standby driver
 (``replication.standby``) that takes the dead driver's place. ``--resume`` runs each active
-fault variant with the killed replica restarting from its checkpoint and/or at the output
-frontier (``replication.resume``; the default ``auto`` is ``output`` for this stateless
-per-record pipeline). ``--standby-yield`` runs the standby variants with the promoted standby
-keeping its low CPU priority until it caught up or for 10 s at most (``on``, the default)
-and/or getting it back at once (``off``; ``replication.standby_yield``). A list of
-``--fault-at`` times runs every fault variant at each; the kill table then says, per run, when
-the survivor's next batch boundary came (from its progress) against when the newcomer caught up
-(the report's ``caught_up_s``: its trail of the output at the merger back within its steady
-allowance), and counts the masked runs of each side: whether a kill is masked at R=2 depends
-on that order. ``--after-boundary 5s`` places each fault as the demo does: from ``--fault-at``
-on, 5 s after the survivor's next batch boundary (a lone replica: its own).
+fault variant with the killed replica restarting from its own checkpoint, from the freshest
+replica's (``peer``) and/or at the output frontier (``replication.resume``; the default
+``auto`` is ``output`` for this stateless per-record pipeline, ``peer`` for the windowed one).
+``--standby-yield`` runs the standby variants with the promoted standby keeping its low CPU
+priority until it caught up or for 10 s at most (``on``, the default) and/or getting it back at
+once (``off``; ``replication.standby_yield``). A list of ``--fault-at`` times runs every fault
+variant at each; the kill table then says, per run, when the survivor's next batch boundary
+came (from its progress) against when the newcomer caught up (the report's ``caught_up_s``: its
+trail of the output at the merger back within its steady allowance), and counts the masked runs
+of each side: whether a kill is masked at R=2 depends on that order. ``--after-boundary 5s``
+places each fault as the demo does: from ``--fault-at`` on, 5 s after the survivor's next batch
+boundary (a lone replica: its own).
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
@@ -659,10 +660,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--resume",
-        choices=["checkpoint", "output", "both"],
         default=None,
-        help="active fault variants: the killed replica restarts from its checkpoint and/or "
-        "at the output frontier (default: the spec's default, auto)",
+        help="active fault variants, a list of checkpoint, peer, output (both = checkpoint,"
+        "output): the killed replica restarts from its own checkpoint, from the freshest "
+        "replica's, at the output frontier (default: the spec's default, auto)",
     )
     ap.add_argument(
         "--standby-yield",
@@ -727,6 +728,10 @@ def main(argv: list[str] | None = None) -> int:
         help="deploy nothing: re-analyse the runs of an earlier --out and print the tables",
     )
     args = ap.parse_args(argv)
+    if args.resume not in (None, "both") and (
+        bad_resume := set(args.resume.split(",")) - {"checkpoint", "peer", "output"}
+    ):
+        ap.error(f"--resume: unknown {', '.join(sorted(bad_resume))} (checkpoint, peer, output)")
     if args.replicas is not None and args.replicas < 2:
         ap.error("--replicas: the replicated modes need at least 2")
     if args.again is not None:
@@ -787,8 +792,12 @@ def main(argv: list[str] | None = None) -> int:
         write_rows(args.out, [*rows, *sweep])
 
     standbys = {"0": [0], "1": [1], "both": [0, 1]}[args.standby]
-    resumes = {None: ["auto"], "checkpoint": ["checkpoint"], "output": ["output"]}.get(
-        args.resume, ["checkpoint", "output"]
+    resumes = (
+        ["auto"]
+        if args.resume is None
+        else ["checkpoint", "output"]
+        if args.resume == "both"
+        else args.resume.split(",")
     )
     yields = {"on": [True], "off": [False], "both": [False, True]}[args.standby_yield]
     variants = [

@@ -269,6 +269,63 @@ def test_executor_and_replica_killed_output_complete(stack: StackInfo, tmp_path:
     assert s1[0] - s0[0] >= 0.3 * INTERVAL_S, (s0[:2], s1[:2])
 
 
+def test_a_killed_windowed_replica_resumes_from_its_peers_fresher_checkpoint(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    """A window's state needs a replay, and the survivor committed more recently than the
+    killed replica (boundaries interval / 2 apart, the kill 1 s after the survivor's): the
+    standby taking over starts from a copy of the survivor's checkpoint, replays less, and its
+    windows' updates are the survivor's."""
+    spec = windowed_spec(
+        "rtm-win-peer",
+        mode="active",
+        replicas=2,
+        duration="25s",
+        replication={
+            "trigger": "realtime",
+            "trigger_interval": f"{INTERVAL_S:g}s",
+            "standby": 1,
+        },
+        chaos=[{"at": "8s", "fault": "kill-replica", "replica": 0, "after_boundary": "1s"}],
+    )
+    assert spec.resumes_from_peer
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    run = result.run_dir
+    (aligned,) = journal_events(run, "fault-aligned")
+    assert aligned["boundary_replica"] == 1, aligned
+    (restarted,) = journal_events(run, "replica-restarted")
+    assert restarted["replica"] == 0 and restarted["standby"] == 0, restarted
+    # Replica 1 had committed its batch 1 s before the kill, replica 0 about half an interval
+    # before that: the copy is ahead of replica 0's own by that many input records (200 ev/s).
+    assert restarted["resume"] == "peer" and restarted["peer"] == 1, restarted
+    assert restarted["ahead"] > 0 and restarted["copied_files"] > 0, restarted
+    copy = run / "checkpoints" / "replica-0.1"
+    cfg = json.loads((run / "replicas" / "replica-0.json").read_text())
+    assert cfg["checkpoint_dir"] == str(copy)
+    # It kept replica 0's query id, and Spark started the new query where the copy's committed
+    # batch ended (its first progress line's start offsets), not where replica 0's own did.
+    own_id = json.loads((run / "checkpoints" / "replica-0" / "metadata").read_text())["id"]
+    assert json.loads((copy / "metadata").read_text())["id"] == own_id
+    lines = read_jsonl(run / "progress" / "replica-0.jsonl")
+    runs = list(dict.fromkeys(p["runId"] for p in lines))
+    assert len(runs) == 2 and {p["id"] for p in lines} == {own_id}, runs
+    first_new = next(p for p in lines if p["runId"] == runs[1])
+    [source] = first_new["sources"]
+    [start] = journal_events(run, "starting-offsets")
+    assert source["startOffset"] == {start["topic"]: restarted["offsets"]}, source
+    assert first_new["batchId"] == restarted["batch"] + 1, first_new
+    # From that state its window updates are the survivor's: every id once in the output,
+    # the final values the batch job's, both replicas' updates equal where both emitted them.
+    assert not journal_events(run, "replica-gave-up")
+    assert result.summary["divergent"] == 0
+    check_against_offline(stack, spec, result)
+    check = _check_ok(result)
+    assert check["final_values_wrong"] == 0 and check["final_values_checked"] == check["windows"]
+    _both_replicas_agree(stack, result)
+    caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
+    assert 0 in caught_up
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="partition needs network namespaces (root)")
 def test_pause_slow_partition_show_their_effect_and_revert(
     stack: StackInfo, tmp_path: Path

@@ -7,6 +7,7 @@ import itertools
 import statistics
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -255,6 +256,30 @@ def test_realtime_runs_without_an_interval(monkeypatch: pytest.MonkeyPatch, tmp_
         realtime.main(argv)
     with pytest.raises(SystemExit):
         realtime.main([*argv, "--interval", "30s,soon"])
+
+
+def test_realtime_resume_variants_are_a_list(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--resume checkpoint,peer`` runs each active fault variant with each; an unknown one
+    is refused before anything runs."""
+    import realtime
+
+    ran: list[str | None] = []
+
+    def run(spec: Any, runs: Path) -> Any:
+        ran.append(spec.replication.resume)
+        raise realtime.ArflError("not here")
+
+    monkeypatch.setattr(realtime.stack, "up", lambda: None)
+    monkeypatch.setattr(realtime, "run", run)
+    argv = ["--modes", "active", "--pipelines", "windowed", "--faults", "kill-replica"]
+    argv += ["--sweep", "", "--runs", str(tmp_path), "--out", str(tmp_path / "x.json")]
+    realtime.main([*argv, "--resume", "checkpoint,peer"])
+    assert ran == ["checkpoint", "peer"]
+    with pytest.raises(SystemExit):
+        realtime.main([*argv, "--resume", "peer,latest"])
+    assert len(ran) == 2
 
 
 def test_realtime_places_a_kill_after_the_survivors_boundary_when_asked(

@@ -763,3 +763,69 @@ def test_each_driver_gets_a_spark_home_of_its_own_in_the_runs(tmp_path: Path) ->
                 "SPARK_LOCAL_DIRS": str(home / "tmp"),
             }, env
             assert (home / "jars").is_symlink() and (home / "work").is_dir()
+
+
+def test_an_active_replica_resumes_from_the_freshest_committed_checkpoint(tmp_path: Path) -> None:
+    """``resume = "peer"``: a restarted replica gets a copy of a peer's checkpoint when the
+    peer's last committed batch read further than its own, and keeps its own otherwise."""
+    r = _runner(_active_spec(resume="peer"), tmp_path, _fake(tmp_path))
+    run = r.paths.root
+
+    def committed(replica: int, batch: int, ends: dict[str, int]) -> None:
+        loc = run / "checkpoints" / f"replica-{replica}"
+        for log in ("offsets", "commits"):
+            (loc / log).mkdir(parents=True, exist_ok=True)
+        (loc / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps({'in': ends})}")
+        (loc / "commits" / str(batch)).write_text("v2\n{}")
+        (loc / "metadata").write_text(json.dumps({"id": f"query-{replica}"}))
+
+    def config(i: int) -> dict[str, Any]:
+        return dict(json.loads((run / "replicas" / f"replica-{i}.json").read_text()))
+
+    def restart(i: int, attempt: int) -> dict[str, Any]:
+        r.kill(i)
+        _wait(lambda: r.states()[i].app_id == f"app-fake-{attempt}")
+        return [e for e in _events(run, "replica-restarted") if e["replica"] == i][-1]
+
+    with r:
+        r.wait_ready(timeout_s=20)
+        committed(0, 3, {"0": 40, "1": 30})
+        committed(1, 2, {"0": 35, "1": 25})
+        # Replica 1's own checkpoint is behind replica 0's: a copy of replica 0's.
+        first = restart(1, 1)
+        assert first["resume"] == "peer" and first["peer"] == 0 and first["batch"] == 3, first
+        assert first["offsets"] == {"0": 40, "1": 30} and first["ahead"] == 10, first
+        copy = run / "checkpoints" / "replica-1.1"
+        assert config(1)["checkpoint_dir"] == str(copy)
+        assert (copy / "offsets" / "3").exists() and not (copy / "offsets" / "2").exists()
+        assert json.loads((copy / "metadata").read_text()) == {"id": "query-1"}
+        # Replica 0 is killed while its own checkpoint is the freshest: it keeps it.
+        second = restart(0, 1)
+        assert second["resume"] == "checkpoint" and "peer" not in second, second
+        assert config(0)["checkpoint_dir"].endswith("checkpoints/replica-0")
+        # Replica 1's checkpoint is now its copy: a newer own commit there wins again.
+        (copy / "offsets" / "4").write_text(f"v1\n{{}}\n{json.dumps({'in': {'0': 50, '1': 30}})}")
+        (copy / "commits" / "4").write_text("v2\n{}")
+        third = restart(1, 2)
+        assert third["resume"] == "checkpoint", third
+        assert config(1)["checkpoint_dir"] == str(copy)
+
+
+def test_resume_checkpoint_keeps_its_own_checkpoint_though_a_peer_is_fresher(
+    tmp_path: Path,
+) -> None:
+    r = _runner(_active_spec(resume="checkpoint"), tmp_path, _fake(tmp_path))
+    run = r.paths.root
+    for i, end in ((0, 50), (1, 10)):
+        loc = run / "checkpoints" / f"replica-{i}"
+        for log in ("offsets", "commits"):
+            (loc / log).mkdir(parents=True, exist_ok=True)
+        (loc / "offsets" / "0").write_text(f"v1\n{{}}\n{json.dumps({'in': {'0': end}})}")
+        (loc / "commits" / "0").write_text("v2\n{}")
+    with r:
+        r.wait_ready(timeout_s=20)
+        r.kill(1)
+        _wait(lambda: r.states()[1].app_id == "app-fake-1")
+        (restarted,) = _events(run, "replica-restarted")
+        assert restarted["resume"] == "checkpoint", restarted
+    assert not (run / "checkpoints" / "replica-1.1").exists()

@@ -435,6 +435,25 @@ def test_resume_from_output_is_the_default_only_for_stateless_active_pipelines()
     assert not parse_spec(_with(replication={"mode": "passive"})).resumes_from_output
 
 
+def test_resume_from_a_peer_is_the_default_for_other_active_pipelines() -> None:
+    active = {"mode": "active", "replicas": 2}
+    windowed = parse_spec(_with(replication=active, steps=[_WINDOW]))
+    assert windowed.resumes_from_peer and not windowed.resumes_from_output
+    assert "freshest committed checkpoint of any replica" in (windowed.restart_plan or "")
+    # Asked for: also a stateless pipeline, which then does not resume from the output.
+    peer = parse_spec(_with(replication=active | {"resume": "peer"}))
+    assert peer.resumes_from_peer and not peer.resumes_from_output
+    assert not parse_spec(_with(replication=active)).resumes_from_peer  # output instead
+    own = parse_spec(_with(replication=active | {"resume": "checkpoint"}, steps=[_WINDOW]))
+    assert not own.resumes_from_peer and "its own checkpoint" in (own.restart_plan or "")
+    assert not parse_spec(_with(replication={"mode": "passive"})).resumes_from_peer
+    problems = _problems(_with(replication={"mode": "passive", "resume": "peer"}))
+    assert any(
+        p.startswith("t.toml: replication.resume: 'peer' needs mode 'active', not 'passive'")
+        for p in problems
+    ), problems
+
+
 def test_resume_from_output_is_refused_where_results_need_earlier_records() -> None:
     problems = _problems(
         _with(

@@ -293,14 +293,19 @@ class Replication(_Model):
     drift (for comparison)."""
     restart: bool = True
     """Restart a replica whose driver died (from its checkpoint where it has one)."""
-    resume: Literal["auto", "checkpoint", "output"] = "auto"
+    resume: Literal["auto", "checkpoint", "output", "peer"] = "auto"
     """Where a restarted replica starts reading. ``checkpoint``: from its own checkpoint (it
-    replays what it read since its last batch end; the merger drops the copies). ``output``:
-    from the output frontier, a fresh checkpoint at the input offsets below which every result
-    is already delivered (:mod:`arfl.measure.frontier`), so it is caught up within about a second
-    instead of replaying an interval: only ``active`` with a stateless pipeline (filter and
-    select steps), whose results depend on one record each. ``auto`` (default): ``output``
-    where allowed, else ``checkpoint`` (:attr:`Spec.resumes_from_output`)."""
+    replays what it read since its last batch end; the merger drops the copies). ``peer``: from
+    the freshest committed checkpoint of any replica, its own or a copy of another's
+    (:mod:`arfl.orchestrate.checkpoints`): only ``active``, whose state after a given input
+    prefix is the same in every replica; with staggered real-time boundaries it replays at most
+    about interval / R instead of up to an interval. ``output``: from the output frontier, a
+    fresh checkpoint at the input offsets below which every result is already delivered
+    (:mod:`arfl.measure.frontier`), so it is caught up within about a second instead of
+    replaying an interval: only ``active`` with a stateless pipeline (filter and select steps),
+    whose results depend on one record each. ``auto`` (default): ``output`` where allowed, else
+    ``peer`` for ``active``, else ``checkpoint`` (:attr:`Spec.resumes_from_output`,
+    :attr:`Spec.resumes_from_peer`)."""
     standby: int = Field(0, ge=0, le=4)
     """Spare drivers kept warm (Spark session up, executors warmed, on real-time mode the
     pipeline rehearsed once, at low CPU priority): a
@@ -508,11 +513,22 @@ class Spec(_Model):
     @property
     def resumes_from_output(self) -> bool:
         """A restarted replica starts at the output frontier instead of its checkpoint
-        (``replication.resume``): ``active`` and :attr:`stateless`, unless ``checkpoint``."""
+        (``replication.resume``): ``active`` and :attr:`stateless`, with ``auto`` or ``output``."""
         return (
-            self.replication.resume != "checkpoint"
+            self.replication.resume in ("auto", "output")
             and self.replication.mode == "active"
             and self.stateless
+        )
+
+    @property
+    def resumes_from_peer(self) -> bool:
+        """A restarted replica starts from the freshest committed checkpoint of any replica
+        (``replication.resume``): ``active`` when it does not resume from the output, unless
+        ``checkpoint``."""
+        return (
+            self.replication.resume in ("auto", "peer")
+            and self.replication.mode == "active"
+            and not self.resumes_from_output
         )
 
     @property
@@ -527,8 +543,13 @@ class Spec(_Model):
                 "a restarted replica starts at the output frontier (a fresh checkpoint, no "
                 "replay: replication.resume)"
             )
-        why = "" if self.replication.resume == "checkpoint" else " (not only filter/select steps)"
-        return f"a restarted replica replays from its checkpoint{why}"
+        if self.resumes_from_peer:
+            why = "" if self.replication.resume == "peer" else " (not only filter/select steps)"
+            return (
+                "a restarted replica replays from the freshest committed checkpoint of any "
+                f"replica, its own or a copy of another's{why}"
+            )
+        return "a restarted replica replays from its own checkpoint (replication.resume)"
 
     @property
     def merges_agreed_batches(self) -> bool:
@@ -685,10 +706,19 @@ def _standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
 def _resume_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """``resume = "output"`` skips input whose results are delivered: only sound where a
     result depends on its own record and some replica delivered it."""
-    if _get(raw, "replication", "resume") != "output":
+    resume = _get(raw, "replication", "resume")
+    mode = _get(raw, "replication", "mode") or "none"
+    if resume == "peer" and mode != "active":
+        return [
+            (
+                "replication.resume",
+                f"'peer' needs mode 'active', not {mode!r}: only replicas whose state does not "
+                "depend on their batch boundaries can start from another replica's checkpoint",
+            )
+        ]
+    if resume != "output":
         return []
     out: list[tuple[str, str]] = []
-    mode = _get(raw, "replication", "mode") or "none"
     if mode != "active":
         out.append(
             (

@@ -11,7 +11,9 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``replica-died``     {replica, pid, exit_code, app_id, uptime_s}
 * ``replica-restarted`` {replica, pid, attempt, downtime_s, resume, offsets?, why?} —
   respawned (downtime since death); ``resume``: ``checkpoint`` (from its own, replaying since
-  its last batch end) or ``output`` (a fresh checkpoint at the output frontier ``offsets``,
+  its last batch end), ``peer`` (from a copy of replica ``peer``'s checkpoint, whose committed
+  ``batch`` ended at ``offsets``, ``ahead`` input records beyond its own; ``copied_files``,
+  ``copy_s``) or ``output`` (a fresh checkpoint at the output frontier ``offsets``,
   ``replication.resume``); ``why`` says why a pipeline that may resume from the output did not
 * ``replica-gave-up``  {replica, reason, detail?} — restart disabled, or ``crash-loop``
 * ``replica-stopped``  {replica, pid, exit_code, graceful}
@@ -73,6 +75,7 @@ from arfl.configs.spec import REHEARSAL_INPUT_KEY, REHEARSAL_KEY, Spec
 from arfl.errors import DeployError
 from arfl.faults.local import EXECUTOR_MAIN, not_forked_from_another, restart_suppressed
 from arfl.measure import frontier as frontier_file
+from arfl.orchestrate import checkpoints
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.processes import (
     ManagedProcess,
@@ -627,6 +630,8 @@ class ReplicaRunner:
 
     def _resume(self, rep: _Replica) -> dict[str, object]:
         """Decide where replica ``rep``'s next attempt starts reading; the journal's fields."""
+        if self.spec.resumes_from_peer:
+            return self._resume_from_peer(rep)
         if not self.spec.resumes_from_output:
             return {"resume": "checkpoint"}
         frontier = frontier_file.read_frontier(frontier_file.path_in(self.paths.root))
@@ -640,6 +645,39 @@ class ReplicaRunner:
         rep.start_offsets = json.dumps(offsets)
         [per_partition] = offsets.values()
         return {"resume": "output", "offsets": per_partition}
+
+    def _resume_from_peer(self, rep: _Replica) -> dict[str, object]:
+        """Give ``rep`` a copy of the freshest committed checkpoint of any replica when it is
+        another's (:mod:`arfl.orchestrate.checkpoints`); else it keeps its own."""
+        own = rep.checkpoint or self.checkpoint_dir(rep.index)
+        where = {own: rep.index} | {
+            (r.checkpoint or self.checkpoint_dir(r.index)): r.index
+            for r in self._replicas
+            if r is not rep
+        }
+        mine = checkpoints.last_committed(own)
+        best = checkpoints.freshest(list(where))
+        if best is None or best.path == own:
+            return {"resume": "checkpoint"}
+        dest = self.paths.root / "checkpoints" / f"replica-{rep.index}.{rep.attempt}"
+        shutil.rmtree(dest, ignore_errors=True)
+        started = time.monotonic()
+        try:
+            files = checkpoints.copy_committed(best, dest, metadata_from=own)
+        except OSError as e:
+            shutil.rmtree(dest, ignore_errors=True)
+            return {"resume": "checkpoint", "why": f"cannot copy {best.path}: {e}"}
+        rep.checkpoint = dest
+        [per_partition] = best.offsets.values()
+        return {
+            "resume": "peer",
+            "peer": where[best.path],
+            "batch": best.batch,
+            "offsets": per_partition,
+            "ahead": None if mine is None else best.records - mine.records,
+            "copied_files": files,
+            "copy_s": round(time.monotonic() - started, 3),
+        }
 
     def _standby_paths(self, sid: int) -> tuple[Path, Path, Path, Path]:
         """(config, app file, assignment, log) of standby ``sid``."""
