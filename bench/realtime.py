@@ -1,7 +1,7 @@
 """Real-time mode: active (RTM, R=2) vs passive (RTM) vs micro-batch, under the same faults.
 
     .venv/bin/python bench/realtime.py [--duration 75s] [--fault-at 45s[,50s...]]
-        [--after-boundary 5s] [--warmup 25s] [--windowed-later 20s] [--rate 1000]
+        [--after-boundary 5s[,10s...]] [--warmup 25s] [--windowed-later 20s] [--rate 1000]
         [--modes none,passive,active,active-leaderless]
         [--pipelines per-record,windowed] [--faults kill-executor,kill-replica]
         [--sweep 1000,2500,5000] [--sweep-duration 50s] [--sweep-modes active]
@@ -484,6 +484,7 @@ def _variant(r: dict[str, Any]) -> str:
     more += " no-yield" if r.get("standby_yield") is False else ""
     more += f" from {r['resume']}" if r.get("resume") else ""
     more += f" int={r['interval']}" if r.get("interval") else ""
+    more += f" +{r['after_boundary']}" if r.get("after_boundary") else ""
     return f"{r['pipeline']} {r['fault']} {r['mode']}{more}"
 
 
@@ -627,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
         "--after-boundary",
         default="",
         help="place each fault this long after the survivor's next batch boundary from "
-        "--fault-at on (the spec's chaos after_boundary, as the demo does; e.g. 5s)",
+        "--fault-at on (the spec's chaos after_boundary, as the demo does; e.g. 5s); a list "
+        "(2s,10s,20s) runs every fault variant at each",
     )
     ap.add_argument("--warmup", default="25s", help="excluded from every figure")
     ap.add_argument("--rate", type=int, default=1000)
@@ -777,9 +779,10 @@ def main(argv: list[str] | None = None) -> int:
     if bad_conf:
         ap.error(f"--spark-conf: expected KEY=VALUE, got {', '.join(bad_conf)}")
     spark_conf = dict(c.split("=", 1) for c in args.spark_conf)
-    if args.after_boundary:
+    placements = [a for a in args.after_boundary.split(",") if a] or [""]
+    for a in filter(None, placements):
         try:
-            d(args.after_boundary)
+            d(a)
         except ValueError as e:
             ap.error(f"--after-boundary: {e}")
     args.runs.mkdir(parents=True, exist_ok=True)
@@ -801,8 +804,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     yields = {"on": [True], "off": [False], "both": [False, True]}[args.standby_yield]
     variants = [
-        (p, f, m, sb, rs, y, at, iv)
+        (p, f, m, sb, rs, y, at, iv, ab)
         for at in fault_times
+        for ab in placements
         for iv in intervals
         for p in pipelines
         for f in faults
@@ -811,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
         for rs in (resumes if MODES[m].mode == "active" else ["auto"])
         for y in (yields if sb else [True])
     ]
-    for pipeline, fault, mode, sb, resume, yields_cpu, at, interval in variants:
+    for pipeline, fault, mode, sb, resume, yields_cpu, at, interval, placed in variants:
         row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
         if len(intervals) > 1:
             row["interval"] = interval
@@ -825,8 +829,8 @@ def main(argv: list[str] | None = None) -> int:
             row["resume"] = resume
         if sb and not yields_cpu:
             row["standby_yield"] = False
-        if args.after_boundary:
-            row["after_boundary"] = args.after_boundary
+        if placed:
+            row["after_boundary"] = placed
         spec = spec_for(
             pipeline,
             mode,
@@ -840,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
             resume=resume,
             standby_yield=yields_cpu,
             spark_conf=spark_conf,
-            after_boundary=args.after_boundary,
+            after_boundary=placed,
         )
         try:
             run_dir, summary, _, wall = run(spec, args.runs)

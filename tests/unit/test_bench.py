@@ -258,28 +258,32 @@ def test_realtime_runs_without_an_interval(monkeypatch: pytest.MonkeyPatch, tmp_
         realtime.main([*argv, "--interval", "30s,soon"])
 
 
-def test_realtime_resume_variants_are_a_list(
+def test_realtime_resume_variants_and_placements_are_lists(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``--resume checkpoint,peer`` runs each active fault variant with each; an unknown one
-    is refused before anything runs."""
+    """``--resume checkpoint,peer`` runs each active fault variant with each, at each of
+    ``--after-boundary 2s,20s``; an unknown resume or a bad placement is refused before
+    anything runs."""
     import realtime
 
-    ran: list[str | None] = []
+    ran: list[tuple[str, float | None]] = []
 
     def run(spec: Any, runs: Path) -> Any:
-        ran.append(spec.replication.resume)
+        ran.append((spec.replication.resume, spec.chaos[0].after_boundary))
         raise realtime.ArflError("not here")
 
     monkeypatch.setattr(realtime.stack, "up", lambda: None)
     monkeypatch.setattr(realtime, "run", run)
     argv = ["--modes", "active", "--pipelines", "windowed", "--faults", "kill-replica"]
     argv += ["--sweep", "", "--runs", str(tmp_path), "--out", str(tmp_path / "x.json")]
-    realtime.main([*argv, "--resume", "checkpoint,peer"])
-    assert ran == ["checkpoint", "peer"]
-    with pytest.raises(SystemExit):
-        realtime.main([*argv, "--resume", "peer,latest"])
-    assert len(ran) == 2
+    realtime.main([*argv, "--resume", "checkpoint,peer", "--after-boundary", "2s,20s"])
+    assert ran == [("checkpoint", 2.0), ("peer", 2.0), ("checkpoint", 20.0), ("peer", 20.0)]
+    realtime.main(argv)
+    assert ran[4:] == [("auto", None)]
+    for bad in (["--resume", "peer,latest"], ["--after-boundary", "2s,soon"]):
+        with pytest.raises(SystemExit):
+            realtime.main([*argv, *bad])
+    assert len(ran) == 5
 
 
 def test_realtime_places_a_kill_after_the_survivors_boundary_when_asked(

@@ -236,3 +236,31 @@ def test_a_hold_planned_for_a_peer_that_then_restarted_is_dropped(tmp_path: Path
     again._carry_out(*planned)
     [(_, freeze, hold)] = held
     assert hold == pytest.approx(planned[1]) and freeze == pytest.approx(phase.MARGIN_S + hold)
+
+
+def test_a_hold_planned_on_a_peers_projection_is_dropped_when_its_newer_line_disagrees(
+    tmp_path: Path,
+) -> None:
+    """The plan projects a peer's next boundary from its last reported batch; a newer progress
+    line arriving before the freeze (a shorter batch: a held or restarted peer) puts its
+    boundary far enough from this replica's, and the hold is not carried out."""
+    peer = tmp_path / "replica-1.jsonl"
+    held: list[float] = []
+    logs: list[str] = []
+
+    class Recording(PhaseKeeper):
+        def _hold(self, freeze: float, hold: float) -> None:
+            held.append(hold)
+
+    keeper = Recording(0, [peer], 2, logs.append)
+    now = time.time()
+    _append(peer, [(now - 5.0 - 0.4 + 1.5 - 5, 5000)])  # projected 0.4 s before mine
+    for k in range(3):
+        keeper.on_progress(_progress(now + 1.5 - 5 * (4 - k), 5000))  # mine at now + 1.5
+    planned = keeper.plan(now)
+    assert planned is not None and planned[1] == pytest.approx(HOLD_CAP_FRACTION * 5, abs=0.01)
+    # Its next line: that batch ended at now - 1.4, 2.9 s before mine (more than 5 s / 2).
+    _append(peer, [(now - 4.9, 3500)])
+    keeper._carry_out(*planned)
+    assert held == []
+    assert any("dropped a planned hold of 1.25s" in m for m in logs), logs
