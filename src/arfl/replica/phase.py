@@ -114,8 +114,21 @@ def boundary_before(t: float, start: float, period: float) -> float | None:
 
 
 MARGIN_S = 0.5
-"""The driver JVM is frozen this long before the predicted end of its batch (batch lengths
-vary by a few hundred ms), so that the end falls inside the freeze."""
+"""The driver JVM is frozen at least this long before the predicted end of its batch, plus the
+spread of its recent batch lengths (:meth:`PhaseKeeper.margin`), so that the end falls inside
+the freeze. Freezing the driver early costs nothing: the executors' tasks go on writing results
+(session 29: a replica's output kept its rate and 9-42 ms lag through an 11.5-s freeze in
+mid-batch)."""
+
+
+def _first_of_run(progress: dict[str, Any], last_run: object) -> bool:
+    """Whether a progress event is its query run's first (a new ``runId``): that batch includes
+    the query's start-up, or a restarted query's replay, and says nothing of the period."""
+    return progress.get("runId") != last_run
+
+
+_NO_RUN = object()
+"""No query run seen yet (a progress event without ``runId`` still starts one)."""
 
 
 class PhaseKeeper:
@@ -125,7 +138,7 @@ class PhaseKeeper:
     (measured here), too late to hold back the batch that follows. So the keeper predicts its
     next boundary (the last one plus its median batch length), decides from the peers'
     progress files whether that boundary falls too soon after one of theirs, and if so freezes
-    the driver JVM from ``MARGIN_S`` before it until the hold has passed: the tasks end on
+    the driver JVM from :meth:`margin` before it until the hold has passed: the tasks end on
     their own (executors keep running), the driver commits and plans only after the thaw.
 
     Args:
@@ -154,9 +167,15 @@ class PhaseKeeper:
         self.log = log
         self.holds: list[float] = []
         self._periods: deque[float] = deque(maxlen=5)
-        # Each peer's progress file, read incrementally; its last few batches kept.
+        """Lengths of its last batches, none a query run's first (:func:`_first_of_run`)."""
+        self._query_run: object = _NO_RUN
+        self._held = False
+        """Its batch in flight was held at its end: that batch's length is no period."""
+        # Each peer's progress file, read incrementally; its last few batches kept, as
+        # (start, end, first of its query run).
         self._peer_tails = [JsonlTail(p) for p in peers]
-        self._peer_spans: list[deque[tuple[float, float]]] = [deque(maxlen=5) for _ in peers]
+        self._peer_spans: list[deque[tuple[float, float, bool]]] = [deque(maxlen=6) for _ in peers]
+        self._peer_runs: list[object] = [_NO_RUN for _ in peers]
         self._last_end: float | None = None
         self._pending = threading.Event()
         self._stop = threading.Event()
@@ -178,13 +197,27 @@ class PhaseKeeper:
         if span is None:
             return
         start, end = span
-        self._periods.append(end - start)
+        first = _first_of_run(progress, self._query_run)
+        self._query_run = progress.get("runId")
+        if not first and not self._held:
+            self._periods.append(end - start)
+        self._held = False
         self._last_end = end
         self._pending.set()
 
     def period(self) -> float | None:
-        """This replica's batch period: the median of its last batches' lengths."""
+        """This replica's batch period: the median (high) of its last batches' lengths, a query
+        run's first batch and a batch it held back left out (None before it had another)."""
         return statistics.median_high(self._periods) if self._periods else None
+
+    def margin(self) -> float:
+        """How long before its predicted boundary the driver is frozen: :data:`MARGIN_S` plus
+        the spread of its recent batch lengths, at most a quarter of its period."""
+        period = self.period()
+        if period is None:
+            return MARGIN_S
+        spread = max(self._periods) - min(self._periods)
+        return max(MARGIN_S, min(MARGIN_S + spread, period / 4))
 
     def peer_phases(self, now: float) -> list[tuple[float, float]]:
         """``(current batch start, period)`` of every peer still running: the end of its last
@@ -194,13 +227,20 @@ class PhaseKeeper:
         replays or catches up it covers nobody's stall, and a hold toward it would lengthen
         one that nothing covers."""
         out = []
-        for tail, spans, app in zip(
-            self._peer_tails, self._peer_spans, self.peer_apps, strict=True
+        for i, (tail, spans, app) in enumerate(
+            zip(self._peer_tails, self._peer_spans, self.peer_apps, strict=True)
         ):
-            spans.extend(s for s in map(batch_span, tail.read_new()) if s is not None)
-            if not spans:
+            for progress in tail.read_new():
+                span = batch_span(progress)
+                if span is None:
+                    continue
+                first = _first_of_run(progress, self._peer_runs[i])
+                self._peer_runs[i] = progress.get("runId")
+                spans.append((*span, first))
+            lengths = [e - s for s, e, first in spans if not first]
+            if not lengths:
                 continue
-            period = statistics.median_high([e - s for s, e in spans])
+            period = statistics.median_high(lengths)
             last_end = spans[-1][1]
             if _restarted(app, last_end):
                 continue
@@ -224,7 +264,7 @@ class PhaseKeeper:
         if period is None or last_end is None:
             return None
         mine = last_end + period
-        if mine - now < MARGIN_S:
+        if mine - now < self.margin():
             return None
         hold = self.hold_for(mine, now)
         return (mine, hold) if hold > 0 else None
@@ -241,10 +281,11 @@ class PhaseKeeper:
             self._carry_out(*planned)
 
     def _carry_out(self, mine: float, planned: float) -> None:
-        """Wait until ``MARGIN_S`` before the boundary at ``mine``, look at the peers again (one
-        may have died or restarted since the plan, a period ago) and hold for what they ask
+        """Wait until :meth:`margin` before the boundary at ``mine``, look at the peers again
+        (one may have died or restarted since the plan, a period ago) and hold for what they ask
         now."""
-        if self._stop.wait(max(0.0, mine - MARGIN_S - time.time())):
+        margin = self.margin()
+        if self._stop.wait(max(0.0, mine - margin - time.time())):
             return
         hold = self.hold_for(mine, time.time())
         if hold <= 0:
@@ -253,7 +294,8 @@ class PhaseKeeper:
                 "do not ask for it (a newer progress line, a restart or a death since the plan)"
             )
             return
-        self._hold(MARGIN_S + hold, hold)
+        self._hold(margin + hold, hold)
+        self._held = True
 
     def _hold(self, freeze: float, hold: float) -> None:
         """Freeze the driver JVM for ``freeze`` seconds (to hold its next batch ``hold``)."""
