@@ -513,6 +513,37 @@ def test_a_standby_that_does_not_yield_gets_full_priority_at_once(tmp_path: Path
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="lowering a niceness needs root")
+def test_a_standby_taking_over_a_stateful_pipeline_does_not_yield(tmp_path: Path) -> None:
+    """A window replays from a checkpoint before its replica covers anyone: full priority at
+    once, though ``standby_yield`` is on."""
+    spec = _standby_spec()
+    windowed = spec.model_copy(
+        update={
+            "steps": parse_spec(
+                {
+                    "name": "w",
+                    "source": {"topic": "in", "event_time": "ts"},
+                    "sink": {"topic": "out"},
+                    "steps": [{"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}],
+                }
+            ).steps
+        }
+    )
+    assert windowed.replication.standby_yield and not windowed.stateless
+    r = _runner(windowed, tmp_path, _fake_standby(tmp_path))
+    with r:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        (sb,) = r.standby_states()
+        assert _nice(sb.pid) == 19
+        r.kill(0)
+        _wait(lambda: r.states()[0].app_id == "app-fake-1")
+        assert _nice(sb.pid) == 0
+        (took,) = [e for e in _events(r.paths.root, "replica-started") if "standby" in e]
+        assert took["reniced"] is True and "yielding" not in took
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a niceness needs root")
 def test_a_yielding_standby_gets_full_priority_after_the_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -315,7 +315,10 @@ class Replication(_Model):
     standby_yield: bool = True
     """A promoted standby keeps its low CPU priority until the merger sees it caught up, for
     10 s at most (the surviving replicas keep the CPU while it starts its query and catches up;
-    a saturated host would starve it longer); false: full priority at once."""
+    a saturated host would starve it longer); false: full priority at once. Only for a
+    pipeline without state (filter and select steps): a window or a transform replays from a
+    checkpoint before it covers anyone, and at low priority it barely replays (a windowed
+    newcomer was still ~10 s behind after 10 s; docs/benchmarks.md, session 29)."""
 
     @model_validator(mode="after")
     def _aligned(self) -> Replication:
