@@ -94,11 +94,11 @@ def test_a_copy_stops_at_the_last_committed_batch_and_keeps_its_own_query_id(
             f"{log}/1",
             f"{log}/.1.crc",
         }
-    # Every state file (a version beyond the batch is never read for batch 2), the source log.
+    # The state files up to version 2 (batch 1's), not the peer's version 3 of its batch in
+    # progress (format v1 names would clash with the replica's own version 3 later).
     assert {n for n in names if n.startswith("state/")} == {
         "state/0/0/1_u0.changelog",
         "state/0/0/2_u1.changelog",
-        "state/0/0/3_u2.changelog",
     }
     assert "sources/0/0" in names and files == len(names)
     assert json.loads((dest / "metadata").read_text()) == {"id": "q-own"}
@@ -107,6 +107,56 @@ def test_a_copy_stops_at_the_last_committed_batch_and_keeps_its_own_query_id(
     assert (peer / "offsets" / "2").exists()
     with pytest.raises(FileExistsError):
         checkpoints.copy_committed(committed, dest)
+
+
+def test_state_versions_are_read_from_every_kind_of_state_file_name() -> None:
+    v = checkpoints._version
+    assert [v("3.delta"), v(".3.delta.crc"), v("12.snapshot"), v("7_ab-cd.changelog")] == [
+        3,
+        3,
+        12,
+        7,
+    ]
+    assert [v("7.zip"), v("._7_x.zip.crc"), v("schema"), v(".schema.crc"), v("x7.delta")] == [
+        7,
+        None,
+        None,
+        None,
+        None,
+    ]
+    new = checkpoints._newer_state
+    assert new(Path("state/0/1/5.delta"), 3) and not new(Path("state/0/1/4.delta"), 3)
+    # Not a partition's version file: the operator's metadata, RocksDB's SST files.
+    assert not new(Path("state/0/_metadata/9"), 3)
+    assert not new(Path("state/0/1/SST/9-abc.sst"), 3)
+
+
+def test_a_copy_missing_a_state_file_its_commit_names_is_incomplete(tmp_path: Path) -> None:
+    """Format v2: ``commits/N`` names the state files of version N + 1 by uuid; a copy without
+    one of them cannot resume, and says so (the supervisor then keeps the replica's own)."""
+    peer = _checkpoint(tmp_path / "peer", "q", [{"0": 5}, {"0": 9}], False)
+    (peer / "commits" / "1").write_text(
+        'v2\n{"nextBatchWatermarkMs":0,"stateUniqueIds":{"0":[["u1"],["u9"]]}}'
+    )
+    committed = checkpoints.last_committed(peer)
+    assert committed is not None
+    with pytest.raises(checkpoints.IncompleteCopy, match=r"state/0/1: no state version 2 \(u9\)"):
+        checkpoints.copy_committed(committed, tmp_path / "bad")
+    (peer / "state" / "0" / "1").mkdir()
+    (peer / "state" / "0" / "1" / "2_u9.changelog").write_text("v2")
+    checkpoints.copy_committed(committed, tmp_path / "good")
+    assert (tmp_path / "good" / "state" / "0" / "1" / "2_u9.changelog").exists()
+
+
+def test_a_copy_keeps_no_query_id_when_the_replica_had_none(tmp_path: Path) -> None:
+    peer = _checkpoint(tmp_path / "peer", "q-peer", [{"0": 5}], False)
+    (peer / ".metadata.crc").write_bytes(b"crc")
+    committed = checkpoints.last_committed(peer)
+    assert committed is not None
+    dest = tmp_path / "copy"
+    checkpoints.copy_committed(committed, dest, metadata_from=tmp_path / "never-started")
+    # Spark gives the query a new id rather than run two replicas under one.
+    assert not (dest / "metadata").exists() and not (dest / ".metadata.crc").exists()
 
 
 def test_a_file_deleted_while_copying_is_skipped(

@@ -28,6 +28,7 @@ from arfl.run.progress import (
     batch_late_drop,
     from_journal,
     late_drops,
+    peer_batches,
     unreported_batches,
 )
 from arfl.run.rundir import Journal, RunPaths, read_jsonl
@@ -303,6 +304,32 @@ def test_report_says_which_batches_have_no_progress_line(tmp_path: Path) -> None
     assert row[headers.index("late drops")] == "r0 0, r1 >= 3 (1 batch unknown)"
     (warning,) = [w for w in rep.warnings if "progress line" in w]
     assert "replica 1: batch 10 committed without a progress line" in warning
+
+
+def test_batches_taken_from_a_peers_checkpoint_are_not_unreported(tmp_path: Path) -> None:
+    """Replica 1 committed up to batch 9 and restarted from a copy of replica 0's checkpoint,
+    whose last committed batch was 11 (``resume: peer``): it never ran 10 and 11, so they are
+    no holes; a batch of its own committed without a line still is."""
+    lines = [{**_line(b), "id": "q1"} for b in (0, 1, 2, 4, 5, 6, 7, 8, 9, 12, 13)]
+    restarts = [
+        {"event": "replica-restarted", "replica": 1, "resume": "peer", "batch": 11, "own_batch": 9},
+        {"event": "replica-restarted", "replica": 1, "resume": "checkpoint"},
+    ]
+    assert unreported_batches(lines) == [3, 10, 11]
+    assert peer_batches(restarts) == [10, 11]
+    assert unreported_batches(lines, peer_batches(restarts)) == [3]
+    # A replica with no commit of its own took every batch up to the copy's.
+    assert peer_batches([{"resume": "peer", "batch": 2, "own_batch": None}]) == [0, 1, 2]
+    assert peer_batches([{"resume": "peer"}, {"resume": "peer", "batch": "x"}]) == []
+    # The report reads them from the journal.
+    run = _copy_run(tmp_path)
+    query = json.loads((run / "progress" / "replica-1.jsonl").read_text().splitlines()[0])["id"]
+    _append(run / "progress" / "replica-1.jsonl", {**_line(12, 3), "id": query})
+    with (run / "journal.jsonl").open("a") as f:
+        f.write(json.dumps({"t": 0, **restarts[0]}) + "\n")
+    rep = build_report(run)
+    assert rep.to_dict()["late_drops"]["replicas"]["1"]["unreported_batches"] == []
+    assert not [w for w in rep.warnings if "progress line" in w]
 
 
 def test_report_says_when_every_drop_was_the_agreed_watermarks(tmp_path: Path) -> None:

@@ -118,6 +118,26 @@ def test_plan_holds_the_next_boundary_when_it_follows_a_peers_too_soon(tmp_path:
     assert _planner(tmp_path, "late", now - 2.5, now).plan(now + 2.8) is None
 
 
+def test_stopping_the_keeper_thaws_a_freeze_at_once(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc = psutil.Process(child.pid)
+        keeper = PhaseKeeper(child.pid, [], 2, lambda m: None)
+        holding = threading.Thread(target=keeper._hold, args=(30.0, 15.0))
+        holding.start()
+        deadline = time.monotonic() + 5
+        while proc.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.status() == psutil.STATUS_STOPPED
+        t0 = time.monotonic()
+        keeper.stop()
+        holding.join(timeout=5)
+        assert time.monotonic() - t0 < 2 and proc.status() != psutil.STATUS_STOPPED
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+
+
 def test_a_hold_freezes_the_jvm_and_thaws_it(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -339,7 +359,10 @@ def test_a_batch_held_back_does_not_set_the_period(tmp_path: Path) -> None:
     assert planned is not None
     keeper._carry_out(*planned)
     assert keeper.holds == [pytest.approx(1.25, abs=0.01)]
+    # The line of the batch before it, late (it ended before the freeze began): a period.
+    keeper.on_progress(_progress(now - 8.55, 5000))
+    assert list(keeper._periods) == [5.0, 5.0, 5.0]
     keeper.on_progress(_progress(now - 3.5, 6250))  # the held batch: 5 s + 1.25 s
-    assert list(keeper._periods) == [5.0, 5.0]
+    assert list(keeper._periods) == [5.0, 5.0, 5.0]
     keeper.on_progress(_progress(now + 2.75, 5100))  # the next one counts again
-    assert list(keeper._periods) == [5.0, 5.0, pytest.approx(5.1)]
+    assert list(keeper._periods) == [5.0, 5.0, 5.0, pytest.approx(5.1)]

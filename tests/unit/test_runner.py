@@ -19,6 +19,7 @@ from arfl.configs.spec import Spec, parse_spec
 from arfl.errors import DeployError
 from arfl.measure.frontier import path_in as frontier_path_in
 from arfl.measure.frontier import write_frontier
+from arfl.orchestrate import checkpoints
 from arfl.orchestrate.supervisor import STANDBY_STOP_GRACE_S, ReplicaRunner
 from arfl.processes import is_running, priority_of, stop_pid
 from arfl.replica.driver import EXIT_BAD_CONFIG
@@ -828,7 +829,8 @@ def test_an_active_replica_resumes_from_the_freshest_committed_checkpoint(tmp_pa
         assert first["offsets"] == {"0": 40, "1": 30} and first["ahead"] == 10, first
         copy = run / "checkpoints" / "replica-1.1"
         assert config(1)["checkpoint_dir"] == str(copy)
-        assert (copy / "offsets" / "3").exists() and not (copy / "offsets" / "2").exists()
+        assert sorted(p.name for p in (copy / "offsets").iterdir()) == ["3"]
+        assert first["own_batch"] == 2, first
         assert json.loads((copy / "metadata").read_text()) == {"id": "query-1"}
         # Replica 0 is killed while its own checkpoint is the freshest: it keeps it.
         second = restart(0, 1)
@@ -840,6 +842,33 @@ def test_an_active_replica_resumes_from_the_freshest_committed_checkpoint(tmp_pa
         third = restart(1, 2)
         assert third["resume"] == "checkpoint", third
         assert config(1)["checkpoint_dir"] == str(copy)
+
+
+def test_a_copy_that_fails_leaves_the_replica_its_own_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> int:
+        raise checkpoints.IncompleteCopy("state/0/1: no state version 4 (u9)")
+
+    monkeypatch.setattr(checkpoints, "copy_committed", broken)
+    r = _runner(_active_spec(resume="peer"), tmp_path, _fake(tmp_path))
+    run = r.paths.root
+    for i, end in ((0, 50), (1, 10)):
+        loc = run / "checkpoints" / f"replica-{i}"
+        for log in ("offsets", "commits"):
+            (loc / log).mkdir(parents=True, exist_ok=True)
+        (loc / "offsets" / "0").write_text(f"v1\n{{}}\n{json.dumps({'in': {'0': end}})}")
+        (loc / "commits" / "0").write_text("v2\n{}")
+    with r:
+        r.wait_ready(timeout_s=20)
+        r.kill(1)
+        _wait(lambda: r.states()[1].app_id == "app-fake-1")
+        (restarted,) = _events(run, "replica-restarted")
+    assert restarted["resume"] == "checkpoint", restarted
+    assert "cannot copy" in restarted["why"] and "no state version 4" in restarted["why"]
+    cfg = json.loads((run / "replicas" / "replica-1.json").read_text())
+    assert cfg["checkpoint_dir"].endswith("checkpoints/replica-1")
+    assert not (run / "checkpoints" / "replica-1.1").exists()
 
 
 def test_resume_checkpoint_keeps_its_own_checkpoint_though_a_peer_is_fresher(

@@ -708,7 +708,8 @@ def _standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _resume_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """``resume = "output"`` skips input whose results are delivered: only sound where a
-    result depends on its own record and some replica delivered it."""
+    result depends on its own record and some replica delivered it. ``resume = "peer"`` takes
+    another replica's state: only sound in ``active``."""
     resume = _get(raw, "replication", "resume")
     mode = _get(raw, "replication", "mode") or "none"
     if resume == "peer" and mode != "active":

@@ -12,9 +12,10 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``replica-restarted`` {replica, pid, attempt, downtime_s, resume, offsets?, why?} —
   respawned (downtime since death); ``resume``: ``checkpoint`` (from its own, replaying since
   its last batch end), ``peer`` (from a copy of replica ``peer``'s checkpoint, whose committed
-  ``batch`` ended at ``offsets``, ``ahead`` input records beyond its own; ``copied_files``,
-  ``copy_s``) or ``output`` (a fresh checkpoint at the output frontier ``offsets``,
-  ``replication.resume``); ``why`` says why a pipeline that may resume from the output did not
+  ``batch`` ended at ``offsets``, ``ahead`` input records beyond its own last committed batch
+  ``own_batch``; ``copied_files``, ``copy_s``) or ``output`` (a fresh checkpoint at the output
+  frontier ``offsets``, ``replication.resume``); ``why`` says why a pipeline that may resume
+  from the output, or from a peer's copy, did not
 * ``replica-gave-up``  {replica, reason, detail?} — restart disabled, or ``crash-loop``
 * ``replica-stopped``  {replica, pid, exit_code, graceful}
 * ``interrupt-ignored`` {signals, during} — Ctrl-C or SIGTERM arrived while stopping
@@ -191,7 +192,8 @@ class _Replica:
         self.proc_log = log_path
         """The log of the current driver process (a promoted standby keeps its own)."""
         self.checkpoint: Path | None = None
-        """Its checkpoint since it resumed from the output frontier (None: the first one)."""
+        """Its checkpoint since it resumed from the output frontier or from a copy of a peer's
+        (None: the first one)."""
         self.start_offsets: str | None = None
         """The ``startingOffsets`` of that checkpoint's first query."""
         self.yield_since: float | None = None
@@ -664,15 +666,18 @@ class ReplicaRunner:
         started = time.monotonic()
         try:
             files = checkpoints.copy_committed(best, dest, metadata_from=own)
-        except OSError as e:
+        except Exception as e:  # never the supervision thread's end: its own checkpoint is there
             shutil.rmtree(dest, ignore_errors=True)
             return {"resume": "checkpoint", "why": f"cannot copy {best.path}: {e}"}
+        if rep.checkpoint is not None:
+            shutil.rmtree(rep.checkpoint, ignore_errors=True)  # an earlier copy, replaced
         rep.checkpoint = dest
         [per_partition] = best.offsets.values()
         return {
             "resume": "peer",
             "peer": where[best.path],
             "batch": best.batch,
+            "own_batch": None if mine is None else mine.batch,
             "offsets": per_partition,
             "ahead": None if mine is None else best.records - mine.records,
             "copied_files": files,

@@ -701,13 +701,13 @@ def run(cfg: DriverConfig) -> int:
         _log(f"query failed: {type(e).__name__}: {e}")
         rc = EXIT_QUERY_FAILED
     finally:
+        if progress_writer.keeper is not None:
+            progress_writer.keeper.stop()  # first: a hold under way has the JVM frozen
         if q is not None and q.isActive:
             try:
                 q.stop()
             except Exception as e:
                 _log(f"stopping the query: {e}")
-        if progress_writer.keeper is not None:
-            progress_writer.keeper.stop()
         spark.stop()
         if not ckpt.durable:
             shutil.rmtree(ckpt.location, ignore_errors=True)

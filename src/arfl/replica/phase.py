@@ -169,8 +169,9 @@ class PhaseKeeper:
         self._periods: deque[float] = deque(maxlen=5)
         """Lengths of its last batches, none a query run's first (:func:`_first_of_run`)."""
         self._query_run: object = _NO_RUN
-        self._held = False
-        """Its batch in flight was held at its end: that batch's length is no period."""
+        self._frozen_at: float | None = None
+        """When its last hold began: the batch that ends after it was held, its length is no
+        period (an earlier batch's line may still come after the freeze began)."""
         # Each peer's progress file, read incrementally; its last few batches kept, as
         # (start, end, first of its query run).
         self._peer_tails = [JsonlTail(p) for p in peers]
@@ -189,7 +190,8 @@ class PhaseKeeper:
         """Stop the keeper (a freeze under way is thawed first)."""
         self._stop.set()
         self._pending.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
 
     def on_progress(self, progress: dict[str, Any]) -> None:
         """A batch of this replica ended (called from the progress listener)."""
@@ -199,9 +201,11 @@ class PhaseKeeper:
         start, end = span
         first = _first_of_run(progress, self._query_run)
         self._query_run = progress.get("runId")
-        if not first and not self._held:
+        held = self._frozen_at is not None and end >= self._frozen_at
+        if held:
+            self._frozen_at = None
+        if not first and not held:
             self._periods.append(end - start)
-        self._held = False
         self._last_end = end
         self._pending.set()
 
@@ -294,8 +298,8 @@ class PhaseKeeper:
                 "do not ask for it (a newer progress line, a restart or a death since the plan)"
             )
             return
+        self._frozen_at = time.time()
         self._hold(margin + hold, hold)
-        self._held = True
 
     def _hold(self, freeze: float, hold: float) -> None:
         """Freeze the driver JVM for ``freeze`` seconds (to hold its next batch ``hold``)."""
@@ -305,7 +309,7 @@ class PhaseKeeper:
             self.log(f"cannot hold the next batch back: {e}")
             return
         try:
-            time.sleep(freeze)
+            self._stop.wait(freeze)  # stop() thaws at once
         finally:
             os.kill(self.jvm_pid, signal.SIGCONT)
         self.holds.append(hold)

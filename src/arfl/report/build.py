@@ -55,7 +55,13 @@ from arfl.report.model import (
 )
 from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos
-from arfl.run.progress import AGREED_WATERMARK, NOT_CATCHING_UP, batch_ends, unreported_batches
+from arfl.run.progress import (
+    AGREED_WATERMARK,
+    NOT_CATCHING_UP,
+    batch_ends,
+    peer_batches,
+    unreported_batches,
+)
 from arfl.units import percentile_key
 
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -381,7 +387,14 @@ def late_drops(data: RunData) -> LateDrops:
             first_batch=ds[0].batch if ds else None,
             last_batch=ds[-1].batch if ds else None,
             unreported_batches=tuple(
-                unreported_batches(data.progress.get(r, ())) if data.spec.has_window else ()
+                unreported_batches(
+                    data.progress.get(r, ()),
+                    peer_batches(
+                        e for e in data.events("replica-restarted") if e.get("replica") == r
+                    ),
+                )
+                if data.spec.has_window
+                else ()
             ),
         )
     drops = [d for ds in found.values() for d in ds]

@@ -269,12 +269,15 @@ def from_journal(event: Mapping[str, Any]) -> LateDrop | None:
     )
 
 
-def unreported_batches(lines: Iterable[Mapping[str, Any]]) -> list[int]:
+def unreported_batches(
+    lines: Iterable[Mapping[str, Any]], not_run: Iterable[int] = ()
+) -> list[int]:
     """Batch ids a replica's queries ran without a progress line: within each query (its
     ``id``, which a restart from the checkpoint keeps), the ids from 0 to the newest one that
     no line names. A driver killed right after a commit leaves such a hole: Spark calls the
     progress listener after the commit, and the restart goes on with the next id. Lines without
-    a query id or a readable batch id make no holes up.
+    a query id or a readable batch id make no holes up. ``not_run``: ids the replica never ran
+    (a peer's batches it took with a copy of the peer's checkpoint, ``resume: peer``).
 
     Returns:
         The missing ids, query by query in file order, each query's ascending.
@@ -288,4 +291,21 @@ def unreported_batches(lines: Iterable[Mapping[str, Any]]) -> list[int]:
             continue
         if isinstance(query, str) and query and batch >= 0:
             seen.setdefault(query, set()).add(batch)
-    return [b for ids in seen.values() for b in range(max(ids)) if b not in ids]
+    skip = set(not_run)
+    return [b for ids in seen.values() for b in range(max(ids)) if b not in ids and b not in skip]
+
+
+def peer_batches(restarts: Iterable[Mapping[str, Any]]) -> list[int]:
+    """Batch ids a replica took from a peer's checkpoint instead of running them: for each of
+    its ``replica-restarted`` events with ``resume: peer``, the ids after its own last committed
+    batch (``own_batch``, none: -1) up to the copy's (``batch``)."""
+    out: list[int] = []
+    for e in restarts:
+        if e.get("resume") != "peer":
+            continue
+        try:
+            own = -1 if e.get("own_batch") is None else int(e["own_batch"])
+            out.extend(range(own + 1, int(e["batch"]) + 1))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
