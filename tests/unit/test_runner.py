@@ -803,14 +803,6 @@ def test_an_active_replica_resumes_from_the_freshest_committed_checkpoint(tmp_pa
     r = _runner(_active_spec(resume="peer"), tmp_path, _fake(tmp_path))
     run = r.paths.root
 
-    def committed(replica: int, batch: int, ends: dict[str, int]) -> None:
-        loc = run / "checkpoints" / f"replica-{replica}"
-        for log in ("offsets", "commits"):
-            (loc / log).mkdir(parents=True, exist_ok=True)
-        (loc / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps({'in': ends})}")
-        (loc / "commits" / str(batch)).write_text("v2\n{}")
-        (loc / "metadata").write_text(json.dumps({"id": f"query-{replica}"}))
-
     def config(i: int) -> dict[str, Any]:
         return dict(json.loads((run / "replicas" / f"replica-{i}.json").read_text()))
 
@@ -821,8 +813,8 @@ def test_an_active_replica_resumes_from_the_freshest_committed_checkpoint(tmp_pa
 
     with r:
         r.wait_ready(timeout_s=20)
-        committed(0, 3, {"0": 40, "1": 30})
-        committed(1, 2, {"0": 35, "1": 25})
+        _committed(run, 0, 3, {"0": 40, "1": 30})
+        _committed(run, 1, 2, {"0": 35, "1": 25})
         # Replica 1's own checkpoint is behind replica 0's: a copy of replica 0's.
         first = restart(1, 1)
         assert first["resume"] == "peer" and first["peer"] == 0 and first["batch"] == 3, first
@@ -844,6 +836,29 @@ def test_an_active_replica_resumes_from_the_freshest_committed_checkpoint(tmp_pa
         assert config(1)["checkpoint_dir"] == str(copy)
 
 
+def _committed(run: Path, replica: int, batch: int, ends: dict[str, int]) -> None:
+    """A fake checkpoint of ``replica`` whose last committed batch ended at ``ends``."""
+    loc = run / "checkpoints" / f"replica-{replica}"
+    for log in ("offsets", "commits"):
+        (loc / log).mkdir(parents=True, exist_ok=True)
+    (loc / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps({'in': ends})}")
+    (loc / "commits" / str(batch)).write_text("v2\n{}")
+    (loc / "metadata").write_text(json.dumps({"id": f"query-{replica}"}))
+
+
+def _kill_replica_1_behind_replica_0(r: ReplicaRunner) -> dict[str, Any]:
+    """Replica 0's checkpoint read to 50, replica 1's to 10; kill replica 1 once: its
+    ``replica-restarted``."""
+    _committed(r.paths.root, 0, 0, {"0": 50})
+    _committed(r.paths.root, 1, 0, {"0": 10})
+    with r:
+        r.wait_ready(timeout_s=20)
+        r.kill(1)
+        _wait(lambda: r.states()[1].app_id == "app-fake-1")
+        (restarted,) = _events(r.paths.root, "replica-restarted")
+    return dict(restarted)
+
+
 def test_a_copy_that_fails_leaves_the_replica_its_own_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -853,17 +868,7 @@ def test_a_copy_that_fails_leaves_the_replica_its_own_checkpoint(
     monkeypatch.setattr(checkpoints, "copy_committed", broken)
     r = _runner(_active_spec(resume="peer"), tmp_path, _fake(tmp_path))
     run = r.paths.root
-    for i, end in ((0, 50), (1, 10)):
-        loc = run / "checkpoints" / f"replica-{i}"
-        for log in ("offsets", "commits"):
-            (loc / log).mkdir(parents=True, exist_ok=True)
-        (loc / "offsets" / "0").write_text(f"v1\n{{}}\n{json.dumps({'in': {'0': end}})}")
-        (loc / "commits" / "0").write_text("v2\n{}")
-    with r:
-        r.wait_ready(timeout_s=20)
-        r.kill(1)
-        _wait(lambda: r.states()[1].app_id == "app-fake-1")
-        (restarted,) = _events(run, "replica-restarted")
+    restarted = _kill_replica_1_behind_replica_0(r)
     assert restarted["resume"] == "checkpoint", restarted
     assert "cannot copy" in restarted["why"] and "no state version 4" in restarted["why"]
     cfg = json.loads((run / "replicas" / "replica-1.json").read_text())
@@ -876,16 +881,6 @@ def test_resume_checkpoint_keeps_its_own_checkpoint_though_a_peer_is_fresher(
 ) -> None:
     r = _runner(_active_spec(resume="checkpoint"), tmp_path, _fake(tmp_path))
     run = r.paths.root
-    for i, end in ((0, 50), (1, 10)):
-        loc = run / "checkpoints" / f"replica-{i}"
-        for log in ("offsets", "commits"):
-            (loc / log).mkdir(parents=True, exist_ok=True)
-        (loc / "offsets" / "0").write_text(f"v1\n{{}}\n{json.dumps({'in': {'0': end}})}")
-        (loc / "commits" / "0").write_text("v2\n{}")
-    with r:
-        r.wait_ready(timeout_s=20)
-        r.kill(1)
-        _wait(lambda: r.states()[1].app_id == "app-fake-1")
-        (restarted,) = _events(run, "replica-restarted")
-        assert restarted["resume"] == "checkpoint", restarted
+    restarted = _kill_replica_1_behind_replica_0(r)
+    assert restarted["resume"] == "checkpoint", restarted
     assert not (run / "checkpoints" / "replica-1.1").exists()
