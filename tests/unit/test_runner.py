@@ -662,6 +662,17 @@ def _active_spec(**repl: Any) -> Spec:
     )
 
 
+def _replica_config(run: Path, i: int) -> dict[str, Any]:
+    return dict(json.loads((run / "replicas" / f"replica-{i}.json").read_text()))
+
+
+def _restart(r: ReplicaRunner, i: int, attempt: int) -> dict[str, Any]:
+    """Kill replica ``i`` and wait for its ``attempt``: its last ``replica-restarted``."""
+    r.kill(i)
+    _wait(lambda: r.states()[i].app_id == f"app-fake-{attempt}")
+    return [e for e in _events(r.paths.root, "replica-restarted") if e["replica"] == i][-1]
+
+
 def test_a_stateless_active_replica_resumes_from_the_output_frontier(tmp_path: Path) -> None:
     """Restarted once without a frontier (its checkpoint, and why), then with one: a fresh
     checkpoint whose first query starts at the frontier; a third restart without a newer
@@ -670,32 +681,24 @@ def test_a_stateless_active_replica_resumes_from_the_output_frontier(tmp_path: P
     r = _runner(_active_spec(), tmp_path, _fake(tmp_path), mode_options={STARTING_OFFSETS: start})
     run = r.paths.root
 
-    def config(i: int) -> dict[str, Any]:
-        return dict(json.loads((run / "replicas" / f"replica-{i}.json").read_text()))
-
-    def restart(i: int, attempt: int) -> dict[str, Any]:
-        r.kill(i)
-        _wait(lambda: r.states()[i].app_id == f"app-fake-{attempt}")
-        return [e for e in _events(run, "replica-restarted") if e["replica"] == i][-1]
-
     with r:
         r.wait_ready(timeout_s=20)
-        first = restart(1, 1)
+        first = _restart(r, 1, 1)
         assert first["resume"] == "checkpoint" and "no output frontier" in first["why"]
-        assert config(1)["checkpoint_dir"].endswith("checkpoints/replica-1")
+        assert _replica_config(run, 1)["checkpoint_dir"].endswith("checkpoints/replica-1")
         write_frontier(frontier_path_in(run), {0: 15, 1: 18}, time.time())
-        second = restart(1, 2)
+        second = _restart(r, 1, 2)
         assert second["resume"] == "output" and second["offsets"] == {"0": 15, "1": 20}
-        cfg = config(1)
+        cfg = _replica_config(run, 1)
         assert cfg["checkpoint_dir"].endswith("checkpoints/replica-1.2")
         assert json.loads(cfg["mode_options"][STARTING_OFFSETS]) == {"in": {"0": 15, "1": 20}}
         # Replica 0 never restarted: its own checkpoint and deploy's offsets.
-        assert config(0)["checkpoint_dir"].endswith("checkpoints/replica-0")
-        assert config(0)["mode_options"][STARTING_OFFSETS] == start
+        assert _replica_config(run, 0)["checkpoint_dir"].endswith("checkpoints/replica-0")
+        assert _replica_config(run, 0)["mode_options"][STARTING_OFFSETS] == start
         frontier_path_in(run).unlink()
-        third = restart(1, 3)
+        third = _restart(r, 1, 3)
         assert third["resume"] == "checkpoint"
-        assert config(1)["checkpoint_dir"].endswith("checkpoints/replica-1.2")
+        assert _replica_config(run, 1)["checkpoint_dir"].endswith("checkpoints/replica-1.2")
 
 
 def test_resume_checkpoint_never_skips_input(tmp_path: Path) -> None:
@@ -803,37 +806,29 @@ def test_an_active_replica_resumes_from_the_freshest_committed_checkpoint(tmp_pa
     r = _runner(_active_spec(resume="peer"), tmp_path, _fake(tmp_path))
     run = r.paths.root
 
-    def config(i: int) -> dict[str, Any]:
-        return dict(json.loads((run / "replicas" / f"replica-{i}.json").read_text()))
-
-    def restart(i: int, attempt: int) -> dict[str, Any]:
-        r.kill(i)
-        _wait(lambda: r.states()[i].app_id == f"app-fake-{attempt}")
-        return [e for e in _events(run, "replica-restarted") if e["replica"] == i][-1]
-
     with r:
         r.wait_ready(timeout_s=20)
         _committed(run, 0, 3, {"0": 40, "1": 30})
         _committed(run, 1, 2, {"0": 35, "1": 25})
         # Replica 1's own checkpoint is behind replica 0's: a copy of replica 0's.
-        first = restart(1, 1)
+        first = _restart(r, 1, 1)
         assert first["resume"] == "peer" and first["peer"] == 0 and first["batch"] == 3, first
         assert first["offsets"] == {"0": 40, "1": 30} and first["ahead"] == 10, first
         copy = run / "checkpoints" / "replica-1.1"
-        assert config(1)["checkpoint_dir"] == str(copy)
+        assert _replica_config(run, 1)["checkpoint_dir"] == str(copy)
         assert sorted(p.name for p in (copy / "offsets").iterdir()) == ["3"]
         assert first["own_batch"] == 2, first
         assert json.loads((copy / "metadata").read_text()) == {"id": "query-1"}
         # Replica 0 is killed while its own checkpoint is the freshest: it keeps it.
-        second = restart(0, 1)
+        second = _restart(r, 0, 1)
         assert second["resume"] == "checkpoint" and "peer" not in second, second
-        assert config(0)["checkpoint_dir"].endswith("checkpoints/replica-0")
+        assert _replica_config(run, 0)["checkpoint_dir"].endswith("checkpoints/replica-0")
         # Replica 1's checkpoint is now its copy: a newer own commit there wins again.
         (copy / "offsets" / "4").write_text(f"v1\n{{}}\n{json.dumps({'in': {'0': 50, '1': 30}})}")
         (copy / "commits" / "4").write_text("v2\n{}")
-        third = restart(1, 2)
+        third = _restart(r, 1, 2)
         assert third["resume"] == "checkpoint", third
-        assert config(1)["checkpoint_dir"] == str(copy)
+        assert _replica_config(run, 1)["checkpoint_dir"] == str(copy)
 
 
 def _committed(run: Path, replica: int, batch: int, ends: dict[str, int]) -> None:
