@@ -70,10 +70,11 @@ def test_the_freshest_checkpoint_read_furthest(tmp_path: Path) -> None:
     other = tmp_path / "other"
     _batch(other, 0, {"0": 100, "1": 100, "2": 100})  # other partitions: never chosen
     none = tmp_path / "none"
-    best = checkpoints.freshest([none, a, other, b, c])
+    last = checkpoints.last_committed
+    best = checkpoints.freshest([last(none), last(a), last(other), last(b), last(c)])
     assert best is not None and best.path == b and best.batch == 1  # first of equals
-    assert checkpoints.freshest([a]) == checkpoints.last_committed(a)
-    assert checkpoints.freshest([none]) is None
+    assert checkpoints.freshest([last(a)]) == last(a)
+    assert checkpoints.freshest([last(none)]) is None
 
 
 def test_a_copy_stops_at_the_last_committed_batch_and_keeps_its_own_query_id(
@@ -109,21 +110,19 @@ def test_a_copy_stops_at_the_last_committed_batch_and_keeps_its_own_query_id(
         checkpoints.copy_committed(committed, dest)
 
 
-def test_state_versions_are_read_from_every_kind_of_state_file_name() -> None:
-    v = checkpoints._version
-    assert [v("3.delta"), v(".3.delta.crc"), v("12.snapshot"), v("7_ab-cd.changelog")] == [
-        3,
-        3,
-        12,
-        7,
-    ]
-    assert [v("7.zip"), v("._7_x.zip.crc"), v("schema"), v(".schema.crc"), v("x7.delta")] == [
-        7,
-        None,
-        None,
-        None,
-        None,
-    ]
+def test_batch_ids_and_state_versions_are_read_from_every_kind_of_file_name() -> None:
+    v = checkpoints._number
+    # Log entries and their checksums.
+    assert [v("3"), v(".3.crc"), v("12"), v("3x"), v(".3x.crc")] == [3, 3, 12, None, None]
+    # State store files of every format.
+    got = [v(n) for n in ("3.delta", ".3.delta.crc", "12.snapshot", "7_ab.changelog", "7.zip")]
+    assert got == [3, 3, 12, 7, 7]
+    assert [v(n) for n in ("._7_x.zip.crc", "schema", ".schema.crc", "x7.delta")] == [None] * 4
+    beyond = checkpoints._beyond
+    assert beyond(Path("offsets/.4.crc"), 3) and beyond(Path("commits/4"), 3)
+    assert not beyond(Path("commits/3"), 3)
+    assert not beyond(Path("state/0/0/4.delta"), 3)  # not a log entry
+    assert checkpoints._unfinished(".4.0f3c.tmp") and checkpoints._unfinished("..4.0f3c.tmp.crc")
     new = checkpoints._newer_state
     assert new(Path("state/0/1/5.delta"), 3) and not new(Path("state/0/1/4.delta"), 3)
     # Not a partition's version file: the operator's metadata, RocksDB's SST files.

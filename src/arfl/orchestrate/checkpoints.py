@@ -50,6 +50,17 @@ class Committed:
         return sum(o for parts in self.offsets.values() for o in parts.values())
 
 
+def _number(name: str) -> int | None:
+    """The batch id or state version a checkpoint file is of: its leading digits (after the
+    dots of a hidden ``.crc``) ending the name or followed by ``.`` or ``_`` (``3``, ``.3.crc``,
+    ``V.delta``, ``.V_<uuid>.changelog.crc``); None for other names."""
+    head = name.lstrip(".")
+    digits = len(head) - len(head.lstrip("0123456789"))
+    if digits == 0 or head[digits : digits + 1] not in ("", ".", "_"):
+        return None
+    return int(head[:digits])
+
+
 def _entries(log: Path) -> list[int]:
     """Batch ids of a metadata log's entries (its numbered files), highest first."""
     try:
@@ -91,13 +102,12 @@ def last_committed(location: Path) -> Committed | None:
     return None
 
 
-def freshest(locations: list[Path]) -> Committed | None:
-    """Of these checkpoints, the one whose last committed batch read furthest into the input
-    (the first of equals; None if none has a committed batch). Only checkpoints of the same
-    topic partitions as the first that has one compete with it."""
+def freshest(committed: list[Committed | None]) -> Committed | None:
+    """Of these checkpoints' last committed batches (:func:`last_committed`), the one that read
+    furthest into the input (the first of equals; None if none has one). Only those of the same
+    topic partitions as the first compete with it."""
     best: Committed | None = None
-    for loc in locations:
-        got = last_committed(loc)
+    for got in committed:
         if got is None:
             continue
         if best is None or (_partitions(got) == _partitions(best) and got.records > best.records):
@@ -113,23 +123,13 @@ class IncompleteCopy(OSError):
     """A copied checkpoint lacks what its last committed batch needs."""
 
 
-def _version(name: str) -> int | None:
-    """The state version a state store file is of (``V.delta``, ``.V_<uuid>.changelog.crc``,
-    ...), None for other names."""
-    head = name.lstrip(".")
-    digits = len(head) - len(head.lstrip("0123456789"))
-    if digits == 0 or head[digits : digits + 1] not in (".", "_"):
-        return None
-    return int(head[:digits])
-
-
 def _newer_state(rel: Path, batch: int) -> bool:
     """A state store file (``state/<operator>/<partition>/<file>``) of a version after the one
     batch ``batch`` committed (N + 1)."""
     parts = rel.parts
     if len(parts) != 4 or parts[0] != "state" or not parts[2].isdecimal():
         return False
-    version = _version(parts[3])
+    version = _number(parts[3])
     return version is not None and version > batch + 1
 
 
@@ -169,15 +169,16 @@ def _raise(e: OSError) -> None:
 
 
 def _beyond(rel: Path, batch: int) -> bool:
-    """A log entry (or its ``.N.crc`` / ``.N.<uuid>.tmp``) of a batch after ``batch``, or an
-    unfinished write."""
+    """A log entry (or its ``.N.crc``) of a batch after ``batch``."""
     if len(rel.parts) != 2 or rel.parts[0] not in LOGS:
         return False
-    name = rel.parts[1]
-    if name.endswith(".tmp") or name.endswith(".tmp.crc"):
-        return True
-    head = name.lstrip(".").split(".", 1)[0]
-    return head.isdigit() and int(head) > batch
+    n = _number(rel.parts[1])
+    return n is not None and n > batch
+
+
+def _unfinished(name: str) -> bool:
+    """A write Spark had not renamed into place yet (``.N.<uuid>.tmp`` and its checksum)."""
+    return name.endswith(".tmp") or name.endswith(".tmp.crc")
 
 
 def copy_committed(source: Committed, dest: Path, metadata_from: Path | None = None) -> int:
@@ -205,7 +206,7 @@ def copy_committed(source: Committed, dest: Path, metadata_from: Path | None = N
             (dest / rel_root / d).mkdir(exist_ok=True)
         for f in files:
             rel = rel_root / f
-            if _beyond(rel, source.batch) or _newer_state(rel, source.batch) or f.endswith(".tmp"):
+            if _unfinished(f) or _beyond(rel, source.batch) or _newer_state(rel, source.batch):
                 continue
             try:
                 shutil.copy2(Path(root) / f, dest / rel)

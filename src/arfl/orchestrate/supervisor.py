@@ -658,7 +658,9 @@ class ReplicaRunner:
             if r is not rep
         }
         mine = checkpoints.last_committed(own)
-        best = checkpoints.freshest(list(where))
+        best = checkpoints.freshest(
+            [mine, *(checkpoints.last_committed(loc) for loc in where if loc != own)]
+        )
         if best is None or best.path == own:
             return {"resume": "checkpoint"}
         dest = self.paths.root / "checkpoints" / f"replica-{rep.index}.{rep.attempt}"
