@@ -514,24 +514,33 @@ def test_a_standby_that_does_not_yield_gets_full_priority_at_once(tmp_path: Path
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="lowering a niceness needs root")
-def test_a_standby_taking_over_a_stateful_pipeline_does_not_yield(tmp_path: Path) -> None:
-    """A window replays from a checkpoint before its replica covers anyone: full priority at
-    once, though ``standby_yield`` is on."""
-    spec = _standby_spec()
-    windowed = spec.model_copy(
-        update={
-            "steps": parse_spec(
-                {
-                    "name": "w",
-                    "source": {"topic": "in", "event_time": "ts"},
-                    "sink": {"topic": "out"},
-                    "steps": [{"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}],
-                }
-            ).steps
+def _windowed(spec: Spec) -> Spec:
+    steps = parse_spec(
+        {
+            "name": "w",
+            "source": {"topic": "in", "event_time": "ts"},
+            "sink": {"topic": "out"},
+            "steps": [{"window": {"size": "1s", "key": "user", "agg": {"n": "count(*)"}}}],
         }
-    )
-    assert windowed.replication.standby_yield and not windowed.stateless
-    r = _runner(windowed, tmp_path, _fake_standby(tmp_path))
+    ).steps
+    return spec.model_copy(update={"steps": steps})
+
+
+def _resuming_from_own_checkpoint(spec: Spec) -> Spec:
+    replication = spec.replication.model_copy(update={"resume": "checkpoint"})
+    return spec.model_copy(update={"replication": replication})
+
+
+@pytest.mark.parametrize("variant", [_windowed, _resuming_from_own_checkpoint])
+def test_a_standby_that_replays_does_not_yield(
+    tmp_path: Path, variant: Callable[[Spec], Spec]
+) -> None:
+    """A window, or any pipeline resuming from a checkpoint, replays before its replica covers
+    anyone: full priority at once, though ``standby_yield`` is on (a filter/select pipeline
+    resuming from the output has nothing to replay, and yields)."""
+    spec = variant(_standby_spec())
+    assert spec.replication.standby_yield and not spec.resumes_from_output
+    r = _runner(spec, tmp_path, _fake_standby(tmp_path))
     with r:
         r.wait_ready(timeout_s=20)
         _wait(lambda: [s.ready for s in r.standby_states()] == [True])

@@ -35,7 +35,8 @@ K counting every standby started): each starts its Spark session, warms its exec
 (real-time) rehearses the pipeline at niceness :data:`STANDBY_NICE` (the replicas keep the
 CPU), then waits. A replica to restart is given a ready standby if there is one: its niceness
 goes back to 0 (at once, or once it caught up but after :data:`YIELD_MAX_S` at most:
-``standby_yield``, for a pipeline without state only), it is sent the
+``standby_yield``, only for a replica resuming at the output frontier: one that replays from
+a checkpoint covers no one until it is done), it is sent the
 replica's config, and it starts the replica's query at once (``replica-started`` and
 ``replica-restarted`` carry ``standby: K``) instead of a new Spark application (25-45 s here
 under load). A new standby is started :data:`STANDBY_RESPAWN_DELAY_S` later, so that its
@@ -806,9 +807,12 @@ class ReplicaRunner:
         with contextlib.suppress(FileNotFoundError):
             rep.app_id_path.unlink()
         now = time.time()
-        # A stateful pipeline replays from a checkpoint before it covers anyone: at niceness 19
-        # it barely replays (session 29), so it yields only without state to restore.
-        yielding = self.spec.replication.standby_yield and sb.niced and self.spec.stateless
+        # A replica that replays from a checkpoint (a stateful pipeline, or resume =
+        # "checkpoint") covers no one until it is done, and at niceness 19 it barely replays
+        # (session 29): it yields only when it starts at the output frontier.
+        yielding = (
+            self.spec.replication.standby_yield and sb.niced and self.spec.resumes_from_output
+        )
         reniced = False if yielding else set_nice(process_tree(sb.proc.pid), 0)
         rep.yield_since = now if yielding else None
         if yielding:
