@@ -1,5 +1,6 @@
-"""Real-time mode's latency knobs: the replicas' sink linger, the source's fetch batching and
-the streaming shuffle's flush wait, measured on active RTM R=2 (fault-free; ``--pipeline``
+"""Real-time mode's latency knobs: the replicas' sink linger, the source's fetch batching, the
+streaming shuffle's flush wait, the injector's linger and the merger's consumer fetch wait and
+producer linger, measured on active RTM R=2 (fault-free; ``--pipeline``
 per-record or windowed), every variant in one invocation (``--rounds``: that many runs each,
 alternating), at Spark's 5-s real-time interval unless ``--interval`` says otherwise.
 
@@ -14,7 +15,11 @@ per record), so the broker is the busiest process. The variants trade a few ms o
 fewer requests; the table says what each did to p50, p99 and the cores used. A windowed
 pipeline's aggregation sits behind RTM's streaming shuffle, whose writer holds a partly filled
 buffer up to ``spark.shuffle.streaming.networkBufferMaxWaitTimeMs`` (Spark's default 50 ms)
-before it sends it to the reader; the "shuffle flush" variants set it.
+before it sends it to the reader; the "shuffle flush" variants set it. The injector's producer
+lingers ``[workload] linger`` (2 ms) before it sends, after the event's intended send time (the
+latency's start); the merger's consumer asks the broker to hold an empty fetch up to
+``[merger] fetch_wait`` (5 ms), and its producer lingers ``[merger] linger`` (1 ms) on the
+final topic, after the latency is measured.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,39 +38,56 @@ from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.units import parse_duration
 
-VARIANTS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
-    # name: (source options, sink options, spark conf)
-    "default": ({}, {}, {}),
-    "sink linger 0 ms": ({}, {"kafka.linger.ms": "0"}, {}),
-    "sink linger 1 ms": ({}, {"kafka.linger.ms": "1"}, {}),
-    "sink linger 2 ms": ({}, {"kafka.linger.ms": "2"}, {}),
-    "sink linger 5 ms": ({}, {"kafka.linger.ms": "5"}, {}),
-    "source fetch >= 4 KB or 5 ms": (
-        {"kafka.fetch.min.bytes": "4096", "kafka.fetch.max.wait.ms": "5"},
-        {},
-        {},
+
+@dataclass(frozen=True)
+class Knobs:
+    """One variant: ``[source] options``, ``[sink] options``, ``[spark] conf``, and
+    ``[workload]`` / ``[merger]`` keys (values as the spec model holds them: seconds)."""
+
+    source: dict[str, str]
+    sink: dict[str, str]
+    conf: dict[str, str]
+    workload: dict[str, float] = field(default_factory=dict)
+    merger: dict[str, float] = field(default_factory=dict)
+
+
+VARIANTS: dict[str, Knobs] = {
+    "default": Knobs({}, {}, {}),
+    "sink linger 0 ms": Knobs({}, {"kafka.linger.ms": "0"}, {}),
+    "sink linger 1 ms": Knobs({}, {"kafka.linger.ms": "1"}, {}),
+    "sink linger 2 ms": Knobs({}, {"kafka.linger.ms": "2"}, {}),
+    "sink linger 5 ms": Knobs({}, {"kafka.linger.ms": "5"}, {}),
+    "source fetch >= 4 KB or 5 ms": Knobs(
+        {"kafka.fetch.min.bytes": "4096", "kafka.fetch.max.wait.ms": "5"}, {}, {}
     ),
-    "both": (
+    "both": Knobs(
         {"kafka.fetch.min.bytes": "4096", "kafka.fetch.max.wait.ms": "5"},
         {"kafka.linger.ms": "2"},
         {},
     ),
-    "shuffle flush 50 ms": ({}, {}, {SHUFFLE_FLUSH_CONF: "50"}),
-    "shuffle flush 5 ms": ({}, {}, {SHUFFLE_FLUSH_CONF: "5"}),
-    "shuffle flush 1 ms": ({}, {}, {SHUFFLE_FLUSH_CONF: "1"}),
+    "shuffle flush 50 ms": Knobs({}, {}, {SHUFFLE_FLUSH_CONF: "50"}),
+    "shuffle flush 5 ms": Knobs({}, {}, {SHUFFLE_FLUSH_CONF: "5"}),
+    "shuffle flush 1 ms": Knobs({}, {}, {SHUFFLE_FLUSH_CONF: "1"}),
+    "injector linger 0 ms": Knobs({}, {}, {}, workload={"linger": 0.0}),
+    "injector linger 5 ms": Knobs({}, {}, {}, workload={"linger": 0.005}),
+    "merger fetch wait 1 ms": Knobs({}, {}, {}, merger={"fetch_wait": 0.001}),
+    "merger fetch wait 50 ms": Knobs({}, {}, {}, merger={"fetch_wait": 0.05}),
 }
 
 
-def variant_spec(
-    base: Spec, source: dict[str, str], sink: dict[str, str], conf: dict[str, str] | None = None
-) -> Spec:
-    """``base`` with the variant's ``[source]``/``[sink]`` options and ``[spark] conf``."""
+def variant_spec(base: Spec, knobs: Knobs) -> Spec:
+    """``base`` with the variant's ``[source]``/``[sink]`` options, ``[spark] conf`` and
+    ``[workload]``/``[merger]`` keys."""
     update: dict[str, Any] = {
-        "source": base.source.model_copy(update={"options": source}),
-        "sink": base.sink.model_copy(update={"options": sink}),
+        "source": base.source.model_copy(update={"options": knobs.source}),
+        "sink": base.sink.model_copy(update={"options": knobs.sink}),
     }
-    if conf:
-        update["spark"] = base.spark.model_copy(update={"conf": {**base.spark.conf, **conf}})
+    if knobs.conf:
+        update["spark"] = base.spark.model_copy(update={"conf": {**base.spark.conf, **knobs.conf}})
+    if knobs.workload:
+        update["workload"] = base.workload.model_copy(update=knobs.workload)
+    if knobs.merger:
+        update["merger"] = base.merger.model_copy(update=knobs.merger)
     return base.model_copy(update=update)
 
 
@@ -108,20 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     args.runs.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for rnd, name in ((r, n) for r in range(args.rounds) for n in names):
-        source, sink, conf = VARIANTS[name]
+        knobs = VARIANTS[name]
         spec = variant_spec(
-            spec_for(args.pipeline, "active", args.rate, t, None, duration, args.interval),
-            source,
-            sink,
-            conf,
+            spec_for(args.pipeline, "active", args.rate, t, None, duration, args.interval), knobs
         )
         row: dict[str, Any] = {
             "variant": name,
             "round": rnd,
             "pipeline": args.pipeline,
-            "source": source,
-            "sink": sink,
-            "conf": conf,
+            **asdict(knobs),
         }
         try:
             run_dir, summary, cpu, _ = run(spec, args.runs)
@@ -135,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nactive RTM R=2 {args.pipeline}, {args.rate} ev/s, after a {args.warmup} warm-up")
     print(
         f"{'variant':30} {'p50 ms':>7} {'p99 ms':>8} {'host':>5} {'kafka':>6} "
-        f"{'executors':>9} {'merger':>6} {'miss':>4}"
+        f"{'executors':>9} {'merger':>6} {'inject':>6} {'miss':>4}"
     )
     for r in rows:
         if "error" in r:
@@ -146,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{_name(r, args.rounds):30} {r['overall_p50']:7.1f} {r['overall_p99']:8.1f} "
             f"{r.get('host_cores_busy', float('nan')):5.2f} {pc.get('kafka', float('nan')):6.2f} "
-            f"{execs:9.2f} {pc.get('merger', float('nan')):6.2f} {r['missing']:4}"
+            f"{execs:9.2f} {pc.get('merger', float('nan')):6.2f} "
+            f"{pc.get('injector', float('nan')):6.2f} {r['missing']:4}"
         )
     return 0
 

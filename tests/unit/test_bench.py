@@ -308,8 +308,20 @@ def test_rtm_knobs_sets_the_shuffle_flush_of_a_windowed_variant() -> None:
 
     t = realtime.Timing(150.0, 150.0, 70.0, 150.0)
     base = realtime.spec_for("windowed", "active", 1000, t, None, 150.0, "30s")
-    source, sink, conf = rtm_knobs.VARIANTS["shuffle flush 1 ms"]
-    spec = rtm_knobs.variant_spec(base, source, sink, conf)
+    spec = rtm_knobs.variant_spec(base, rtm_knobs.VARIANTS["shuffle flush 1 ms"])
     assert spec.spark.conf[rtm_knobs.SHUFFLE_FLUSH_CONF] == "1"
     assert spec.spark.conf["spark.sql.shuffle.partitions"] == "2"  # the bench's own kept
     assert spec.has_window and rtm_knobs.SHUFFLE_FLUSH_CONF not in base.spark.conf
+
+
+def test_rtm_knobs_sets_the_injectors_linger_and_the_mergers_fetch_wait() -> None:
+    import realtime
+    import rtm_knobs
+
+    t = realtime.Timing(150.0, 150.0, 70.0, 150.0)
+    base = realtime.spec_for("per-record", "active", 1000, t, None, 150.0, "30s")
+    spec = rtm_knobs.variant_spec(base, rtm_knobs.VARIANTS["injector linger 0 ms"])
+    assert spec.workload.linger_ms == 0.0 and base.workload.linger_ms == 2.0
+    assert spec.workload.rate == base.workload.rate == 1000  # the rest of [workload] kept
+    spec = rtm_knobs.variant_spec(base, rtm_knobs.VARIANTS["merger fetch wait 1 ms"])
+    assert spec.merger.fetch_wait_ms == 1 and spec.merger.linger_ms == base.merger.linger_ms

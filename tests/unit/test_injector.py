@@ -312,6 +312,17 @@ def test_argv_round_trips_through_the_parser(tmp_path: Path) -> None:
         1.5,
     )
     assert a.stats == tmp_path / "stats.jsonl" and a.journal == tmp_path / "journal.jsonl"
+    assert a.linger_ms == 2.0
+
+
+def test_the_workloads_linger_reaches_the_producer() -> None:
+    from arfl.configs.workload import Workload
+    from arfl.workload.injector import build_parser
+    from arfl.workload.produce import producer_config
+
+    cfg = InjectorConfig.from_workload(Workload(linger="0ms"), bootstrap="x:1", topic="t")
+    a = build_parser().parse_args(cfg.argv())
+    assert producer_config("x:1", a.linger_ms)["linger.ms"] == 0.0
 
 
 def test_main_reports_an_unreachable_broker(capsys: pytest.CaptureFixture[str]) -> None:

@@ -832,3 +832,18 @@ def test_results_a_replica_skipped_by_resuming_at_the_frontier_are_not_owed() ->
     assert c.tick(T0 + 10.5).line["replicas"]["1"]["trail_ms"] == 0.0
     c.on_record(0, rec("1:0", int((T0 + 10) * 1000)), T0 + 10.6, out_partition=0)
     assert c.tick(T0 + 11).line["replicas"]["1"]["trail_ms"] == pytest.approx(400)
+
+
+def test_the_kafka_latency_settings_reach_the_clients_through_the_command_line(
+    tmp_path: Path,
+) -> None:
+    default = MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path)
+    a = build_parser().parse_args(default.argv())
+    assert (a.fetch_wait_ms, a.linger_ms) == (5, 1.0)
+    cfg = MergerConfig(
+        bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, fetch_wait_ms=1, linger_ms=0.5
+    )
+    a = build_parser().parse_args(cfg.argv())
+    assert (a.fetch_wait_ms, a.linger_ms) == (1, 0.5)
+    assert merger.consumer_config("x", "g", a.fetch_wait_ms)["fetch.wait.max.ms"] == 1
+    assert merger.sink_producer_config("x", a.linger_ms)["linger.ms"] == 0.5

@@ -194,6 +194,11 @@ def test_every_problem_is_reported_at_once() -> None:
             "chaos[0]",
             "needs delay",
         ),
+        ({"workload": {"linger": "901s"}}, "workload.linger", "Kafka's linger.ms"),
+        ({"merger": {"fetch_wait": "500us"}}, "merger.fetch_wait", "whole number of milli"),
+        ({"merger": {"fetch_wait": "301s"}}, "merger.fetch_wait", "fetch.wait.max.ms"),
+        ({"merger": {"linger": "901s"}}, "merger.linger", "Kafka's linger.ms"),
+        ({"merger": {"lingr": "1ms"}}, "merger.lingr", ""),
     ],
 )
 def test_single_problem_has_key_path(sections: dict[str, object], path: str, fragment: str) -> None:
@@ -466,3 +471,15 @@ def test_resume_from_output_is_refused_where_results_need_earlier_records() -> N
     assert "needs mode 'active', not 'passive'" in resume[0]
     assert "steps[1] is a window" in resume[1] and "steps[2] is a transform" in resume[2]
     assert any("replication.resume" in p for p in _problems(_with(replication={"resume": "x"})))
+
+
+def test_the_injector_and_merger_kafka_settings_default_and_convert() -> None:
+    spec = parse_spec(MINIMAL, "t.toml")
+    assert spec.workload.linger_ms == 2.0
+    assert (spec.merger.fetch_wait_ms, spec.merger.linger_ms) == (5, 1.0)
+    spec = parse_spec(
+        _with(workload={"linger": "0ms"}, merger={"fetch_wait": "1ms", "linger": "500us"}),
+        "t.toml",
+    )
+    assert spec.workload.linger_ms == 0.0
+    assert spec.merger.fetch_wait_ms == 1 and spec.merger.linger_ms == 0.5

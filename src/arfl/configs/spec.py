@@ -316,9 +316,10 @@ class Replication(_Model):
     """A promoted standby keeps its low CPU priority until the merger sees it caught up, for
     10 s at most (the surviving replicas keep the CPU while it starts its query and catches up;
     a saturated host would starve it longer); false: full priority at once. Only for a
-    pipeline without state (filter and select steps): a window or a transform replays from a
-    checkpoint before it covers anyone, and at low priority it barely replays (a windowed
-    newcomer was still ~10 s behind after 10 s; docs/benchmarks.md, session 29)."""
+    replica that resumes at the output frontier (:attr:`Spec.resumes_from_output`): one that
+    replays from a checkpoint (a window, a transform, ``resume = "checkpoint"``) covers no one
+    until it is done, and at low priority it barely replays (a windowed newcomer was still
+    ~10 s behind after 10 s; docs/benchmarks.md, session 29)."""
 
     @model_validator(mode="after")
     def _aligned(self) -> Replication:
@@ -485,6 +486,47 @@ class Report(_Model):
         return sorted(v)
 
 
+class Merger(_Model):
+    """arfl's merger: reads every replica's topic, writes the first copy of each result to
+    ``sink.topic`` and measures the latency. Its Kafka clients' latency settings."""
+
+    fetch_wait: Duration = 0.005
+    """Its consumer's ``fetch.wait.max.ms``: how long the broker may hold a fetch that found no
+    new record (a whole number of milliseconds)."""
+    linger: Duration = 0.001
+    """Its producer's ``linger.ms`` on the final topic (after the latency is measured)."""
+
+    @field_validator("fetch_wait")
+    @classmethod
+    def _fetch_wait(cls, v: float) -> float:
+        ms = v * 1000
+        if not 0 <= ms <= 300_000 or abs(ms - round(ms)) > 1e-6:
+            raise ValueError(
+                "must be a whole number of milliseconds from 0 to 300s (Kafka's "
+                f"fetch.wait.max.ms), got {format_duration(v)}"
+            )
+        return v
+
+    @field_validator("linger")
+    @classmethod
+    def _linger(cls, v: float) -> float:
+        if not 0 <= v <= 900:
+            raise ValueError(
+                f"must be from 0 to 900s (Kafka's linger.ms), got {format_duration(v)}"
+            )
+        return v
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        """``fetch.wait.max.ms``."""
+        return round(self.fetch_wait * 1000)
+
+    @property
+    def linger_ms(self) -> float:
+        """``linger.ms``."""
+        return self.linger * 1000
+
+
 class Spec(_Model):
     """A whole experiment."""
 
@@ -497,6 +539,7 @@ class Spec(_Model):
     docker: Docker = Docker()
     stack: Stack = Stack()
     workload: Workload = Workload()
+    merger: Merger = Merger()
     chaos: list[Chaos] = Field(default_factory=list)
     report: Report = Report()
 

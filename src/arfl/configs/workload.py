@@ -26,7 +26,15 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+    model_validator,
+)
 
 from arfl.units import format_duration, parse_duration
 
@@ -157,6 +165,9 @@ class Workload(_Model):
     """The event-time field lags the send time by up to this much (uniform)."""
     late: float = Field(0.0, ge=0.0, le=0.5)
     """Fraction of events whose event time is behind any watermark of the pipeline."""
+    linger: _Duration = 0.002
+    """The injector's (or replayer's) producer ``linger.ms``: an event waits up to this long
+    for others to share its produce request."""
 
     @model_validator(mode="after")
     def _positive(self) -> Workload:
@@ -167,6 +178,18 @@ class Workload(_Model):
         if self.disorder < 0:
             raise ValueError("disorder must be >= 0")
         return self
+
+    @field_validator("linger")
+    @classmethod
+    def _linger(cls, v: float) -> float:
+        if not 0 <= v <= 900:
+            raise ValueError("must be from 0 to 900s (Kafka's linger.ms)")
+        return v
+
+    @property
+    def linger_ms(self) -> float:
+        """The producer's ``linger.ms``."""
+        return self.linger * 1000
 
     @property
     def declared(self) -> bool:

@@ -554,8 +554,16 @@ class Consumer(Protocol):
         ...
 
 
-def consumer_config(bootstrap: str, group_id: str) -> dict[str, Any]:
-    """Low-latency consumer settings: tiny fetch wait, never commit.
+DEFAULT_FETCH_WAIT_MS = 5
+"""The merger consumer's ``fetch.wait.max.ms`` (``[merger] fetch_wait``)."""
+DEFAULT_LINGER_MS = 1.0
+"""The merger producer's ``linger.ms`` (``[merger] linger``)."""
+
+
+def consumer_config(
+    bootstrap: str, group_id: str, fetch_wait_ms: int = DEFAULT_FETCH_WAIT_MS
+) -> dict[str, Any]:
+    """Low-latency consumer settings: short fetch wait, never commit.
 
     The merger assigns partitions itself (see :class:`Consumer`); ``group.id`` is set only
     because librdkafka's Python client refuses to build a consumer without one. No group is
@@ -567,34 +575,34 @@ def consumer_config(bootstrap: str, group_id: str) -> dict[str, Any]:
         "client.id": "arfl-merger",
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
-        "fetch.wait.max.ms": 5,
+        "fetch.wait.max.ms": fetch_wait_ms,
         "fetch.min.bytes": 1,
         "topic.metadata.refresh.interval.ms": 1000,
         "allow.auto.create.topics": False,
     }
 
 
-def sink_producer_config(bootstrap: str) -> dict[str, Any]:
+def sink_producer_config(bootstrap: str, linger_ms: float = DEFAULT_LINGER_MS) -> dict[str, Any]:
     """Producer settings for the final topic: idempotent, short linger."""
     return {
         "bootstrap.servers": bootstrap,
         "client.id": "arfl-merger",
         "enable.idempotence": True,
         "acks": "all",
-        "linger.ms": 1,
+        "linger.ms": linger_ms,
         "queue.buffering.max.messages": 1_000_000,
         # A missing topic is a deploy error, not something to create with broker defaults.
         "allow.auto.create.topics": False,
     }
 
 
-def _kafka_consumer(bootstrap: str, group_id: str) -> Any:
+def _kafka_consumer(bootstrap: str, group_id: str, fetch_wait_ms: int) -> Any:
     from confluent_kafka import Consumer as KafkaConsumer
 
-    return KafkaConsumer(consumer_config(bootstrap, group_id))
+    return KafkaConsumer(consumer_config(bootstrap, group_id, fetch_wait_ms))
 
 
-def _kafka_producer(bootstrap: str, sink: str, timeout_s: float) -> Any:
+def _kafka_producer(bootstrap: str, sink: str, timeout_s: float, linger_ms: float) -> Any:
     """The sink producer, after checking the broker answers and the sink topic exists.
 
     Raises:
@@ -604,7 +612,7 @@ def _kafka_producer(bootstrap: str, sink: str, timeout_s: float) -> Any:
 
     from arfl.stack.topics import require_topic
 
-    producer = KafkaProducer(sink_producer_config(bootstrap))
+    producer = KafkaProducer(sink_producer_config(bootstrap, linger_ms))
     require_topic(
         producer,
         bootstrap,
@@ -645,6 +653,8 @@ class MergerConfig:
             the merger flushes, writes ``merger.json`` and exits.
         owner_create_time: the owner's psutil create time, so that a recycled pid is not
             mistaken for the owner.
+        fetch_wait_ms: the consumer's ``fetch.wait.max.ms``.
+        linger_ms: the sink producer's ``linger.ms``.
     """
 
     bootstrap: str
@@ -663,6 +673,8 @@ class MergerConfig:
     connect_timeout_s: float = 15.0
     owner_pid: int | None = None
     owner_create_time: float | None = None
+    fetch_wait_ms: int = DEFAULT_FETCH_WAIT_MS
+    linger_ms: float = DEFAULT_LINGER_MS
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -702,6 +714,7 @@ class MergerConfig:
             "--max-entries", str(self.max_entries),
             "--percentiles", ",".join(repr(p) for p in self.percentiles),
             "--connect-timeout", repr(self.connect_timeout_s),
+            "--fetch-wait-ms", str(self.fetch_wait_ms), "--linger-ms", repr(self.linger_ms),
         ]  # fmt: skip
         for flag, val in (
             ("--input-stats", self.input_stats), ("--input-start", self.input_start),
@@ -733,9 +746,11 @@ class Merger:
         self.config = config
         self._stop = threading.Event()
         group = config.group_id or f"arfl-merger-{uuid.uuid4().hex[:12]}"
-        self._consumer: Consumer = consumer or _kafka_consumer(config.bootstrap, group)
+        self._consumer: Consumer = consumer or _kafka_consumer(
+            config.bootstrap, group, config.fetch_wait_ms
+        )
         self._producer: Producer = producer or _kafka_producer(
-            config.bootstrap, config.sink, config.connect_timeout_s
+            config.bootstrap, config.sink, config.connect_timeout_s, config.linger_ms
         )
         self._topic_index = {t: i for i, t in enumerate(config.topics())}
         self._unassigned: list[str] = config.topics()
@@ -1054,6 +1069,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-entries", type=int, default=DEFAULT_MAX_ENTRIES, help="dedup size bound")
     p.add_argument(
+        "--fetch-wait-ms",
+        type=int,
+        default=DEFAULT_FETCH_WAIT_MS,
+        help="the consumer's fetch.wait.max.ms",
+    )
+    p.add_argument(
+        "--linger-ms", type=float, default=DEFAULT_LINGER_MS, help="the sink producer's linger.ms"
+    )
+    p.add_argument(
         "--input-stats",
         type=Path,
         default=None,
@@ -1116,7 +1140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             input_end=args.input_end, until=args.until, idle_s=args.idle,
             percentiles=args.percentiles, group_id=args.group_id,
             connect_timeout_s=args.connect_timeout, owner_pid=args.owner_pid,
-            owner_create_time=args.owner_create_time,
+            owner_create_time=args.owner_create_time, fetch_wait_ms=args.fetch_wait_ms,
+            linger_ms=args.linger_ms,
         )  # fmt: skip
         merger = Merger(cfg)
     except ArflError as e:

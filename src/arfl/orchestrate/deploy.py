@@ -162,6 +162,8 @@ class Deployment:
             # The merger ends by itself when this process is gone (a kill -9 of arfl).
             owner_pid=os.getpid(),
             owner_create_time=psutil.Process().create_time(),
+            fetch_wait_ms=self.ctx.spec.merger.fetch_wait_ms,
+            linger_ms=self.ctx.spec.merger.linger_ms,
         )
         self.merger = self._spawn("merger", [PYTHON, "-m", "arfl.measure.merger", *cfg.argv()])
 
@@ -237,6 +239,7 @@ class Deployment:
             topic=self.ctx.rspec.source.topic,
             stats_path=self.ctx.injector_stats,
             journal_path=self.ctx.paths.journal,
+            linger_ms=self.ctx.spec.workload.linger_ms,
         )
         self.injector = self._spawn("replayer", cfg.command(PYTHON))
         self.t0 = time.time()

@@ -207,6 +207,7 @@ class InjectorConfig:
             duration_s=workload.duration,
             keys=workload.keys,
             seed=workload.seed,
+            linger_ms=workload.linger_ms,
             stats_path=stats_path,
             journal_path=journal_path,
             shape=shape,

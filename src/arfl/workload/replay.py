@@ -411,6 +411,7 @@ class ReplayConfig:
         topic: str,
         stats_path: Path | None = None,
         journal_path: Path | None = None,
+        linger_ms: float = 2.0,
     ) -> ReplayConfig:
         """Build from a spec's ``[source.replay]`` (its Kafka defaults to ``bootstrap``)."""
         return cls(
@@ -425,6 +426,7 @@ class ReplayConfig:
             time_field=replay.time_field,
             stats_path=stats_path,
             journal_path=journal_path,
+            linger_ms=linger_ms,
         )
 
     def command(self, python: str | None = None) -> list[str]:
