@@ -90,6 +90,7 @@ def test_injector_sends_exactly_rate_times_duration_on_schedule(
     p = _spawn("arfl.workload.injector", [
         "--bootstrap", stack.kafka, "--topic", topic, "--rate", "1000", "--duration", "5",
         "--keys", "20", "--seed", "42", "--stats", str(stats), "--journal", str(journal),
+        "--linger-ms", "0",
     ], tmp_path / "injector.log")  # fmt: skip
     procs.append(p)
     assert p.wait(60) == 0, (tmp_path / "injector.log").read_text()
@@ -121,7 +122,9 @@ def test_injector_sends_exactly_rate_times_duration_on_schedule(
         assert m.key() == e["user"].encode()
         partitions.setdefault(m.key(), set()).add(m.partition())
     assert len(partitions) == 20 and all(len(ps) == 1 for ps in partitions.values())
+    started, _ = read_jsonl(journal)
     assert [e["event"] for e in read_jsonl(journal)] == ["injector_started", "injector_finished"]
+    assert started["linger_ms"] == 0.0  # [workload] linger = "0ms" reaches the producer
 
 
 def test_injector_stops_cleanly_on_sigterm(
@@ -208,6 +211,7 @@ def test_merger_keeps_first_copies_of_two_replicas(
     merger = _spawn("arfl.measure.merger", [
         "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "2",
         "--run-dir", str(run_dir), "--input-start", repr(time.time()), "--group-id", group,
+        "--fetch-wait-ms", "1", "--linger-ms", "0",
     ], tmp_path / "merger.log")  # fmt: skip
     procs.append(merger)
 
@@ -279,6 +283,10 @@ def test_merger_keeps_first_copies_of_two_replicas(
     assert set(rids) == {f"{i % 2}:{i}" for i in range(400)}
     assert all(json.loads(m.value())["rid"] == m.key().decode() for m in out)
 
+    (started,) = [
+        e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == "merger_started"
+    ]
+    assert (started["fetch_wait_ms"], started["linger_ms"]) == (1, 0.0)  # [merger] keys
     div = [e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == "divergence"]
     assert len(div) == 1 and div[0]["rid"] == "0:150"
     assert {div[0]["first_replica"], div[0]["replica"]} == {0, 1}

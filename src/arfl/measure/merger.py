@@ -898,6 +898,8 @@ class Merger:
             horizon_s=cfg.horizon_s,
             max_entries=cfg.max_entries,
             owner_pid=cfg.owner_pid,
+            fetch_wait_ms=cfg.fetch_wait_ms,
+            linger_ms=cfg.linger_ms,
         )
         journaled = 0
         size_evictions_journaled = False

@@ -311,6 +311,7 @@ class Injector(InputProducer):
                 events=total,
                 t0=t0_wall,
                 seed=cfg.seed,
+                linger_ms=cfg.linger_ms,
             )
 
         seq = 0
