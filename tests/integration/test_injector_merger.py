@@ -124,7 +124,7 @@ def test_injector_sends_exactly_rate_times_duration_on_schedule(
     assert len(partitions) == 20 and all(len(ps) == 1 for ps in partitions.values())
     started, _ = read_jsonl(journal)
     assert [e["event"] for e in read_jsonl(journal)] == ["injector_started", "injector_finished"]
-    assert started["linger_ms"] == 0.0  # [workload] linger = "0ms" reaches the producer
+    assert started["linger_ms"] == 0.0  # --linger-ms (deploy's from [workload] linger)
 
 
 def test_injector_stops_cleanly_on_sigterm(

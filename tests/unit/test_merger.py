@@ -847,3 +847,5 @@ def test_the_kafka_latency_settings_reach_the_clients_through_the_command_line(
     assert (a.fetch_wait_ms, a.linger_ms) == (1, 0.5)
     assert merger.consumer_config("x", "g", a.fetch_wait_ms)["fetch.wait.max.ms"] == 1
     assert merger.sink_producer_config("x", a.linger_ms)["linger.ms"] == 0.5
+    with pytest.raises(DeployError, match="fetch wait and linger"):
+        MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, linger_ms=-1.0)

@@ -348,6 +348,17 @@ def _standby_spec(standby: int = 1) -> Spec:
     )
 
 
+def _at_the_frontier(
+    spec: Spec, tmp_path: Path, command: Callable[[int, Path], list[str]]
+) -> ReplicaRunner:
+    """A runner whose restarted replicas can resume at the output frontier: deploy-time start
+    offsets and a frontier the merger would have written."""
+    start = json.dumps({"in": {"0": 10, "1": 20}})
+    r = _runner(spec, tmp_path, command, mode_options={STARTING_OFFSETS: start})
+    write_frontier(frontier_path_in(r.paths.root), {0: 15, 1: 25}, time.time())
+    return r
+
+
 def _fake_standby(tmp_path: Path, *extra: str) -> Callable[[int, Path], list[str]]:
     script = tmp_path / "fake_standby_driver.py"
     script.write_text(FAKE_STANDBY_DRIVER)
@@ -372,7 +383,7 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("arfl.orchestrate.supervisor.STANDBY_RESPAWN_DELAY_S", 0.3)
-    r = _runner(_standby_spec(), tmp_path, _fake_standby(tmp_path))
+    r = _at_the_frontier(_standby_spec(), tmp_path, _fake_standby(tmp_path))
     r.start()
     try:
         r.wait_ready(timeout_s=20)
@@ -390,9 +401,11 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
         cfg = json.loads((r.paths.root / "replicas" / "standby-0.assign.json").read_text())
         assert cfg["replica"] == 1 and cfg["attempt"] == 1
         assert cfg["output_topic"] == "out.r1"
-        assert cfg["checkpoint_dir"].endswith("checkpoints/replica-1")
+        # At the output frontier: a fresh checkpoint, nothing to replay.
+        assert cfg["checkpoint_dir"].endswith("checkpoints/replica-1.1")
         (restarted,) = _events(r.paths.root, "replica-restarted")
         assert restarted["standby"] == 0 and restarted["pid"] == sb.pid
+        assert restarted["resume"] == "output"
         if os.geteuid() == 0:  # lowering a niceness needs root
             # It yields the CPU to the survivor until the merger sees it caught up.
             child = int((r.paths.root / "replicas" / "replica-1.app.json.child").read_text())
@@ -531,16 +544,25 @@ def _resuming_from_own_checkpoint(spec: Spec) -> Spec:
     return spec.model_copy(update={"replication": replication})
 
 
-@pytest.mark.parametrize("variant", [_windowed, _resuming_from_own_checkpoint])
+def _as_is(spec: Spec) -> Spec:
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("variant", "frontier"),
+    [(_windowed, True), (_resuming_from_own_checkpoint, True), (_as_is, False)],
+)
 def test_a_standby_that_replays_does_not_yield(
-    tmp_path: Path, variant: Callable[[Spec], Spec]
+    tmp_path: Path, variant: Callable[[Spec], Spec], frontier: bool
 ) -> None:
-    """A window, or any pipeline resuming from a checkpoint, replays before its replica covers
-    anyone: full priority at once, though ``standby_yield`` is on (a filter/select pipeline
-    resuming from the output has nothing to replay, and yields)."""
+    """A window, a pipeline resuming from a checkpoint, or a filter/select pipeline killed
+    before the merger has an output frontier replays before its replica covers anyone: full
+    priority at once, though ``standby_yield`` is on (one resuming at the frontier has nothing
+    to replay, and yields)."""
     spec = variant(_standby_spec())
-    assert spec.replication.standby_yield and not spec.resumes_from_output
-    r = _runner(spec, tmp_path, _fake_standby(tmp_path))
+    assert spec.replication.standby_yield
+    runner = _at_the_frontier if frontier else _runner
+    r = runner(spec, tmp_path, _fake_standby(tmp_path))
     with r:
         r.wait_ready(timeout_s=20)
         _wait(lambda: [s.ready for s in r.standby_states()] == [True])
@@ -549,6 +571,8 @@ def test_a_standby_that_replays_does_not_yield(
         r.kill(0)
         _wait(lambda: r.states()[0].app_id == "app-fake-1")
         assert _nice(sb.pid) == 0
+        (restarted,) = _events(r.paths.root, "replica-restarted")
+        assert restarted["resume"] != "output"
         (took,) = [e for e in _events(r.paths.root, "replica-started") if "standby" in e]
         assert took["reniced"] is True and "yielding" not in took
 
@@ -558,7 +582,7 @@ def test_a_yielding_standby_gets_full_priority_after_the_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("arfl.orchestrate.supervisor.YIELD_MAX_S", 0.5)
-    r = _runner(_standby_spec(), tmp_path, _fake_standby(tmp_path))
+    r = _at_the_frontier(_standby_spec(), tmp_path, _fake_standby(tmp_path))
     with r:
         r.wait_ready(timeout_s=20)
         _wait(lambda: [s.ready for s in r.standby_states()] == [True])

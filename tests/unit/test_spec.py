@@ -196,7 +196,7 @@ def test_every_problem_is_reported_at_once() -> None:
         ),
         ({"workload": {"linger": "901s"}}, "workload.linger", "Kafka's linger.ms"),
         ({"merger": {"fetch_wait": "500us"}}, "merger.fetch_wait", "whole number of milli"),
-        ({"merger": {"fetch_wait": "301s"}}, "merger.fetch_wait", "fetch.wait.max.ms"),
+        ({"merger": {"fetch_wait": "60s"}}, "merger.fetch_wait", "socket timeout"),
         ({"merger": {"linger": "901s"}}, "merger.linger", "Kafka's linger.ms"),
         ({"merger": {"lingr": "1ms"}}, "merger.lingr", ""),
     ],

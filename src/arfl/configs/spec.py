@@ -316,10 +316,12 @@ class Replication(_Model):
     """A promoted standby keeps its low CPU priority until the merger sees it caught up, for
     10 s at most (the surviving replicas keep the CPU while it starts its query and catches up;
     a saturated host would starve it longer); false: full priority at once. Only for a
-    replica that resumes at the output frontier (:attr:`Spec.resumes_from_output`): one that
-    replays from a checkpoint (a window, a transform, ``resume = "checkpoint"``) covers no one
-    until it is done, and at low priority it barely replays (a windowed newcomer was still
-    ~10 s behind after 10 s; docs/benchmarks.md, session 29)."""
+    replica that resumes at the output frontier (:attr:`Spec.resumes_from_output`, once the
+    merger has one for every input partition): one that replays from a checkpoint (a window,
+    a transform, ``resume = "checkpoint"`` or ``"peer"``, a mode other than ``active``, a kill
+    before the first frontier) covers no one until it is done, and at low priority it barely
+    replays (a windowed newcomer was still ~10 s behind after 10 s; docs/benchmarks.md,
+    session 29)."""
 
     @model_validator(mode="after")
     def _aligned(self) -> Replication:
@@ -486,13 +488,19 @@ class Report(_Model):
         return sorted(v)
 
 
+MAX_FETCH_WAIT_MS = 59_000
+"""``[merger] fetch_wait`` at most: librdkafka warns (and its fetches time out) unless
+``fetch.wait.max.ms`` is at least 1 s below ``socket.timeout.ms`` (60 s by default)."""
+
+
 class Merger(_Model):
     """arfl's merger: reads every replica's topic, writes the first copy of each result to
     ``sink.topic`` and measures the latency. Its Kafka clients' latency settings."""
 
     fetch_wait: Duration = 0.005
     """Its consumer's ``fetch.wait.max.ms``: how long the broker may hold a fetch that found no
-    new record (a whole number of milliseconds)."""
+    new record (a whole number of milliseconds, below the consumer's 60-s socket timeout by at
+    least a second, as librdkafka asks)."""
     linger: Duration = 0.001
     """Its producer's ``linger.ms`` on the final topic (after the latency is measured)."""
 
@@ -500,10 +508,11 @@ class Merger(_Model):
     @classmethod
     def _fetch_wait(cls, v: float) -> float:
         ms = v * 1000
-        if not 0 <= ms <= 300_000 or abs(ms - round(ms)) > 1e-6:
+        if not 0 <= ms <= MAX_FETCH_WAIT_MS or abs(ms - round(ms)) > 1e-6:
             raise ValueError(
-                "must be a whole number of milliseconds from 0 to 300s (Kafka's "
-                f"fetch.wait.max.ms), got {format_duration(v)}"
+                "must be a whole number of milliseconds from 0 to 59s (Kafka's "
+                "fetch.wait.max.ms, at least 1 s below the consumer's 60-s socket timeout), "
+                f"got {format_duration(v)}"
             )
         return v
 

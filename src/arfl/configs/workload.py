@@ -183,7 +183,9 @@ class Workload(_Model):
     @classmethod
     def _linger(cls, v: float) -> float:
         if not 0 <= v <= 900:
-            raise ValueError("must be from 0 to 900s (Kafka's linger.ms)")
+            raise ValueError(
+                f"must be from 0 to 900s (Kafka's linger.ms), got {format_duration(v)}"
+            )
         return v
 
     @property

@@ -683,6 +683,8 @@ class MergerConfig:
             raise DeployError("merger: horizon must be positive and max entries at least 1")
         if self.owner_create_time is not None and self.owner_pid is None:
             raise DeployError("merger: an owner create time needs the owner's pid")
+        if self.fetch_wait_ms < 0 or self.linger_ms < 0:
+            raise DeployError("merger: fetch wait and linger must be >= 0 ms")
 
     @property
     def paths(self) -> RunPaths:

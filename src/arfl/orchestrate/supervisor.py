@@ -799,20 +799,20 @@ class ReplicaRunner:
                     startup_s=round(now - sb.spawned_at, 3),
                 )
 
-    def _promote(self, rep: _Replica, sb: _Standby) -> None:
-        """Hand replica ``rep``'s config to the ready standby ``sb``."""
+    def _promote(self, rep: _Replica, sb: _Standby, *, replays: bool) -> None:
+        """Hand replica ``rep``'s config to the ready standby ``sb``; ``replays``: it starts
+        from a checkpoint (its own or a peer's), not at the output frontier."""
         assert sb.proc is not None
         cfg = self._config(rep)
         cfg.dump(rep.config_path)
         with contextlib.suppress(FileNotFoundError):
             rep.app_id_path.unlink()
         now = time.time()
-        # A replica that replays from a checkpoint (a stateful pipeline, or resume =
-        # "checkpoint") covers no one until it is done, and at niceness 19 it barely replays
-        # (session 29): it yields only when it starts at the output frontier.
-        yielding = (
-            self.spec.replication.standby_yield and sb.niced and self.spec.resumes_from_output
-        )
+        # A replica that replays from a checkpoint (a stateful pipeline, resume = "checkpoint"
+        # or "peer", another mode than active, or no output frontier yet) covers no one until
+        # it is done, and at niceness 19 it barely replays (session 29): it yields only when it
+        # starts at the output frontier.
+        yielding = self.spec.replication.standby_yield and sb.niced and not replays
         reniced = False if yielding else set_nice(process_tree(sb.proc.pid), 0)
         rep.yield_since = now if yielding else None
         if yielding:
@@ -1009,7 +1009,7 @@ class ReplicaRunner:
                 took: dict[str, int] = {}
                 if ready and ready[0].proc is not None:
                     took["standby"] = ready[0].sid
-                    self._promote(rep, ready[0])
+                    self._promote(rep, ready[0], replays=resumed["resume"] != "output")
                 else:
                     self._spawn(rep)
                 rep.state = replace(rep.state, restarts=rep.state.restarts + 1)

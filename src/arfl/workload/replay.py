@@ -527,6 +527,7 @@ class Replayer(InputProducer):
                 rate=cfg.pace if isinstance(cfg.pace, int) else None,
                 duration_s=cfg.duration_s,
                 t0=t0_wall,
+                linger_ms=cfg.linger_ms,
                 replay={
                     "topic": cfg.source_topic,
                     "bootstrap": cfg.source_bootstrap,
