@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -240,9 +241,13 @@ def check_run_dir(result: DeployResult) -> None:
     assert sum(i.count for i in intervals) == result.summary["results"]
     lat = result.summary["latency_ms"]
     assert 0 < lat["p50"] <= lat["p99"] <= lat["max"]
-    # Window of 1 s + watermark 0.5 s: a result cannot be older than that when it is emitted,
-    # nor should it be minutes late on a healthy run.
-    assert 500 <= lat["p50"] <= 60_000
+    # Minutes late is not healthy. A window appended once it closes (1 s + watermark 0.5 s)
+    # cannot be emitted sooner; a per-record result can (session 30: p50 457 ms on a
+    # leaderless filter pipeline with 500-ms agreed batches, on a fast host).
+    assert lat["p50"] <= 60_000
+    spec = Spec.model_validate(json.loads((run / "spec.json").read_text()))
+    if spec.has_window and not spec.emits_updates:
+        assert lat["p50"] >= 500
     events = [e["event"] for e in read_jsonl(run / "journal.jsonl")]
     for ev in ("run-started", "replica-started", "workload-started", "run-finished"):
         assert ev in events

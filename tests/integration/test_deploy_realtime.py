@@ -355,9 +355,10 @@ def test_pause_slow_partition_show_their_effect_and_revert(
     # after the revert. A real-time replica at 200 ev/s nearly keeps its count on 10 % of a CPU
     # (986 results against 1,090 in one run), so the lag shows the fault, not the count; medians
     # over the seconds, because the other replica's own batch boundary may fall in there.
-    # "On time again": under 100 ms and a tenth of its lag while throttled (CI once measured a
+    # "On time again": under 100 ms and half its lag while throttled (CI once measured a
     # median of 35 ms 2-6 s after the revert, against 19,552 ms during it: still draining the
-    # backlog on a busy host; 30 ms was too tight a bound for that).
+    # backlog on a busy host, 30 ms was too tight a bound for that; on session 30's fast host
+    # the throttled replica lagged only 34 ms, 12 ms after, so a tenth was too tight too).
     lags = {r: lag_over_time(run, r) for r in (0, 1)}
 
     def median_lag(r: int, lo: float, hi: float) -> float:
@@ -366,7 +367,7 @@ def test_pause_slow_partition_show_their_effect_and_revert(
     during = {r: median_lag(r, span["slow"] + 1, back["slow"]) for r in (0, 1)}
     assert during[1] >= max(30.0, 3 * during[0]), (during, lags[1])
     after = median_lag(1, back["slow"] + 2, back["slow"] + 6)
-    assert after < 100.0 and after < during[1] / 10, (after, during, lags[1])
+    assert after < 100.0 and after < during[1] / 2, (after, during, lags[1])
     # Every fault undone; neither replica died; the merged output is complete.
     assert result.summary["replica_restarts"] == 0
     assert result.summary["divergent"] == 0
