@@ -27,12 +27,12 @@ import math
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
-    field_validator,
     model_validator,
 )
 
@@ -46,6 +46,16 @@ _Duration = Annotated[
     BeforeValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
 ]
+
+
+def _kafka_linger(v: float) -> float:
+    if not 0 <= v <= 900:
+        raise ValueError(f"must be from 0 to 900s (Kafka's linger.ms), got {format_duration(v)}")
+    return v
+
+
+LingerDuration = Annotated[_Duration, AfterValidator(_kafka_linger)]
+"""A producer's ``linger.ms`` as a spec duration (0 to 900 s)."""
 
 FieldType = Literal["string", "long", "double"]
 """A field's type in the pipeline: Spark ``string``/``bigint``/``double``."""
@@ -165,7 +175,7 @@ class Workload(_Model):
     """The event-time field lags the send time by up to this much (uniform)."""
     late: float = Field(0.0, ge=0.0, le=0.5)
     """Fraction of events whose event time is behind any watermark of the pipeline."""
-    linger: _Duration = 0.002
+    linger: LingerDuration = 0.002
     """The injector's (or replayer's) producer ``linger.ms``: an event waits up to this long
     for others to share its produce request."""
 
@@ -178,15 +188,6 @@ class Workload(_Model):
         if self.disorder < 0:
             raise ValueError("disorder must be >= 0")
         return self
-
-    @field_validator("linger")
-    @classmethod
-    def _linger(cls, v: float) -> float:
-        if not 0 <= v <= 900:
-            raise ValueError(
-                f"must be from 0 to 900s (Kafka's linger.ms), got {format_duration(v)}"
-            )
-        return v
 
     @property
     def linger_ms(self) -> float:
