@@ -76,6 +76,7 @@ def test_help_documents_the_forms(capsys: pytest.CaptureFixture[str]) -> None:
                 "--duration",
                 "--executor",
                 "--delay",
+                "--cpu",
                 "--from",
                 "--no-restart",
                 "--dry-run",
@@ -312,6 +313,10 @@ def test_missing_replica_and_bad_duration(
     assert "--duration" in capsys.readouterr().err
     assert main([*inject, "kill-replica", "-r", "0", "--duration", "1s"]) == 2
     assert "kill-replica takes no duration" in capsys.readouterr().err
+    assert main([*inject, "pause", "-r", "0", "--cpu", "5"]) == 2
+    assert "pause takes no cpu (only slow)" in capsys.readouterr().err
+    assert main([*inject, "slow", "-r", "0", "--cpu", "0.5"]) == 2
+    assert "0.5 is outside 1-100" in capsys.readouterr().err
 
 
 # --- recover ----------------------------------------------------------------------------------

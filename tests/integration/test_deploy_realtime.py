@@ -336,7 +336,7 @@ def test_pause_slow_partition_show_their_effect_and_revert(
         duration="45s",
         chaos=[
             {"at": "8s", "fault": "pause", "replica": 1, "duration": "5s"},
-            {"at": "19s", "fault": "slow", "replica": 1, "duration": "6s"},
+            {"at": "19s", "fault": "slow", "replica": 1, "duration": "6s", "cpu": 2},
             {"at": "31s", "fault": "partition", "replica": 0, "duration": "6s"},
         ],
     )
@@ -351,26 +351,31 @@ def test_pause_slow_partition_show_their_effect_and_revert(
     # Paused and partitioned replicas: silent while faulted, output again after the revert.
     check_silent_then_resumed(run, 1, span["pause"], back["pause"])
     check_silent_then_resumed(run, 0, span["partition"], back["partition"])
-    # Slowed replica (10 % of a CPU): its results came late while throttled, and on time again
-    # after the revert. A real-time replica at 200 ev/s nearly keeps its count on 10 % of a CPU
-    # (986 results against 1,090 in one run), so the lag shows the fault, not the count; medians
-    # over the seconds, because the other replica's own batch boundary may fall in there.
-    # "On time again": under 100 ms (CI once measured a median of 35 ms 2-6 s after the
-    # revert, against 19,552 ms during it: still draining the backlog on a busy host).
+    # Slowed replica (2 % of a CPU): its results came late while throttled, and on time again
+    # after the revert. At the default 10 % a fast host kept a 200-ev/s real-time replica
+    # within 5-34 ms unless its batch boundary fell in the window (session 30), a slow one
+    # ~20 s behind: 2 % is below what the replica needs on any host, so its lag grows through
+    # the window wherever its boundary falls. The lag shows the fault, not the count (a
+    # throttled replica still delivers most results, late).
     lags = {r: lag_over_time(run, r) for r in (0, 1)}
 
-    def median_lag(r: int, lo: float, hi: float) -> float:
-        return statistics.median([lag for t, lag in lags[r] if lo <= t <= hi] or [math.inf])
+    def lag_in(r: int, lo: float, hi: float) -> list[float]:
+        return [lag for t, lag in lags[r] if lo <= t <= hi]
 
-    # On session 30's fast host 10 % of a CPU slowed a 200-ev/s replica to a median lag of only
-    # 8-34 ms (the other's 1-7 ms): the effect is judged against the other replica, with a 5-ms
-    # floor, and "on time again" as half the throttled lag or as on time as the other replica.
-    during = {r: median_lag(r, span["slow"] + 1, back["slow"]) for r in (0, 1)}
-    assert during[1] >= max(5.0, 3 * during[0]), (during, lags[1])
-    after = median_lag(1, back["slow"] + 2, back["slow"] + 6)
-    other = median_lag(0, back["slow"] + 2, back["slow"] + 6)
-    assert after < 100.0, (after, during, lags[1])
-    assert after < during[1] / 2 or after <= 2 * other + 2, (after, other, during, lags[1])
+    throttled = lag_in(1, span["slow"] + 1, back["slow"] + 1)
+    other = lag_in(0, span["slow"] + 1, back["slow"] + 1)
+    print(f"slow: replica 1 lag while throttled {throttled}, replica 0's {other}")
+    print(f"slow: replica 1 after {lag_in(1, back['slow'], back['slow'] + 15)}")
+    assert throttled and other, lags
+    peak = max(throttled)
+    assert peak >= 200.0 and peak >= 10 * statistics.median(other), (throttled, other)
+    # On time again: the median over revert + 5 s to + 15 s under 100 ms and under a fifth of
+    # the peak. Not sooner: a boundary the throttle delayed lands near the other replica's,
+    # and the phase keeper (arfl.replica.phase) then holds replica 1's next batches back to
+    # stagger them again (one run: two holds of 2.38 s, nothing delivered until revert + 5 s,
+    # then 185 ms, then 2-8 ms). Replica 0's partition from 31 s does not touch replica 1.
+    after = statistics.median(lag_in(1, back["slow"] + 5, back["slow"] + 15) or [math.inf])
+    assert after < 100.0 and after < peak / 5, (after, peak, lags[1])
     # Every fault undone; neither replica died; the merged output is complete.
     assert result.summary["replica_restarts"] == 0
     assert result.summary["divergent"] == 0

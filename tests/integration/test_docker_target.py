@@ -158,7 +158,7 @@ def test_container_faults_show_their_effect_and_revert(
             {"at": "52s", "fault": "kill-replica", "replica": 1, "restart": False},
             {"at": "60s", "fault": "pause", "replica": 0, "duration": "4s"},
             {"at": "68s", "fault": "partition", "replica": 0, "duration": "4s"},
-            {"at": "76s", "fault": "slow", "replica": 0, "duration": "4s"},
+            {"at": "76s", "fault": "slow", "replica": 0, "duration": "4s", "cpu": 20},
             # and the survivor's container is killed: the supervisor starts a new one.
             {"at": "84s", "fault": "kill-replica", "replica": 0},
         ],
@@ -198,9 +198,9 @@ def test_container_faults_show_their_effect_and_revert(
     assert {s.status for s in during} == {"paused"}, (during, sampler.errors[-5:])
     assert {s.status for s in sampler.of(0, p1 + 1, p1 + 3)} == {"running"}
     check_silent_then_resumed(run, 0, p0, p1)
-    # slow: the container's CPU quota is 10 ms per 100 ms while slowed, lifted after.
+    # slow: the container's CPU quota is 20 ms per 100 ms while slowed (cpu = 20), lifted after.
     s0, s1 = _window(run, "slow")
-    assert {s.cpu_quota for s in sampler.of(0, s0 + 0.3, s1 - 0.3)} == {10_000}
+    assert {s.cpu_quota for s in sampler.of(0, s0 + 0.3, s1 - 0.3)} == {20_000}
     assert all(s.cpu_quota <= 0 for s in sampler.of(0, s1 + 1, s1 + 3))
     # partition: replica 0's container is off the run's network, silent; reconnected after.
     c0, c1 = _window(run, "partition")

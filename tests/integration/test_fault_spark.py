@@ -122,7 +122,10 @@ def _cpu_share(pid: int, seconds: float) -> float:
     return (sum(proc.cpu_times()[:2]) - c0) / (time.monotonic() - t0)
 
 
-def test_slow_throttles_cpu_of_a_busy_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("cpu", "cap"), [(None, 0.13), (25.0, 0.28)])
+def test_slow_throttles_cpu_of_a_busy_process(
+    tmp_path: Path, cpu: float | None, cap: float
+) -> None:
     try:
         detect()
     except FaultError as e:
@@ -137,17 +140,22 @@ def test_slow_throttles_cpu_of_a_busy_process(tmp_path: Path) -> None:
         shares: list[float] = []
         cgroup_procs: list[str] = []
         stats: list[dict[str, int]] = []
+        quotas: list[int] = []
 
         def measure(o: object) -> None:
             group = Path(runner.outcomes[0].details["cgroup"])
             cgroup_procs.append((group / "cgroup.procs").read_text())
+            v2 = group / "cpu.max"
+            quota = v2.read_text().split()[0] if v2.exists() else ""
+            quotas.append(int(quota or (group / "cpu.cfs_quota_us").read_text()))
             c0 = sum(psutil.Process(control.pid).cpu_times()[:2])
             shares.append(_cpu_share(proc.pid, 2.0))
             shares.append((sum(psutil.Process(control.pid).cpu_times()[:2]) - c0) / 2.0)
             lines = (group / "cpu.stat").read_text().split("\n")
             stats.append({k: int(v) for k, v in (ln.split() for ln in lines if ln)})
 
-        out = runner.run_fault(FaultParams("slow", replica=0, duration_s=0.5), on_injected=measure)
+        params = FaultParams("slow", replica=0, duration_s=0.5, cpu_percent=cpu)
+        out = runner.run_fault(params, on_injected=measure)
         after = _cpu_share(proc.pid, 1.5)
         print(
             f"busy loop CPU share (1 = one core): free {free:.2f}, throttled {shares[0]:.2f} "
@@ -155,8 +163,10 @@ def test_slow_throttles_cpu_of_a_busy_process(tmp_path: Path) -> None:
             f"cgroup cpu.stat {stats[0]}"
         )
         assert str(proc.pid) in cgroup_procs[0].split()
-        # the quota is a hard cap whatever the machine's load: 10 % plus scheduling slack
-        assert shares[0] <= 0.13, shares
+        # the quota is a hard cap whatever the machine's load: 10 % (the default) or the cpu
+        # asked for, plus scheduling slack
+        assert shares[0] <= cap, shares
+        assert quotas == [int(100_000 * (cpu or 10) / 100)], quotas
         assert stats[0]["nr_throttled"] > 0, stats  # the kernel actually enforced the quota
         # and lifted it: the process is back where it was, the group is gone
         assert detect().cgroup_of(proc.pid) == original

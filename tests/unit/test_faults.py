@@ -143,6 +143,43 @@ def test_params_from_a_spec_entry() -> None:
         Chaos.model_validate({"at": "0s", "fault": "kill-replica", "replica": 0, "restart": False})
     )
     assert k.restart is False and "no restart" in k.describe()
+    s = FaultParams.from_chaos(
+        Chaos.model_validate(
+            {"at": "2s", "fault": "slow", "replica": 0, "duration": "6s", "cpu": 2}
+        )
+    )
+    assert s.cpu_percent == 2.0 and s.describe() == "slow replica 0 to 2% of a CPU for 6s"
+
+
+def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container's quota is ``cpu`` % of the 100-ms period (10 % without ``cpu``), and a
+    share outside 1-100 % (from the API: the spec and the CLI refuse it earlier) is a clear
+    FaultError before anything is touched."""
+    from arfl.faults import docker as dk
+    from arfl.faults.kinds import slow
+
+    quotas: list[tuple[str, int, int]] = []
+    monkeypatch.setattr(dk, "set_cpu_quota", lambda n, p, q: quotas.append((n, p, q)) or True)
+
+    class OnDocker:
+        run = "r"
+
+        def replicas(self) -> list[int]:
+            return [0, 1]
+
+        def container(self, replica: int) -> str:
+            return f"arfl-r-{replica}"
+
+    for cpu, quota in [(None, 10_000), (2.0, 2_000), (1.0, 1_000), (100.0, 100_000)]:
+        fault = make_fault(FaultParams("slow", replica=1, duration_s=1.0, cpu_percent=cpu))
+        record = fault.prepare(OnDocker())  # type: ignore[arg-type]
+        assert record["cpu_percent"] == (cpu or slow.CPU_PERCENT)
+        fault.inject(OnDocker())  # type: ignore[arg-type]
+        assert quotas[-1] == ("arfl-r-1", 100_000, quota)
+    for cpu in (0.5, 101.0):
+        fault = make_fault(FaultParams("slow", replica=1, duration_s=1.0, cpu_percent=cpu))
+        with pytest.raises(FaultError, match=f"cpu {cpu:g}% is outside 1-100"):
+            fault.prepare(OnDocker())  # type: ignore[arg-type]
 
 
 def test_schedule_order_is_by_time_then_spec_order() -> None:

@@ -179,6 +179,21 @@ def test_every_problem_is_reported_at_once() -> None:
             "takes no duration",
         ),
         (
+            {"chaos": [{"at": "1s", "fault": "pause", "replica": 0, "duration": "2s", "cpu": 5}]},
+            "chaos[0]",
+            "pause takes no cpu (only slow",
+        ),
+        (
+            {"chaos": [{"at": "1s", "fault": "slow", "replica": 0, "duration": "2s", "cpu": 0.5}]},
+            "chaos[0].cpu",
+            "greater than or equal to 1",
+        ),
+        (
+            {"chaos": [{"at": "1s", "fault": "slow", "replica": 0, "duration": "2s", "cpu": 150}]},
+            "chaos[0].cpu",
+            "less than or equal to 100",
+        ),
+        (
             {"chaos": [{"at": "1s", "fault": "kill-leader"}]},
             "chaos[0]",
             "only in mode 'active-leader'",

@@ -446,6 +446,9 @@ class Chaos(_Model):
     restart: bool = True
     executor: str | None = None
     delay: Duration | None = None
+    cpu: float | None = Field(None, ge=1, le=100)
+    """``slow``: the replica's CPU quota in percent of one CPU (default 10; at least 1, the
+    kernel's and docker's smallest quota, 1 ms per 100-ms period)."""
     from_: list[int] | None = Field(None, alias="from")
     after_boundary: Duration | None = None
     """Inject this long after the first batch boundary of another replica from ``at`` on
@@ -467,6 +470,8 @@ class Chaos(_Model):
             raise ValueError(f"{self.fault} takes no duration")
         if self.fault == "delay" and self.delay is None:
             raise ValueError('delay needs delay = "50ms" (the added latency)')
+        if self.cpu is not None and self.fault != "slow":
+            raise ValueError(f"{self.fault} takes no cpu (only slow: its CPU quota in %)")
         return self
 
 

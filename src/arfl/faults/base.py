@@ -36,6 +36,9 @@ class FaultParams:
     restart: bool = True
     executor: str | None = None
     delay_s: float | None = None
+    cpu_percent: float | None = None
+    """``slow``: the replica's CPU quota in percent of one CPU (None: 10 %,
+    :data:`arfl.faults.kinds.slow.CPU_PERCENT`)."""
     from_: tuple[int, ...] = ()
     at_s: float = 0.0
     after_boundary_s: float | None = None
@@ -52,6 +55,7 @@ class FaultParams:
             restart=bool(entry.restart),
             executor=entry.executor,
             delay_s=_seconds(entry.delay),
+            cpu_percent=entry.cpu,
             from_=tuple(entry.from_ or ()),
             at_s=_seconds(entry.at) or 0.0,
             after_boundary_s=_seconds(entry.after_boundary),
@@ -66,6 +70,8 @@ class FaultParams:
             parts.append(f"executor {self.executor}")
         if self.delay_s is not None:
             parts.append(f"+{format_duration(self.delay_s)}")
+        if self.cpu_percent is not None:
+            parts.append(f"to {self.cpu_percent:g}% of a CPU")
         if self.from_:
             parts.append("from " + ",".join(str(i) for i in self.from_))
         if not self.restart:

@@ -3,7 +3,8 @@
 Sub-commands::
 
     arfl chaos inject RUN FAULT [--replica N|leader] [--duration 10s] [--executor ID]
-                                [--delay 50ms] [--from 1,2] [--no-restart] [--dry-run]
+                                [--delay 50ms] [--cpu 5] [--from 1,2] [--no-restart]
+                                [--dry-run]
     arfl chaos list RUN [--json]
     arfl chaos recover [RUN] [--force]
     arfl chaos kinds [--json]
@@ -201,6 +202,10 @@ def inject_cmd(
         str | None, typer.Option(help="kill-executor: executor id (default: the lowest).")
     ] = None,
     delay: Annotated[str | None, typer.Option(help="delay: added latency, e.g. 50ms.")] = None,
+    cpu: Annotated[
+        float | None,
+        typer.Option(help="slow: the CPU quota in % of one CPU, 1-100 [10].", show_default=False),
+    ] = None,
     from_: Annotated[
         str | None, typer.Option("--from", help="partition: cut only these peers, e.g. 1,2.")
     ] = None,
@@ -232,6 +237,10 @@ def inject_cmd(
         dur = parse_duration(DEFAULT_DURATION)
     if not kind.takes_duration and dur is not None:
         raise typer.BadParameter(f"{fault} takes no duration", param_hint="--duration")
+    if cpu is not None and fault != "slow":
+        raise typer.BadParameter(f"{fault} takes no cpu (only slow)", param_hint="--cpu")
+    if cpu is not None and not 1 <= cpu <= 100:
+        raise typer.BadParameter(f"{cpu:g} is outside 1-100 (% of one CPU)", param_hint="--cpu")
     params = FaultParams(
         kind=fault,
         replica="leader" if kind.targets_leader else _replica(replica),
@@ -239,6 +248,7 @@ def inject_cmd(
         restart=not no_restart,
         executor=executor,
         delay_s=_duration(delay, "--delay"),
+        cpu_percent=cpu,
         from_=_peers(from_),
         after_boundary_s=_duration(after_boundary, "--after-boundary"),
     )

@@ -12,20 +12,28 @@ from arfl.faults.base import FaultBase, Target
 from arfl.registry import FAULTS, FaultInfo
 
 CPU_PERCENT = 10.0
+"""The default quota, in percent of one CPU."""
+MIN_CPU_PERCENT = 1.0
 CPU_PERIOD_US = 100_000
 
 
 @FAULTS.register(
     "slow",
-    FaultInfo("throttle a replica's CPU (cgroup cpu quota) for a duration", takes_duration=True),
+    FaultInfo(
+        "throttle a replica's CPU to cpu % of one CPU (cgroup cpu quota; default 10) for a "
+        "duration",
+        takes_duration=True,
+    ),
 )
 class Slow(FaultBase):
-    """Move every process of the replica into ``arfl/<run>-r<N>`` limited to 10 % of one CPU.
+    """Move every process of the replica into ``arfl/<run>-r<N>`` limited to ``cpu`` % of one
+    CPU (``FaultParams.cpu_percent``, :data:`CPU_PERCENT` by default).
 
     Revert moves each process back to the group it came from and removes the group.
 
     On the docker target the container's own CPU quota is set instead (``container.update``
-    with ``cpu_period`` 100 ms and ``cpu_quota`` 10 ms) and lifted on revert (quota -1).
+    with ``cpu_period`` 100 ms and ``cpu_quota`` that share of it) and lifted on revert
+    (quota -1).
     """
 
     kind = "slow"
@@ -33,10 +41,11 @@ class Slow(FaultBase):
     def prepare(self, target: Target) -> dict[str, Any]:
         """Detect the cpu controller and record every process's current group."""
         replica = self.replica_index(target)
+        percent = self.percent()
         name = target.container(replica)
         if name is not None:
-            self.details = {"replica": replica, "container": name, "cpu_percent": CPU_PERCENT}
-            self.record = {"container": name}
+            self.details = {"replica": replica, "container": name, "cpu_percent": percent}
+            self.record = {"container": name, "cpu_percent": percent}
             return self.record
         h = cgroups.detect()
         pids = target.replica_pids(replica)
@@ -48,7 +57,7 @@ class Slow(FaultBase):
             "replica": replica,
             "cgroup": str(group),
             "cgroup_version": h.version,
-            "cpu_percent": CPU_PERCENT,
+            "cpu_percent": percent,
             "pids": pids,
         }
         self.record = {
@@ -56,20 +65,35 @@ class Slow(FaultBase):
             "mount": str(h.mount),
             "group": str(group),
             "pids": pids,
+            "cpu_percent": percent,
             "originals": originals,
             "fallback": originals[str(pids[0])],
         }
         return self.record
 
+    def percent(self) -> float:
+        """The quota asked for, in percent of one CPU."""
+        p = self.params.cpu_percent
+        if p is None:
+            return CPU_PERCENT
+        if not MIN_CPU_PERCENT <= p <= 100:
+            raise FaultError(
+                f"slow: cpu {p:g}% is outside {MIN_CPU_PERCENT:g}-100 (% of one CPU; the "
+                "smallest quota the kernel and docker take is 1 ms per 100 ms)"
+            )
+        return p
+
     def inject(self, target: Target) -> None:
         """Create the limited group and move the processes in (set the container's quota)."""
+        percent = float(self.record.get("cpu_percent", CPU_PERCENT))
         if "container" in self.record:
             name = str(self.record["container"])
-            if not dk.set_cpu_quota(name, CPU_PERIOD_US, int(CPU_PERIOD_US * CPU_PERCENT / 100)):
+            quota = max(1000, int(CPU_PERIOD_US * percent / 100))
+            if not dk.set_cpu_quota(name, CPU_PERIOD_US, quota):
                 raise FaultError(f"slow: container {name} is gone")
             return
         h = cgroups.CpuHierarchy(int(self.record["version"]), Path(self.record["mount"]))
-        group = cgroups.create(h, Path(self.record["group"]).name, CPU_PERCENT)
+        group = cgroups.create(h, Path(self.record["group"]).name, percent)
         for pid in self.record["pids"]:
             cgroups.move(group, int(pid))
 
