@@ -314,6 +314,12 @@ def test_a_killed_windowed_replica_resumes_from_its_peers_fresher_checkpoint(
     [start] = journal_events(run, "starting-offsets")
     assert source["startOffset"] == {start["topic"]: restarted["offsets"]}, source
     assert first_new["batchId"] == restarted["batch"] + 1, first_new
+    # The standby had built each replica's pipeline while it waited; resuming from a
+    # checkpoint, the source was the one it built for replica 0: it only added the sink.
+    log = (run / "logs" / "standby-0.log").read_text()
+    assert log.count("built the pipeline ahead for replicas 0-1 in") == 1, log
+    assert log.index("built the pipeline ahead") < log.index("ready: waiting"), log
+    assert "take-over: pipeline built ahead, sink added in" in log, log
     # From that state its window updates are the survivor's: every id once in the output,
     # the final values the batch job's, both replicas' updates equal where both emitted them.
     assert not journal_events(run, "replica-gave-up")
@@ -422,6 +428,10 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     assert ready1["app_id"] == standby_app
     log = (run / "logs" / "standby-0.log").read_text()
     assert log.index("takes over replica 1") < log.index("query started"), log
+    # It built each replica's pipeline ahead, but a take-over at the output frontier reads
+    # from offsets of its own: that one was built anew.
+    assert log.count("built the pipeline ahead for replicas 0-1 in") == 1, log
+    assert "take-over: pipeline built in" in log and "built ahead, sink added" not in log, log
     assert log.count("executors warmed up in") == 1, log  # while it waited, not on take-over
     # It rehearsed the pipeline before it was ready (a real-time query started and stopped),
     # on input records of its own that came out as results (the input was still empty).

@@ -357,7 +357,13 @@ from rehearsing the pipeline while it waits (default ``true``: ``replica/driver.
 REHEARSAL_INPUT_KEY = "arfl.rehearsalInput"
 """``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` lets the rehearsal read the
 input topic's empty end instead of a few input-shaped records of its own (default ``true``)."""
-ARFL_CONF_KEYS = frozenset({ASYNC_PROGRESS_KEY, REHEARSAL_KEY, REHEARSAL_INPUT_KEY})
+BUILD_AHEAD_KEY = "arfl.standbyBuildAhead"
+"""``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` keeps a standby from
+building each replica's pipeline while it waits (default ``true``: ``replica/driver._build_ahead``;
+a take-over whose source matches one then only starts its query)."""
+ARFL_CONF_KEYS = frozenset(
+    {ASYNC_PROGRESS_KEY, REHEARSAL_KEY, REHEARSAL_INPUT_KEY, BUILD_AHEAD_KEY}
+)
 """The ``arfl.*`` keys of ``[spark.conf]``: arfl reads them and Spark never sees them."""
 
 

@@ -45,6 +45,7 @@ from arfl.replica.modes.base import (
     ModeBase,
     ReplicaContext,
     kafka_source,
+    kafka_source_key,
     realtime_interval_s,
 )
 
@@ -73,6 +74,12 @@ class ActiveReplication(ModeBase):
         """Spark's Kafka source from deploy's explicit start offsets (the checkpoint's after a
         restart)."""
         return kafka_source(spark, spec, ctx, ctx.options.get(STARTING_OFFSETS, "earliest"))
+
+    def source_key(self, spec: Spec, ctx: ReplicaContext) -> str | None:
+        """The Kafka reader's options: the same for every replica and for a take-over that
+        resumes from a checkpoint; a resume at the output frontier has start offsets of its
+        own."""
+        return kafka_source_key(spec, ctx, ctx.options.get(STARTING_OFFSETS, "earliest"))
 
     def start_delay(self, spec: Spec, ctx: ReplicaContext) -> float:
         """Real-time mode, first start of replica i > 0: until ``interval * i / R`` after

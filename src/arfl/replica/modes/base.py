@@ -15,6 +15,7 @@ imported on first lookup, so a new mode is one new file.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,13 @@ class ReplicationMode(Protocol):
 
     def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
         """Streaming DataFrame with columns ``value``, ``partition``, ``offset``."""
+        ...
+
+    def source_key(self, spec: Spec, ctx: ReplicaContext) -> str | None:
+        """Everything :meth:`source` depends on besides the session and the spec, as a text:
+        two contexts with equal keys get equal sources (a standby's pipeline built ahead for
+        one serves the other). None: not only options (a source with a thread or a client of
+        its own, as arfl's), built anew each time."""
         ...
 
     def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
@@ -160,6 +168,11 @@ class ModeBase:
         del spec, ctx
         return 0.0
 
+    def source_key(self, spec: Spec, ctx: ReplicaContext) -> str | None:
+        """None: built anew each time (the modes on Spark's Kafka source say otherwise)."""
+        del spec, ctx
+        return None
+
     def boundary_policy(self, opts: SourceOptions, log: PartitionLog) -> BoundaryPolicy:
         """Take what is available (Spark's own behaviour)."""
         from arfl.replica.source.policy import PlainPolicy
@@ -210,21 +223,43 @@ def kafka_source(
             default: yes, except in real-time mode, whose batches are time-bounded.
         topic: read this topic instead of the input (a standby's rehearsal input).
     """
+    opts = kafka_options(spec, ctx, starting_offsets, limit_batches=limit_batches, topic=topic)
+    return (
+        spark.readStream.format("kafka")
+        .options(**opts)
+        .load()
+        .select("value", "partition", "offset")
+    )
+
+
+def kafka_options(
+    spec: Spec,
+    ctx: ReplicaContext,
+    starting_offsets: str,
+    *,
+    limit_batches: bool | None = None,
+    topic: str | None = None,
+) -> dict[str, str]:
+    """The options :func:`kafka_source` gives Spark's Kafka reader (the same arguments)."""
     if limit_batches is None:
         limit_batches = spec.replication.trigger != "realtime"
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", ctx.bootstrap)
-        .option("subscribe", topic or spec.source.topic)
-        .option("startingOffsets", starting_offsets)
-        .option("failOnDataLoss", "false")
-    )
+    opts = {
+        "kafka.bootstrap.servers": ctx.bootstrap,
+        "subscribe": topic or spec.source.topic,
+        "startingOffsets": starting_offsets,
+        "failOnDataLoss": "false",
+    }
     if limit_batches:
-        reader = reader.option("maxOffsetsPerTrigger", str(spec.replication.max_records_per_batch))
+        opts["maxOffsetsPerTrigger"] = str(spec.replication.max_records_per_batch)
     for k, v in (option_strings(spec.source.options) | ctx.options).items():
         if k.startswith("kafka."):
-            reader = reader.option(k, v)
-    return reader.load().select("value", "partition", "offset")
+            opts[k] = v
+    return opts
+
+
+def kafka_source_key(spec: Spec, ctx: ReplicaContext, starting_offsets: str) -> str:
+    """:meth:`ReplicationMode.source_key` of a mode whose source is :func:`kafka_source`."""
+    return json.dumps(kafka_options(spec, ctx, starting_offsets), sort_keys=True)
 
 
 def arfl_source_options(

@@ -16,6 +16,7 @@ from arfl.replica.modes.base import (
     ModeBase,
     ReplicaContext,
     kafka_source,
+    kafka_source_key,
     temp_checkpoint,
 )
 
@@ -39,6 +40,10 @@ class NoReplication(ModeBase):
     def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
         """Kafka source from earliest (first start) or latest (after a restart)."""
         return kafka_source(spark, spec, ctx, "earliest" if ctx.attempt == 0 else "latest")
+
+    def source_key(self, spec: Spec, ctx: ReplicaContext) -> str | None:
+        """The Kafka reader's options."""
+        return kafka_source_key(spec, ctx, "earliest" if ctx.attempt == 0 else "latest")
 
     def checkpoint(self, ctx: ReplicaContext) -> Checkpoint:
         """A temporary directory, deleted at stop."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from arfl.configs.spec import Spec
 from arfl.registry import MODES, ModeInfo
-from arfl.replica.modes.base import ModeBase, ReplicaContext, kafka_source
+from arfl.replica.modes.base import ModeBase, ReplicaContext, kafka_source, kafka_source_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,3 +43,7 @@ class PassiveReplication(ModeBase):
     def source(self, spark: SparkSession, spec: Spec, ctx: ReplicaContext) -> DataFrame:
         """Kafka source from earliest; after a restart the checkpoint's offsets win."""
         return kafka_source(spark, spec, ctx, "earliest")
+
+    def source_key(self, spec: Spec, ctx: ReplicaContext) -> str | None:
+        """The Kafka reader's options."""
+        return kafka_source_key(spec, ctx, "earliest")

@@ -1,0 +1,153 @@
+"""A standby builds each replica's pipeline while it waits; a take-over uses the one built for
+its replica only when its source would be the same (``replica/driver._Ahead``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arfl.configs.spec import BUILD_AHEAD_KEY, Spec, parse_spec
+from arfl.replica.driver import DriverConfig, _Ahead, _build_ahead, _context
+from arfl.replica.modes.base import (
+    PEER_PROGRESS,
+    STAGGER_REF,
+    STARTING_OFFSETS,
+    ReplicaContext,
+    get_mode,
+    kafka_options,
+)
+
+START = json.dumps({"in": {"0": 0, "1": 0}})
+
+
+def _spec(mode: str = "active", **conf: Any) -> Spec:
+    raw: dict[str, Any] = {
+        "name": "ahead",
+        "source": {"topic": "in", "partitions": 2},
+        "sink": {"topic": "out"},
+        "replication": {"mode": mode, "replicas": 2 if mode.startswith("active") else 1},
+        "spark": {"conf": conf},
+    }
+    if mode == "active":
+        raw["replication"] |= {"trigger": "realtime", "standby": 1}
+    if not mode.startswith("active-"):  # arfl's own source takes no Kafka reader options
+        raw["source"]["options"] = {"kafka.fetch.min.bytes": "1"}
+    return parse_spec(raw, "ahead.toml")
+
+
+def _cfg(spec: Spec, replica: int, **options: str) -> DriverConfig:
+    return DriverConfig(
+        spec=spec.model_dump(mode="json", by_alias=True),
+        replica=replica,
+        bootstrap="127.0.0.1:9",
+        output_topic=f"out.r{replica}",
+        checkpoint_dir=f"/tmp/ck{replica}",
+        progress_file="/tmp/p",
+        app_id_file="/tmp/a",
+        master=spec.spark.master,
+        mode_options={STARTING_OFFSETS: START, **options},
+    )
+
+
+def _ctx(**options: str) -> ReplicaContext:
+    return ReplicaContext(
+        replica=0,
+        bootstrap="127.0.0.1:9",
+        output_topic="out.r0",
+        checkpoint_dir=Path("/tmp/ck"),
+        options=options,
+    )
+
+
+def test_kafka_options_are_the_readers_whole_configuration() -> None:
+    spec = _spec()
+    opts = kafka_options(spec, _ctx(**{"kafka.client.id": "x", STAGGER_REF: "/a"}), START)
+    assert opts == {
+        "kafka.bootstrap.servers": "127.0.0.1:9",
+        "subscribe": "in",
+        "startingOffsets": START,
+        "failOnDataLoss": "false",
+        "kafka.fetch.min.bytes": "1",  # the spec's source options
+        "kafka.client.id": "x",  # kafka.* mode options pass through, the others do not
+    }
+    # micro-batch caps each batch; a rehearsal reads a topic of its own
+    micro = kafka_options(_spec("passive"), _ctx(), "earliest", topic="t")
+    assert micro["maxOffsetsPerTrigger"] and micro["subscribe"] == "t"
+
+
+def test_a_source_key_says_when_two_replicas_read_the_same() -> None:
+    spec, active = _spec(), get_mode("active")
+    key = active.source_key(spec, _context(_cfg(spec, 0)))
+    # another replica, other peers, another checkpoint: the same source
+    other = _cfg(spec, 1, **{PEER_PROGRESS: "[]", STAGGER_REF: "/a"})
+    assert active.source_key(spec, replace(_context(other), attempt=3)) == key
+    # a resume at the output frontier starts from offsets of its own; a kafka.* option counts
+    moved = _cfg(spec, 0, **{STARTING_OFFSETS: json.dumps({"in": {"0": 7, "1": 9}})})
+    assert active.source_key(spec, _context(moved)) != key
+    assert active.source_key(spec, _context(_cfg(spec, 0, **{"kafka.x": "1"}))) != key
+    # arfl's own source (threads, clients) is built anew each time
+    for mode in ("active-leader", "active-leaderless"):
+        assert get_mode(mode).source_key(_spec(mode), _context(_cfg(spec, 0))) is None
+    # none reads from "latest" after a restart
+    none, n = get_mode("none"), _spec("none")
+    first = none.source_key(n, _context(_cfg(n, 0)))
+    assert none.source_key(n, replace(_context(_cfg(n, 0)), attempt=1)) != first
+
+
+class _Mode:
+    """The active mode with a source that records what it was asked for (no Spark)."""
+
+    def __init__(self) -> None:
+        self.active = get_mode("active")
+        self.built: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.active, name)
+
+    def source(self, spark: Any, spec: Spec, ctx: ReplicaContext) -> Any:
+        del spark
+        self.built.append(ctx.replica)
+        return ("source", ctx.replica, self.active.source_key(spec, ctx))
+
+
+def test_a_take_over_uses_the_pipeline_built_for_its_replica_only_from_the_same_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        "arfl.replica.driver._pipeline", lambda raw, spec, r: ("pipeline", r, raw[2])
+    )
+    spec, mode = _spec(), _Mode()
+    standby = _cfg(spec, 0)  # a standby's index is its own; its options are the replicas'
+    ahead = _build_ahead(None, spec, mode, standby, _never())  # type: ignore[arg-type]
+    assert ahead is not None and mode.built == [0, 1]
+    # a take-over of replica 1 resuming from a checkpoint (the deploy's start offsets in its
+    # options, ignored by Spark then): replica 1's pipeline
+    took = _cfg(spec, 1, **{PEER_PROGRESS: "[]"})
+    got = ahead.pipeline(took, mode, spec)  # type: ignore[arg-type]
+    assert got is not None and got[:2] == ("pipeline", 1)
+    # at the output frontier: offsets of its own, built anew
+    frontier = _cfg(spec, 1, **{STARTING_OFFSETS: json.dumps({"in": {"0": 5, "1": 5}})})
+    assert ahead.pipeline(frontier, mode, spec) is None  # type: ignore[arg-type]
+    # another spec, or a replica it did not build for (a mode whose source is not only its
+    # options builds nothing)
+    assert _Ahead(spec={"x": 1}, pipelines=ahead.pipelines).pipeline(took, mode, spec) is None  # type: ignore[arg-type]
+    assert ahead.pipeline(_cfg(spec, 2), mode, spec) is None  # type: ignore[arg-type]
+    leader = _spec("active-leader")
+    assert _build_ahead(None, leader, get_mode("active-leader"), _cfg(leader, 0), _never()) is None
+
+
+def test_build_ahead_can_be_switched_off() -> None:
+    spec = _spec(**{BUILD_AHEAD_KEY: False})
+    mode = _Mode()
+    assert _build_ahead(None, spec, mode, _cfg(spec, 0), _never()) is None  # type: ignore[arg-type]
+    assert mode.built == []
+
+
+def _never() -> Any:
+    import threading
+
+    return threading.Event()
