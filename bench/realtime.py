@@ -6,7 +6,8 @@
         [--pipelines per-record,windowed] [--faults kill-executor,kill-replica]
         [--sweep 1000,2500,5000] [--sweep-duration 50s] [--sweep-modes active]
         [--stagger on|off|both] [--jit c1|c2|both] [--standby 0|1|both]
-        [--resume checkpoint,peer,output|both] [--standby-yield on|off|both] [--interval 5s]
+        [--resume checkpoint,peer,output|both] [--standby-yield on|off|both]
+        [--build-ahead on|off|both] [--interval 5s]
         [--spark-conf KEY=VALUE ...] [--quick]
         [--runs DIR] [--out F]
 
@@ -27,13 +28,16 @@ replica's (``peer``) and/or at the output frontier (``replication.resume``; the 
 ``auto`` is ``output`` for this stateless per-record pipeline, ``peer`` for the windowed one).
 ``--standby-yield`` runs the standby variants with the promoted standby keeping its low CPU
 priority until it caught up or for 10 s at most (``on``, the default) and/or getting it back at
-once (``off``; ``replication.standby_yield``). A list of ``--fault-at`` times runs every fault
-variant at each; the kill table then says, per run, when the survivor's next batch boundary
-came (from its progress) against when the newcomer caught up (the report's ``caught_up_s``: its
-trail of the output at the merger back within its steady allowance), and counts the masked runs
-of each side: whether a kill is masked at R=2 depends on that order. ``--after-boundary 5s``
-places each fault as the demo does: from ``--fault-at`` on, 5 s after the survivor's next batch
-boundary (a lone replica: its own).
+once (``off``; ``replication.standby_yield``). ``--build-ahead`` runs them with the standby
+building each replica's pipeline while it waits (``on``, the default) and/or not (``off``:
+``[spark.conf] "arfl.standbyBuildAhead" = false``); the row's ``takeover_s`` is the promoted
+standby's own count from its assignment to its query started (its log). A list of ``--fault-at``
+times runs every fault variant at each; the kill table then says, per run, when the survivor's
+next batch boundary came (from its progress) against when the newcomer caught up (the report's
+``caught_up_s``: its trail of the output at the merger back within its steady allowance), and
+counts the masked runs of each side: whether a kill is masked at R=2 depends on that order.
+``--after-boundary 5s`` places each fault as the demo does: from ``--fault-at`` on, 5 s after
+the survivor's next batch boundary (a lone replica: its own).
 
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
@@ -65,6 +69,7 @@ import dataclasses
 import itertools
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -77,7 +82,7 @@ from _common import HOST, Column, ProcessCpu, cpu_lock, print_table, write_rows
 
 from arfl import stack
 from arfl.configs.realtime import host_cores
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.spec import BUILD_AHEAD_KEY, Spec, parse_spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.report.build import build_report
@@ -176,6 +181,7 @@ def spec_for(
     standby_yield: bool = True,
     spark_conf: dict[str, str] | None = None,
     after_boundary: str = "",
+    build_ahead: bool = True,
 ) -> Spec:
     """The benchmark spec: 2 partitions, every replica on ``local-cluster[1,1,1024]`` (deploy
     gives real-time replicas a slot per partition and shuffle partition); ``interval``: the
@@ -183,7 +189,8 @@ def spec_for(
     each replica in a container of its own); ``replicas``: R of the replicated modes instead
     of 2; ``jit``: ``c2`` gives replica JVMs HotSpot's default tiered JIT instead of arfl's
     C1-only default; ``standby``: ``replication.standby``; ``resume``: ``replication.resume``;
-    ``spark_conf``: added to ``spark.conf`` (e.g. Spark's event log); ``after_boundary``: the
+    ``spark_conf``: added to ``spark.conf`` (e.g. Spark's event log); ``build_ahead``: false
+    sets ``arfl.standbyBuildAhead = false`` (with a standby); ``after_boundary``: the
     fault's ``after_boundary`` (from ``fault_at`` on, that long after the survivor's next batch
     boundary, as the demo places its kill; empty: at ``fault_at``)."""
     m = MODES[mode]
@@ -217,6 +224,8 @@ def spec_for(
     if jit == "c2":
         raw["spark"]["conf"].update(JIT_C2)
     raw["spark"]["conf"].update(spark_conf or {})
+    if standby and not build_ahead:
+        raw["spark"]["conf"][BUILD_AHEAD_KEY] = False
     if interval and m.trigger == "realtime":
         raw["replication"]["trigger_interval"] = interval
     if fault is not None:
@@ -335,6 +344,7 @@ def offset_table(rows: Sequence[dict[str, Any]]) -> None:
         [
             Column("at s", 5, ".0f", lambda r: _num(r.get("fault_at"))),
             Column("bnd s", 6, ".1f", lambda r: _num(r["survivor_boundary_s"])),
+            Column("take s", 6, ".2f", lambda r: _num(r.get("takeover_s"))),
             Column("healthy s", 9, ".1f", lambda r: _num(r.get("healthy_s"))),
             Column("caught s", 8, ".1f", lambda r: _num(r.get("caught_up_s"))),
             Column("ratio", 6, ".2f", lambda r: _num(r.get("ratio"))),
@@ -423,6 +433,7 @@ def analyse(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         "warnings": report.warnings,
         **boundary_ms(run_dir, report, steady),
         "survivor_boundary_s": survivor_boundary_s(run_dir, journal),
+        **takeover(run_dir),
     }
     if report.faults:
         f = report.faults[0]
@@ -442,6 +453,21 @@ def analyse(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
             verdict=f.verdict,
         )
     return row
+
+
+TAKEOVER_RE = re.compile(
+    r"take-over: pipeline (built ahead, sink added|built) in [\d.]+s, query start [\d.]+s, "
+    r"([\d.]+)s since assigned"
+)
+
+
+def takeover(run_dir: Path) -> dict[str, Any]:
+    """A promoted standby's own count from its assignment to its query started, and whether
+    it used a pipeline built ahead (its log; nothing without a take-over)."""
+    m = TAKEOVER_RE.search(_text(run_dir / "logs" / "standby-0.log"))
+    if m is None:
+        return {}
+    return {"takeover_s": float(m.group(2)), "built_ahead": m.group(1) != "built"}
 
 
 def sweep_cpu(run_dir: Path, cpu: ProcessCpu, warmup_s: float) -> dict[str, Any]:
@@ -482,6 +508,7 @@ def _variant(r: dict[str, Any]) -> str:
     more = f" R={r['replicas']}" if r.get("replicas") else ""
     more += "+standby" if r.get("standby") else ""
     more += " no-yield" if r.get("standby_yield") is False else ""
+    more += " no-build-ahead" if r.get("build_ahead_off") else ""
     more += f" from {r['resume']}" if r.get("resume") else ""
     more += f" int={r['interval']}" if r.get("interval") else ""
     more += f" +{r['after_boundary']}" if r.get("after_boundary") else ""
@@ -675,6 +702,13 @@ def main(argv: list[str] | None = None) -> int:
         "or not (off)",
     )
     ap.add_argument(
+        "--build-ahead",
+        choices=["on", "off", "both"],
+        default="on",
+        help="standby variants: the standby builds each replica's pipeline while it waits "
+        "(on), or not (off: arfl.standbyBuildAhead = false)",
+    )
+    ap.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -803,8 +837,9 @@ def main(argv: list[str] | None = None) -> int:
         else args.resume.split(",")
     )
     yields = {"on": [True], "off": [False], "both": [False, True]}[args.standby_yield]
+    aheads = {"on": [True], "off": [False], "both": [False, True]}[args.build_ahead]
     variants = [
-        (p, f, m, sb, rs, y, at, iv, ab)
+        (p, f, m, sb, rs, y, at, iv, ab, ah)
         for at in fault_times
         for ab in placements
         for iv in intervals
@@ -814,8 +849,9 @@ def main(argv: list[str] | None = None) -> int:
         for sb in standbys
         for rs in (resumes if MODES[m].mode == "active" else ["auto"])
         for y in (yields if sb else [True])
+        for ah in (aheads if sb else [True])
     ]
-    for pipeline, fault, mode, sb, resume, yields_cpu, at, interval, placed in variants:
+    for pipeline, fault, mode, sb, resume, yields_cpu, at, interval, placed, ahead in variants:
         row: dict[str, Any] = {"pipeline": pipeline, "fault": fault, "mode": mode}
         if len(intervals) > 1:
             row["interval"] = interval
@@ -829,6 +865,8 @@ def main(argv: list[str] | None = None) -> int:
             row["resume"] = resume
         if sb and not yields_cpu:
             row["standby_yield"] = False
+        if sb and not ahead:
+            row["build_ahead_off"] = True
         if placed:
             row["after_boundary"] = placed
         spec = spec_for(
@@ -845,6 +883,7 @@ def main(argv: list[str] | None = None) -> int:
             standby_yield=yields_cpu,
             spark_conf=spark_conf,
             after_boundary=placed,
+            build_ahead=ahead,
         )
         try:
             run_dir, summary, _, wall = run(spec, args.runs)

@@ -128,6 +128,33 @@ def test_realtime_spec_takes_extra_spark_conf() -> None:
     assert "spark.eventLog.enabled" not in plain.spark.conf
 
 
+def test_realtime_build_ahead_variant_and_its_take_over_time(tmp_path: Path) -> None:
+    import realtime
+
+    t = realtime.Timing(60.0, 30.0, 10.0, 30.0)
+    off = realtime.spec_for("per-record", "active", 1000, t, "kill-replica", standby=1,
+                            build_ahead=False)  # fmt: skip
+    assert off.spark.flag("arfl.standbyBuildAhead", True) is False
+    on = realtime.spec_for("per-record", "active", 1000, t, "kill-replica", standby=1)
+    assert "arfl.standbyBuildAhead" not in on.spark.conf
+    (tmp_path / "logs").mkdir()
+    assert realtime.takeover(tmp_path) == {}
+    log = tmp_path / "logs" / "standby-0.log"
+    log.write_text(
+        "[arfl-driver 20:08:17] take-over: pipeline built ahead, sink added in 0.04s, query "
+        "start 0.02s, 0.07s since assigned\n"
+    )
+    assert realtime.takeover(tmp_path) == {"takeover_s": 0.07, "built_ahead": True}
+    log.write_text(
+        "[arfl-driver 20:08:17] take-over: pipeline built in 0.34s, query start 0.02s, "
+        "0.37s since assigned\n"
+    )
+    assert realtime.takeover(tmp_path) == {"takeover_s": 0.37, "built_ahead": False}
+    row = {"pipeline": "windowed", "fault": "kill-replica", "mode": "active", "standby": 1,
+           "build_ahead_off": True}  # fmt: skip
+    assert realtime._variant(row) == "windowed kill-replica active+standby no-build-ahead"
+
+
 def test_realtime_names_the_interval_and_round_of_a_sweep_run() -> None:
     import realtime
 
