@@ -140,6 +140,18 @@ def test_a_take_over_uses_the_pipeline_built_for_its_replica_only_from_the_same_
     assert _build_ahead(None, leader, get_mode("active-leader"), _cfg(leader, 0), _never()) is None
 
 
+def test_a_pipeline_that_cannot_be_built_ahead_is_left_to_the_take_over(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def bad(raw: Any, spec: Spec, r: int) -> Any:
+        raise ValueError("no such column")
+
+    monkeypatch.setattr("arfl.replica.driver._pipeline", bad)
+    spec = _spec()
+    assert _build_ahead(None, spec, _Mode(), _cfg(spec, 0), _never()) is None  # type: ignore[arg-type]
+    assert "pipeline not built ahead (ValueError: no such column)" in capsys.readouterr().err
+
+
 def test_build_ahead_can_be_switched_off() -> None:
     spec = _spec(**{BUILD_AHEAD_KEY: False})
     mode = _Mode()

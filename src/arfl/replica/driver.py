@@ -615,7 +615,11 @@ def _build_ahead(
         ctx = replace(base, replica=r)
         key = mode.source_key(spec, ctx)
         assert key is not None
-        pipelines[r] = (key, _pipeline(mode.source(spark, spec, ctx), spec, r))
+        try:
+            pipelines[r] = (key, _pipeline(mode.source(spark, spec, ctx), spec, r))
+        except Exception as e:  # only a speed-up: the take-over builds it (and says why not)
+            _log(f"pipeline not built ahead ({type(e).__name__}: {e}): built at a take-over")
+            return None
     _log(
         f"built the pipeline ahead for replicas 0-{spec.replication.replicas - 1} in "
         f"{time.time() - t0:.2f}s"
