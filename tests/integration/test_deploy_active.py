@@ -31,6 +31,7 @@ from deploy_checks import (
 )
 
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
+from arfl.orchestrate.lag import threshold_s
 from arfl.replica.modes.leader import Decision
 from arfl.run.progress import AGREED_WATERMARK, batch_ends, late_drops
 from arfl.run.rundir import read_jsonl
@@ -212,16 +213,25 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
     assert restarted[0]["downtime_s"] > 0
     assert caught_up[0]["catchup_s"] > 0
     assert s["replica_restarts"] == 1
-    # The lag watch saw it fall behind the input while it was down, and come back.
-    behind = [e for e in _events(result, "replica-behind") if e["replica"] == killed]
-    back = [e for e in _events(result, "replica-back") if e["replica"] == killed]
-    assert behind and back and back[-1]["t"] > behind[0]["t"], (behind, back)
-    # It read nothing while its new driver started: at least that long behind.
+    # It read nothing while its new driver started: at least that long behind the input.
     (ready,) = [
         e for e in _events(result, "replica-ready") if e["replica"] == killed and e["attempt"] == 1
     ]
-    assert back[-1]["max_lag_s"] >= ready["startup_s"], (back, ready)
-    assert s["max_lag_s"][str(killed)] == max(e["max_lag_s"] for e in back)
+    lag = s["max_lag_s"][str(killed)]
+    assert lag >= ready["startup_s"], (lag, ready)
+    # The lag watch said it fell behind exactly when that lag passed its threshold (12 s with
+    # 4-s batches: a restart took 11-20 s on CI's hosts, a faster one may stay below), and
+    # then that it came back, with that largest lag.
+    behind = [e for e in _events(result, "replica-behind") if e["replica"] == killed]
+    back = [e for e in _events(result, "replica-back") if e["replica"] == killed]
+    threshold = threshold_s(spec)
+    if abs(lag - threshold) > 0.1:  # both rounded to 0.1 s in the journal
+        assert bool(behind) == (lag > threshold), (lag, threshold, behind)
+    if behind:
+        assert back and back[-1]["t"] > behind[0]["t"], (behind, back)
+        assert lag == max(e["max_lag_s"] for e in back), (lag, back)
+    else:
+        assert not back, back
     assert not _events(result, "replica-behind-at-end")
     # The executor kill was survived inside its replica (no driver restart for it).
     assert not [e for e in _events(result, "replica-died") if e["replica"] != killed]
@@ -308,7 +318,20 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
             for k, (d, t) in firsts.items()
             if d.leader == killed and exec_killed_at < t < stalled_until
         )
-        assert during, (exec_killed_at, stalled_until, sorted(firsts.items())[:8])
+        # A stall shorter than a batch interval (a faster host still) may hold no decision
+        # time: then only the cadence below shows it; a longer one must hold one.
+        cadence = spec.agreed_batch_interval
+        if stalled_until - exec_killed_at >= cadence + 1.0:
+            assert during, (exec_killed_at, stalled_until, sorted(firsts.items())[:8])
+        # From the executor's death to its own, the leader decided every batch interval: no
+        # silence longer than one interval (+ slack), stalled query or not.
+        own = sorted(
+            t for d, t in firsts.values() if d.leader == killed and exec_killed_at < t < died_at
+        )
+        marks = [exec_killed_at, *own, died_at]
+        assert own and max(b - a for a, b in itertools.pairwise(marks)) <= cadence + 1.5, (
+            exec_killed_at, own, died_at,
+        )  # fmt: skip
         # (A windowed follower behind merges decisions: a decision then ends where the next
         # merged one begins, named in the batch's end offset.)
         ran: set[str] = set()
