@@ -77,7 +77,8 @@ VARIANTS: dict[str, Knobs] = {
 
 def variant_spec(base: Spec, knobs: Knobs) -> Spec:
     """``base`` with the variant's ``[source]``/``[sink]`` options, ``[spark] conf`` and
-    ``[workload]``/``[merger]`` keys."""
+    ``[workload]``/``[merger]`` keys, validated again as the model (a value it refuses is a
+    ValidationError naming the field, not a run with it; ``model_copy`` alone checks nothing)."""
     update: dict[str, Any] = {
         "source": base.source.model_copy(update={"options": knobs.source}),
         "sink": base.sink.model_copy(update={"options": knobs.sink}),
@@ -88,7 +89,8 @@ def variant_spec(base: Spec, knobs: Knobs) -> Spec:
         update["workload"] = base.workload.model_copy(update=knobs.workload)
     if knobs.merger:
         update["merger"] = base.merger.model_copy(update=knobs.merger)
-    return base.model_copy(update=update)
+    copied = base.model_copy(update=update)
+    return Spec.model_validate(copied.model_dump(mode="json", by_alias=True))
 
 
 def _name(row: dict[str, Any], rounds: int) -> str:

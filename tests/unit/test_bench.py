@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "tests" / "fixtures" / "runs" / "real-passive-kill-executor"
@@ -352,3 +353,6 @@ def test_rtm_knobs_sets_the_injectors_linger_and_the_mergers_fetch_wait() -> Non
     assert spec.workload.rate == base.workload.rate == 1000  # the rest of [workload] kept
     spec = rtm_knobs.variant_spec(base, rtm_knobs.VARIANTS["merger fetch wait 1 ms"])
     assert spec.merger.fetch_wait_ms == 1 and spec.merger.linger_ms == base.merger.linger_ms
+    # a variant value the spec refuses is refused here too, with its key path
+    with pytest.raises(ValidationError, match=r"merger\.fetch_wait"):
+        rtm_knobs.variant_spec(base, rtm_knobs.Knobs({}, {}, {}, merger={"fetch_wait": 120.0}))
