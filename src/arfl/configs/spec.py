@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
 from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S, realtime_problems
 from arfl.configs.replay import Replay, drop_generator_problems, replay_problems
 from arfl.configs.schema import schema_problems
@@ -508,11 +509,11 @@ class Merger(_Model):
     """arfl's merger: reads every replica's topic, writes the first copy of each result to
     ``sink.topic`` and measures the latency. Its Kafka clients' latency settings."""
 
-    fetch_wait: Duration = 0.005
+    fetch_wait: Duration = MERGER_FETCH_WAIT_MS / 1000
     """Its consumer's ``fetch.wait.max.ms``: how long the broker may hold a fetch that found no
     new record (a whole number of milliseconds, below the consumer's 60-s socket timeout by at
     least a second, as librdkafka asks)."""
-    linger: LingerDuration = 0.001
+    linger: LingerDuration = MERGER_LINGER_MS / 1000
     """Its producer's ``linger.ms`` on the final topic (after the latency is measured)."""
 
     @field_validator("fetch_wait")

@@ -36,6 +36,7 @@ from pydantic import (
     model_validator,
 )
 
+from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.units import format_duration, parse_duration
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ class Workload(_Model):
     """The event-time field lags the send time by up to this much (uniform)."""
     late: float = Field(0.0, ge=0.0, le=0.5)
     """Fraction of events whose event time is behind any watermark of the pipeline."""
-    linger: LingerDuration = 0.002
+    linger: LingerDuration = INJECTOR_LINGER_MS / 1000
     """The injector's (or replayer's) producer ``linger.ms``: an event waits up to this long
     for others to share its produce request."""
 

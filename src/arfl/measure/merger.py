@@ -49,6 +49,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
 from arfl.errors import ArflError, DeployError
 from arfl.measure import frontier as frontier_file
 from arfl.measure.frontier import PER_RECORD_RID, Frontier
@@ -554,14 +555,8 @@ class Consumer(Protocol):
         ...
 
 
-DEFAULT_FETCH_WAIT_MS = 5
-"""The merger consumer's ``fetch.wait.max.ms`` (``[merger] fetch_wait``)."""
-DEFAULT_LINGER_MS = 1.0
-"""The merger producer's ``linger.ms`` (``[merger] linger``)."""
-
-
 def consumer_config(
-    bootstrap: str, group_id: str, fetch_wait_ms: int = DEFAULT_FETCH_WAIT_MS
+    bootstrap: str, group_id: str, fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
 ) -> dict[str, Any]:
     """Low-latency consumer settings: short fetch wait, never commit.
 
@@ -582,7 +577,7 @@ def consumer_config(
     }
 
 
-def sink_producer_config(bootstrap: str, linger_ms: float = DEFAULT_LINGER_MS) -> dict[str, Any]:
+def sink_producer_config(bootstrap: str, linger_ms: float = MERGER_LINGER_MS) -> dict[str, Any]:
     """Producer settings for the final topic: idempotent, short linger."""
     return {
         "bootstrap.servers": bootstrap,
@@ -673,8 +668,8 @@ class MergerConfig:
     connect_timeout_s: float = 15.0
     owner_pid: int | None = None
     owner_create_time: float | None = None
-    fetch_wait_ms: int = DEFAULT_FETCH_WAIT_MS
-    linger_ms: float = DEFAULT_LINGER_MS
+    fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
+    linger_ms: float = MERGER_LINGER_MS
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -1075,11 +1070,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fetch-wait-ms",
         type=int,
-        default=DEFAULT_FETCH_WAIT_MS,
+        default=MERGER_FETCH_WAIT_MS,
         help="the consumer's fetch.wait.max.ms",
     )
     p.add_argument(
-        "--linger-ms", type=float, default=DEFAULT_LINGER_MS, help="the sink producer's linger.ms"
+        "--linger-ms", type=float, default=MERGER_LINGER_MS, help="the sink producer's linger.ms"
     )
     p.add_argument(
         "--input-stats",

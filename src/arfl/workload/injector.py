@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.configs.workload import Workload
 from arfl.errors import ArflError, DeployError
 from arfl.run.records import END_OF_INPUT_LEAD_MS
@@ -173,7 +174,7 @@ class InjectorConfig:
     seed: int = 1
     stats_path: Path | None = None
     journal_path: Path | None = None
-    linger_ms: float = 2.0
+    linger_ms: float = INJECTOR_LINGER_MS
     start_at: float | None = None
     connect_timeout_s: float = 15.0
     end_of_input: bool = True

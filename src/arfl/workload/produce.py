@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol
 
+from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.errors import DeployError
 from arfl.processes import stop_on_termination
 from arfl.run.records import end_of_input_marker
@@ -75,7 +76,7 @@ class SystemClock:
         time.sleep(seconds)
 
 
-def producer_config(bootstrap: str, linger_ms: float = 2.0) -> dict[str, Any]:
+def producer_config(bootstrap: str, linger_ms: float = INJECTOR_LINGER_MS) -> dict[str, Any]:
     """confluent-kafka settings: idempotent, short linger, Java-compatible key partitioning."""
     return {
         "bootstrap.servers": bootstrap,
@@ -93,7 +94,7 @@ def producer_config(bootstrap: str, linger_ms: float = 2.0) -> dict[str, Any]:
 
 
 def connect_producer(
-    bootstrap: str, topic: str, linger_ms: float = 2.0, timeout_s: float = 15.0
+    bootstrap: str, topic: str, linger_ms: float = INJECTOR_LINGER_MS, timeout_s: float = 15.0
 ) -> Any:
     """A confluent-kafka producer, after checking the broker answers and the topic exists.
 
@@ -410,7 +411,7 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     ``--journal``, ``--linger-ms`` (then :func:`add_end_of_input_argument`)."""
     p.add_argument("--stats", type=Path, default=None, help="per-second stats JSONL file")
     p.add_argument("--journal", type=Path, default=None, help="run journal JSONL file")
-    p.add_argument("--linger-ms", type=float, default=2.0, help="producer linger.ms")
+    p.add_argument("--linger-ms", type=float, default=INJECTOR_LINGER_MS, help="producer linger.ms")
 
 
 def add_end_of_input_argument(p: argparse.ArgumentParser) -> None:

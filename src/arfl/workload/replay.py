@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.configs.replay import Position, PositionValue, Replay, parse_position
 from arfl.errors import ArflError, DeployError
 from arfl.run.records import END_OF_INPUT_FIELD, END_OF_INPUT_LEAD_MS
@@ -386,7 +387,7 @@ class ReplayConfig:
     time_field: str | None = None
     stats_path: Path | None = None
     journal_path: Path | None = None
-    linger_ms: float = 2.0
+    linger_ms: float = INJECTOR_LINGER_MS
     connect_timeout_s: float = 15.0
     end_of_input: bool = True
 
@@ -411,7 +412,7 @@ class ReplayConfig:
         topic: str,
         stats_path: Path | None = None,
         journal_path: Path | None = None,
-        linger_ms: float = 2.0,
+        linger_ms: float = INJECTOR_LINGER_MS,
     ) -> ReplayConfig:
         """Build from a spec's ``[source.replay]`` (its Kafka defaults to ``bootstrap``)."""
         return cls(
