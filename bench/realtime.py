@@ -504,6 +504,15 @@ def sweep_cpu(run_dir: Path, cpu: ProcessCpu, warmup_s: float) -> dict[str, Any]
     }
 
 
+ON_OFF: dict[str, list[bool]] = {"on": [True], "off": [False], "both": [False, True]}
+"""The variants an ``on|off|both`` option runs."""
+
+
+def _on_off(ap: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """An ``on|off|both`` option (default on): :data:`ON_OFF` of its value."""
+    ap.add_argument(flag, choices=list(ON_OFF), default="on", help=help)
+
+
 def _variant(r: dict[str, Any]) -> str:
     more = f" R={r['replicas']}" if r.get("replicas") else ""
     more += "+standby" if r.get("standby") else ""
@@ -666,12 +675,10 @@ def main(argv: list[str] | None = None) -> int:
         help="real-time checkpoint interval (e.g. 30s); a list (30s,60s) runs every variant and "
         "sweep run with each",
     )
-    ap.add_argument(
-        "--stagger",
-        choices=("on", "off", "both"),
-        default="on",
-        help="sweep with the replicas' batch boundaries kept apart, started together, or both",
-    )
+    _on_off(
+        ap, "--stagger",
+        "sweep with the replicas' batch boundaries kept apart, started together, or both",
+    )  # fmt: skip
     ap.add_argument(
         "--target",
         choices=("local", "docker"),
@@ -694,20 +701,15 @@ def main(argv: list[str] | None = None) -> int:
         "output): the killed replica restarts from its own checkpoint, from the freshest "
         "replica's, at the output frontier (default: the spec's default, auto)",
     )
-    ap.add_argument(
-        "--standby-yield",
-        choices=["on", "off", "both"],
-        default="on",
-        help="standby variants: the promoted standby yields the CPU until caught up (on), "
-        "or not (off)",
-    )
-    ap.add_argument(
-        "--build-ahead",
-        choices=["on", "off", "both"],
-        default="on",
-        help="standby variants: the standby builds each replica's pipeline while it waits "
-        "(on), or not (off: arfl.standbyBuildAhead = false)",
-    )
+    _on_off(
+        ap, "--standby-yield",
+        "standby variants: the promoted standby yields the CPU until caught up (on), or not (off)",
+    )  # fmt: skip
+    _on_off(
+        ap, "--build-ahead",
+        "standby variants: the standby builds each replica's pipeline while it waits (on), or "
+        "not (off: arfl.standbyBuildAhead = false)",
+    )  # fmt: skip
     ap.add_argument(
         "--spark-conf",
         action="append",
@@ -836,8 +838,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume == "both"
         else args.resume.split(",")
     )
-    yields = {"on": [True], "off": [False], "both": [False, True]}[args.standby_yield]
-    aheads = {"on": [True], "off": [False], "both": [False, True]}[args.build_ahead]
+    yields, aheads = ON_OFF[args.standby_yield], ON_OFF[args.build_ahead]
     variants = [
         (p, f, m, sb, rs, y, at, iv, ab, ah)
         for at in fault_times
@@ -893,7 +894,7 @@ def main(argv: list[str] | None = None) -> int:
             row["error"] = str(e)
         rows.append(row)
         record(row)
-    staggers = {"on": [True], "off": [False], "both": [False, True]}[args.stagger]
+    staggers = ON_OFF[args.stagger]
     jits = {"c1": ["c1"], "c2": ["c2"], "both": ["c1", "c2"]}[args.jit]
     done: set[tuple[int, str, str, bool, str]] = set()  # past the p99 bar
     for rnd, rate, mode, jit, stagger, interval in (
