@@ -55,6 +55,7 @@ class FakeProducer:
         buffer_errors: int = 0,
         fail_every: int = 0,
         partitions: int = 3,
+        clock: FakeClock | None = None,
     ) -> None:
         self.records: list[tuple[str, bytes, bytes]] = []
         self._pending: list[Callable[[Any, Any], None]] = []
@@ -66,6 +67,9 @@ class FakeProducer:
         self.partitions = partitions
         self.markers: list[tuple[str, int, bytes]] = []
         self.log: list[str] = []
+        self.clock = clock
+        self.flushed_at: list[float] = []
+        self.markers_at: list[float] = []
 
     def produce(
         self,
@@ -84,6 +88,8 @@ class FakeProducer:
             assert 0 <= partition < self.partitions
             self.markers.append((topic, partition, value))
             self.log.append(f"marker:{partition}")
+            if self.clock is not None:
+                self.markers_at.append(self.clock.time())
         else:
             assert key is not None and partition == -1  # events: partitioned by key
             self.records.append((topic, key, value))
@@ -111,6 +117,8 @@ class FakeProducer:
         self.flushed = True
         self.log.append("flush")
         self.poll()
+        if self.clock is not None:
+            self.flushed_at.append(self.clock.time())
         return 0
 
     def events(self) -> list[dict[str, Any]]:
@@ -368,12 +376,30 @@ def test_end_of_input_marker_in_every_partition_after_the_last_event(tmp_path: P
     assert "event" not in prod.log[first_marker:]
     assert prod.log[first_marker - 1] == "flush"
     assert prod.log[-1] == "flush"
+
     # Markers are not events: the summary counts events only; the journal names the markers.
     assert summary.produced == summary.delivered == 200
     finished = read_jsonl(tmp_path / "journal.jsonl")[-1]
     assert finished["event"] == "injector_finished"
     assert finished["end_of_input_markers"] == 3
     assert finished["end_of_input_ts"] == last_ts + 86_400_000
+
+
+def test_end_of_input_markers_are_appended_a_millisecond_after_every_event(
+    tmp_path: Path,
+) -> None:
+    """The flush returns once every event is appended; a marker produced at once (the final
+    flush sends it without linger) could share the last event's LogAppendTime millisecond
+    (seen in a run: partition 1's last event and both markers at ...183516), and the
+    independent check, which orders partitions by append time, then cannot tell whether a batch
+    held the marker without that event: the event's window went unjudged ("late")."""
+    clock = FakeClock()
+    prod = FakeProducer(partitions=2, clock=clock)
+    Injector(_config(tmp_path, rate=100, duration=1.0), producer=prod, clock=clock).run()
+    events_appended_by = prod.flushed_at[0]
+    assert prod.markers_at and min(prod.markers_at) >= events_appended_by + 0.002, (
+        prod.flushed_at, prod.markers_at,
+    )  # fmt: skip
 
 
 def test_end_of_input_marker_time_does_not_depend_on_an_early_stop(tmp_path: Path) -> None:

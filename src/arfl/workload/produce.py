@@ -76,6 +76,11 @@ class SystemClock:
         time.sleep(seconds)
 
 
+MARKER_GAP_S = 0.002
+"""How long the end-of-input markers wait after every event was acknowledged: their append
+time is then a later millisecond than every event's (``_write_end_of_input``)."""
+
+
 def producer_config(bootstrap: str, linger_ms: float = INJECTOR_LINGER_MS) -> dict[str, Any]:
     """confluent-kafka settings: idempotent, short linger, Java-compatible key partitioning."""
     return {
@@ -311,6 +316,12 @@ class InputProducer:
             # that makes them late. The final flush counts them as failed.
             self.marker_error = f"{remaining} {self.noun} still undelivered; no marker written"
             return
+        # Every event is appended now. A marker appended in the same millisecond as another
+        # partition's last event would share its LogAppendTime (the final flush sends markers
+        # without linger: seen on a fast host), and the independent check, which orders the
+        # partitions by append time, could not tell whether a batch held the marker without
+        # that event; the event's window then went unjudged. Past the next millisecond, no.
+        self.clock.sleep(MARKER_GAP_S)
         meta = self._producer.list_topics(self.topic, timeout=self._metadata_timeout_s)
         partitions = sorted(meta.topics[self.topic].partitions)
         value = end_of_input_marker(event_time_ms)
