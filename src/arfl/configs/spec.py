@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
+from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS, SLOW_CPU_RANGE
 from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S, realtime_problems
 from arfl.configs.replay import Replay, drop_generator_problems, replay_problems
 from arfl.configs.schema import schema_problems
@@ -453,7 +453,7 @@ class Chaos(_Model):
     restart: bool = True
     executor: str | None = None
     delay: Duration | None = None
-    cpu: float | None = Field(None, ge=1, le=100)
+    cpu: float | None = Field(None, ge=SLOW_CPU_RANGE[0], le=SLOW_CPU_RANGE[1])
     """``slow``: the replica's CPU quota in percent of one CPU (default 10; at least 1, the
     kernel's and docker's smallest quota, 1 ms per 100-ms period)."""
     from_: list[int] | None = Field(None, alias="from")

@@ -29,6 +29,7 @@ from typer.core import TyperGroup
 
 from arfl.cli.console import err, out
 from arfl.cli.main import app
+from arfl.configs.defaults import SLOW_CPU_RANGE
 from arfl.errors import ExitCode, FaultError
 from arfl.faults.base import FaultParams
 from arfl.faults.listing import resolve_run_dir, summarize
@@ -239,8 +240,11 @@ def inject_cmd(
         raise typer.BadParameter(f"{fault} takes no duration", param_hint="--duration")
     if cpu is not None and fault != "slow":
         raise typer.BadParameter(f"{fault} takes no cpu (only slow)", param_hint="--cpu")
-    if cpu is not None and not 1 <= cpu <= 100:
-        raise typer.BadParameter(f"{cpu:g} is outside 1-100 (% of one CPU)", param_hint="--cpu")
+    lo, hi = SLOW_CPU_RANGE
+    if cpu is not None and not lo <= cpu <= hi:
+        raise typer.BadParameter(
+            f"{cpu:g} is outside {lo:g}-{hi:g} (% of one CPU)", param_hint="--cpu"
+        )
     params = FaultParams(
         kind=fault,
         replica="leader" if kind.targets_leader else _replica(replica),

@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from arfl.configs.defaults import SLOW_CPU_PERCENT, SLOW_CPU_RANGE
 from arfl.errors import FaultError
 from arfl.faults import cgroups
 from arfl.faults import docker as dk
 from arfl.faults.base import FaultBase, Target
 from arfl.registry import FAULTS, FaultInfo
 
-CPU_PERCENT = 10.0
+CPU_PERCENT = SLOW_CPU_PERCENT
 """The default quota, in percent of one CPU."""
-MIN_CPU_PERCENT = 1.0
 CPU_PERIOD_US = 100_000
 
 
@@ -76,9 +76,10 @@ class Slow(FaultBase):
         p = self.params.cpu_percent
         if p is None:
             return CPU_PERCENT
-        if not MIN_CPU_PERCENT <= p <= 100:
+        lo, hi = SLOW_CPU_RANGE
+        if not lo <= p <= hi:
             raise FaultError(
-                f"slow: cpu {p:g}% is outside {MIN_CPU_PERCENT:g}-100 (% of one CPU; the "
+                f"slow: cpu {p:g}% is outside {lo:g}-{hi:g} (% of one CPU; the "
                 "smallest quota the kernel and docker take is 1 ms per 100 ms)"
             )
         return p
