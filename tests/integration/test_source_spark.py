@@ -142,6 +142,21 @@ class Replica:
             self.q.stop()
 
 
+def reported(n: int, *replicas: Replica) -> Callable[[], bool]:
+    """Every replica has ``n`` rows in its table and its progress reports reading them: a batch's
+    rows are in the table (the file sink's commit) before Spark reports its progress (after the
+    offsets' commit), so rows alone can be seen while the last batch is missing from
+    ``recentProgress`` (a late replica that read everything in one batch had no progress yet)."""
+
+    def done() -> bool:
+        return all(
+            r.count() >= n and sum(p["numInputRows"] for p in r.all_progress()) >= n
+            for r in replicas
+        )
+
+    return done
+
+
 def ends(progress: list[dict[str, Any]]) -> dict[int, BatchOffset]:
     """batchId -> end offset of every batch that read something."""
     out = {}
@@ -300,7 +315,7 @@ def test_leader_replicas_apply_the_same_decisions(
     zk.start(timeout=15)
     try:
         produce(stack.kafka, topic_name, n, [0, 1], rate=200)
-        wait_until(lambda: r0.count() >= n and r1.count() >= n, 180, rows_of(n, r0, r1))
+        wait_until(reported(n, r0, r1), 180, rows_of(n, r0, r1))
         # One candidacy per replica: readers in Spark's planning workers do not join.
         contenders = Election(zk, leader_path(pipeline, "t")).contenders()
         assert sorted(contenders) == ["0", "1"]
@@ -317,7 +332,7 @@ def test_leader_replicas_apply_the_same_decisions(
         merging = replace(opts(2), merge_decisions=True, max_records_per_batch=10_000)
         late = Replica(spark, merging, tmp_path / "r2")
         try:
-            wait_until(lambda: late.count() >= n, 120, rows_of(n, late))
+            wait_until(reported(n, late), 120, rows_of(n, late))
             e2 = ends(late.all_progress())
             assert late.count() == n
             assert e2[max(e2)] == e0[max(e0)], (e2, e0)
