@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import psutil
 import pytest
 
+from arfl.configs.defaults import SLOW_CPU_PERCENT
 from arfl.configs.spec import Chaos
 from arfl.errors import FaultError
 from arfl.faults.base import FaultBase, FaultParams, Target, make_fault
@@ -156,7 +157,6 @@ def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     share outside 1-100 % (from the API: the spec and the CLI refuse it earlier) is a clear
     FaultError before anything is touched."""
     from arfl.faults import docker as dk
-    from arfl.faults.kinds import slow
 
     quotas: list[tuple[str, int, int]] = []
     monkeypatch.setattr(dk, "set_cpu_quota", lambda n, p, q: quotas.append((n, p, q)) or True)
@@ -173,7 +173,7 @@ def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     for cpu, quota in [(None, 10_000), (2.0, 2_000), (1.0, 1_000), (100.0, 100_000)]:
         fault = make_fault(FaultParams("slow", replica=1, duration_s=1.0, cpu_percent=cpu))
         record = fault.prepare(OnDocker())  # type: ignore[arg-type]
-        assert record["cpu_percent"] == (cpu or slow.CPU_PERCENT)
+        assert record["cpu_percent"] == (cpu or SLOW_CPU_PERCENT)
         fault.inject(OnDocker())  # type: ignore[arg-type]
         assert quotas[-1] == ("arfl-r-1", 100_000, quota)
     for cpu in (0.5, 101.0):

@@ -376,7 +376,6 @@ def test_end_of_input_marker_in_every_partition_after_the_last_event(tmp_path: P
     assert "event" not in prod.log[first_marker:]
     assert prod.log[first_marker - 1] == "flush"
     assert prod.log[-1] == "flush"
-
     # Markers are not events: the summary counts events only; the journal names the markers.
     assert summary.produced == summary.delivered == 200
     finished = read_jsonl(tmp_path / "journal.jsonl")[-1]

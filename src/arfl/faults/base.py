@@ -38,7 +38,7 @@ class FaultParams:
     delay_s: float | None = None
     cpu_percent: float | None = None
     """``slow``: the replica's CPU quota in percent of one CPU (None: 10 %,
-    :data:`arfl.faults.kinds.slow.CPU_PERCENT`)."""
+    :data:`arfl.configs.defaults.SLOW_CPU_PERCENT`)."""
     from_: tuple[int, ...] = ()
     at_s: float = 0.0
     after_boundary_s: float | None = None

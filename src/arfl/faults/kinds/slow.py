@@ -12,8 +12,6 @@ from arfl.faults import docker as dk
 from arfl.faults.base import FaultBase, Target
 from arfl.registry import FAULTS, FaultInfo
 
-CPU_PERCENT = SLOW_CPU_PERCENT
-"""The default quota, in percent of one CPU."""
 CPU_PERIOD_US = 100_000
 
 
@@ -27,7 +25,7 @@ CPU_PERIOD_US = 100_000
 )
 class Slow(FaultBase):
     """Move every process of the replica into ``arfl/<run>-r<N>`` limited to ``cpu`` % of one
-    CPU (``FaultParams.cpu_percent``, :data:`CPU_PERCENT` by default).
+    CPU (``FaultParams.cpu_percent``, :data:`~arfl.configs.defaults.SLOW_CPU_PERCENT` by default).
 
     Revert moves each process back to the group it came from and removes the group.
 
@@ -75,7 +73,7 @@ class Slow(FaultBase):
         """The quota asked for, in percent of one CPU."""
         p = self.params.cpu_percent
         if p is None:
-            return CPU_PERCENT
+            return SLOW_CPU_PERCENT
         lo, hi = SLOW_CPU_RANGE
         if not lo <= p <= hi:
             raise FaultError(
@@ -86,7 +84,7 @@ class Slow(FaultBase):
 
     def inject(self, target: Target) -> None:
         """Create the limited group and move the processes in (set the container's quota)."""
-        percent = float(self.record.get("cpu_percent", CPU_PERCENT))
+        percent = float(self.record.get("cpu_percent", SLOW_CPU_PERCENT))
         if "container" in self.record:
             name = str(self.record["container"])
             quota = max(1000, int(CPU_PERIOD_US * percent / 100))
