@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/merge_core.py [--results 100000] [--rounds 3] [--out F]
 
-Feeds :class:`arfl.measure.merger.MergeCore` the records of an actively replicated run held in
+Feeds :class:`arfl.measure.merger.core.MergeCore` the records of an actively replicated run held in
 memory (two replicas, each delivering every result; the second copy of each a few records
 behind the first; a monitor tick every 1,000 results) and times it, alternating the variants
 round by round. ``trail`` is the merger as deployed (it keeps, per replica, which output results
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _common import Column, cpu_lock, print_table, write_rows
 
-from arfl.measure.merger import DedupState, MergeCore
+from arfl.measure.merger.core import DedupState, MergeCore
 
 T0 = 1_800_000_000.0
 

@@ -309,7 +309,8 @@ def test_merger_refuses_a_missing_sink_topic(
     stack: StackInfo, topic_name: str, tmp_path: Path
 ) -> None:
     from arfl.errors import DeployError
-    from arfl.measure.merger import Merger, MergerConfig
+    from arfl.measure.merger.config import MergerConfig
+    from arfl.measure.merger.process import Merger
 
     cfg = MergerConfig(
         bootstrap=stack.kafka, sink=f"{topic_name}.missing", replicas=2, run_dir=tmp_path

@@ -11,19 +11,12 @@ from typing import Any
 import pytest
 
 from arfl.errors import DeployError
-from arfl.measure import merger
 from arfl.measure.frontier import read_frontier
 from arfl.measure.histogram import read_latency_log
-from arfl.measure.merger import (
-    DedupState,
-    GapTracker,
-    InputWindow,
-    MergeCore,
-    Merger,
-    MergerConfig,
-    Outcome,
-    build_parser,
-)
+from arfl.measure.merger import core, kafka, process
+from arfl.measure.merger.config import MergerConfig
+from arfl.measure.merger.core import DedupState, GapTracker, InputWindow, MergeCore, Outcome
+from arfl.measure.merger.process import Merger, build_parser
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import MonitorSnapshot, MonitorTail
@@ -76,7 +69,7 @@ def test_divergence_carries_both_values_while_remembered() -> None:
     assert div.to_dict()["first_data"] == {"total": 1.0}
     assert div.to_dict()["data"] == {"total": 1.5}
     # Only the newest first copies' contents are kept; older ones report None.
-    for i in range(merger.DATA_MEMORY):
+    for i in range(core.DATA_MEMORY):
         d.offer(f"x{i}", 0, "h", T0 + 1)
         d.offer(f"y{i}", 0, "h", T0 + 1, {"i": i})
     _, old = d.offer("a", 0, "h3", T0 + 2, {"total": 2.0})
@@ -436,7 +429,7 @@ def test_merger_stops_on_until(tmp_path: Path) -> None:
 
 
 def test_merger_journals_only_the_first_divergences(tmp_path: Path) -> None:
-    from arfl.measure import merger as m
+    from arfl.measure.merger import core as m
 
     t0, t1 = replica_topic("s", 0), replica_topic("s", 1)
     n = m.MAX_JOURNALED_DIVERGENCES + 20
@@ -540,7 +533,7 @@ def test_merger_reads_the_input_window_from_injector_stats(tmp_path: Path) -> No
 def test_main_reports_an_unreachable_broker(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from arfl.measure.merger import main
+    from arfl.measure.merger.process import main
 
     rc = main(
         [
@@ -680,7 +673,7 @@ def test_merger_writes_the_sent_time_interval_log(tmp_path: Path) -> None:
     cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, idle_s=1.2)
     final = Merger(cfg, consumer=FakeConsumer([batch]), producer=FakeProducer()).run()
     latency = read_latency_log(tmp_path / "latency.hlog")
-    sent = read_latency_log(tmp_path / merger.SENT_HLOG)
+    sent = read_latency_log(tmp_path / process.SENT_HLOG)
     assert sum(iv.count for iv in latency) == 3 and sum(iv.count for iv in sent) == 2
     # One interval per second in both logs, over the same times.
     assert [(iv.start_s, iv.end_s) for iv in sent] == [(iv.start_s, iv.end_s) for iv in latency]
@@ -726,7 +719,7 @@ def test_merger_ends_by_itself_when_its_owner_is_gone(
         checks.append((pid, create_time))
         return object() if len(checks) < 3 else None  # the owner dies at the third check
 
-    monkeypatch.setattr(merger, "same_process", fake_same_process)
+    monkeypatch.setattr(process, "same_process", fake_same_process)
     cfg = MergerConfig(
         bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path,
         owner_pid=4242, owner_create_time=1234.5,
@@ -845,7 +838,7 @@ def test_the_kafka_latency_settings_reach_the_clients_through_the_command_line(
     )
     a = build_parser().parse_args(cfg.argv())
     assert (a.fetch_wait_ms, a.linger_ms) == (1, 0.5)
-    assert merger.consumer_config("x", "g", a.fetch_wait_ms)["fetch.wait.max.ms"] == 1
-    assert merger.sink_producer_config("x", a.linger_ms)["linger.ms"] == 0.5
+    assert kafka.consumer_config("x", "g", a.fetch_wait_ms)["fetch.wait.max.ms"] == 1
+    assert kafka.sink_producer_config("x", a.linger_ms)["linger.ms"] == 0.5
     with pytest.raises(DeployError, match="fetch wait and linger"):
         MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, linger_ms=-1.0)

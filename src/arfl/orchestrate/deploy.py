@@ -33,7 +33,7 @@ from arfl.faults.base import FaultParams
 from arfl.faults.local import LocalTarget
 from arfl.faults.runner import ChaosRunner
 from arfl.measure.check import check_run
-from arfl.measure.merger import MergerConfig
+from arfl.measure.merger.config import MergerConfig
 from arfl.orchestrate.context import (
     PYTHON,
     DeployOptions,

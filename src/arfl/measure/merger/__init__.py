@@ -1,0 +1,33 @@
+"""The merger: first copy of each result wins; end-to-end latency is measured here.
+
+It reads every partition of every replica's output topic (``records.replica_topic(sink, i)``)
+from its beginning, by explicit assignment: no consumer group, so no rebalance can ever make it
+re-read. It keeps the **first** copy of each result id and writes it unchanged to the final
+sink topic. For every first copy it records two latencies into per-second HdrHistograms:
+
+* ``receive wall time - src_ts`` (the newest contributing event's *intended* send time), the
+  headline reading, written to ``latency.hlog``;
+* ``receive wall time - sent_ts`` (its *actual* send time), written to ``latency-sent.hlog``;
+  results without ``sent_ts`` are not recorded there, only counted.
+
+Once a second it appends a line to ``monitor.jsonl`` (format in :mod:`arfl.run.streams`).
+
+Dedup state remembers every result id for the whole run by default, bounded only by
+``max_entries`` (oldest-first beyond it, about 0.4 KB per id). A restarted replica catches up
+for minutes and re-emits results the others delivered long ago, so any age limit shorter than
+the run would forward those copies again. ``horizon_s`` sets such a limit anyway; ids forgotten
+either way are counted as ``evicted``.
+
+Given the pid and create time of its owner (the deploy process), the merger ends by itself
+(flushes, writes ``merger.json``, journals ``merger-orphaned``) within about a second of the
+owner's death, so that a ``kill -9`` of arfl never leaves it running.
+
+Copies of one id with different content hashes are **divergent**: counted, and journaled
+(``divergence`` events, the first :data:`MAX_JOURNALED_DIVERGENCES` of them). Records that
+are not result records are counted as ``bad`` and skipped.
+
+The core (:class:`MergeCore`) is pure: Kafka I/O lives in :class:`Merger`. Run as a process::
+
+    python -m arfl.measure.merger --bootstrap 127.0.0.1:9092 --sink clicks.out \\
+        --replicas 2 --run-dir runs/clicks-20261125-213000 --input-stats runs/.../injector.jsonl
+"""

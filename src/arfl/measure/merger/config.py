@@ -1,0 +1,121 @@
+"""What a merger process is told: :class:`MergerConfig`."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
+from arfl.errors import DeployError
+from arfl.measure.histogram import (
+    DEFAULT_PERCENTILES,
+)
+from arfl.measure.merger.core import DEFAULT_HORIZON_S, DEFAULT_MAX_ENTRIES
+from arfl.run.records import replica_topic
+from arfl.run.rundir import RunPaths
+
+
+@dataclass(frozen=True)
+class MergerConfig:
+    """Where to read, write and report.
+
+    Attributes:
+        bootstrap: Kafka ``host:port[,...]``.
+        sink: the final sink topic; replica ``i`` writes ``replica_topic(sink, i)``.
+        replicas: how many replicas.
+        run_dir: the run directory (``latency.hlog``, ``monitor.jsonl``, ``merger.json``,
+            ``journal.jsonl`` go there).
+        horizon_s: dedup horizon in seconds; None (the default) remembers ids for the whole
+            run, bounded by ``max_entries``.
+        max_entries: dedup size bound.
+        input_stats: the injector's stats file (gives the input window for gaps).
+        input_start: epoch seconds input starts (instead of / overriding ``input_stats``).
+        input_end: epoch seconds input ends.
+        until: stop at this epoch time.
+        idle_s: stop after this long without records, once input has ended (or, with no input
+            information, once something was received).
+        percentiles: shown in monitor lines and ``merger.json``.
+        group_id: ``group.id`` of the consumer (default: a fresh one per run). The merger
+            never joins the group nor commits under it.
+        connect_timeout_s: how long to wait for the broker at start.
+        owner_pid: the process the merger belongs to (the deploy process): when it is gone,
+            the merger flushes, writes ``merger.json`` and exits.
+        owner_create_time: the owner's psutil create time, so that a recycled pid is not
+            mistaken for the owner.
+        fetch_wait_ms: the consumer's ``fetch.wait.max.ms``.
+        linger_ms: the sink producer's ``linger.ms``.
+    """
+
+    bootstrap: str
+    sink: str
+    replicas: int
+    run_dir: Path
+    horizon_s: float | None = DEFAULT_HORIZON_S
+    max_entries: int = DEFAULT_MAX_ENTRIES
+    input_stats: Path | None = None
+    input_start: float | None = None
+    input_end: float | None = None
+    until: float | None = None
+    idle_s: float | None = None
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    group_id: str | None = None
+    connect_timeout_s: float = 15.0
+    owner_pid: int | None = None
+    owner_create_time: float | None = None
+    fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
+    linger_ms: float = MERGER_LINGER_MS
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise DeployError(f"merger: replicas must be >= 1, got {self.replicas}")
+        if (self.horizon_s is not None and self.horizon_s <= 0) or self.max_entries < 1:
+            raise DeployError("merger: horizon must be positive and max entries at least 1")
+        if self.owner_create_time is not None and self.owner_pid is None:
+            raise DeployError("merger: an owner create time needs the owner's pid")
+        if self.fetch_wait_ms < 0 or self.linger_ms < 0:
+            raise DeployError("merger: fetch wait and linger must be >= 0 ms")
+
+    @property
+    def paths(self) -> RunPaths:
+        """Named paths in the run directory."""
+        return RunPaths(self.run_dir)
+
+    @property
+    def result_path(self) -> Path:
+        """Where the final counts go."""
+        return self.run_dir / "merger.json"
+
+    def topics(self) -> list[str]:
+        """The replica topics consumed."""
+        return [replica_topic(self.sink, i) for i in range(self.replicas)]
+
+    def command(self, python: str | None = None) -> list[str]:
+        """The command line to run this as a process (``python -m arfl.measure.merger``).
+
+        Args:
+            python: the interpreter (default: the current one).
+        """
+        return [python or sys.executable, "-m", "arfl.measure.merger", *self.argv()]
+
+    def argv(self) -> list[str]:
+        """Command-line arguments for ``python -m arfl.measure.merger``."""
+        args = [
+            "--bootstrap", self.bootstrap, "--sink", self.sink,
+            "--replicas", str(self.replicas), "--run-dir", str(self.run_dir),
+            "--max-entries", str(self.max_entries),
+            "--percentiles", ",".join(repr(p) for p in self.percentiles),
+            "--connect-timeout", repr(self.connect_timeout_s),
+            "--fetch-wait-ms", str(self.fetch_wait_ms), "--linger-ms", repr(self.linger_ms),
+        ]  # fmt: skip
+        for flag, val in (
+            ("--input-stats", self.input_stats), ("--input-start", self.input_start),
+            ("--input-end", self.input_end), ("--until", self.until),
+            ("--idle", self.idle_s), ("--group-id", self.group_id),
+            ("--horizon-s", self.horizon_s), ("--owner-pid", self.owner_pid),
+            ("--owner-create-time", self.owner_create_time),
+        ):  # fmt: skip
+            if val is not None:
+                # str() of a float round-trips exactly (a create time must survive as is).
+                args += [flag, val if isinstance(val, str) else str(val)]
+        return args

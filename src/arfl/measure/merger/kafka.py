@@ -1,0 +1,107 @@
+"""The merger's Kafka clients: the consumer of the replica topics (assigned, never
+subscribed) and the sink producer, with their settings."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
+from arfl.errors import DeployError
+
+
+class Consumer(Protocol):
+    """The part of ``confluent_kafka.Consumer`` the merger uses.
+
+    There is deliberately no ``subscribe``: a group subscription can rebalance, and a
+    rebalance with no committed offsets starts over from the beginning (every result again).
+    """
+
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> Any:
+        """Cluster metadata (``.topics[name].partitions`` / ``.error``)."""
+        ...
+
+    def assign(self, partitions: list[Any]) -> None:
+        """Set the manual assignment (``TopicPartition`` list with start offsets)."""
+        ...
+
+    def incremental_assign(self, partitions: list[Any]) -> None:
+        """Add partitions to the manual assignment, leaving the others where they are."""
+        ...
+
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Any]:
+        """A batch of messages (possibly empty)."""
+        ...
+
+    def poll(self, timeout: float = ...) -> Any:
+        """One message or ``None``."""
+        ...
+
+    def close(self) -> None:
+        """Close the consumer."""
+        ...
+
+
+def consumer_config(
+    bootstrap: str, group_id: str, fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
+) -> dict[str, Any]:
+    """Low-latency consumer settings: short fetch wait, never commit.
+
+    The merger assigns partitions itself (see :class:`Consumer`); ``group.id`` is set only
+    because librdkafka's Python client refuses to build a consumer without one. No group is
+    joined and no offset is committed under it.
+    """
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "client.id": "arfl-merger",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "fetch.wait.max.ms": fetch_wait_ms,
+        "fetch.min.bytes": 1,
+        "topic.metadata.refresh.interval.ms": 1000,
+        "allow.auto.create.topics": False,
+    }
+
+
+def sink_producer_config(bootstrap: str, linger_ms: float = MERGER_LINGER_MS) -> dict[str, Any]:
+    """Producer settings for the final topic: idempotent, short linger."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "client.id": "arfl-merger",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": linger_ms,
+        "queue.buffering.max.messages": 1_000_000,
+        # A missing topic is a deploy error, not something to create with broker defaults.
+        "allow.auto.create.topics": False,
+    }
+
+
+def kafka_consumer(bootstrap: str, group_id: str, fetch_wait_ms: int) -> Any:
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    return KafkaConsumer(consumer_config(bootstrap, group_id, fetch_wait_ms))
+
+
+def kafka_producer(bootstrap: str, sink: str, timeout_s: float, linger_ms: float) -> Any:
+    """The sink producer, after checking the broker answers and the sink topic exists.
+
+    Raises:
+        DeployError: Kafka unreachable, or no sink topic.
+    """
+    from confluent_kafka import Producer as KafkaProducer
+
+    from arfl.stack.topics import require_topic
+
+    producer = KafkaProducer(sink_producer_config(bootstrap, linger_ms))
+    require_topic(
+        producer,
+        bootstrap,
+        sink,
+        timeout_s,
+        error=DeployError,
+        who="merger: ",
+        what="sink topic",
+        missing_hint="create it first (arfl.stack.topics.ensure_topic) or check sink.topic",
+    )
+    return producer

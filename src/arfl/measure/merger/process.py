@@ -1,0 +1,490 @@
+"""The merger process: :class:`Merger` runs :class:`~arfl.measure.merger.core.MergeCore`
+against Kafka and writes the run directory's files; :func:`main` is ``python -m
+arfl.measure.merger``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
+from arfl.errors import ArflError, DeployError
+from arfl.measure import frontier as frontier_file
+from arfl.measure.histogram import (
+    DEFAULT_PERCENTILES,
+    INTERVAL_S,
+    LatencyLogWriter,
+)
+from arfl.measure.merger.config import MergerConfig
+from arfl.measure.merger.core import (
+    DEFAULT_HORIZON_S,
+    DEFAULT_MAX_ENTRIES,
+    MAX_JOURNALED_DIVERGENCES,
+    InputWindow,
+    MergeCore,
+    Outcome,
+)
+from arfl.measure.merger.kafka import Consumer, kafka_consumer, kafka_producer
+from arfl.processes import same_process, stop_on_termination
+from arfl.run.rundir import Journal, RunPaths, write_json_atomic
+from arfl.run.streams import InjectorStatsTail
+
+SENT_HLOG = RunPaths(Path(".")).hlog_sent.name
+"""The interval log of latencies measured from the actual send time (``sent_ts``)."""
+OWNER_CHECK_S = 1.0
+"""How often the merger checks that its owner (the deploy process) still runs."""
+STATS_STALE_S = 2.5
+"""An injector stats file silent this long (and without a summary) means input stopped."""
+
+if TYPE_CHECKING:
+    from arfl.stack.clients import Producer
+
+
+class Merger:
+    """Runs :class:`MergeCore` against Kafka and writes the run directory's files."""
+
+    def __init__(
+        self,
+        config: MergerConfig,
+        consumer: Consumer | None = None,
+        producer: Producer | None = None,
+    ) -> None:
+        """Args:
+        config: what to merge.
+        consumer: a confluent-kafka ``Consumer`` (default: one with :func:`consumer_config`).
+        producer: a confluent-kafka ``Producer`` for the sink (default: a new one).
+        """
+        self.config = config
+        self._stop = threading.Event()
+        group = config.group_id or f"arfl-merger-{uuid.uuid4().hex[:12]}"
+        self._consumer: Consumer = consumer or kafka_consumer(
+            config.bootstrap, group, config.fetch_wait_ms
+        )
+        self._producer: Producer = producer or kafka_producer(
+            config.bootstrap, config.sink, config.connect_timeout_s, config.linger_ms
+        )
+        self._topic_index = {t: i for i, t in enumerate(config.topics())}
+        self._unassigned: list[str] = config.topics()
+        self.core: MergeCore | None = None
+        self.delivery_failures = 0
+        self.consumer_errors = 0
+        self.stop_reason: str | None = None
+        self._first_delivery_error: str | None = None
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish (thread-safe); it flushes and writes ``merger.json``."""
+        self._stop.set()
+
+    def _on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self.delivery_failures += 1
+            if self._first_delivery_error is None:
+                self._first_delivery_error = str(err)
+
+    def _assign(self, journal: Journal | None, timeout_s: float) -> None:
+        """Assign, from their beginning, the partitions of replica topics not assigned yet.
+
+        The first call sets the assignment (possibly empty); later calls only add partitions
+        of topics that appeared meanwhile, so a partition already being read is never reset to
+        its beginning. A topic missing at the first call is journaled (with ``journal``).
+        """
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+        first = len(self._unassigned) == len(self._topic_index)
+        new: list[Any] = []
+        missing: list[str] = []
+        for topic in self._unassigned:
+            try:
+                meta = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            except KafkaException:
+                meta = None
+            if meta is None or meta.error is not None or not meta.partitions:
+                missing.append(topic)
+                continue
+            new += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(meta.partitions)]
+            if self.core is not None:
+                self.core.frontier.set_partitions(self._topic_index[topic], len(meta.partitions))
+        self._unassigned = missing
+        if first:
+            self._consumer.assign(new)
+            if missing and journal is not None:
+                journal.write(
+                    "warning",
+                    component="merger",
+                    message=f"replica topics {', '.join(missing)} do not exist yet at "
+                    f"{self.config.bootstrap}; reading them from their beginning once they do",
+                )
+        elif new:
+            self._consumer.incremental_assign(new)
+
+    def _owner_gone(self) -> bool:
+        cfg = self.config
+        return cfg.owner_pid is not None and (
+            same_process(cfg.owner_pid, cfg.owner_create_time) is None
+        )
+
+    def _update_window(
+        self, window: InputWindow, tail: InjectorStatsTail | None, now: float
+    ) -> None:
+        cfg = self.config
+        if tail is not None:
+            tail.poll()
+            if tail.t0 is not None:
+                window.start = tail.t0
+            if tail.summary is not None:
+                window.end = tail.summary.end
+            elif tail.latest is not None and now - tail.latest.t > STATS_STALE_S:
+                window.end = tail.latest.t  # the injector went silent: input stopped
+            else:
+                window.end = None
+        if cfg.input_start is not None:
+            window.start = cfg.input_start
+        if cfg.input_end is not None:
+            window.end = cfg.input_end
+
+    def _should_stop(
+        self, now: float, last_record: float | None, window: InputWindow, started: float
+    ) -> str | None:
+        """Why the merger should stop now (``merger.json``'s ``stop_reason``), or None."""
+        cfg = self.config
+        if self._stop.is_set():
+            return "signal"
+        if cfg.until is not None and now >= cfg.until:
+            return "until"
+        if cfg.idle_s is not None:
+            input_over = (
+                (window.end is not None and now > window.end)
+                if (
+                    cfg.input_stats is not None
+                    or cfg.input_start is not None
+                    or cfg.input_end is not None
+                )
+                else last_record is not None
+            )
+            quiet_since = last_record if last_record is not None else started
+            if input_over and now - quiet_since >= cfg.idle_s:
+                return "idle"
+        return None
+
+    def run(self) -> dict[str, Any]:
+        """Merge until stopped (:meth:`stop`, ``until``, ``idle_s`` or the owner's death).
+
+        Returns:
+            The final counts (also written to ``merger.json``).
+        """
+        cfg = self.config
+        paths = cfg.paths
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        journal = Journal(paths.journal)
+        started = time.time()
+        # Intervals end on whole wall-clock seconds so runs line up with each other.
+        start_s = started
+        next_tick = math.floor(started) + INTERVAL_S
+        next_owner_check = started
+        next_frontier = started
+        frontier_path = frontier_file.path_in(cfg.run_dir)
+        window = InputWindow()
+        tail = InjectorStatsTail(cfg.input_stats) if cfg.input_stats else None
+        self._update_window(window, tail, started)
+        core = self.core = MergeCore(
+            cfg.replicas, start_s, horizon_s=cfg.horizon_s, max_entries=cfg.max_entries,
+            percentiles=cfg.percentiles, window=window,
+        )  # fmt: skip
+        hlog = LatencyLogWriter(
+            paths.hlog, start_s,
+            comment=f"arfl merger: end-to-end latency (us) of first copies from their intended "
+            f"send time, sink {cfg.sink}",
+        )  # fmt: skip
+        sent_hlog = LatencyLogWriter(
+            cfg.run_dir / SENT_HLOG, start_s,
+            comment=f"arfl merger: end-to-end latency (us) of first copies from their actual "
+            f"send time, sink {cfg.sink}",
+        )  # fmt: skip
+        monitor: IO[str] = open(paths.monitor, "a", encoding="utf-8")  # noqa: SIM115
+        journal.write(
+            "merger_started",
+            sink=cfg.sink,
+            replicas=cfg.replicas,
+            topics=cfg.topics(),
+            horizon_s=cfg.horizon_s,
+            max_entries=cfg.max_entries,
+            owner_pid=cfg.owner_pid,
+            fetch_wait_ms=cfg.fetch_wait_ms,
+            linger_ms=cfg.linger_ms,
+        )
+        journaled = 0
+        size_evictions_journaled = False
+        error_codes: set[str] = set()
+        last_record: float | None = None
+        consumer, producer, sink = self._consumer, self._producer, cfg.sink
+        topic_index = self._topic_index
+        self.stop_reason = "error"  # unless the loop ends normally
+        try:
+            self._assign(journal, min(cfg.connect_timeout_s, 5.0))
+            while True:
+                # consume() waits for num_messages *or* the timeout, which would add up to
+                # the timeout to every latency at low rates: drain what is queued without
+                # waiting, and block in poll() (returns on the first message) only if idle.
+                msgs = consumer.consume(num_messages=1000, timeout=0)
+                if not msgs:
+                    one = consumer.poll(0.05)
+                    msgs = [] if one is None else [one]
+                for msg in msgs:
+                    err = msg.error()
+                    if err is not None:
+                        self.consumer_errors += 1
+                        code = str(err.name() if hasattr(err, "name") else err)
+                        if code not in error_codes:  # journal each kind once
+                            error_codes.add(code)
+                            journal.write(
+                                "warning",
+                                component="merger",
+                                message=f"consumer error: {err}",
+                                code=code,
+                            )
+                        continue
+                    arrival = time.time()
+                    last_record = arrival
+                    replica = topic_index.get(msg.topic(), -1)
+                    value = msg.value()
+                    outcome, div = core.on_record(replica, value, arrival, msg.partition())
+                    if outcome is Outcome.FIRST:
+                        self._produce(sink, msg.key(), value)
+                    elif div is not None:
+                        journaled += 1
+                        if journaled <= MAX_JOURNALED_DIVERGENCES:
+                            journal.write("divergence", **div.to_dict())
+                        elif journaled == MAX_JOURNALED_DIVERGENCES + 1:
+                            journal.write(
+                                "divergence_suppressed",
+                                message=f"more than {MAX_JOURNALED_DIVERGENCES} divergent "
+                                "copies; only counting from now on (see merger.json)",
+                            )
+                if msgs:
+                    producer.poll(0)
+                now = time.time()
+                if now >= next_frontier and core.frontier.changed:
+                    next_frontier = now + frontier_file.WRITE_INTERVAL_S
+                    core.frontier.changed = False
+                    frontier_file.write_frontier(frontier_path, core.frontier.safe(), now)
+                if now >= next_tick:
+                    self._update_window(window, tail, now)
+                    while now >= next_tick:
+                        tick = core.tick(next_tick)
+                        hlog.write(tick.interval)
+                        sent_hlog.write(tick.sent_interval)
+                        monitor.write(json.dumps(tick.line) + "\n")
+                        next_tick += INTERVAL_S
+                    monitor.flush()
+                    if self._unassigned:
+                        self._assign(None, 0.5)
+                    if core.dedup.evicted and not size_evictions_journaled:
+                        size_evictions_journaled = True
+                        journal.write(
+                            "warning",
+                            component="merger",
+                            message=f"dedup memory forgot result ids (horizon "
+                            f"{cfg.horizon_s} s, at most {cfg.max_entries} ids): a copy "
+                            "arriving after its id was forgotten is forwarded again",
+                        )
+                if now >= next_owner_check:
+                    next_owner_check = now + OWNER_CHECK_S
+                    if self._owner_gone():
+                        self.stop_reason = "orphaned"
+                        journal.write(
+                            "merger-orphaned",
+                            owner_pid=cfg.owner_pid,
+                            owner_create_time=cfg.owner_create_time,
+                            message=f"the process that started the merger (pid "
+                            f"{cfg.owner_pid}) is gone; flushing and exiting",
+                        )
+                        break
+                reason = self._should_stop(now, last_record, window, started)
+                if reason is not None:
+                    self.stop_reason = reason
+                    break
+        finally:
+            end = time.time()
+            self._update_window(window, tail, end)
+            if end > core.recorder.interval_start_s:
+                tick = core.tick(end)
+                hlog.write(tick.interval)
+                sent_hlog.write(tick.sent_interval)
+                monitor.write(json.dumps(tick.line) + "\n")
+            hlog.close()
+            sent_hlog.close()
+            monitor.close()
+            # Records still queued after the flush were never acknowledged: lost writes too.
+            remaining = producer.flush(30.0)
+            consumer.close()
+            final = core.final(end)
+            final["delivery_failures"] = self.delivery_failures + remaining
+            final["complete_output"] = final["delivery_failures"] == 0
+            final["consumer_errors"] = self.consumer_errors
+            final["stop_reason"] = self.stop_reason
+            final["horizon_s"] = cfg.horizon_s
+            final["max_entries"] = cfg.max_entries
+            final["sink"] = sink
+            write_json_atomic(cfg.result_path, final)
+            journal.write("merger_finished", **{k: final[k] for k in (
+                "results", "duplicates", "divergent", "bad", "evicted", "longest_gap_ms",
+                "delivery_failures", "complete_output", "stop_reason",
+            )})  # fmt: skip
+            if final["delivery_failures"]:
+                journal.write(
+                    "warning",
+                    component="merger",
+                    message=f"{final['delivery_failures']} results not written to "
+                    f"{sink}: {self._first_delivery_error or 'flush timed out'}",
+                )
+        return final
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
+                return
+            except BufferError:
+                self._producer.poll(0.005)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _percentile_list(s: str) -> tuple[float, ...]:
+    try:
+        out = tuple(float(x) for x in s.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 50,99,99.9, got {s!r}") from None
+    if not out or any(not 0 < p <= 100 for p in out):
+        raise argparse.ArgumentTypeError(f"percentiles must be in (0, 100], got {s!r}")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m arfl.measure.merger`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m arfl.measure.merger",
+        description="Merge replica outputs (first copy wins) and measure end-to-end latency.",
+    )
+    p.add_argument("--bootstrap", required=True, help="Kafka host:port[,host:port]")
+    p.add_argument("--sink", required=True, help="final sink topic (replica i writes SINK.rI)")
+    p.add_argument("--replicas", type=int, required=True, help="number of replicas")
+    p.add_argument("--run-dir", type=Path, required=True, help="run directory")
+    p.add_argument(
+        "--horizon-s",
+        "--horizon",
+        dest="horizon_s",
+        type=float,
+        default=DEFAULT_HORIZON_S,
+        help="forget result ids this many seconds after their first copy (default: never, "
+        "only --max-entries bounds the memory)",
+    )
+    p.add_argument("--max-entries", type=int, default=DEFAULT_MAX_ENTRIES, help="dedup size bound")
+    p.add_argument(
+        "--fetch-wait-ms",
+        type=int,
+        default=MERGER_FETCH_WAIT_MS,
+        help="the consumer's fetch.wait.max.ms",
+    )
+    p.add_argument(
+        "--linger-ms", type=float, default=MERGER_LINGER_MS, help="the sink producer's linger.ms"
+    )
+    p.add_argument(
+        "--input-stats",
+        type=Path,
+        default=None,
+        help="the injector's stats JSONL (input window for gap measurement)",
+    )
+    p.add_argument("--input-start", type=float, default=None, help="input start, epoch s")
+    p.add_argument("--input-end", type=float, default=None, help="input end, epoch s")
+    p.add_argument("--until", type=float, default=None, help="stop at this epoch time")
+    p.add_argument(
+        "--idle",
+        type=float,
+        default=None,
+        help="stop after this many seconds without records once input ended",
+    )
+    p.add_argument(
+        "--percentiles",
+        type=_percentile_list,
+        default=DEFAULT_PERCENTILES,
+        help="comma-separated, default 50,90,99,99.9",
+    )
+    p.add_argument(
+        "--group-id",
+        default=None,
+        help="consumer group.id (default: fresh per run; never joined, nothing committed)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=15.0,
+        help="seconds to wait for the broker at start",
+    )
+    p.add_argument(
+        "--owner-pid",
+        type=int,
+        default=None,
+        help="exit (after writing merger.json) once this process is gone",
+    )
+    p.add_argument(
+        "--owner-create-time",
+        type=float,
+        default=None,
+        help="the owner's create time (psutil), so that a reused pid is not taken for it",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Process entry: merge until SIGTERM/SIGINT, ``--until``, ``--idle`` or the owner's death.
+
+    Returns:
+        0, or 4 (deploy error) when results could not be written to the sink
+        (``merger.json``: ``complete_output`` false).
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = MergerConfig(
+            bootstrap=args.bootstrap, sink=args.sink, replicas=args.replicas,
+            run_dir=args.run_dir, horizon_s=args.horizon_s, max_entries=args.max_entries,
+            input_stats=args.input_stats, input_start=args.input_start,
+            input_end=args.input_end, until=args.until, idle_s=args.idle,
+            percentiles=args.percentiles, group_id=args.group_id,
+            connect_timeout_s=args.connect_timeout, owner_pid=args.owner_pid,
+            owner_create_time=args.owner_create_time, fetch_wait_ms=args.fetch_wait_ms,
+            linger_ms=args.linger_ms,
+        )  # fmt: skip
+        merger = Merger(cfg)
+    except ArflError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return int(e.exit_code)
+
+    stop_on_termination(merger.stop)
+    final = merger.run()
+    print(
+        json.dumps(
+            {
+                k: final[k]
+                for k in ("results", "duplicates", "divergent", "bad", "evicted", "latency_ms")
+            }
+        ),
+        flush=True,
+    )
+    if final["delivery_failures"]:
+        print(
+            f"error: merger: {final['delivery_failures']} results not written to "
+            f"{cfg.sink} at {cfg.bootstrap}",
+            file=sys.stderr,
+        )
+        return int(DeployError.exit_code)
+    return 0
