@@ -7,13 +7,15 @@ how a fault is injected and reverted). Each module of those packages registers i
     @MODES.register("active-leaderless", ModeInfo(...))
     class ActiveLeaderlessReplication: ...
 
-    @FAULTS.register("pause", FaultInfo(...))
-    class Pause(FaultBase): ...
+    @FAULTS.register("slow", FaultInfo(..., params=SlowParams))
+    class Slow(FaultBase): ...
 
 A registry imports every module of its package on first lookup (like entry points), so a new
-mode or fault is one new file and nothing else names it. The registries live here, at the
-bottom of the import layers, because the spec validator (``arfl.configs``) needs the names and
-metadata of modes and faults while the implementations sit above it and import the spec.
+mode or fault is one new file and nothing else names it: a fault kind's parameters are a model
+in that file (:mod:`arfl.params`), from which the spec, the CLI and the report read them. The
+registries live here, at the bottom of the import layers, because the spec validator
+(``arfl.configs``) needs the names and metadata of modes and faults while the implementations
+sit above it and import the spec.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import pkgutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
+
+from arfl.params import NoParams, Params
 
 T = TypeVar("T")
 C = TypeVar("C", bound=type)
@@ -163,12 +167,21 @@ class FaultInfo:
         takes_duration: the fault lasts ``duration`` and is reverted then (else: instantaneous).
         network: needs network isolation (namespaces on a bridge) and root.
         targets_leader: aims at the current leader (``active-leader`` only).
+        params: the kind's own parameters (the ``[[chaos]]`` keys beside ``at``, ``fault``,
+            ``replica``, ``duration`` and ``after_boundary``; the options of ``arfl chaos
+            inject``).
+        kills: what the fault kills, if anything: a ``"replica"`` is back when it is ready
+            again, an ``"executor"`` when Spark runs its replacement (the report's fault window).
+        without_leader: the kind an experiment uses instead in a mode without a leader.
     """
 
     summary: str
     takes_duration: bool
     network: bool = False
     targets_leader: bool = False
+    params: type[Params] = NoParams
+    kills: Literal["replica", "executor"] | None = None
+    without_leader: str | None = None
 
 
 MODES: Registry[ModeInfo] = Registry("replication mode", "arfl.replica.modes")

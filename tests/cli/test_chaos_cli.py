@@ -314,9 +314,15 @@ def test_missing_replica_and_bad_duration(
     assert main([*inject, "kill-replica", "-r", "0", "--duration", "1s"]) == 2
     assert "kill-replica takes no duration" in capsys.readouterr().err
     assert main([*inject, "pause", "-r", "0", "--cpu", "5"]) == 2
-    assert "pause takes no cpu (only slow)" in capsys.readouterr().err
+    assert "pause takes no --cpu (it has no options of its own)" in capsys.readouterr().err
     assert main([*inject, "slow", "-r", "0", "--cpu", "0.5"]) == 2
-    assert "0.5 is outside 1-100" in capsys.readouterr().err
+    assert "--cpu: Input should be greater than or equal to 1" in _flat(capsys.readouterr().err)
+    assert main([*inject, "delay", "-r", "0"]) == 2
+    assert "delay needs --delay: the added latency" in _flat(capsys.readouterr().err)
+    assert main([*inject, "partition", "-r", "0", "--from", "x"]) == 2
+    assert "--from: Input should be a valid integer" in _flat(capsys.readouterr().err)
+    assert main([*inject, "kill-replica", "-r", "0", "--no-restart=1"]) == 2
+    assert "--no-restart takes no value" in _flat(capsys.readouterr().err)
 
 
 # --- recover ----------------------------------------------------------------------------------

@@ -399,7 +399,7 @@ def test_recover_after_kill_9_unpauses_reconnects_and_removes_the_run(
 
         runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
         runner.run_fault(
-            FaultParams("partition", replica=1, duration_s=0.2, from_=(0,)), on_injected=look
+            FaultParams.of("partition", replica=1, duration_s=0.2, from_=(0,)), on_injected=look
         )
         addrs = {int(k): v for k, v in st["docker"]["addresses"].items()}
         assert seen == {"r0": [addrs[1]], "r1": [addrs[0]]}, seen

@@ -154,7 +154,7 @@ def test_slow_throttles_cpu_of_a_busy_process(
             lines = (group / "cpu.stat").read_text().split("\n")
             stats.append({k: int(v) for k, v in (ln.split() for ln in lines if ln)})
 
-        params = FaultParams("slow", replica=0, duration_s=0.5, cpu_percent=cpu)
+        params = FaultParams.of("slow", replica=0, duration_s=0.5, cpu=cpu)
         out = runner.run_fault(params, on_injected=measure)
         after = _cpu_share(proc.pid, 1.5)
         print(
@@ -256,7 +256,7 @@ def test_kill_replica_without_restart_writes_marker_and_kills_driver(
 ) -> None:
     executors = app.executors()
     runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
-    out = runner.run_fault(FaultParams("kill-replica", replica=0, restart=False))
+    out = runner.run_fault(FaultParams.of("kill-replica", replica=0, restart=False))
     assert out.details["pid"] == app.driver_pid
     assert restart_suppressed(run_dir, 0)
     app.proc.wait(10)

@@ -173,7 +173,7 @@ def test_partition_from_peers_only(net: Net) -> None:
             seen["routes"] = netns.blackholes(ns0.name) + netns.blackholes(ns1.name)
 
         runner.run_fault(
-            FaultParams("partition", replica=0, duration_s=0.1, from_=(1,)), on_injected=look
+            FaultParams.of("partition", replica=0, duration_s=0.1, from_=(1,)), on_injected=look
         )
         assert seen["peer"] is None  # peer cut
         assert seen["kafka"] is True  # everything else still flows
@@ -200,7 +200,7 @@ def test_delay_adds_latency_or_says_netem_is_missing(net: Net) -> None:
     qdisc_before = netns.root_qdisc(link)
     host, port = net.kafka.rsplit(":", 1)
     runner = ChaosRunner(LocalTarget.from_run_dir(net.run_dir))
-    params = FaultParams("delay", replica=0, duration_s=0.1, delay_s=0.1)
+    params = FaultParams.of("delay", replica=0, duration_s=0.1, delay=0.1)
     if not _has_netem(link):
         with pytest.raises(FaultError, match=r"no netem qdisc.*CONFIG_NET_SCH_NETEM"):
             runner.run_fault(params)

@@ -18,10 +18,12 @@ from typing import Any, ClassVar
 import psutil
 import pytest
 
-from arfl.configs.defaults import SLOW_CPU_PERCENT
 from arfl.configs.spec import Chaos
 from arfl.errors import FaultError
 from arfl.faults.base import FaultBase, FaultParams, Target, make_fault
+from arfl.faults.kinds.delay import DelayParams
+from arfl.faults.kinds.kill_replica import KillReplicaParams
+from arfl.faults.kinds.slow import SLOW_CPU_PERCENT, SlowParams
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending, schedule_order
 from arfl.faults.state import IsolationState, NamespaceState, load_state, parse_state
@@ -112,7 +114,8 @@ def fake_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def test_every_declared_kind_has_an_implementation() -> None:
     for kind in FAULTS.names():
-        fault = make_fault(FaultParams(kind, replica=0, duration_s=1.0, delay_s=0.05))
+        needed = {"delay": "50ms"} if kind == "delay" else {}
+        fault = make_fault(FaultParams.of(kind, replica=0, duration_s=1.0, **needed))
         assert type(fault).kind == kind
         assert fault.describe().startswith(kind)
 
@@ -132,30 +135,31 @@ def test_params_from_a_spec_entry() -> None:
         {"at": "1m", "fault": "partition", "replica": 1, "duration": "5s", "from": [0, 2]}
     )
     p = FaultParams.from_chaos(entry)
-    assert (p.kind, p.replica, p.at_s, p.duration_s, p.from_) == ("partition", 1, 60.0, 5.0, (0, 2))
+    assert (p.kind, p.replica, p.at_s, p.duration_s, p.peers()) == ("partition", 1, 60, 5, (0, 2))
     assert p.describe() == "partition replica 1 from 0,2 for 5s"
     d = FaultParams.from_chaos(
         Chaos.model_validate(
             {"at": "2s", "fault": "delay", "replica": 0, "duration": "1s", "delay": "50ms"}
         )
     )
-    assert d.delay_s == pytest.approx(0.05)
+    assert isinstance(d.options, DelayParams) and d.options.delay == pytest.approx(0.05)
     k = FaultParams.from_chaos(
         Chaos.model_validate({"at": "0s", "fault": "kill-replica", "replica": 0, "restart": False})
     )
-    assert k.restart is False and "no restart" in k.describe()
+    assert k.options == KillReplicaParams(restart=False) and "no restart" in k.describe()
     s = FaultParams.from_chaos(
         Chaos.model_validate(
             {"at": "2s", "fault": "slow", "replica": 0, "duration": "6s", "cpu": 2}
         )
     )
-    assert s.cpu_percent == 2.0 and s.describe() == "slow replica 0 to 2% of a CPU for 6s"
+    assert s.options == SlowParams(cpu=2.0)
+    assert s.describe() == "slow replica 0 to 2% of a CPU for 6s"
 
 
 def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """The container's quota is ``cpu`` % of the 100-ms period (10 % without ``cpu``), and a
-    share outside 1-100 % (from the API: the spec and the CLI refuse it earlier) is a clear
-    FaultError before anything is touched."""
+    share outside 1-100 % is a clear FaultError before anything is touched (the kind's model
+    refuses it: the same check as the spec's and the CLI's)."""
     from arfl.faults import docker as dk
 
     quotas: list[tuple[str, int, int]] = []
@@ -171,15 +175,15 @@ def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
             return f"arfl-r-{replica}"
 
     for cpu, quota in [(None, 10_000), (2.0, 2_000), (1.0, 1_000), (100.0, 100_000)]:
-        fault = make_fault(FaultParams("slow", replica=1, duration_s=1.0, cpu_percent=cpu))
+        own = {} if cpu is None else {"cpu": cpu}
+        fault = make_fault(FaultParams.of("slow", replica=1, duration_s=1.0, **own))
         record = fault.prepare(OnDocker())  # type: ignore[arg-type]
         assert record["cpu_percent"] == (cpu or SLOW_CPU_PERCENT)
         fault.inject(OnDocker())  # type: ignore[arg-type]
         assert quotas[-1] == ("arfl-r-1", 100_000, quota)
     for cpu in (0.5, 101.0):
-        fault = make_fault(FaultParams("slow", replica=1, duration_s=1.0, cpu_percent=cpu))
-        with pytest.raises(FaultError, match=f"cpu {cpu:g}% is outside 1-100"):
-            fault.prepare(OnDocker())  # type: ignore[arg-type]
+        with pytest.raises(FaultError, match=r"slow: cpu: Input should be (greater|less) than"):
+            FaultParams.of("slow", replica=1, duration_s=1.0, cpu=cpu)
 
 
 def test_schedule_order_is_by_time_then_spec_order() -> None:

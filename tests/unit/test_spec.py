@@ -180,8 +180,8 @@ def test_every_problem_is_reported_at_once() -> None:
         ),
         (
             {"chaos": [{"at": "1s", "fault": "pause", "replica": 0, "duration": "2s", "cpu": 5}]},
-            "chaos[0]",
-            "pause takes no cpu (only slow",
+            "chaos[0].cpu",
+            "pause takes no cpu (its own keys: none)",
         ),
         (
             {"chaos": [{"at": "1s", "fault": "slow", "replica": 0, "duration": "2s", "cpu": 0.5}]},
@@ -206,8 +206,8 @@ def test_every_problem_is_reported_at_once() -> None:
         ),
         (
             {"chaos": [{"at": "1s", "fault": "delay", "replica": 0, "duration": "1s"}]},
-            "chaos[0]",
-            "needs delay",
+            "chaos[0].delay",
+            "delay needs delay (the added latency",
         ),
         ({"workload": {"linger": "901s"}}, "workload.linger", "Kafka's linger.ms"),
         ({"merger": {"fetch_wait": "500us"}}, "merger.fetch_wait", "whole number of milli"),

@@ -13,10 +13,3 @@ MERGER_FETCH_WAIT_MS = 5
 MERGER_LINGER_MS = 1.0
 """The merger producer's ``linger.ms`` on the final topic (``[merger] linger``;
 ``--linger-ms``)."""
-
-SLOW_CPU_PERCENT = 10.0
-"""The ``slow`` fault's CPU quota in percent of one CPU (``[[chaos]] cpu``; ``--cpu``)."""
-
-SLOW_CPU_RANGE = (1.0, 100.0)
-"""The quotas ``slow`` takes: at least the kernel's and docker's smallest (1 ms per 100-ms
-period), at most one CPU."""

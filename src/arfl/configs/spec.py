@@ -18,28 +18,26 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
+    SerializationInfo,
+    SerializeAsAny,
+    SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
-from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS, SLOW_CPU_RANGE
+from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
 from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S, realtime_problems
 from arfl.configs.replay import Replay, drop_generator_problems, replay_problems
 from arfl.configs.schema import schema_problems
 from arfl.configs.slo import validate_slo
 from arfl.configs.workload import LingerDuration, Workload, workload_problems
 from arfl.errors import SpecError
+from arfl.params import Duration, NoParams, Params
 from arfl.registry import FAULTS, MODES, UnknownKind
 from arfl.units import format_duration, parse_duration
-
-Duration = Annotated[
-    float,
-    BeforeValidator(parse_duration),
-    PlainSerializer(format_duration, return_type=str, when_used="json"),
-]
-"""Seconds, written in the spec with a unit ("20ms", "10s")."""
 
 MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout", "batch_interval", "catch_up"})
 """``[replication]`` keys that only some modes take (each mode lists its own in ``ModeInfo``)."""
@@ -443,23 +441,32 @@ class Stack(_Model):
         return self
 
 
+CHAOS_KEYS = frozenset({"at", "fault", "replica", "duration", "after_boundary"})
+"""The ``[[chaos]]`` keys every fault kind takes; the others are the kind's own
+(:attr:`arfl.registry.FaultInfo.params`)."""
+
+
 class Chaos(_Model):
-    """One scheduled fault."""
+    """One scheduled fault: the keys every kind takes, and the kind's own as ``params``."""
 
     at: Duration
     fault: str
     replica: int | Literal["leader"] | None = None
     duration: Duration | None = None
-    restart: bool = True
-    executor: str | None = None
-    delay: Duration | None = None
-    cpu: float | None = Field(None, ge=SLOW_CPU_RANGE[0], le=SLOW_CPU_RANGE[1])
-    """``slow``: the replica's CPU quota in percent of one CPU (default 10; at least 1, the
-    kernel's and docker's smallest quota, 1 ms per 100-ms period)."""
-    from_: list[int] | None = Field(None, alias="from")
     after_boundary: Duration | None = None
     """Inject this long after the first batch boundary of another replica from ``at`` on
     (:mod:`arfl.faults.align`)."""
+    params: SerializeAsAny[Params] = Field(default_factory=NoParams)
+    """The kind's own keys (``cpu``, ``delay``, ``from``, ...), validated by its model."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_keys(cls, data: Any) -> Any:
+        """The keys no kind shares go to ``params`` (written flat in the spec)."""
+        if not isinstance(data, dict) or "params" in data:
+            return data
+        own = {k: v for k, v in data.items() if k not in CHAOS_KEYS}
+        return {**{k: v for k, v in data.items() if k in CHAOS_KEYS}, "params": own}
 
     @field_validator("fault")
     @classmethod
@@ -468,6 +475,15 @@ class Chaos(_Model):
             raise ValueError(f"unknown {v!r} (known: {', '.join(FAULTS.names())})")
         return v
 
+    @field_validator("params", mode="plain")
+    @classmethod
+    def _params(cls, v: Any, info: ValidationInfo) -> Params:
+        fault = info.data.get("fault")
+        if fault is None:  # unknown: that error is the one to read
+            return NoParams()
+        model = FAULTS.info(fault).params
+        return v if isinstance(v, model) else model.model_validate(v)
+
     @model_validator(mode="after")
     def _shape(self) -> Chaos:
         kind = FAULTS.info(self.fault)
@@ -475,11 +491,16 @@ class Chaos(_Model):
             raise ValueError(f'{self.fault} needs duration = "..."')
         if not kind.takes_duration and self.duration is not None:
             raise ValueError(f"{self.fault} takes no duration")
-        if self.fault == "delay" and self.delay is None:
-            raise ValueError('delay needs delay = "50ms" (the added latency)')
-        if self.cpu is not None and self.fault != "slow":
-            raise ValueError(f"{self.fault} takes no cpu (only slow: its CPU quota in %)")
         return self
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """Written back flat, as a spec has it."""
+        out = handler(self)
+        if isinstance(out, dict):
+            own = out.pop("params", None)
+            out.update(own or {})
+        return out
 
 
 class Report(_Model):
@@ -654,7 +675,9 @@ class Spec(_Model):
 
 def _loc(loc: tuple[int | str, ...]) -> str:
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
+        if loc[:1] == ("chaos",) and i == 2 and part == "params":
+            continue  # a kind's own keys are written flat in the entry (Chaos._own_keys)
         if isinstance(part, int):
             out += f"[{part}]"
         elif part in ("function-after", "function-before") or "[" in str(part):
@@ -664,12 +687,34 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
-def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
+def _own_key_problem(raw: dict[str, Any], loc: tuple[Any, ...], kind: str) -> str | None:
+    """A fault kind's own key that is unknown or missing, said in the kind's words."""
+    if len(loc) != 4 or loc[0] != "chaos" or loc[2] != "params":
+        return None
+    chaos = raw.get("chaos")
+    entry = chaos[loc[1]] if isinstance(chaos, list) and isinstance(loc[1], int) else None
+    fault = entry.get("fault") if isinstance(entry, dict) else None
+    if not isinstance(fault, str) or fault not in FAULTS:
+        return None
+    fields = FAULTS.info(fault).params.model_fields
+    if kind == "extra_forbidden":
+        own = ", ".join(sorted(f.alias or n for n, f in fields.items())) or "none"
+        return f"{fault} takes no {loc[3]} (its own keys: {own})"
+    field = next((f for n, f in fields.items() if (f.alias or n) == loc[3]), None)
+    what = f" ({field.description})" if field is not None and field.description else ""
+    return f"{fault} needs {loc[3]}{what}"
+
+
+def _pydantic_problems(err: ValidationError, raw: dict[str, Any]) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         msg = e["msg"]
-        if e["type"] == "extra_forbidden":
+        if e["type"] in ("extra_forbidden", "missing") and (
+            own := _own_key_problem(raw, loc, e["type"])
+        ):
+            msg = own
+        elif e["type"] == "extra_forbidden":
             msg = "unknown key"
         elif e["type"] == "missing":
             msg = "required key is missing"
@@ -999,12 +1044,12 @@ def _stacked_faults(chaos: list[Any], spacing_s: float) -> list[tuple[str, str]]
         after = _safe_duration(c.get("after_boundary"))
         placed = after is not None
         first, last = _placed_start_s(at, after, spacing_s) if after is not None else (at, at)
-        peers = c.get("from") if fault == "partition" else None
+        peers = _peers(fault, c)
         held: set[tuple[Any, ...]]
         what = f"{fault} of replica {target}"
-        if isinstance(peers, list) and peers and all(index(p) for p in peers):
+        if peers:
             held = {(fault, "route", a, b) for p in peers for a, b in ((target, p), (p, target))}
-            what += f" from {peers}"
+            what += f" from {list(peers)}"
         else:
             held = {(fault, target)}
         for j, start, end, theirs_placed, theirs_what, theirs in seen:
@@ -1026,6 +1071,16 @@ def _stacked_faults(chaos: list[Any], spacing_s: float) -> list[tuple[str, str]]
                 )
         seen.append((i, first, last + length, placed, what, held))
     return out
+
+
+def _peers(fault: str, entry: dict[str, Any]) -> tuple[int, ...]:
+    """The peers a raw ``[[chaos]]`` entry names besides its replica (its kind's
+    :meth:`~arfl.params.Params.peers`; none where its own keys do not validate)."""
+    own = {k: v for k, v in entry.items() if k not in CHAOS_KEYS}
+    try:
+        return FAULTS.info(fault).params.model_validate(own).peers()
+    except ValidationError:
+        return ()
 
 
 def _generator_problems(steps: list[Any]) -> list[tuple[str, str]]:
@@ -1083,7 +1138,7 @@ def parse_spec(raw: dict[str, Any], origin: str = "<spec>") -> Spec:
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as err:
-        problems.extend(_pydantic_problems(err))
+        problems.extend(_pydantic_problems(err, raw))
     problems.extend(_cross_checks(raw))
     problems.extend(schema_problems(raw))
     slo = _get(raw, "report", "slo")

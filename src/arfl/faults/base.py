@@ -15,35 +15,61 @@ killed; ``revert`` normally calls it with the record from step 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
+
+from pydantic import ValidationError
 
 from arfl.errors import FaultError
 from arfl.faults.docker import DockerNetState
 from arfl.faults.state import IsolationState
-from arfl.registry import FAULTS, UnknownKind
+from arfl.params import Params
+from arfl.registry import FAULTS, FaultInfo, UnknownKind
 from arfl.units import format_duration
+
+P = TypeVar("P", bound=Params)
 
 
 @dataclass(frozen=True)
 class FaultParams:
-    """What to inject: the kind and its parameters (from a spec's ``[[chaos]]`` or the CLI)."""
+    """What to inject: the kind, what every kind takes (the replica, when, how long) and the
+    kind's own parameters (:attr:`arfl.registry.FaultInfo.params`), from a spec's ``[[chaos]]``
+    or the CLI."""
 
     kind: str
     replica: int | Literal["leader"] | None = None
     duration_s: float | None = None
-    restart: bool = True
-    executor: str | None = None
-    delay_s: float | None = None
-    cpu_percent: float | None = None
-    """``slow``: the replica's CPU quota in percent of one CPU (None: 10 %,
-    :data:`arfl.configs.defaults.SLOW_CPU_PERCENT`)."""
-    from_: tuple[int, ...] = ()
     at_s: float = 0.0
     after_boundary_s: float | None = None
     """Inject this long after the first batch boundary from ``at_s`` on
     (:mod:`arfl.faults.align`)."""
+    options: Params | None = None
+    """The kind's parameters (None: the kind's defaults, see :meth:`resolved`)."""
+
+    @classmethod
+    def of(
+        cls,
+        kind: str,
+        *,
+        replica: int | Literal["leader"] | None = None,
+        duration_s: float | None = None,
+        at_s: float = 0.0,
+        after_boundary_s: float | None = None,
+        **options: Any,
+    ) -> FaultParams:
+        """Build with the kind's parameters as keywords (``cpu=5``, ``from_=(1,)``), validated
+        by the kind's model as values from code (``"50ms"`` or 0.05 for a duration).
+
+        Raises:
+            FaultError: an unknown kind, or parameters its model refuses.
+        """
+        model = _info(kind).params
+        try:
+            opts = model.model_validate(options, strict=False)
+        except ValidationError as e:
+            raise FaultError(f"{kind}: {_first_problem(e)}") from None
+        return cls(kind, replica, duration_s, at_s, after_boundary_s, opts)
 
     @classmethod
     def from_chaos(cls, entry: Any) -> FaultParams:
@@ -51,31 +77,43 @@ class FaultParams:
         return cls(
             kind=entry.fault,
             replica=entry.replica,
-            duration_s=_seconds(entry.duration),
-            restart=bool(entry.restart),
-            executor=entry.executor,
-            delay_s=_seconds(entry.delay),
-            cpu_percent=entry.cpu,
-            from_=tuple(entry.from_ or ()),
-            at_s=_seconds(entry.at) or 0.0,
-            after_boundary_s=_seconds(entry.after_boundary),
+            duration_s=entry.duration,
+            at_s=entry.at,
+            after_boundary_s=entry.after_boundary,
+            options=entry.params,
         )
+
+    def resolved(self) -> FaultParams:
+        """These parameters with the kind's defaults filled in.
+
+        Raises:
+            FaultError: an unknown kind, options of another kind's model, or a kind whose
+                parameters have no default (``delay`` needs its latency).
+        """
+        model = _info(self.kind).params
+        if isinstance(self.options, model):
+            return self
+        if self.options is not None:
+            raise FaultError(
+                f"{self.kind}: parameters of type {type(self.options).__name__}, not "
+                f"{model.__name__}"
+            )
+        try:
+            return replace(self, options=model())
+        except ValidationError as e:
+            raise FaultError(f"{self.kind}: {_first_problem(e)}") from None
+
+    def peers(self) -> tuple[int, ...]:
+        """Replicas the fault involves besides its target (:meth:`arfl.params.Params.peers`)."""
+        return self.options.peers() if self.options is not None else ()
 
     def describe(self) -> str:
         """A one-line human rendering, e.g. ``pause replica 1 for 10s``."""
         parts = [self.kind]
         if self.replica is not None:
             parts.append(f"replica {self.replica}")
-        if self.executor is not None:
-            parts.append(f"executor {self.executor}")
-        if self.delay_s is not None:
-            parts.append(f"+{format_duration(self.delay_s)}")
-        if self.cpu_percent is not None:
-            parts.append(f"to {self.cpu_percent:g}% of a CPU")
-        if self.from_:
-            parts.append("from " + ",".join(str(i) for i in self.from_))
-        if not self.restart:
-            parts.append("no restart")
+        if self.options is not None:
+            parts.extend(self.options.describe())
         if self.after_boundary_s is not None:
             parts.append(f"{format_duration(self.after_boundary_s)} after a batch boundary")
         if self.duration_s is not None:
@@ -83,15 +121,19 @@ class FaultParams:
         return " ".join(parts)
 
 
-def _seconds(value: Any) -> float | None:
-    """Durations in spec models are floats (seconds) or strings with units."""
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    from arfl.units import parse_duration
+def _info(kind: str) -> FaultInfo:
+    try:
+        return FAULTS.info(kind)
+    except UnknownKind as e:
+        raise FaultError(str(e)) from None
 
-    return parse_duration(str(value))
+
+def _first_problem(err: ValidationError) -> str:
+    """``delay: required`` from a kind's model's error (the first; the spec lists them all)."""
+    e = err.errors()[0]
+    where = ".".join(str(p) for p in e["loc"])
+    what = "required" if e["type"] == "missing" else str(e["msg"]).removeprefix("Value error, ")
+    return f"{where}: {what}" if where else what
 
 
 @runtime_checkable
@@ -201,6 +243,13 @@ class FaultBase:
         """One line for humans and the journal."""
         return self.params.describe()
 
+    def own(self, model: type[P]) -> P:
+        """The kind's parameters as its model (filled in by :func:`make_fault`)."""
+        opts = self.params.options
+        if not isinstance(opts, model):
+            raise FaultError(f"{self.kind}: no {model.__name__} (built without make_fault?)")
+        return opts
+
     def replica_index(self, target: Target) -> int:
         """The replica this fault aims at (``"leader"`` resolved through the target)."""
         r = self.params.replica
@@ -246,13 +295,10 @@ def make_fault(params: FaultParams) -> Fault:
     """Instantiate the implementation registered for ``params.kind``.
 
     Raises:
-        FaultError: the kind is unknown (the message lists the known ones).
+        FaultError: the kind is unknown (the message lists the known ones), or its parameters
+            are missing one without a default.
     """
-    try:
-        cls = FAULTS.get(params.kind)
-    except UnknownKind as e:
-        raise FaultError(str(e)) from None
-    fault: Fault = cls(params)
+    fault: Fault = implementation(params.kind)(params.resolved())  # type: ignore[call-arg]
     return fault
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 
 from arfl.errors import FaultError
+from arfl.processes import same_process
 from arfl.run.rundir import write_json_atomic
 
 PENDING_FILE = "pending-faults.json"
@@ -112,9 +113,7 @@ class PendingFaults:
 def owner_alive(entry: dict[str, Any]) -> bool:
     """True when the process that injected ``entry`` still runs (it will revert by itself)."""
     try:
-        proc = psutil.Process(int(entry["owner_pid"]))
-        return abs(proc.create_time() - float(entry["owner_create_time"])) < 0.5 and (
-            proc.status() != psutil.STATUS_ZOMBIE
-        )
-    except (psutil.NoSuchProcess, KeyError, ValueError, TypeError):
+        pid, create_time = int(entry["owner_pid"]), float(entry["owner_create_time"])
+    except (KeyError, ValueError, TypeError):
         return False
+    return same_process(pid, create_time, slack_s=0.5) is not None

@@ -109,6 +109,7 @@ class ChaosRunner:
             FaultError: preparing, injecting or reverting failed (the revert is attempted anyway).
         """
         fault = make_fault(params)
+        params = fault.params  # the kind's defaults filled in
         outcome = FaultOutcome(params=params, description=fault.describe())
         with self._lock:
             self.outcomes.append(outcome)
@@ -178,7 +179,7 @@ class ChaosRunner:
             self.target.replicas(),
             "leader" if at_leader else params.replica,
             leader=self.target.leader() if at_leader else None,
-            peers=params.from_,  # only a partition has them
+            peers=params.peers(),
         )
         boundary = align.next_boundary(RunPaths(self.target.run_dir).progress, watched, self._stop)
         names = ", ".join(str(r) for r in watched)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from arfl.configs.spec import MODE_OPTIONS, Spec, parse_spec
 from arfl.errors import ArflError, SpecError, StackError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, Tick, deploy
-from arfl.registry import MODES, mode_names
+from arfl.registry import FAULTS, MODES, mode_names
 from arfl.run.rundir import write_json_atomic
 
 if TYPE_CHECKING:
@@ -85,10 +85,10 @@ def mode_spec(spec: Spec, mode: str, origin: str = "<spec>") -> tuple[Spec, list
     for i, c in enumerate(raw.get("chaos") or []):
         target = c.get("replica")
         where = f"chaos[{i}] ({c['fault']} at {c['at']})"
-        if (target == "leader" or c["fault"] == "kill-leader") and mode != "active-leader":
+        instead = FAULTS.info(c["fault"]).without_leader
+        if (target == "leader" or instead) and not MODES.info(mode).leader:
             c["replica"] = 0
-            if c["fault"] == "kill-leader":
-                c["fault"] = "kill-replica"
+            c["fault"] = instead or c["fault"]
             notes.append(f"{mode}: {where} has no leader to aim at; replica 0 instead")
         elif isinstance(target, int) and target >= n:
             c["replica"] = target % n

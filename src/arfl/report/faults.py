@@ -16,7 +16,11 @@ from arfl.coerce import try_float, try_int
 from arfl.registry import FAULTS
 from arfl.report.rundata import Batch
 
-KILLS_REPLICA = ("kill-replica", "kill-leader")
+
+def kills(kind: str) -> str | None:
+    """What a fault of ``kind`` kills (:attr:`arfl.registry.FaultInfo.kills`; None for a kind
+    this arfl does not know, from another version's journal)."""
+    return FAULTS.info(kind).kills if kind in FAULTS else None
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ def _react(
     detect: float | None = None
     restored: float | None = None
     first_batch: float | None = None
-    if kind in KILLS_REPLICA and replica is not None:
+    if kills(kind) == "replica" and replica is not None:
         died = next(
             (
                 e
@@ -145,7 +149,7 @@ def _react(
             after = [b for b in batches.get(replica, ()) if b.start > float(died["t"])]
             if after:
                 first_batch = after[0].end - started
-    elif kind == "kill-executor":
+    elif kills(kind) == "executor":
         details = (rev or {}).get("details") or inj.get("details") or {}
         replaced = try_float(details.get("replacement_s"))
         detect = restored = replaced
@@ -195,9 +199,9 @@ def lifted_at(
     milliseconds) or in flight at a pause come from input sent before this moment, so they
     never count as health.
     """
-    if kind in KILLS_REPLICA and died:
+    if kills(kind) == "replica" and died:
         return None if restored_s is None else started + restored_s
-    if kind == "kill-executor" and restored_s is not None:
+    if kills(kind) == "executor" and restored_s is not None:
         return started + restored_s
     if takes_duration:
         if reverted is not None:

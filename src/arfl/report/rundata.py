@@ -177,6 +177,32 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+_SHARED_DEFAULTS = {"restart": True, "executor": None, "delay": None, "from": None, "cpu": None}
+"""``[[chaos]]`` keys with the value a spec.json may carry for a kind that does not take them
+(every entry listed every kind's keys, unset)."""
+
+
+def _own_chaos_keys(raw: Any) -> Any:
+    """``raw`` with each ``[[chaos]]`` entry's unset keys of other kinds left out."""
+    from arfl.registry import FAULTS
+
+    chaos = raw.get("chaos") if isinstance(raw, dict) else None
+    if not isinstance(chaos, list):
+        return raw
+    entries = []
+    for c in chaos:
+        if isinstance(c, dict) and c.get("fault") in FAULTS:
+            own = FAULTS.info(c["fault"]).params.model_fields
+            takes = {f.alias or n for n, f in own.items()}
+            c = {
+                k: v
+                for k, v in c.items()
+                if k in takes or k not in _SHARED_DEFAULTS or v != _SHARED_DEFAULTS[k]
+            }
+        entries.append(c)
+    return {**raw, "chaos": entries}
+
+
 def load_run(root: Path) -> RunData:
     """Read a run directory.
 
@@ -196,7 +222,7 @@ def load_run(root: Path) -> RunData:
     if not spec_path.exists():
         raise ReportError(f"{root} has no spec.json: not a run directory written by 'arfl deploy'")
     try:
-        spec = Spec.model_validate(_read_json(spec_path))
+        spec = Spec.model_validate(_own_chaos_keys(_read_json(spec_path)))
     except ValidationError as e:
         raise ReportError(
             f"{spec_path}: not a spec this arfl version understands: "

@@ -2,9 +2,9 @@
 
 Sub-commands::
 
-    arfl chaos inject RUN FAULT [--replica N|leader] [--duration 10s] [--executor ID]
-                                [--delay 50ms] [--cpu 5] [--from 1,2] [--no-restart]
-                                [--dry-run]
+    arfl chaos inject RUN FAULT [--replica N|leader] [--duration 10s] [--after-boundary 3s]
+                                [the kind's own options: --cpu 5, --delay 50ms, --from 1,2,
+                                 --executor ID, --no-restart] [--dry-run]
     arfl chaos list RUN [--json]
     arfl chaos recover [RUN] [--force]
     arfl chaos kinds [--json]
@@ -25,16 +25,16 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.markup import escape
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from arfl.cli.console import err, out
 from arfl.cli.main import app
-from arfl.configs.defaults import SLOW_CPU_RANGE
 from arfl.errors import ExitCode, FaultError
 from arfl.faults.base import FaultParams
 from arfl.faults.listing import resolve_run_dir, summarize
 from arfl.faults.local import LocalTarget
 from arfl.faults.runner import ChaosRunner, FaultOutcome, recover, runs_with_pending
+from arfl.params import CliOption, ParamError, cli_options, parse_cli
 from arfl.registry import FAULTS, UnknownKind
 from arfl.units import format_duration, parse_duration
 
@@ -101,7 +101,7 @@ class ChaosGroup(TyperGroup):
             and not getattr(p, "is_flag", False)
             and not getattr(p, "count", False)
             for opt in p.opts
-        }
+        } | {o.flag for o in kind_options() if o.metavar}
         new = legacy_args(list(args), set(self.commands), value_options)
         if new is not None:
             if new[0] in ("inject", "list") and not ctx.resilient_parsing:
@@ -117,6 +117,59 @@ class ChaosGroup(TyperGroup):
                 )
             args = new
         return super().parse_args(ctx, args)
+
+
+def kind_options() -> list[CliOption]:
+    """Every fault kind's own options (one flag is one option whichever kinds take it)."""
+    seen: dict[str, CliOption] = {}
+    for name in FAULTS.names():
+        for o in cli_options(FAULTS.info(name).params):
+            seen.setdefault(o.flag, o)
+    return list(seen.values())
+
+
+def split_kind_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """``args`` without the kind options (``--cpu 5``, ``--from=1,2``, ``--no-restart``) and
+    those options, wherever they stand: the kind's model validates them once FAULT is known."""
+    options = {o.flag: o for o in kind_options()}
+    rest: list[str] = []
+    own: list[str] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            rest.extend(args[i:])
+            break
+        opt = options.get(word.partition("=")[0])
+        if opt is None:
+            rest.append(word)
+        elif opt.metavar and "=" not in word and i + 1 < len(args):
+            own.extend(args[i : i + 2])
+            i += 1
+        else:
+            own.append(word)
+        i += 1
+    return rest, own
+
+
+class InjectCommand(TyperCommand):
+    """``chaos inject``: the fault kinds' own options are taken out before click parses the
+    rest, and validated by the kind's model (:func:`arfl.params.parse_cli`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Keep the kind options in ``ctx.meta``; parse the others."""
+        rest, own = split_kind_args(list(args))
+        ctx.meta["kind_args"] = own
+        return super().parse_args(ctx, rest)
+
+
+def _kind_options_help() -> str:
+    lines = []
+    for name in FAULTS.names():
+        opts = cli_options(FAULTS.info(name).params)
+        if opts:
+            lines.append(f"{name} " + ", ".join(f"{o.usage}: {o.help}" for o in opts))
+    return escape(". ".join(lines)) + "."
 
 
 chaos_app = typer.Typer(
@@ -162,27 +215,19 @@ def _replica(value: str | None) -> int | Literal["leader"] | None:
         raise typer.BadParameter("a replica index or 'leader'", param_hint="--replica") from e
 
 
-def _peers(value: str | None) -> tuple[int, ...]:
-    if not value:
-        return ()
-    try:
-        return tuple(int(x) for x in value.split(",") if x.strip())
-    except ValueError as e:
-        raise typer.BadParameter(
-            "comma-separated replica indices, e.g. 1,2", param_hint="--from"
-        ) from e
-
-
 @chaos_app.command(
     "inject",
+    cls=InjectCommand,
     epilog=(
         "Injects one fault and always reverts it: a fault with a duration blocks until "
         "reverted (Ctrl-C reverts early and exits 130). With --after-boundary it first waits "
         "for a batch boundary (Ctrl-C then injects nothing). A fault that cannot be injected or "
-        "reverted exits 5. See 'arfl chaos list RUN' for targets, 'arfl chaos kinds' for faults."
+        "reverted exits 5. See 'arfl chaos list RUN' for targets, 'arfl chaos kinds' for faults. "
+        f"Each kind's own options: {_kind_options_help()}"
     ),
 )
 def inject_cmd(
+    ctx: typer.Context,
     run: RunArg,
     fault: Annotated[
         str,
@@ -199,20 +244,6 @@ def inject_cmd(
         str | None,
         typer.Option(help=f"How long a pause/slow/partition/delay lasts [{DEFAULT_DURATION}]."),
     ] = None,
-    executor: Annotated[
-        str | None, typer.Option(help="kill-executor: executor id (default: the lowest).")
-    ] = None,
-    delay: Annotated[str | None, typer.Option(help="delay: added latency, e.g. 50ms.")] = None,
-    cpu: Annotated[
-        float | None,
-        typer.Option(help="slow: the CPU quota in % of one CPU, 1-100 [10].", show_default=False),
-    ] = None,
-    from_: Annotated[
-        str | None, typer.Option("--from", help="partition: cut only these peers, e.g. 1,2.")
-    ] = None,
-    no_restart: Annotated[
-        bool, typer.Option("--no-restart", help="kill-replica: the supervisor must not restart.")
-    ] = False,
     after_boundary: Annotated[
         str | None,
         typer.Option(
@@ -238,23 +269,16 @@ def inject_cmd(
         dur = parse_duration(DEFAULT_DURATION)
     if not kind.takes_duration and dur is not None:
         raise typer.BadParameter(f"{fault} takes no duration", param_hint="--duration")
-    if cpu is not None and fault != "slow":
-        raise typer.BadParameter(f"{fault} takes no cpu (only slow)", param_hint="--cpu")
-    lo, hi = SLOW_CPU_RANGE
-    if cpu is not None and not lo <= cpu <= hi:
-        raise typer.BadParameter(
-            f"{cpu:g} is outside {lo:g}-{hi:g} (% of one CPU)", param_hint="--cpu"
-        )
+    try:
+        options = parse_cli(kind.params, fault, list(ctx.meta.get("kind_args", [])))
+    except ParamError as e:
+        raise typer.BadParameter(str(e), param_hint=e.flag) from None
     params = FaultParams(
         kind=fault,
         replica="leader" if kind.targets_leader else _replica(replica),
         duration_s=dur,
-        restart=not no_restart,
-        executor=executor,
-        delay_s=_duration(delay, "--delay"),
-        cpu_percent=cpu,
-        from_=_peers(from_),
         after_boundary_s=_duration(after_boundary, "--after-boundary"),
+        options=options,
     )
     runner = ChaosRunner(target)
     if dry_run:
@@ -371,12 +395,18 @@ def recover_cmd(
 def kinds_cmd(as_json: JsonOpt = False) -> None:
     """List the fault kinds 'inject' takes, with what each does."""
     if as_json:
-        rows = [{"kind": n, **dataclasses.asdict(FAULTS.info(n))} for n in FAULTS.names()]
+        rows = []
+        for n in FAULTS.names():
+            info = FAULTS.info(n)
+            row = {f.name: getattr(info, f.name) for f in dataclasses.fields(info)}
+            row["params"] = [dataclasses.asdict(o) for o in cli_options(info.params)]
+            rows.append({"kind": n, **row})
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="fault kinds")
     table.add_column("kind", no_wrap=True)
     table.add_column("lasts", no_wrap=True)
+    table.add_column("options")
     table.add_column("needs")
     table.add_column("what it does")
     for name in FAULTS.names():
@@ -392,6 +422,7 @@ def kinds_cmd(as_json: JsonOpt = False) -> None:
         table.add_row(
             name,
             "--duration" if info.takes_duration else "instant",
+            ", ".join(o.usage for o in cli_options(info.params)) or "-",
             ", ".join(needs) or "-",
             info.summary,
         )

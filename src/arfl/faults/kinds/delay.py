@@ -4,12 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
 from arfl.faults import netns
 from arfl.faults.base import FaultBase, Target
 from arfl.faults.kinds.partition import namespace_of
+from arfl.params import Duration, Params
 from arfl.registry import FAULTS, FaultInfo
+from arfl.units import format_duration
+
+
+class DelayParams(Params):
+    """``[[chaos]] delay`` / ``--delay``: no default, a delay fault must say how much."""
+
+    delay: Duration = Field(
+        gt=0,
+        description="the added latency, e.g. 50ms",
+        json_schema_extra={"metavar": "DURATION"},
+    )
+
+    def describe(self) -> list[str]:
+        """``+50ms``."""
+        return [f"+{format_duration(self.delay)}"]
 
 
 @FAULTS.register(
@@ -18,6 +36,7 @@ from arfl.registry import FAULTS, FaultInfo
         "add network latency to a replica's traffic (tc netem) for a duration",
         takes_duration=True,
         network=True,
+        params=DelayParams,
     ),
 )
 class Delay(FaultBase):
@@ -30,8 +49,6 @@ class Delay(FaultBase):
     def prepare(self, target: Target) -> dict[str, Any]:
         """Resolve the replica's host-side veth."""
         netns.require_net_admin("delay")
-        if self.params.delay_s is None:
-            raise FaultError('delay: which latency? pass --delay 50ms (or delay = "50ms")')
         replica = self.replica_index(target)
         name = target.container(replica)
         if name is not None:
@@ -42,7 +59,7 @@ class Delay(FaultBase):
                 raise FaultError(f"delay: no veth recorded for replica {replica}")
             link = ns.veth_host
         self.record = {"link": link}
-        self.details = {"replica": replica, "link": link, "delay_s": self.params.delay_s}
+        self.details = {"replica": replica, "link": link, "delay_s": self.own(DelayParams).delay}
         if name is not None:
             self.record["container"] = name
             self.details["container"] = name
@@ -50,8 +67,7 @@ class Delay(FaultBase):
 
     def inject(self, target: Target) -> None:
         """Add the qdisc."""
-        assert self.params.delay_s is not None
-        netns.add_netem(str(self.record["link"]), self.params.delay_s)
+        netns.add_netem(str(self.record["link"]), self.own(DelayParams).delay)
         self.details["added"] = True
 
     def revert(self, target: Target) -> None:

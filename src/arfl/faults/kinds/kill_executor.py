@@ -7,19 +7,41 @@ import signal
 import time
 from typing import Any
 
+from pydantic import Field
+
 from arfl.errors import FaultError
 from arfl.faults.base import FaultBase, Target
+from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
 
 REPLACEMENT_TIMEOUT_S = 30.0
 
 
+class KillExecutorParams(Params):
+    """``[[chaos]] executor`` / ``--executor``."""
+
+    executor: str | None = Field(
+        None,
+        description="the executor id; default the lowest",
+        json_schema_extra={"metavar": "ID"},
+    )
+
+    def describe(self) -> list[str]:
+        """``executor 1``."""
+        return [f"executor {self.executor}"] if self.executor is not None else []
+
+
 @FAULTS.register(
     "kill-executor",
-    FaultInfo("SIGKILL one executor JVM of a replica", takes_duration=False),
+    FaultInfo(
+        "SIGKILL one executor JVM of a replica",
+        takes_duration=False,
+        params=KillExecutorParams,
+        kills="executor",
+    ),
 )
 class KillExecutor(FaultBase):
-    """Kill executor ``params.executor`` (default: the lowest id) of the replica.
+    """Kill executor ``executor`` (default: the lowest id) of the replica.
 
     ``revert`` has nothing to undo; it waits (up to 30 s) until Spark runs a replacement
     executor JVM for the same application, so callers can observe recovery. ``details`` then
@@ -38,7 +60,7 @@ class KillExecutor(FaultBase):
                 "(no CoarseGrainedExecutorBackend for its app id); is it running on a cluster "
                 "master (local-cluster, standalone)? local[*] has no separate executors"
             )
-        exe = self.params.executor
+        exe = self.own(KillExecutorParams).executor
         if exe is None:
             exe = min(executors, key=lambda e: (not e.isdigit(), int(e) if e.isdigit() else 0, e))
         if exe not in executors:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from arfl.faults.base import FaultParams
-from arfl.faults.kinds.kill_replica import KillReplica
+from arfl.faults.kinds.kill_replica import KillReplica, KillReplicaParams
 from arfl.registry import FAULTS, FaultInfo
 
 
@@ -15,6 +15,9 @@ from arfl.registry import FAULTS, FaultInfo
         "kill-replica aimed at the current leader (active-leader)",
         takes_duration=False,
         targets_leader=True,
+        params=KillReplicaParams,
+        kills="replica",
+        without_leader="kill-replica",
     ),
 )
 class KillLeader(KillReplica):

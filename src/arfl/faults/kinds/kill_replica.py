@@ -7,16 +7,34 @@ import signal
 import time
 from typing import Any
 
+from pydantic import Field
+
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
 from arfl.faults.base import FaultBase, Target
 from arfl.faults.local import no_restart_marker
+from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
+
+
+class KillReplicaParams(Params):
+    """``[[chaos]] restart`` / ``--no-restart``."""
+
+    restart: bool = Field(True, description="restart the killed replica; default yes")
+
+    def describe(self) -> list[str]:
+        """``no restart``."""
+        return [] if self.restart else ["no restart"]
 
 
 @FAULTS.register(
     "kill-replica",
-    FaultInfo("SIGKILL a replica's driver; the supervisor restarts it", takes_duration=False),
+    FaultInfo(
+        "SIGKILL a replica's driver; the supervisor restarts it",
+        takes_duration=False,
+        params=KillReplicaParams,
+        kills="replica",
+    ),
 )
 class KillReplica(FaultBase):
     """SIGKILL the driver of ``params.replica``.
@@ -43,7 +61,7 @@ class KillReplica(FaultBase):
     def inject(self, target: Target) -> None:
         """Write the no-restart marker if asked, then SIGKILL the driver."""
         replica = int(self.details["replica"])
-        if not self.params.restart:
+        if not self.own(KillReplicaParams).restart:
             marker = no_restart_marker(target.run_dir, replica)
             marker.write_text(f"{time.time():.6f} {self.describe()}\n", encoding="utf-8")
             self.details["no_restart_marker"] = str(marker)

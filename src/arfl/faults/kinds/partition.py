@@ -5,13 +5,35 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
 from arfl.faults import netns
 from arfl.faults.base import FaultBase, Target
 from arfl.faults.pending import PendingFaults
 from arfl.faults.state import IsolationState, NamespaceState
+from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
+
+
+class PartitionParams(Params):
+    """``[[chaos]] from`` / ``--from``: the peers to cut the replica from (none: everything)."""
+
+    from_: list[int] = Field(
+        default_factory=list,
+        alias="from",
+        description="cut only these peers, e.g. 1,2; default cut the replica off",
+        json_schema_extra={"metavar": "N,N"},
+    )
+
+    def describe(self) -> list[str]:
+        """``from 0,2``."""
+        return ["from " + ",".join(map(str, self.from_))] if self.from_ else []
+
+    def peers(self) -> tuple[int, ...]:
+        """The peers named in ``from``."""
+        return tuple(self.from_)
 
 
 def docker_net(target: Target) -> dk.DockerNetState:
@@ -49,6 +71,7 @@ def namespace_of(target: Target, replica: int, kind: str) -> tuple[IsolationStat
         "cut a replica off from Kafka and ZooKeeper for a duration",
         takes_duration=True,
         network=True,
+        params=PartitionParams,
     ),
 )
 class Partition(FaultBase):
@@ -69,16 +92,17 @@ class Partition(FaultBase):
             return self._prepare_docker(target, replica)
         netns.require_net_admin("partition")
         iso, ns = namespace_of(target, replica, self.kind)
-        if not self.params.from_:
+        peers = self.params.peers()
+        if not peers:
             if not ns.veth_host:
                 raise FaultError(f"partition: no veth recorded for replica {replica}")
             self.record = {"links": [ns.veth_host]}
         else:
             routes: list[list[str]] = []
-            for peer in self.params.from_:
+            for peer in peers:
                 if peer == replica or peer not in iso.namespaces:
                     raise FaultError(
-                        f"partition: from = {list(self.params.from_)}: {peer} is not another "
+                        f"partition: from = {list(peers)}: {peer} is not another "
                         f"isolated replica (isolated: {sorted(iso.namespaces)})"
                     )
                 other = iso.namespaces[peer]
@@ -91,7 +115,8 @@ class Partition(FaultBase):
     def _prepare_docker(self, target: Target, replica: int) -> dict[str, Any]:
         net = docker_net(target)
         name = net.containers[replica]
-        if not self.params.from_:
+        peers = self.params.peers()
+        if not peers:
             self.record = {
                 "disconnect": {
                     "network": net.network,
@@ -105,10 +130,10 @@ class Partition(FaultBase):
             # own): undo finds the namespace again through the id, never through a stale pid.
             routes: list[list[str]] = []
             own = dk.container(name).id
-            for peer in self.params.from_:
+            for peer in peers:
                 if peer == replica or peer not in net.containers:
                     raise FaultError(
-                        f"partition: from = {list(self.params.from_)}: {peer} is not another "
+                        f"partition: from = {list(peers)}: {peer} is not another "
                         f"replica container (replicas: {sorted(net.containers)})"
                     )
                 routes.append([own, net.addresses[peer]])

@@ -5,14 +5,40 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from arfl.configs.defaults import SLOW_CPU_PERCENT, SLOW_CPU_RANGE
+from pydantic import Field
+
 from arfl.errors import FaultError
 from arfl.faults import cgroups
 from arfl.faults import docker as dk
 from arfl.faults.base import FaultBase, Target
+from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
 
 CPU_PERIOD_US = 100_000
+
+SLOW_CPU_PERCENT = 10.0
+"""The quota when the spec or the command line names none, in percent of one CPU."""
+
+SLOW_CPU_RANGE = (1.0, 100.0)
+"""The quotas ``slow`` takes: at least the kernel's and docker's smallest (1 ms per 100-ms
+period), at most one CPU."""
+
+
+class SlowParams(Params):
+    """``[[chaos]] cpu`` / ``--cpu``."""
+
+    cpu: float = Field(
+        SLOW_CPU_PERCENT,
+        ge=SLOW_CPU_RANGE[0],
+        le=SLOW_CPU_RANGE[1],
+        description=f"the CPU quota in % of one CPU, {SLOW_CPU_RANGE[0]:g}-"
+        f"{SLOW_CPU_RANGE[1]:g}; default {SLOW_CPU_PERCENT:g}",
+        json_schema_extra={"metavar": "PERCENT"},
+    )
+
+    def describe(self) -> list[str]:
+        """``to 5% of a CPU``."""
+        return [f"to {self.cpu:g}% of a CPU"]
 
 
 @FAULTS.register(
@@ -21,11 +47,12 @@ CPU_PERIOD_US = 100_000
         "throttle a replica's CPU to cpu % of one CPU (cgroup cpu quota; default 10) for a "
         "duration",
         takes_duration=True,
+        params=SlowParams,
     ),
 )
 class Slow(FaultBase):
     """Move every process of the replica into ``arfl/<run>-r<N>`` limited to ``cpu`` % of one
-    CPU (``FaultParams.cpu_percent``, :data:`~arfl.configs.defaults.SLOW_CPU_PERCENT` by default).
+    CPU (:class:`SlowParams`).
 
     Revert moves each process back to the group it came from and removes the group.
 
@@ -39,7 +66,7 @@ class Slow(FaultBase):
     def prepare(self, target: Target) -> dict[str, Any]:
         """Detect the cpu controller and record every process's current group."""
         replica = self.replica_index(target)
-        percent = self.percent()
+        percent = self.own(SlowParams).cpu
         name = target.container(replica)
         if name is not None:
             self.details = {"replica": replica, "container": name, "cpu_percent": percent}
@@ -68,19 +95,6 @@ class Slow(FaultBase):
             "fallback": originals[str(pids[0])],
         }
         return self.record
-
-    def percent(self) -> float:
-        """The quota asked for, in percent of one CPU."""
-        p = self.params.cpu_percent
-        if p is None:
-            return SLOW_CPU_PERCENT
-        lo, hi = SLOW_CPU_RANGE
-        if not lo <= p <= hi:
-            raise FaultError(
-                f"slow: cpu {p:g}% is outside {lo:g}-{hi:g} (% of one CPU; the "
-                "smallest quota the kernel and docker take is 1 ms per 100 ms)"
-            )
-        return p
 
     def inject(self, target: Target) -> None:
         """Create the limited group and move the processes in (set the container's quota)."""
