@@ -134,6 +134,9 @@ def test_a_run_whose_spec_lists_every_kinds_keys_still_reports(tmp_path: Path) -
     import shutil
 
     from arfl.errors import ReportError
+    from arfl.faults.kinds.partition import PartitionParams
+    from arfl.faults.kinds.slow import SlowParams
+    from arfl.measure.check.kafka import run_names
     from arfl.report.rundata import load_run
 
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "sim-active-kill"
@@ -145,6 +148,17 @@ def test_a_run_whose_spec_lists_every_kinds_keys_still_reports(tmp_path: Path) -
     (run / "spec.json").write_text(json.dumps(raw))
     spec = load_run(run).spec
     assert [c.fault for c in spec.chaos] == ["kill-replica", "pause"]
+    # a kind's own key unset (null) is its default; the independent check reads it alike
+    raw["chaos"] += [
+        {**unset, "at": "20s", "fault": "slow", "replica": 1, "duration": "2s"},
+        {**unset, "at": "25s", "fault": "partition", "replica": 1, "duration": "2s"},
+    ]
+    (run / "spec.json").write_text(json.dumps(raw))
+    spec = load_run(run).spec
+    assert [c.params for c in spec.chaos[2:]] == [SlowParams(), PartitionParams()]
+    state = {"stack": {"kafka": "127.0.0.1:1"}, "topics": {"source": "in", "sink": "out"}}
+    (run / "state.json").write_text(json.dumps(state))
+    assert run_names(run)[0] == spec
     raw["chaos"][1]["cpu"] = 5
     (run / "spec.json").write_text(json.dumps(raw))
     with pytest.raises(ReportError, match="not a spec this arfl version understands"):

@@ -154,7 +154,8 @@ def test_slow_throttles_cpu_of_a_busy_process(
             lines = (group / "cpu.stat").read_text().split("\n")
             stats.append({k: int(v) for k, v in (ln.split() for ln in lines if ln)})
 
-        params = FaultParams.of("slow", replica=0, duration_s=0.5, cpu=cpu)
+        own = {} if cpu is None else {"cpu": cpu}  # None: the kind's default quota
+        params = FaultParams.of("slow", replica=0, duration_s=0.5, **own)
         out = runner.run_fault(params, on_injected=measure)
         after = _cpu_share(proc.pid, 1.5)
         print(

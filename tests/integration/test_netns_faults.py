@@ -200,7 +200,7 @@ def test_delay_adds_latency_or_says_netem_is_missing(net: Net) -> None:
     qdisc_before = netns.root_qdisc(link)
     host, port = net.kafka.rsplit(":", 1)
     runner = ChaosRunner(LocalTarget.from_run_dir(net.run_dir))
-    params = FaultParams.of("delay", replica=0, duration_s=0.1, delay=0.1)
+    params = FaultParams.of("delay", replica=0, duration_s=0.1, delay="100ms")
     if not _has_netem(link):
         with pytest.raises(FaultError, match=r"no netem qdisc.*CONFIG_NET_SCH_NETEM"):
             runner.run_fault(params)

@@ -1127,6 +1127,44 @@ def _network_privilege_problem(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+_UNSET_CHAOS_KEYS = {"restart": True, "executor": None, "delay": None, "from": None, "cpu": None}
+"""Keys a saved ``[[chaos]]`` entry may carry unset for a kind that does not take them (a
+spec.json that lists every kind's keys in every entry)."""
+
+
+def saved_spec(raw: Any) -> Spec:
+    """The spec a run directory holds (``spec.json``, a dump of :class:`Spec`).
+
+    Unset keys are left out of each ``[[chaos]]`` entry first: a null (TOML has none: it is a
+    key nobody set) and another kind's key at its unset value; what is left is validated as a
+    spec from a file is.
+
+    Raises:
+        ValidationError: it is not a spec this arfl understands.
+    """
+    chaos = raw.get("chaos") if isinstance(raw, dict) else None
+    if isinstance(chaos, list):
+        entries = []
+        for c in chaos:
+            if isinstance(c, dict):
+                fault = c.get("fault")
+                model = (
+                    FAULTS.info(fault).params
+                    if isinstance(fault, str) and fault in FAULTS
+                    else None
+                )
+                takes = {f.alias or n for n, f in model.model_fields.items()} if model else set()
+                c = {
+                    k: v
+                    for k, v in c.items()
+                    if v is not None
+                    and (k in takes or k not in _UNSET_CHAOS_KEYS or v != _UNSET_CHAOS_KEYS[k])
+                }
+            entries.append(c)
+        raw = {**raw, "chaos": entries}
+    return Spec.model_validate(raw)
+
+
 def parse_spec(raw: dict[str, Any], origin: str = "<spec>") -> Spec:
     """Validate an already-parsed TOML document.
 

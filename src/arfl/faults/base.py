@@ -58,8 +58,9 @@ class FaultParams:
         after_boundary_s: float | None = None,
         **options: Any,
     ) -> FaultParams:
-        """Build with the kind's parameters as keywords (``cpu=5``, ``from_=(1,)``), validated
-        by the kind's model as values from code (``"50ms"`` or 0.05 for a duration).
+        """Build with the kind's parameters as keywords (``cpu=5``, ``from_=(1,)``,
+        ``delay="50ms"``: a duration as a spec writes it), validated by the kind's model,
+        which converts ``"5"`` to 5.0 (lenient, unlike a spec).
 
         Raises:
             FaultError: an unknown kind, or parameters its model refuses.

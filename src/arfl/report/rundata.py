@@ -177,32 +177,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-_SHARED_DEFAULTS = {"restart": True, "executor": None, "delay": None, "from": None, "cpu": None}
-"""``[[chaos]]`` keys with the value a spec.json may carry for a kind that does not take them
-(every entry listed every kind's keys, unset)."""
-
-
-def _own_chaos_keys(raw: Any) -> Any:
-    """``raw`` with each ``[[chaos]]`` entry's unset keys of other kinds left out."""
-    from arfl.registry import FAULTS
-
-    chaos = raw.get("chaos") if isinstance(raw, dict) else None
-    if not isinstance(chaos, list):
-        return raw
-    entries = []
-    for c in chaos:
-        if isinstance(c, dict) and c.get("fault") in FAULTS:
-            own = FAULTS.info(c["fault"]).params.model_fields
-            takes = {f.alias or n for n, f in own.items()}
-            c = {
-                k: v
-                for k, v in c.items()
-                if k in takes or k not in _SHARED_DEFAULTS or v != _SHARED_DEFAULTS[k]
-            }
-        entries.append(c)
-    return {**raw, "chaos": entries}
-
-
 def load_run(root: Path) -> RunData:
     """Read a run directory.
 
@@ -213,7 +187,7 @@ def load_run(root: Path) -> RunData:
         ReportError: it is not a run directory, or ``spec.json`` / ``latency.hlog`` is broken.
     """
     # Imported here: the spec module imports arfl.report.slo to validate [report.slo].
-    from arfl.configs.spec import Spec
+    from arfl.configs.spec import saved_spec
 
     if not root.is_dir():
         raise ReportError(f"run directory {root} not found; pass a directory under runs/")
@@ -222,7 +196,7 @@ def load_run(root: Path) -> RunData:
     if not spec_path.exists():
         raise ReportError(f"{root} has no spec.json: not a run directory written by 'arfl deploy'")
     try:
-        spec = Spec.model_validate(_own_chaos_keys(_read_json(spec_path)))
+        spec = saved_spec(_read_json(spec_path))
     except ValidationError as e:
         raise ReportError(
             f"{spec_path}: not a spec this arfl version understands: "

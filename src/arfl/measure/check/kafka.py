@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from arfl.configs.spec import Spec
+from arfl.configs.spec import Spec, saved_spec
 from arfl.errors import ReportError
 from arfl.measure.check.compare import Delivered
 from arfl.measure.check.evaluate import InputRecord
@@ -23,7 +23,7 @@ def run_names(run_dir: Path) -> tuple[Spec, str, str, str]:
     """
     spec_path, state_path = run_dir / "spec.json", run_dir / "state.json"
     try:
-        spec = Spec.model_validate(json.loads(spec_path.read_text(encoding="utf-8")))
+        spec = saved_spec(json.loads(spec_path.read_text(encoding="utf-8")))
         state: dict[str, Any] = json.loads(state_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ReportError(
