@@ -21,20 +21,24 @@ from confluent_kafka.admin import AdminClient
 from hdrh.log import HistogramLogReader
 
 from arfl.measure.histogram import new_histogram
+from arfl.measure.merger.config import MergerConfig
 from arfl.processes import wait_until
+from arfl.run.childconfig import ChildConfig
 from arfl.run.records import END_OF_INPUT_FIELD, replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import InjectorStatsTail, MonitorTail
 from arfl.stack import StackInfo
 from arfl.stack.topics import ensure_topic
+from arfl.workload.injector import InjectorConfig
 
 pytestmark = pytest.mark.integration
 
 
-def _spawn(module: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _spawn(config: ChildConfig, log: Path) -> subprocess.Popen[bytes]:
+    """Run ``config``'s process as deploy does (``python -m <module> --config FILE``)."""
     out = open(log, "wb")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
-        [sys.executable, "-m", module, *args], stdout=out, stderr=subprocess.STDOUT,
+        config.command(log.with_suffix(".json")), stdout=out, stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
 
@@ -87,11 +91,10 @@ def test_injector_sends_exactly_rate_times_duration_on_schedule(
     topic = f"{topic_name}.src"
     ensure_topic(stack.kafka, topic, 4)
     stats, journal = tmp_path / "inj.jsonl", tmp_path / "journal.jsonl"
-    p = _spawn("arfl.workload.injector", [
-        "--bootstrap", stack.kafka, "--topic", topic, "--rate", "1000", "--duration", "5",
-        "--keys", "20", "--seed", "42", "--stats", str(stats), "--journal", str(journal),
-        "--linger-ms", "0",
-    ], tmp_path / "injector.log")  # fmt: skip
+    p = _spawn(InjectorConfig(
+        bootstrap=stack.kafka, topic=topic, rate=1000, duration_s=5.0, keys=20, seed=42,
+        stats_path=stats, journal_path=journal, linger_ms=0.0,
+    ), tmp_path / "injector.log")  # fmt: skip
     procs.append(p)
     assert p.wait(60) == 0, (tmp_path / "injector.log").read_text()
 
@@ -133,10 +136,9 @@ def test_injector_stops_cleanly_on_sigterm(
     topic = f"{topic_name}.src"
     ensure_topic(stack.kafka, topic, 2)
     stats = tmp_path / "inj.jsonl"
-    p = _spawn("arfl.workload.injector", [
-        "--bootstrap", stack.kafka, "--topic", topic, "--rate", "500", "--duration", "120",
-        "--stats", str(stats),
-    ], tmp_path / "injector.log")  # fmt: skip
+    p = _spawn(InjectorConfig(
+        bootstrap=stack.kafka, topic=topic, rate=500, duration_s=120.0, stats_path=stats,
+    ), tmp_path / "injector.log")  # fmt: skip
     procs.append(p)
     tail = InjectorStatsTail(stats)
     deadline = time.time() + 30
@@ -208,11 +210,10 @@ def test_merger_keeps_first_copies_of_two_replicas(
         ensure_topic(stack.kafka, t, 2)
     run_dir = tmp_path / "run"
     group = f"arfl-merger-{topic_name}"
-    merger = _spawn("arfl.measure.merger", [
-        "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "2",
-        "--run-dir", str(run_dir), "--input-start", repr(time.time()), "--group-id", group,
-        "--fetch-wait-ms", "1", "--linger-ms", "0",
-    ], tmp_path / "merger.log")  # fmt: skip
+    merger = _spawn(MergerConfig(
+        bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir,
+        input_start=time.time(), group_id=group, fetch_wait_ms=1, linger_ms=0.0,
+    ), tmp_path / "merger.log")  # fmt: skip
     procs.append(merger)
 
     # Two fake replicas: r0 emits results 0..299, r1 emits 100..399 (200 overlap). r1's copy
@@ -309,7 +310,6 @@ def test_merger_refuses_a_missing_sink_topic(
     stack: StackInfo, topic_name: str, tmp_path: Path
 ) -> None:
     from arfl.errors import DeployError
-    from arfl.measure.merger.config import MergerConfig
     from arfl.measure.merger.process import Merger
 
     cfg = MergerConfig(
@@ -326,10 +326,9 @@ def test_merger_reads_a_replica_topic_created_after_it_started(
     for t in (sink, replica_topic(sink, 0)):
         ensure_topic(stack.kafka, t, 2)
     run_dir = tmp_path / "run"
-    merger = _spawn("arfl.measure.merger", [
-        "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "2",
-        "--run-dir", str(run_dir), "--input-start", repr(time.time()),
-    ], tmp_path / "merger.log")  # fmt: skip
+    merger = _spawn(MergerConfig(
+        bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir, input_start=time.time(),
+    ), tmp_path / "merger.log")  # fmt: skip
     procs.append(merger)
     prod = Producer({"bootstrap.servers": stack.kafka, "linger.ms": 1})
     _produce_results(prod, replica_topic(sink, 0), 0, 50)
@@ -359,11 +358,10 @@ def test_merger_ends_by_itself_when_its_owner_is_killed(
     procs.append(owner)
     created = psutil.Process(owner.pid).create_time()
     run_dir = tmp_path / "run"
-    merger = _spawn("arfl.measure.merger", [
-        "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "1",
-        "--run-dir", str(run_dir), "--owner-pid", str(owner.pid),
-        "--owner-create-time", repr(created),
-    ], tmp_path / "merger.log")  # fmt: skip
+    merger = _spawn(MergerConfig(
+        bootstrap=stack.kafka, sink=sink, replicas=1, run_dir=run_dir,
+        owner_pid=owner.pid, owner_create_time=created,
+    ), tmp_path / "merger.log")  # fmt: skip
     procs.append(merger)
     prod = Producer({"bootstrap.servers": stack.kafka, "linger.ms": 1})
     _produce_results(prod, replica_topic(sink, 0), 0, 20)
@@ -398,11 +396,10 @@ def test_merger_is_not_fooled_by_a_reused_owner_pid(
     # was handed to an unrelated process.
     alive = psutil.Process(os.getpid())
     run_dir = tmp_path / "run"
-    merger = _spawn("arfl.measure.merger", [
-        "--bootstrap", stack.kafka, "--sink", sink, "--replicas", "1",
-        "--run-dir", str(run_dir), "--owner-pid", str(alive.pid),
-        "--owner-create-time", repr(alive.create_time() - 100.0),
-    ], tmp_path / "merger.log")  # fmt: skip
+    merger = _spawn(MergerConfig(
+        bootstrap=stack.kafka, sink=sink, replicas=1, run_dir=run_dir,
+        owner_pid=alive.pid, owner_create_time=alive.create_time() - 100.0,
+    ), tmp_path / "merger.log")  # fmt: skip
     procs.append(merger)
     assert merger.wait(30) == 0, (tmp_path / "merger.log").read_text()
     assert json.loads((run_dir / "merger.json").read_text())["stop_reason"] == "orphaned"

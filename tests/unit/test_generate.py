@@ -18,7 +18,7 @@ from arfl.configs.spec import Spec, parse_spec
 from arfl.configs.workload import field_types, is_late, late_from_seq, late_lag_ms
 from arfl.measure.check.evaluate import InputRecord, expected_results, input_fields
 from arfl.workload.generate import EventGenerator, EventShape
-from arfl.workload.injector import Injector, InjectorConfig, build_parser, intended_ms
+from arfl.workload.injector import Injector, InjectorConfig, intended_ms
 
 T0 = 1_764_000_000_000
 RATE = 800
@@ -178,14 +178,13 @@ def test_the_default_shape_has_no_generator() -> None:
     }  # fmt: skip
 
 
-def test_shape_round_trips_through_the_injector_command_line(tmp_path: Path) -> None:
+def test_shape_round_trips_through_the_injector_config_file(tmp_path: Path) -> None:
     shape = EventShape.from_spec(_spec())
     assert shape is not None
     cfg = InjectorConfig(
         bootstrap="127.0.0.1:1", topic="in", rate=RATE, duration_s=1.0, shape=shape
     )
-    args = build_parser().parse_args(cfg.argv())
-    assert EventShape.from_json(args.shape) == shape
+    assert InjectorConfig.read(cfg.write(tmp_path / "injector.json")).shape == shape
 
 
 def test_the_injector_writes_declared_events_keyed_by_source_key(tmp_path: Path) -> None:

@@ -305,53 +305,61 @@ def test_bad_config_is_a_deploy_error(field: str, value: float) -> None:
         InjectorConfig(**kw)
 
 
-def test_argv_round_trips_through_the_parser(tmp_path: Path) -> None:
-    from arfl.workload.injector import build_parser
+def _round_trip(cfg: InjectorConfig, path: Path) -> InjectorConfig:
+    """``cfg`` through its config file, as the injector process reads it."""
+    cmd = cfg.command(path, "/py")
+    assert cmd == ["/py", "-m", "arfl.workload.injector", "--config", str(path)]
+    return InjectorConfig.read(path)
+
+
+def test_the_config_round_trips_through_its_file(tmp_path: Path) -> None:
+    from arfl.configs.workload import Workload
+    from arfl.workload.generate import EventShape
 
     cfg = _config(tmp_path, rate=1234, duration=2.5, keys=7, seed=9, start_at=1.5)
-    a = build_parser().parse_args(cfg.argv())
-    assert (a.bootstrap, a.topic, a.rate, a.duration, a.keys, a.seed, a.start_at) == (
-        "127.0.0.1:1",
-        "src",
-        1234,
-        2.5,
-        7,
-        9,
-        1.5,
+    back = _round_trip(cfg, tmp_path / "injector.json")
+    assert back == cfg and back.linger_ms == 2.0
+    assert back.stats_path == tmp_path / "stats.jsonl"
+    # a declared shape (a Workload model inside) travels too
+    workload = Workload.model_validate({"fields": {"user": {"kind": "key", "cardinality": 3}}})
+    shaped = InjectorConfig(
+        bootstrap="x:1", topic="t", rate=5, duration_s=1.0, shape=EventShape(workload, "user")
     )
-    assert a.stats == tmp_path / "stats.jsonl" and a.journal == tmp_path / "journal.jsonl"
-    assert a.linger_ms == 2.0
+    assert _round_trip(shaped, tmp_path / "shaped.json") == shaped
 
 
-def test_the_workloads_linger_reaches_the_producer() -> None:
+def test_the_workloads_linger_reaches_the_producer(tmp_path: Path) -> None:
     from arfl.configs.workload import Workload
-    from arfl.workload.injector import build_parser
     from arfl.workload.produce import producer_config
 
     cfg = InjectorConfig.from_workload(Workload(linger="0ms"), bootstrap="x:1", topic="t")
-    a = build_parser().parse_args(cfg.argv())
+    a = _round_trip(cfg, tmp_path / "injector.json")
     assert producer_config("x:1", a.linger_ms)["linger.ms"] == 0.0
 
 
-def test_main_reports_an_unreachable_broker(capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_reports_an_unreachable_broker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Port 1 on loopback refuses connections: the error names the address and what to do.
-    rc = main(
-        [
-            "--bootstrap",
-            "127.0.0.1:1",
-            "--topic",
-            "t",
-            "--rate",
-            "10",
-            "--duration",
-            "1",
-            "--connect-timeout",
-            "1",
-        ]
+    cfg = InjectorConfig(
+        bootstrap="127.0.0.1:1", topic="t", rate=10, duration_s=1.0, connect_timeout_s=1.0
     )
+    rc = main(cfg.command(tmp_path / "injector.json")[3:])
     assert rc == 4
     err = capsys.readouterr().err
     assert "127.0.0.1:1" in err and "not reachable" in err
+
+
+def test_main_refuses_a_config_file_that_does_not_validate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "injector.json"
+    bad.write_text('{"bootstrap": "x:1", "topic": "t", "rate": 10, "duration": 1}')
+    assert main(["--config", str(bad)]) == 2
+    assert "not a InjectorConfig" in capsys.readouterr().err
+    bad.write_text('{"bootstrap": "x:1", "topic": "t", "rate": 0, "duration_s": 1}')
+    assert main(["--config", str(bad)]) == 4
+    assert "rate must be >= 1" in capsys.readouterr().err
 
 
 # --- end of input ---------------------------------------------------------------------------
@@ -417,10 +425,8 @@ def test_end_of_input_markers_can_be_turned_off(tmp_path: Path) -> None:
     cfg = _config(tmp_path, rate=100, duration=1.0, end_of_input=False)
     Injector(cfg, producer=prod, clock=FakeClock()).run()
     assert prod.markers == [] and len(prod.events()) == 100
-    from arfl.workload.injector import build_parser
-
-    assert build_parser().parse_args(cfg.argv()).end_of_input is False
-    assert build_parser().parse_args(_config(tmp_path).argv()).end_of_input is True
+    assert _round_trip(cfg, tmp_path / "off.json").end_of_input is False
+    assert _round_trip(_config(tmp_path), tmp_path / "on.json").end_of_input is True
 
 
 def test_undelivered_markers_are_a_warning(tmp_path: Path) -> None:

@@ -107,6 +107,7 @@ def test_the_chaos_schedule_and_the_injector_share_one_start(
     # and faults landed early by that much) and times the chaos schedule from the same t0.
     from arfl.orchestrate.deploy import INJECTOR_LEAD_S
     from arfl.stack import StackInfo
+    from arfl.workload.injector import InjectorConfig
 
     spec = parse_spec(
         {"name": "lead", "source": {"topic": "in"}, "sink": {"topic": "out"},
@@ -119,7 +120,8 @@ def test_the_chaos_schedule_and_the_injector_share_one_start(
     before = time.time()
     dep.start_load()
     (argv,) = spawned
-    start_at = float(argv[argv.index("--start-at") + 1])
+    start_at = InjectorConfig.read(Path(argv[argv.index("--config") + 1])).start_at
+    assert start_at is not None
     assert dep.t0 == start_at
     assert before + INJECTOR_LEAD_S <= start_at <= time.time() + INJECTOR_LEAD_S
 

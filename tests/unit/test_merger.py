@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from arfl.errors import DeployError
 from arfl.measure.frontier import read_frontier
@@ -16,7 +17,7 @@ from arfl.measure.histogram import read_latency_log
 from arfl.measure.merger import core, kafka, process
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import DedupState, GapTracker, InputWindow, MergeCore, Outcome
-from arfl.measure.merger.process import Merger, build_parser
+from arfl.measure.merger.process import Merger
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import MonitorSnapshot, MonitorTail
@@ -445,7 +446,14 @@ def test_merger_journals_only_the_first_divergences(tmp_path: Path) -> None:
     assert events.count("divergence_suppressed") == 1
 
 
-def test_merger_config_validation_and_argv(tmp_path: Path) -> None:
+def _round_trip(cfg: MergerConfig, tmp_path: Path) -> MergerConfig:
+    """``cfg`` through its config file, as the merger process reads it."""
+    cmd = cfg.command(tmp_path / "config" / "merger.json", "/py")
+    assert cmd == ["/py", "-m", "arfl.measure.merger", "--config", cmd[-1]]
+    return MergerConfig.read(Path(cmd[-1]))
+
+
+def test_merger_config_validation_and_file(tmp_path: Path) -> None:
     with pytest.raises(DeployError, match="replicas"):
         MergerConfig(bootstrap="x:1", sink="s", replicas=0, run_dir=tmp_path)
     cfg = MergerConfig(
@@ -457,32 +465,17 @@ def test_merger_config_validation_and_argv(tmp_path: Path) -> None:
         idle_s=5.0,
         percentiles=(50.0, 99.99),
     )
-    a = build_parser().parse_args(cfg.argv())
-    assert (a.bootstrap, a.sink, a.replicas, a.run_dir, a.input_stats, a.idle, a.percentiles) == (
-        "x:1",
-        "s",
-        3,
-        tmp_path,
-        tmp_path / "inj.jsonl",
-        5.0,
-        (50.0, 99.99),
-    )
+    assert _round_trip(cfg, tmp_path) == cfg
     assert cfg.topics() == ["s.r0", "s.r1", "s.r2"]
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(
-            [
-                "--bootstrap",
-                "x",
-                "--sink",
-                "s",
-                "--replicas",
-                "1",
-                "--run-dir",
-                "d",
-                "--percentiles",
-                "0,101",
-            ]
-        )
+    with pytest.raises(DeployError, match="percentiles"):
+        MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, percentiles=(0, 101))
+    # a file with a key the config does not name, or a wrong type, is no config
+    bad = tmp_path / "bad.json"
+    for text in ('{"bootstrap": "x", "sink": "s", "replicas": 1, "run_dir": "d", "lingr": 1}',
+                 '{"bootstrap": "x", "sink": "s", "replicas": "two", "run_dir": "d"}'):  # fmt: skip
+        bad.write_text(text)
+        with pytest.raises(ValidationError):
+            MergerConfig.read(bad)
 
 
 def test_merger_reads_the_input_window_from_injector_stats(tmp_path: Path) -> None:
@@ -535,30 +528,34 @@ def test_main_reports_an_unreachable_broker(
 ) -> None:
     from arfl.measure.merger.process import main
 
-    rc = main(
-        [
-            "--bootstrap",
-            "127.0.0.1:1",
-            "--sink",
-            "s",
-            "--replicas",
-            "2",
-            "--run-dir",
-            str(tmp_path),
-            "--connect-timeout",
-            "1",
-        ]
+    cfg = MergerConfig(
+        bootstrap="127.0.0.1:1", sink="s", replicas=2, run_dir=tmp_path, connect_timeout_s=1.0
     )
+    rc = main(cfg.command(tmp_path / "merger.json")[3:])
     assert rc == 4
     err = capsys.readouterr().err
     assert "127.0.0.1:1" in err and "not reachable" in err
 
 
+def test_main_refuses_a_config_file_that_does_not_validate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from arfl.measure.merger.process import main
+
+    bad = tmp_path / "merger.json"
+    bad.write_text('{"bootstrap": "x:1", "sink": "s", "replicas": 2}')
+    assert main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "not a MergerConfig" in err and "run_dir" in err  # the missing key, named
+    bad.write_text('{"bootstrap": "x:1", "sink": "s", "replicas": 0, "run_dir": "d"}')
+    assert main(["--config", str(bad)]) == 4  # its own check: a DeployError
+    assert "replicas must be >= 1" in capsys.readouterr().err
+    assert main(["--config", str(tmp_path / "none.json")]) == 2
+
+
 def test_command_runs_the_module(tmp_path: Path) -> None:
     cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=2, run_dir=tmp_path)
-    cmd = cfg.command("/py")
-    assert cmd[:3] == ["/py", "-m", "arfl.measure.merger"]
-    assert build_parser().parse_args(cmd[3:]).replicas == 2
+    assert _round_trip(cfg, tmp_path).replicas == 2
 
 
 # ------------------------------------------------------------------ issue 12: verdicts that hold up
@@ -586,16 +583,12 @@ def test_an_explicit_horizon_still_forgets_and_counts() -> None:
     assert c.dedup.evicted == 1
 
 
-def test_horizon_flag_defaults_to_the_whole_run_and_round_trips(tmp_path: Path) -> None:
-    base = ["--bootstrap", "x", "--sink", "s", "--replicas", "1", "--run-dir", str(tmp_path)]
-    assert build_parser().parse_args(base).horizon_s is None
-    assert build_parser().parse_args([*base, "--horizon-s", "60"]).horizon_s == 60.0
-    assert build_parser().parse_args([*base, "--horizon", "70"]).horizon_s == 70.0  # old name
+def test_horizon_defaults_to_the_whole_run_and_round_trips(tmp_path: Path) -> None:
     assert MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path).horizon_s is None
     cfg = MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, horizon_s=42.0)
-    assert build_parser().parse_args(cfg.argv()).horizon_s == 42.0
+    assert _round_trip(cfg, tmp_path).horizon_s == 42.0
     default = MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path)
-    assert build_parser().parse_args(default.argv()).horizon_s is None
+    assert _round_trip(default, tmp_path).horizon_s is None
     with pytest.raises(DeployError, match="horizon"):
         MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, horizon_s=0.0)
 
@@ -736,15 +729,15 @@ def test_merger_ends_by_itself_when_its_owner_is_gone(
     assert events[-1]["event"] == "merger_finished"
 
 
-def test_owner_flags_round_trip_and_need_each_other(tmp_path: Path) -> None:
+def test_owner_round_trips_and_needs_both(tmp_path: Path) -> None:
     cfg = MergerConfig(
         bootstrap="x", sink="s", replicas=1, run_dir=tmp_path,
         owner_pid=77, owner_create_time=1_764_106_200.123456,
     )  # fmt: skip
-    a = build_parser().parse_args(cfg.argv())
+    a = _round_trip(cfg, tmp_path)
     assert (a.owner_pid, a.owner_create_time) == (77, 1_764_106_200.123456)
-    plain = build_parser().parse_args(
-        MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path).argv()
+    plain = _round_trip(
+        MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path), tmp_path
     )
     assert plain.owner_pid is None and plain.owner_create_time is None
     with pytest.raises(DeployError, match="owner"):
@@ -827,16 +820,16 @@ def test_results_a_replica_skipped_by_resuming_at_the_frontier_are_not_owed() ->
     assert c.tick(T0 + 11).line["replicas"]["1"]["trail_ms"] == pytest.approx(400)
 
 
-def test_the_kafka_latency_settings_reach_the_clients_through_the_command_line(
+def test_the_kafka_latency_settings_reach_the_clients_through_the_config_file(
     tmp_path: Path,
 ) -> None:
     default = MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path)
-    a = build_parser().parse_args(default.argv())
+    a = _round_trip(default, tmp_path)
     assert (a.fetch_wait_ms, a.linger_ms) == (5, 1.0)
     cfg = MergerConfig(
         bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, fetch_wait_ms=1, linger_ms=0.5
     )
-    a = build_parser().parse_args(cfg.argv())
+    a = _round_trip(cfg, tmp_path)
     assert (a.fetch_wait_ms, a.linger_ms) == (1, 0.5)
     assert kafka.consumer_config("x", "g", a.fetch_wait_ms)["fetch.wait.max.ms"] == 1
     assert kafka.sink_producer_config("x", a.linger_ms)["linger.ms"] == 0.5

@@ -21,10 +21,8 @@ from arfl.workload.replay import (
     Replayed,
     Replayer,
     Schedule,
-    build_parser,
     decode,
     merge_by_time,
-    position_from_arg,
 )
 
 FIELDS = {
@@ -237,15 +235,19 @@ def test_an_empty_range_replays_nothing_and_says_so(tmp_path: Path) -> None:
     assert any("nothing replayed" in e.get("message", "") for e in journal)
 
 
-def test_the_command_line_round_trips_the_config() -> None:
+def test_the_config_file_round_trips_the_config(tmp_path: Path) -> None:
     cfg = ReplayConfig(
         source_bootstrap="h:1", source_topic="ext", bootstrap="h:2", topic="in",
         duration_s=5.0, start={"0": 4}, end="2026-01-05T10:00:00Z", pace=300,
         time_field="created",
     )  # fmt: skip
-    args = build_parser().parse_args(cfg.argv())
-    assert position_from_arg(args.start) == {"0": 4}
-    assert position_from_arg(args.end) == "2026-01-05T10:00:00Z"
-    assert position_from_arg("1700000000000") == 1_700_000_000_000
-    assert (args.pace, args.time_field, args.duration) == ("300", "created", 5.0)
-    assert cfg.command("py")[:3] == ["py", "-m", "arfl.workload.replay"]
+    path = tmp_path / "replayer.json"
+    assert cfg.command(path, "py") == ["py", "-m", "arfl.workload.replay", "--config", str(path)]
+    back = ReplayConfig.read(path)
+    assert back == cfg
+    assert (back.start, back.end, back.pace) == ({"0": 4}, "2026-01-05T10:00:00Z", 300)
+    epoch = ReplayConfig(
+        source_bootstrap="h:1", source_topic="ext", bootstrap="h:2", topic="in",
+        duration_s=5.0, start=1_700_000_000_000,
+    )  # fmt: skip
+    assert ReplayConfig.read(epoch.write(path)).start == 1_700_000_000_000

@@ -165,7 +165,9 @@ class Deployment:
             fetch_wait_ms=self.ctx.spec.merger.fetch_wait_ms,
             linger_ms=self.ctx.spec.merger.linger_ms,
         )
-        self.merger = self._spawn("merger", [PYTHON, "-m", "arfl.measure.merger", *cfg.argv()])
+        self.merger = self._spawn(
+            "merger", cfg.command(self.ctx.paths.child_config("merger"), PYTHON)
+        )
 
     def start_replicas(self) -> None:
         """Every replica's driver; returns once each one's query has run a batch."""
@@ -221,7 +223,7 @@ class Deployment:
             start_at=t0,
         )
         self.injector = self._spawn(
-            "injector", [PYTHON, "-m", "arfl.workload.injector", *cfg.argv()]
+            "injector", cfg.command(self.ctx.paths.child_config("injector"), PYTHON)
         )
         self.t0 = t0
         workload = self.ctx.spec.workload
@@ -241,7 +243,9 @@ class Deployment:
             journal_path=self.ctx.paths.journal,
             linger_ms=self.ctx.spec.workload.linger_ms,
         )
-        self.injector = self._spawn("replayer", cfg.command(PYTHON))
+        self.injector = self._spawn(
+            "replayer", cfg.command(self.ctx.paths.child_config("replayer"), PYTHON)
+        )
         self.t0 = time.time()
         self.ctx.journal.write(
             "workload-started", replay=replay.topic, duration_s=self.ctx.spec.workload.duration

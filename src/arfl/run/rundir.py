@@ -132,3 +132,8 @@ class RunPaths:
 
     def log(self, component: str) -> Path:
         return self.root / "logs" / f"{component}.log"
+
+    def child_config(self, component: str) -> Path:
+        """The config a child process reads (``merger``, ``injector``, ``replayer``:
+        :mod:`arfl.run.childconfig`)."""
+        return self.root / "config" / f"{component}.json"

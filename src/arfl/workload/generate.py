@@ -77,7 +77,7 @@ def field_base(seed: int, name: str) -> int:
 
 @dataclass(frozen=True)
 class EventShape:
-    """What the generator needs from a spec; travels to the injector process as JSON.
+    """What the generator needs from a spec; travels to the injector in its config file.
 
     Attributes:
         workload: the ``[workload]`` section (``fields`` not empty).
@@ -91,45 +91,16 @@ class EventShape:
     late_lag_ms: int | None = None
     late_from_seq: int = 0
 
+    def __post_init__(self) -> None:
+        if self.key not in self.workload.fields:
+            raise DeployError(f"injector: shape key {self.key!r} is not a declared field")
+
     @classmethod
     def from_spec(cls, spec: Spec) -> EventShape | None:
         """The shape of ``spec``'s declared fields, or None for the default shape."""
         if not spec.workload.declared:
             return None
         return cls(spec.workload, spec.source.key, late_lag_ms(spec), late_from_seq(spec))
-
-    def to_json(self) -> str:
-        """One-line JSON (for the injector's ``--shape``)."""
-        return json.dumps(
-            {
-                "workload": self.workload.model_dump(mode="json"),
-                "key": self.key,
-                "late_lag_ms": self.late_lag_ms,
-                "late_from_seq": self.late_from_seq,
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> EventShape:
-        """Inverse of :meth:`to_json`.
-
-        Raises:
-            DeployError: the text is not a valid shape.
-        """
-        try:
-            raw: dict[str, Any] = json.loads(text)
-            shape = cls(
-                Workload.model_validate(raw["workload"]),
-                str(raw["key"]),
-                None if raw.get("late_lag_ms") is None else int(raw["late_lag_ms"]),
-                int(raw.get("late_from_seq", 0)),
-            )
-        except (ValueError, KeyError, TypeError) as e:
-            raise DeployError(f"injector: bad --shape: {e}") from None
-        if shape.key not in shape.workload.fields:
-            raise DeployError(f"injector: --shape key {shape.key!r} is not a declared field")
-        return shape
 
 
 class EventGenerator:

@@ -19,12 +19,12 @@ an event time one day past the last scheduled event's intended time. The waterma
 replica then passes every window, so a finite run emits its last windows too. Markers are
 written only once every event is acknowledged, so a batch boundary cut by time (the leaderless
 mode's) that includes one partition's marker includes every partition's last event.
-``--no-end-of-input`` leaves them out.
+``end_of_input = false`` leaves them out.
 
-Run as a process::
+Run as a process with an :class:`InjectorConfig` as JSON (deploy writes
+``<run>/config/injector.json``)::
 
-    python -m arfl.workload.injector --bootstrap 127.0.0.1:9092 --topic clicks \\
-        --rate 1000 --duration 60 --keys 100 --seed 1 --stats stats.jsonl --journal journal.jsonl
+    python -m arfl.workload.injector --config runs/clicks-20261125-213000/config/injector.json
 
 or in-process with :class:`Injector` (``Injector(config).run()``; ``stop()`` from another
 thread ends it early, flushing what was produced).
@@ -32,7 +32,6 @@ thread ends it early, flushing what was produced).
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING
 from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.configs.workload import Workload
 from arfl.errors import ArflError, DeployError
+from arfl.run.childconfig import ChildConfig, read_config
 from arfl.run.records import END_OF_INPUT_LEAD_MS
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
@@ -51,8 +51,6 @@ from arfl.workload.produce import (
     Clock,
     InputProducer,
     SecondStats,
-    add_end_of_input_argument,
-    add_output_arguments,
     serve,
 )
 
@@ -146,8 +144,9 @@ def encode_event(seq: int, user: str, amount: float, ts: int, sent_ms: int) -> b
 
 
 @dataclass(frozen=True)
-class InjectorConfig:
-    """What to inject, where, and where to report.
+class InjectorConfig(ChildConfig):
+    """What to inject, where, and where to report (``python -m arfl.workload.injector --config
+    FILE``).
 
     Attributes:
         bootstrap: Kafka ``host:port[,...]``.
@@ -165,6 +164,8 @@ class InjectorConfig:
         end_of_input: write an end-of-input marker into every partition at the end.
         shape: the declared fields (None: the default shape, ``keys`` users).
     """
+
+    module = "arfl.workload.injector"
 
     bootstrap: str
     topic: str
@@ -213,34 +214,6 @@ class InjectorConfig:
             journal_path=journal_path,
             shape=shape,
         )
-
-    def command(self, python: str | None = None) -> list[str]:
-        """The command line to run this as a process (``python -m arfl.workload.injector``).
-
-        Args:
-            python: the interpreter (default: the current one).
-        """
-        return [python or sys.executable, "-m", "arfl.workload.injector", *self.argv()]
-
-    def argv(self) -> list[str]:
-        """Command-line arguments for ``python -m arfl.workload.injector``."""
-        args = [
-            "--bootstrap", self.bootstrap, "--topic", self.topic, "--rate", str(self.rate),
-            "--duration", repr(self.duration_s), "--keys", str(self.keys),
-            "--seed", str(self.seed), "--linger-ms", repr(self.linger_ms),
-            "--connect-timeout", repr(self.connect_timeout_s),
-        ]  # fmt: skip
-        if self.stats_path is not None:
-            args += ["--stats", str(self.stats_path)]
-        if self.journal_path is not None:
-            args += ["--journal", str(self.journal_path)]
-        if self.start_at is not None:
-            args += ["--start-at", repr(self.start_at)]
-        if not self.end_of_input:
-            args.append("--no-end-of-input")
-        if self.shape is not None:
-            args += ["--shape", self.shape.to_json()]
-        return args
 
 
 class Injector(InputProducer):
@@ -380,57 +353,20 @@ class Injector(InputProducer):
 # --------------------------------------------------------------------------- entry point
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m arfl.workload.injector`` argument parser."""
-    p = argparse.ArgumentParser(
-        prog="python -m arfl.workload.injector",
-        description="Produce JSON input events at a fixed rate (coordinated-omission safe).",
-    )
-    p.add_argument("--bootstrap", required=True, help="Kafka host:port[,host:port]")
-    p.add_argument("--topic", required=True, help="source topic (must exist)")
-    p.add_argument("--rate", type=int, required=True, help="events per second")
-    p.add_argument("--duration", type=float, required=True, help="seconds")
-    p.add_argument("--keys", type=int, default=100, help="distinct user keys")
-    p.add_argument("--seed", type=int, default=1, help="content seed")
-    add_output_arguments(p)
-    p.add_argument(
-        "--start-at",
-        type=float,
-        default=None,
-        help="epoch seconds to start the schedule (default: now)",
-    )
-    add_end_of_input_argument(p)
-    p.add_argument(
-        "--shape",
-        default=None,
-        help="declared fields as JSON (arfl.workload.generate.EventShape; default: "
-        "seq, user, amount, ts, sent_ms)",
-    )
-    p.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=15.0,
-        help="seconds to wait for the broker at start",
-    )
-    return p
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Process entry: run the injector; SIGTERM/SIGINT stop it cleanly (flushing).
 
     Returns:
         0 when every event was delivered, 4 (deploy error) otherwise.
     """
-    args = build_parser().parse_args(argv)
+    cfg = read_config(
+        InjectorConfig,
+        argv,
+        "Produce JSON input events at a fixed rate (coordinated-omission safe).",
+    )
+    if isinstance(cfg, int):
+        return cfg
     try:
-        cfg = InjectorConfig(
-            bootstrap=args.bootstrap, topic=args.topic, rate=args.rate,
-            duration_s=args.duration, keys=args.keys, seed=args.seed,
-            stats_path=args.stats, journal_path=args.journal, linger_ms=args.linger_ms,
-            start_at=args.start_at, connect_timeout_s=args.connect_timeout,
-            end_of_input=args.end_of_input,
-            shape=EventShape.from_json(args.shape) if args.shape else None,
-        )  # fmt: skip
         injector = Injector(cfg)
     except ArflError as e:
         print(f"error: {e}", file=sys.stderr)

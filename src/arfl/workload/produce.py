@@ -10,14 +10,13 @@ watcher, the merger, the report and the independent check read either unchanged:
   closing warnings and ``injector_finished`` event.
 * :class:`SecondStats`: the per-second stats lines and the summary line
   (:mod:`arfl.run.streams`).
-* The process's side: the command-line options both take (:func:`add_output_arguments`) and
-  what both do once started (:func:`serve`: run, print the summary, exit code).
+* The process's side: what both do once started (:func:`serve`: run, print the summary, exit
+  code).
 * The seams: :class:`Clock` (a fake in unit tests) and :func:`connect_producer`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import threading
@@ -415,24 +414,6 @@ class InputProducer:
 
 
 # --------------------------------------------------------------------------- process
-
-
-def add_output_arguments(p: argparse.ArgumentParser) -> None:
-    """The options both processes take for their reports and their producer: ``--stats``,
-    ``--journal``, ``--linger-ms`` (then :func:`add_end_of_input_argument`)."""
-    p.add_argument("--stats", type=Path, default=None, help="per-second stats JSONL file")
-    p.add_argument("--journal", type=Path, default=None, help="run journal JSONL file")
-    p.add_argument("--linger-ms", type=float, default=INJECTOR_LINGER_MS, help="producer linger.ms")
-
-
-def add_end_of_input_argument(p: argparse.ArgumentParser) -> None:
-    """``--no-end-of-input``, which both processes take."""
-    p.add_argument(
-        "--no-end-of-input",
-        dest="end_of_input",
-        action="store_false",
-        help="do not write an end-of-input marker into every partition at the end",
-    )
 
 
 def serve(

@@ -25,16 +25,14 @@ independent check work unchanged: per-second stats lines and a summary line
 ``injector_started`` (``t0``) and ``injector_finished``, and one end-of-input marker per
 partition after the last record.
 
-Run as a process::
+Run as a process with a :class:`ReplayConfig` as JSON (deploy writes
+``<run>/config/replayer.json``)::
 
-    python -m arfl.workload.replay --source-bootstrap 127.0.0.1:9092 --source-topic orders \\
-        --bootstrap 127.0.0.1:9092 --topic clicks.run1 --start earliest --pace recorded \\
-        --time-field created --duration 60 --stats injector.jsonl --journal journal.jsonl
+    python -m arfl.workload.replay --config runs/orders-20261125-213000/config/replayer.json
 """
 
 from __future__ import annotations
 
-import argparse
 import heapq
 import json
 import sys
@@ -48,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.configs.replay import Position, PositionValue, Replay, parse_position
 from arfl.errors import ArflError, DeployError
+from arfl.run.childconfig import ChildConfig, read_config
 from arfl.run.records import END_OF_INPUT_FIELD, END_OF_INPUT_LEAD_MS
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
@@ -55,8 +54,6 @@ from arfl.workload.produce import (
     Clock,
     InputProducer,
     SecondStats,
-    add_end_of_input_argument,
-    add_output_arguments,
     serve,
 )
 
@@ -358,8 +355,9 @@ class KafkaRangeReader:
 
 
 @dataclass(frozen=True)
-class ReplayConfig:
-    """What to replay, where to, and where to report.
+class ReplayConfig(ChildConfig):
+    """What to replay, where to, and where to report (``python -m arfl.workload.replay
+    --config FILE``).
 
     Attributes:
         source_bootstrap: the replayed topic's Kafka.
@@ -375,6 +373,8 @@ class ReplayConfig:
         connect_timeout_s: how long to wait for either Kafka at start.
         end_of_input: write an end-of-input marker into every partition at the end.
     """
+
+    module = "arfl.workload.replay"
 
     source_bootstrap: str
     source_topic: str
@@ -429,46 +429,6 @@ class ReplayConfig:
             journal_path=journal_path,
             linger_ms=linger_ms,
         )
-
-    def command(self, python: str | None = None) -> list[str]:
-        """The command line to run this as a process (``python -m arfl.workload.replay``)."""
-        return [python or sys.executable, "-m", "arfl.workload.replay", *self.argv()]
-
-    def argv(self) -> list[str]:
-        """Command-line arguments for ``python -m arfl.workload.replay``."""
-        args = [
-            "--source-bootstrap", self.source_bootstrap, "--source-topic", self.source_topic,
-            "--bootstrap", self.bootstrap, "--topic", self.topic,
-            "--duration", repr(self.duration_s), "--start", _position_arg(self.start),
-            "--pace", str(self.pace), "--linger-ms", repr(self.linger_ms),
-            "--connect-timeout", repr(self.connect_timeout_s),
-        ]  # fmt: skip
-        if self.end is not None:
-            args += ["--end", _position_arg(self.end)]
-        if self.time_field is not None:
-            args += ["--time-field", self.time_field]
-        if self.stats_path is not None:
-            args += ["--stats", str(self.stats_path)]
-        if self.journal_path is not None:
-            args += ["--journal", str(self.journal_path)]
-        if not self.end_of_input:
-            args.append("--no-end-of-input")
-        return args
-
-
-def _position_arg(v: PositionValue) -> str:
-    return json.dumps(v, separators=(",", ":")) if isinstance(v, dict) else str(v)
-
-
-def position_from_arg(text: str) -> PositionValue:
-    """The inverse of the command line's position text: a JSON table, epoch ms, or a word or
-    RFC 3339 time."""
-    if text.startswith("{"):
-        table = json.loads(text)
-        if not isinstance(table, dict):
-            raise ValueError(f"not an offset table: {text}")
-        return {str(k): v for k, v in table.items()}
-    return int(text) if text.isdigit() else text
 
 
 class Replayer(InputProducer):
@@ -643,49 +603,18 @@ class Replayer(InputProducer):
 # --------------------------------------------------------------------------- entry point
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m arfl.workload.replay`` argument parser."""
-    p = argparse.ArgumentParser(
-        prog="python -m arfl.workload.replay",
-        description="Replay a range of a topic into another at its recorded pace or a rate.",
-    )
-    p.add_argument("--source-bootstrap", required=True, help="the replayed topic's Kafka")
-    p.add_argument("--source-topic", required=True, help="the topic to replay")
-    p.add_argument("--bootstrap", required=True, help="the run's Kafka host:port[,...]")
-    p.add_argument("--topic", required=True, help="the run's input topic (must exist)")
-    p.add_argument("--duration", type=float, required=True, help="cap, seconds")
-    p.add_argument(
-        "--start", default="earliest", help="earliest, epoch ms, RFC 3339, or a JSON offset table"
-    )
-    p.add_argument(
-        "--end", default=None, help="latest (default), epoch ms, RFC 3339, or a JSON offset table"
-    )
-    p.add_argument("--pace", default="recorded", help="recorded, or events per second")
-    p.add_argument("--time-field", default=None, help="JSON field with the recorded time (ms)")
-    add_output_arguments(p)
-    add_end_of_input_argument(p)
-    p.add_argument("--connect-timeout", type=float, default=15.0, help="seconds")
-    return p
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Process entry: replay; SIGTERM/SIGINT stop it cleanly (flushing).
 
     Returns:
         0 when every record was delivered, 4 (deploy error) otherwise.
     """
-    args = build_parser().parse_args(argv)
+    cfg = read_config(
+        ReplayConfig, argv, "Replay a range of a topic into another at its recorded pace or a rate."
+    )
+    if isinstance(cfg, int):
+        return cfg
     try:
-        cfg = ReplayConfig(
-            source_bootstrap=args.source_bootstrap, source_topic=args.source_topic,
-            bootstrap=args.bootstrap, topic=args.topic, duration_s=args.duration,
-            start=position_from_arg(args.start),
-            end=None if args.end is None else position_from_arg(args.end),
-            pace=int(args.pace) if args.pace.isdigit() else args.pace,
-            time_field=args.time_field, stats_path=args.stats, journal_path=args.journal,
-            linger_ms=args.linger_ms, connect_timeout_s=args.connect_timeout,
-            end_of_input=args.end_of_input,
-        )  # fmt: skip
         replayer = Replayer(cfg)
     except ArflError as e:
         print(f"error: {e}", file=sys.stderr)

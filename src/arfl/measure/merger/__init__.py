@@ -26,8 +26,11 @@ Copies of one id with different content hashes are **divergent**: counted, and j
 (``divergence`` events, the first :data:`MAX_JOURNALED_DIVERGENCES` of them). Records that
 are not result records are counted as ``bad`` and skipped.
 
-The core (:class:`MergeCore`) is pure: Kafka I/O lives in :class:`Merger`. Run as a process::
+The core (:class:`~arfl.measure.merger.core.MergeCore`) is pure; its Kafka clients are in
+:mod:`~arfl.measure.merger.kafka`, the process (:class:`~arfl.measure.merger.process.Merger`) in
+:mod:`~arfl.measure.merger.process`. Run as a process with a
+:class:`~arfl.measure.merger.config.MergerConfig` as JSON (deploy writes
+``<run>/config/merger.json``)::
 
-    python -m arfl.measure.merger --bootstrap 127.0.0.1:9092 --sink clicks.out \\
-        --replicas 2 --run-dir runs/clicks-20261125-213000 --input-stats runs/.../injector.jsonl
+    python -m arfl.measure.merger --config runs/clicks-20261125-213000/config/merger.json
 """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,13 +11,14 @@ from arfl.measure.histogram import (
     DEFAULT_PERCENTILES,
 )
 from arfl.measure.merger.core import DEFAULT_HORIZON_S, DEFAULT_MAX_ENTRIES
+from arfl.run.childconfig import ChildConfig
 from arfl.run.records import replica_topic
 from arfl.run.rundir import RunPaths
 
 
 @dataclass(frozen=True)
-class MergerConfig:
-    """Where to read, write and report.
+class MergerConfig(ChildConfig):
+    """Where to read, write and report (``python -m arfl.measure.merger --config FILE``).
 
     Attributes:
         bootstrap: Kafka ``host:port[,...]``.
@@ -46,6 +46,8 @@ class MergerConfig:
         fetch_wait_ms: the consumer's ``fetch.wait.max.ms``.
         linger_ms: the sink producer's ``linger.ms``.
     """
+
+    module = "arfl.measure.merger"
 
     bootstrap: str
     sink: str
@@ -75,6 +77,8 @@ class MergerConfig:
             raise DeployError("merger: an owner create time needs the owner's pid")
         if self.fetch_wait_ms < 0 or self.linger_ms < 0:
             raise DeployError("merger: fetch wait and linger must be >= 0 ms")
+        if not self.percentiles or any(not 0 < p <= 100 for p in self.percentiles):
+            raise DeployError(f"merger: percentiles must be in (0, 100], got {self.percentiles}")
 
     @property
     def paths(self) -> RunPaths:
@@ -89,33 +93,3 @@ class MergerConfig:
     def topics(self) -> list[str]:
         """The replica topics consumed."""
         return [replica_topic(self.sink, i) for i in range(self.replicas)]
-
-    def command(self, python: str | None = None) -> list[str]:
-        """The command line to run this as a process (``python -m arfl.measure.merger``).
-
-        Args:
-            python: the interpreter (default: the current one).
-        """
-        return [python or sys.executable, "-m", "arfl.measure.merger", *self.argv()]
-
-    def argv(self) -> list[str]:
-        """Command-line arguments for ``python -m arfl.measure.merger``."""
-        args = [
-            "--bootstrap", self.bootstrap, "--sink", self.sink,
-            "--replicas", str(self.replicas), "--run-dir", str(self.run_dir),
-            "--max-entries", str(self.max_entries),
-            "--percentiles", ",".join(repr(p) for p in self.percentiles),
-            "--connect-timeout", repr(self.connect_timeout_s),
-            "--fetch-wait-ms", str(self.fetch_wait_ms), "--linger-ms", repr(self.linger_ms),
-        ]  # fmt: skip
-        for flag, val in (
-            ("--input-stats", self.input_stats), ("--input-start", self.input_start),
-            ("--input-end", self.input_end), ("--until", self.until),
-            ("--idle", self.idle_s), ("--group-id", self.group_id),
-            ("--horizon-s", self.horizon_s), ("--owner-pid", self.owner_pid),
-            ("--owner-create-time", self.owner_create_time),
-        ):  # fmt: skip
-            if val is not None:
-                # str() of a float round-trips exactly (a create time must survive as is).
-                args += [flag, val if isinstance(val, str) else str(val)]
-        return args

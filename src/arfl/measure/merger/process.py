@@ -4,7 +4,6 @@ arfl.measure.merger``."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -15,18 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
 from arfl.errors import ArflError, DeployError
 from arfl.measure import frontier as frontier_file
 from arfl.measure.histogram import (
-    DEFAULT_PERCENTILES,
     INTERVAL_S,
     LatencyLogWriter,
 )
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import (
-    DEFAULT_HORIZON_S,
-    DEFAULT_MAX_ENTRIES,
     MAX_JOURNALED_DIVERGENCES,
     InputWindow,
     MergeCore,
@@ -34,6 +29,7 @@ from arfl.measure.merger.core import (
 )
 from arfl.measure.merger.kafka import Consumer, kafka_consumer, kafka_producer
 from arfl.processes import same_process, stop_on_termination
+from arfl.run.childconfig import read_config
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
 
@@ -359,111 +355,23 @@ class Merger:
 # --------------------------------------------------------------------------- entry point
 
 
-def _percentile_list(s: str) -> tuple[float, ...]:
-    try:
-        out = tuple(float(x) for x in s.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like 50,99,99.9, got {s!r}") from None
-    if not out or any(not 0 < p <= 100 for p in out):
-        raise argparse.ArgumentTypeError(f"percentiles must be in (0, 100], got {s!r}")
-    return out
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m arfl.measure.merger`` argument parser."""
-    p = argparse.ArgumentParser(
-        prog="python -m arfl.measure.merger",
-        description="Merge replica outputs (first copy wins) and measure end-to-end latency.",
-    )
-    p.add_argument("--bootstrap", required=True, help="Kafka host:port[,host:port]")
-    p.add_argument("--sink", required=True, help="final sink topic (replica i writes SINK.rI)")
-    p.add_argument("--replicas", type=int, required=True, help="number of replicas")
-    p.add_argument("--run-dir", type=Path, required=True, help="run directory")
-    p.add_argument(
-        "--horizon-s",
-        "--horizon",
-        dest="horizon_s",
-        type=float,
-        default=DEFAULT_HORIZON_S,
-        help="forget result ids this many seconds after their first copy (default: never, "
-        "only --max-entries bounds the memory)",
-    )
-    p.add_argument("--max-entries", type=int, default=DEFAULT_MAX_ENTRIES, help="dedup size bound")
-    p.add_argument(
-        "--fetch-wait-ms",
-        type=int,
-        default=MERGER_FETCH_WAIT_MS,
-        help="the consumer's fetch.wait.max.ms",
-    )
-    p.add_argument(
-        "--linger-ms", type=float, default=MERGER_LINGER_MS, help="the sink producer's linger.ms"
-    )
-    p.add_argument(
-        "--input-stats",
-        type=Path,
-        default=None,
-        help="the injector's stats JSONL (input window for gap measurement)",
-    )
-    p.add_argument("--input-start", type=float, default=None, help="input start, epoch s")
-    p.add_argument("--input-end", type=float, default=None, help="input end, epoch s")
-    p.add_argument("--until", type=float, default=None, help="stop at this epoch time")
-    p.add_argument(
-        "--idle",
-        type=float,
-        default=None,
-        help="stop after this many seconds without records once input ended",
-    )
-    p.add_argument(
-        "--percentiles",
-        type=_percentile_list,
-        default=DEFAULT_PERCENTILES,
-        help="comma-separated, default 50,90,99,99.9",
-    )
-    p.add_argument(
-        "--group-id",
-        default=None,
-        help="consumer group.id (default: fresh per run; never joined, nothing committed)",
-    )
-    p.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=15.0,
-        help="seconds to wait for the broker at start",
-    )
-    p.add_argument(
-        "--owner-pid",
-        type=int,
-        default=None,
-        help="exit (after writing merger.json) once this process is gone",
-    )
-    p.add_argument(
-        "--owner-create-time",
-        type=float,
-        default=None,
-        help="the owner's create time (psutil), so that a reused pid is not taken for it",
-    )
-    return p
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Process entry: merge until SIGTERM/SIGINT, ``--until``, ``--idle`` or the owner's death.
+    """Process entry, ``python -m arfl.measure.merger --config FILE`` (a :class:`MergerConfig`
+    as JSON): merge until SIGTERM/SIGINT, ``until``, ``idle_s`` or the owner's death.
 
     Returns:
-        0, or 4 (deploy error) when results could not be written to the sink
-        (``merger.json``: ``complete_output`` false).
+        0; 2 for a config file that does not validate; 4 (deploy error) when the broker or the
+        sink is missing, or results could not be written to the sink (``merger.json``:
+        ``complete_output`` false).
     """
-    args = build_parser().parse_args(argv)
+    cfg = read_config(
+        MergerConfig,
+        argv,
+        "Merge replica outputs (first copy wins) and measure end-to-end latency.",
+    )
+    if isinstance(cfg, int):
+        return cfg
     try:
-        cfg = MergerConfig(
-            bootstrap=args.bootstrap, sink=args.sink, replicas=args.replicas,
-            run_dir=args.run_dir, horizon_s=args.horizon_s, max_entries=args.max_entries,
-            input_stats=args.input_stats, input_start=args.input_start,
-            input_end=args.input_end, until=args.until, idle_s=args.idle,
-            percentiles=args.percentiles, group_id=args.group_id,
-            connect_timeout_s=args.connect_timeout, owner_pid=args.owner_pid,
-            owner_create_time=args.owner_create_time, fetch_wait_ms=args.fetch_wait_ms,
-            linger_ms=args.linger_ms,
-        )  # fmt: skip
         merger = Merger(cfg)
     except ArflError as e:
         print(f"error: {e}", file=sys.stderr)
