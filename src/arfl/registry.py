@@ -134,6 +134,14 @@ class ModeInfo:
         coordination_free: replicas agree on nothing at run time (no shared batch
             boundaries): a pipeline whose results could depend on batching is refused.
         order: position in listings and experiments (baselines first).
+        async_progress: a stateless micro-batch query tracks its progress asynchronously by
+            default (``replica/driver.async_progress``): the mode's restart replays a little
+            more, harmlessly (the merger drops results it has; agreed batches replay alike).
+        resumes_from_peers: a restarted replica may start from another replica's checkpoint or
+            at the output frontier (``replication.resume``): replicas that agree on nothing and
+            read Spark's Kafka source, whose state after an input prefix is the same in each.
+        check: the mode's own checks of a ``[replication]`` section (a validated
+            ``Replication``): the problems as ``(key, message)``.
     """
 
     summary: str
@@ -145,6 +153,9 @@ class ModeInfo:
     leader: bool = False
     coordination_free: bool = False
     order: int = 0
+    async_progress: bool = False
+    resumes_from_peers: bool = False
+    check: Callable[[Any], list[tuple[str, str]]] | None = None
 
     @property
     def agreed_batches(self) -> bool:

@@ -36,7 +36,7 @@ from arfl.configs.slo import validate_slo
 from arfl.configs.workload import LingerDuration, Workload, workload_problems
 from arfl.errors import SpecError
 from arfl.params import Duration, NoParams, Params
-from arfl.registry import FAULTS, MODES, UnknownKind
+from arfl.registry import FAULTS, MODES, UnknownKind, mode_names
 from arfl.units import format_duration, parse_duration
 
 MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout", "batch_interval", "catch_up"})
@@ -326,15 +326,9 @@ class Replication(_Model):
     def _aligned(self) -> Replication:
         if self.batch_interval is not None and self.batch_interval <= 0:
             raise ValueError("batch_interval must be positive")
-        if self.batch_interval is not None and self.mode == "active-leaderless":
-            epoch = self.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
-            groups = self.batch_interval / epoch
-            if self.batch_interval < epoch or abs(groups - round(groups)) > 1e-6:
-                raise ValueError(
-                    f"batch_interval ({format_duration(self.batch_interval)}) must be a whole "
-                    f"multiple of heartbeat_interval ({format_duration(epoch)}): batches are "
-                    "groups of whole epochs"
-                )
+        check = MODES.info(self.mode).check if self.mode in MODES else None
+        for _, message in check(self) if check else []:
+            raise ValueError(message)  # the mode's own rules (ModeInfo.check)
         return self
 
     @field_validator("mode")
@@ -567,7 +561,7 @@ class Spec(_Model):
     source: Source
     steps: list[Step] = Field(default_factory=list)
     sink: Sink
-    replication: Replication = Replication()
+    replication: Replication = Field(default_factory=Replication)
     spark: Spark = Spark()
     docker: Docker = Docker()
     stack: Stack = Stack()
@@ -595,7 +589,7 @@ class Spec(_Model):
         (``replication.resume``): ``active`` and :attr:`stateless`, with ``auto`` or ``output``."""
         return (
             self.replication.resume in ("auto", "output")
-            and self.replication.mode == "active"
+            and MODES.info(self.replication.mode).resumes_from_peers
             and self.stateless
         )
 
@@ -606,14 +600,14 @@ class Spec(_Model):
         ``checkpoint``."""
         return (
             self.replication.resume in ("auto", "peer")
-            and self.replication.mode == "active"
+            and MODES.info(self.replication.mode).resumes_from_peers
             and not self.resumes_from_output
         )
 
     @property
     def restart_plan(self) -> str | None:
         """Where a restarted ``active`` replica starts reading, in words (None: other modes)."""
-        if self.replication.mode != "active":
+        if not MODES.info(self.replication.mode).resumes_from_peers:
             return None
         if not self.replication.restart:
             return "a dead replica is not restarted (replication.restart = false)"
@@ -812,22 +806,26 @@ def _resume_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     another replica's state: only sound in ``active``."""
     resume = _get(raw, "replication", "resume")
     mode = _get(raw, "replication", "mode") or "none"
-    if resume == "peer" and mode != "active":
+    if not isinstance(mode, str) or mode not in MODES:
+        return []  # the unknown mode is the problem to read
+    takes = " or ".join(repr(m) for m in mode_names() if MODES.info(m).resumes_from_peers)
+    elsewhere = MODES.info(mode).resumes_from_peers
+    if resume == "peer" and not elsewhere:
         return [
             (
                 "replication.resume",
-                f"'peer' needs mode 'active', not {mode!r}: only replicas whose state does not "
+                f"'peer' needs mode {takes}, not {mode!r}: only replicas whose state does not "
                 "depend on their batch boundaries can start from another replica's checkpoint",
             )
         ]
     if resume != "output":
         return []
     out: list[tuple[str, str]] = []
-    if mode != "active":
+    if not elsewhere:
         out.append(
             (
                 "replication.resume",
-                f"'output' needs mode 'active', not {mode!r}: only independent replicas reading "
+                f"'output' needs mode {takes}, not {mode!r}: only independent replicas reading "
                 "Spark's Kafka source can start at another replica's output",
             )
         )

@@ -73,14 +73,12 @@ def mode_spec(spec: Spec, mode: str, origin: str = "<spec>") -> tuple[Spec, list
     repl = raw["replication"]
     repl["mode"] = mode
     repl["replicas"] = n
-    # Mode-specific settings: kept for their own mode (when the spec set it), else defaults;
-    # none where the mode does not take them.
-    for key in MODE_OPTIONS - MODES.info(mode).options:
+    # Mode-specific settings: kept where the spec's mode and this one both take them (the
+    # spec set them for such a mode), else this mode's defaults.
+    for key in MODE_OPTIONS - (
+        MODES.info(mode).options & MODES.info(spec.replication.mode).options
+    ):
         repl.pop(key, None)
-    for key, owner in (("heartbeat_interval", "active-leaderless"),
-                       ("session_timeout", "active-leader")):  # fmt: skip
-        if mode != owner or spec.replication.mode != owner:
-            repl.pop(key, None)
     notes: list[str] = []
     for i, c in enumerate(raw.get("chaos") or []):
         target = c.get("replica")

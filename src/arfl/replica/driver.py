@@ -52,6 +52,7 @@ from arfl.configs.spec import (
     option_strings,
 )
 from arfl.errors import ArflError
+from arfl.registry import MODES
 from arfl.replica import query
 from arfl.replica.modes.base import (
     PEER_APPS,
@@ -136,28 +137,21 @@ C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
 """JVM option of arfl's default replica JVMs (see :func:`spark_conf`)."""
 
 
-ASYNC_PROGRESS_MODES = frozenset({"none", "active", "active-leader", "active-leaderless"})
-"""Modes whose eligible queries track progress asynchronously unless the spec says ``false``:
-those where a restart's extra replay is harmless (the merger drops results it has by id, and
-an agreed-batch replica replays the same agreed batches). It takes the offset-log write and the
-commit (~170-190 ms of every 0.4-0.7 s micro-batch here) off the critical path
-(docs/benchmarks.md "Shorter agreed batches": active-leaderless p50 0.92x). Not ``passive``:
-its restart from the checkpoint is the recovery under study, and would replay up to a second
-more."""
-
-
 def async_progress(spec: Spec) -> bool:
     """Whether the replica's query tracks progress asynchronously.
 
     Spark allows it only for stateless micro-batch queries writing to Kafka: a spec whose steps
     are all filters and selects (a window is stateful; a transform may be). Where allowed,
-    ``[spark.conf] "arfl.asyncProgressTracking"`` decides, by default on in
-    :data:`ASYNC_PROGRESS_MODES`.
+    ``[spark.conf] "arfl.asyncProgressTracking"`` decides, by default on where the mode says
+    so (:attr:`arfl.registry.ModeInfo.async_progress`: every mode but ``passive``, whose
+    restart from the checkpoint is the recovery under study and would replay up to a second
+    more). It takes the offset-log write and the commit (~170-190 ms of every 0.4-0.7 s
+    micro-batch here) off the critical path (docs/benchmarks.md "Shorter agreed batches").
     """
     eligible = spec.replication.trigger == "micro-batch" and spec.stateless
     if not eligible:
         return False
-    default = spec.replication.mode in ASYNC_PROGRESS_MODES
+    default = MODES.info(spec.replication.mode).async_progress
     return spec.spark.flag(ASYNC_PROGRESS_KEY, default)
 
 

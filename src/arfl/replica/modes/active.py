@@ -63,6 +63,8 @@ if TYPE_CHECKING:
         active=True,
         coordination_free=True,
         order=2,
+        async_progress=True,
+        resumes_from_peers=True,
     ),
 )
 class ActiveReplication(ModeBase):

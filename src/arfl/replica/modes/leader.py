@@ -622,6 +622,7 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         active=True,
         leader=True,
         order=3,
+        async_progress=True,
     ),
 )
 class ActiveLeaderReplication(ModeBase):

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
@@ -51,6 +51,7 @@ from arfl.replica.source.options import (
     DEFAULT_HEARTBEAT_INTERVAL_S,
     SourceOptions,
 )
+from arfl.units import format_duration
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -411,6 +412,25 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
     )
 
 
+def replication_problems(repl: Any) -> list[tuple[str, str]]:
+    """A batch is a group of whole epochs: ``batch_interval`` a multiple of
+    ``heartbeat_interval`` (a validated ``Replication``)."""
+    if repl.batch_interval is None or repl.batch_interval <= 0:
+        return []
+    epoch = repl.heartbeat_interval or DEFAULT_HEARTBEAT_INTERVAL_S
+    groups = repl.batch_interval / epoch
+    if repl.batch_interval < epoch or abs(groups - round(groups)) > 1e-6:
+        return [
+            (
+                "replication.batch_interval",
+                f"batch_interval ({format_duration(repl.batch_interval)}) must be a whole "
+                f"multiple of heartbeat_interval ({format_duration(epoch)}): batches are groups "
+                "of whole epochs",
+            )
+        ]
+    return []
+
+
 @MODES.register(
     "active-leaderless",
     ModeInfo(
@@ -420,6 +440,8 @@ def source_options(spec: Spec, ctx: ReplicaContext) -> SourceOptions:
         options=frozenset({"heartbeat_interval", "batch_interval", "catch_up"}),
         active=True,
         order=4,
+        async_progress=True,
+        check=replication_problems,
     ),
 )
 class ActiveLeaderlessReplication(ModeBase):

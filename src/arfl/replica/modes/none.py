@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         "one replica, no checkpoint: the reference for overhead",
         triggers=frozenset({"micro-batch", "realtime"}),
         order=0,
+        async_progress=True,
     ),
 )
 class NoReplication(ModeBase):

@@ -138,10 +138,10 @@ class SourceOptions:
             problems.append(f"option mode={mode!r}: unknown (known: {', '.join(MODES.names())})")
         if values.get("reader", "python") not in ("python", "jvm"):
             problems.append(f"option reader={values['reader']!r}: expected python or jvm")
-        if mode == "active-leader":
+        if isinstance(mode, str) and mode in MODES and MODES.info(mode).leader:
             for req in ("zookeeper", "decision_topic"):
                 if not values.get(req):
-                    problems.append(f"mode 'active-leader' needs option {req!r}")
+                    problems.append(f"mode {mode!r} needs option {req!r}")
         if problems:
             raise DeployError(f"{SOURCE_NAME} source: " + "; ".join(problems))
         return cls(**values)  # type: ignore[arg-type]
