@@ -51,7 +51,8 @@ from typing import Any
 from _common import Column, cpu_lock, print_table, write_rows
 
 from arfl import stack
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.report.build import build_report

@@ -81,8 +81,9 @@ from typing import Any
 from _common import HOST, Column, ProcessCpu, cpu_lock, print_table, write_rows
 
 from arfl import stack
+from arfl.configs.load import parse_spec
 from arfl.configs.realtime import host_cores
-from arfl.configs.spec import BUILD_AHEAD_KEY, Spec, parse_spec
+from arfl.configs.spec import BUILD_AHEAD_KEY, Spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.report.build import build_report

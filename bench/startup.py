@@ -20,7 +20,8 @@ from typing import Any
 
 from _common import Column, print_table
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.run.rundir import read_jsonl

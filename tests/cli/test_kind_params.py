@@ -18,7 +18,7 @@ import pytest
 from pydantic import Field
 
 from arfl.cli.main import main
-from arfl.configs.spec import parse_spec
+from arfl.configs.load import parse_spec
 from arfl.errors import FaultError, SpecError
 from arfl.faults.base import FaultBase, FaultParams, Target, make_fault
 from arfl.params import Params

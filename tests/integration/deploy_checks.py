@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import StackError
 from arfl.faults import netns
 from arfl.faults.state import IsolationState

@@ -18,7 +18,8 @@ import psutil
 import pytest
 from deploy_checks import offline_recompute
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.run.records import replica_topic
 from arfl.run.rundir import new_run_dir

@@ -225,7 +225,7 @@ def test_cli_list_shows_the_executor(
 
 
 def test_schedule_runs_a_spec_chaos_list_against_the_app(app: SparkApp, run_dir: Path) -> None:
-    from arfl.configs.spec import Chaos
+    from arfl.configs.chaos import Chaos
 
     entries = [
         Chaos.model_validate(e)

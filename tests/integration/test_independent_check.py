@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from deploy_checks import windowed_spec
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.measure.check import InputRecord, check_run
 from arfl.measure.check.compare import same_data
 from arfl.measure.check.evaluate import expected_results

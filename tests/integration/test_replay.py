@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from arfl.configs.spec import parse_spec
+from arfl.configs.load import parse_spec
 from arfl.measure.check.kafka import delivered, read_records
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.run.rundir import read_jsonl

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from deploy_checks import check_against_offline, replica_outputs
 
-from arfl.configs.spec import parse_spec
-from arfl.configs.workload import is_late, late_lag_ms
+from arfl.configs.lateness import is_late, late_lag_ms
+from arfl.configs.load import parse_spec
 from arfl.measure.check import check_run
 from arfl.measure.check.evaluate import expected_results
 from arfl.measure.check.kafka import read_records

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.registry import MODES
 from arfl.replica.modes.active import stagger_delay
 from arfl.replica.modes.base import STAGGER_REF, ReplicaContext, get_mode, trigger_of

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from arfl.configs.spec import BUILD_AHEAD_KEY, Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import BUILD_AHEAD_KEY, Spec
 from arfl.replica.driver import DriverConfig, _Ahead, _build_ahead, _context
 from arfl.replica.modes.base import (
     PEER_PROGRESS,

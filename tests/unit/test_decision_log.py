@@ -222,7 +222,7 @@ def test_two_runs_of_one_spec_elect_their_leaders_apart() -> None:
     # election, and one run's leader proposed nothing for the other's log.
     from pathlib import Path
 
-    from arfl.configs.spec import parse_spec
+    from arfl.configs.load import parse_spec
     from arfl.replica.modes.base import ReplicaContext
     from arfl.replica.modes.leader import source_options
 
@@ -291,7 +291,7 @@ def test_filters_selects_and_windows_catch_up_by_merging_agreed_batches(
 ) -> None:
     from pathlib import Path
 
-    from arfl.configs.spec import parse_spec
+    from arfl.configs.load import parse_spec
     from arfl.replica.modes import leader, leaderless
     from arfl.replica.modes.base import ReplicaContext
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from arfl.configs.spec import parse_spec
+from arfl.configs.load import parse_spec
 from arfl.errors import DeployError
 from arfl.orchestrate.context import DeployOptions, create_run
 from arfl.orchestrate.deploy import Deployment

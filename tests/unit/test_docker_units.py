@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from arfl.configs.spec import parse_spec
+from arfl.configs.load import parse_spec
 from arfl.errors import FaultError, SpecError
 from arfl.faults import docker as dk
 from arfl.faults.state import parse_state

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from arfl.configs.load import parse_spec
 from arfl.configs.realtime import SHUFFLE_FLUSH_CONF, SHUFFLE_FLUSH_MS
-from arfl.configs.spec import parse_spec
 from arfl.replica.driver import C1_ONLY_JIT, DriverConfig, spark_conf
 
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from arfl.configs.expr import Column, Schema, Unsupported, compile_select_item
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import ReportError
 from arfl.measure.check import Delivered, InputRecord, check, check_run
 from arfl.measure.check.evaluate import expected_results, record_rid, window_rid

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.measure.check import Delivered, InputRecord, check
 from arfl.measure.check.evaluate import expected_results, window_rid
 from arfl.run.records import Result, final_values, update_rid

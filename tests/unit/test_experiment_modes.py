@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import DeployError, SpecError
 from arfl.orchestrate import experiment
 from arfl.orchestrate.deploy import DeployOptions, DeployResult

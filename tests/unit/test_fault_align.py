@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from test_faults import CALLS, FakeTarget, fake_kind  # noqa: F401 (a fixture)
 
-from arfl.configs.spec import Chaos
+from arfl.configs.chaos import Chaos
 from arfl.errors import FaultError
 from arfl.faults import align
 from arfl.faults.base import FaultParams

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import psutil
 import pytest
 
-from arfl.configs.spec import Chaos
+from arfl.configs.chaos import Chaos
 from arfl.errors import FaultError
 from arfl.faults.base import FaultBase, FaultParams, Target, make_fault
 from arfl.faults.kinds.delay import DelayParams

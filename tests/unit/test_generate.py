@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 from test_injector import FakeClock, FakeProducer
 
-from arfl.configs.spec import Spec, parse_spec
-from arfl.configs.workload import field_types, is_late, late_from_seq, late_lag_ms
+from arfl.configs.lateness import is_late, late_from_seq, late_lag_ms
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
+from arfl.configs.workload import field_types
 from arfl.measure.check.evaluate import InputRecord, expected_results, input_fields
 from arfl.workload.generate import EventGenerator, EventShape
 from arfl.workload.injector import Injector, InjectorConfig, intended_ms

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.orchestrate.lag import TREND_S, LagWatch, cadence_s, threshold_s
 from arfl.run.rundir import Journal, read_jsonl
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from arfl.configs.spec import parse_spec
+from arfl.configs.load import parse_spec
 from arfl.errors import SpecError
 from arfl.registry import MODES, ModeInfo
 

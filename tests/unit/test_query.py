@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.replica import query
 from arfl.run.records import parse_result

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from arfl.configs import realtime
+from arfl.configs.load import parse_spec
 from arfl.configs.realtime import (
     declared_slots,
     plan_slots,
@@ -14,7 +15,7 @@ from arfl.configs.realtime import (
     slots_needed,
     slots_warning,
 )
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import SpecError
 from arfl.registry import MODES, Entry, ModeInfo
 

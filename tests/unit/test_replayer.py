@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from test_injector import FakeClock, FakeProducer
 
+from arfl.configs.load import parse_spec
 from arfl.configs.replay import Position, parse_position
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import SpecError
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import InjectorStatsTail

@@ -15,7 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from arfl.configs.spec import Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.measure.frontier import path_in as frontier_path_in
 from arfl.measure.frontier import write_frontier

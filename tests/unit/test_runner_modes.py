@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from arfl.configs.spec import parse_spec
+from arfl.configs.load import parse_spec
 from arfl.errors import DeployError
 from arfl.registry import MODES, ModeInfo
 from arfl.replica.modes.base import (

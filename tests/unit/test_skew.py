@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from arfl.configs.spec import parse_spec
+from arfl.configs.load import parse_spec
 from arfl.measure.check import InputRecord, check
 from arfl.measure.check.skew import input_skew
 from arfl.report import build_report

@@ -229,7 +229,7 @@ def test_aligned_groups_skip_empty_groups_and_wait_for_finality() -> None:
 
 
 def test_batch_interval_must_be_a_multiple_of_the_epoch() -> None:
-    from arfl.configs.spec import parse_spec
+    from arfl.configs.load import parse_spec
     from arfl.errors import SpecError
 
     base = {"name": "x", "source": {"topic": "in"}, "sink": {"topic": "out"}}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from arfl.configs.spec import load_spec, parse_spec
+from arfl.configs.load import load_spec, parse_spec
 from arfl.errors import SpecError
 from arfl.units import format_duration, parse_duration
 
@@ -273,7 +273,7 @@ def test_a_placed_fault_is_held_over_every_start_it_may_get() -> None:
     after_boundary - 3 s`` (never before ``at``) and about one boundary spacing (the real-time
     interval) plus ``max(after_boundary, 3 s)`` after ``at``: the overlap check compares that
     span, not ``at``."""
-    from arfl.configs.spec import _boundary_spacing_s
+    from arfl.configs.checks import _boundary_spacing_s
 
     def c(at: str, duration: str, **kw: object) -> dict[str, object]:
         return {"at": at, "fault": "pause", "replica": 0, "duration": duration, **kw}

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from arfl.configs.load import parse_spec
 from arfl.configs.schema import schema_problems
-from arfl.configs.spec import parse_spec
 from arfl.errors import SpecError
 
 DEFAULT_COLUMNS = "known here: seq, user, amount, ts, sent_ms"

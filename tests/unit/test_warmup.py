@@ -97,7 +97,7 @@ def _rehearse(
     import threading
     from pathlib import Path
 
-    from arfl.configs.spec import parse_spec
+    from arfl.configs.load import parse_spec
     from arfl.replica.modes.base import get_mode
 
     seen: dict[str, Any] = {"closed": 0}
@@ -197,7 +197,7 @@ def test_a_rehearsal_whose_records_gave_no_result_says_so(
 
 
 def _spec(**over: Any) -> Any:
-    from arfl.configs.spec import parse_spec
+    from arfl.configs.load import parse_spec
 
     raw: dict[str, Any] = {
         "name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
@@ -258,7 +258,7 @@ def test_rehearsal_events_only_where_a_rehearsal_reads_them() -> None:
     assert rehearsal_events(_spec(replication={"trigger": "micro-batch"})) == []
     # A replayed source: its records come from the user's topic, the injector makes none (the
     # same spec without the replay does get events).
-    from arfl.configs.spec import parse_spec
+    from arfl.configs.load import parse_spec
 
     raw: dict[str, Any] = {
         "name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
@@ -337,7 +337,7 @@ def test_a_rehearsal_whose_input_could_not_be_written_reads_the_input_end(
 def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from arfl.configs.spec import parse_spec
+    from arfl.configs.load import parse_spec
 
     made: dict[str, Any] = {}
     monkeypatch.setattr(
@@ -383,7 +383,7 @@ def test_a_standby_stopped_while_its_session_started_neither_warms_up_nor_rehear
     from pathlib import Path
     from types import SimpleNamespace
 
-    from arfl.configs.spec import parse_spec
+    from arfl.configs.load import parse_spec
 
     called: list[str] = []
     monkeypatch.setattr(driver, "_warm_up", lambda *a: called.append("warm-up"))

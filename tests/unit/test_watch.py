@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from watch_fakes import FakeProcess, FakeResources, FakeRunner
 
-from arfl.configs.spec import parse_spec
+from arfl.configs.load import parse_spec
 from arfl.errors import DeployError
 from arfl.orchestrate import watch
 from arfl.orchestrate.context import DeployOptions, RunContext, create_run

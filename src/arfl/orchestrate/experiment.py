@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arfl.configs.spec import MODE_OPTIONS, Spec, parse_spec
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import MODE_OPTIONS, Spec
 from arfl.errors import ArflError, SpecError, StackError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, Tick, deploy
 from arfl.registry import FAULTS, MODES, mode_names

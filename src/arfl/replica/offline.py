@@ -25,7 +25,7 @@ Windows after the cut-off (only without markers) are still open in the replica's
 are never emitted until later events arrive; events older than the watermark when they arrive
 are dropped by a streaming replica but counted here (a producer writing in event-time order
 avoids them). The exception is the generator's *late* events (``workload.late``): lagging their
-send time by :func:`arfl.configs.workload.late_lag_ms` or more, they are behind every healthy
+send time by :func:`arfl.configs.lateness.late_lag_ms` or more, they are behind every healthy
 replica's watermark, so they are left out here too (:func:`drop_late`).
 """
 
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from arfl.configs.lateness import late_lag_ms
 from arfl.configs.spec import Spec
-from arfl.configs.workload import late_lag_ms
 from arfl.errors import DeployError
 from arfl.replica import query
 from arfl.replica.sparkenv import local_session
@@ -151,7 +151,7 @@ def recompute_rows(raw: DataFrame, spec: Spec) -> Recomputed:
 
 
 def drop_late(events: DataFrame, spec: Spec) -> DataFrame:
-    """Leave out the events late by :func:`arfl.configs.workload.late_lag_ms` (``ts`` minus the
+    """Leave out the events late by :func:`arfl.configs.lateness.late_lag_ms` (``ts`` minus the
     event time at least the lag), as the streaming replicas' watermark does; only window
     pipelines drop anything.
 

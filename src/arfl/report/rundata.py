@@ -187,7 +187,7 @@ def load_run(root: Path) -> RunData:
         ReportError: it is not a run directory, or ``spec.json`` / ``latency.hlog`` is broken.
     """
     # Imported here: the spec module imports arfl.report.slo to validate [report.slo].
-    from arfl.configs.spec import saved_spec
+    from arfl.configs.load import saved_spec
 
     if not root.is_dir():
         raise ReportError(f"run directory {root} not found; pass a directory under runs/")

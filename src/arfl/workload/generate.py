@@ -14,10 +14,10 @@ Kinds (:mod:`arfl.configs.workload`):
   Python's shortest round-trip ``repr`` (Spark's JSON parser reads back the same double);
 * ``choice``: ``values[i]`` with ``i`` drawn by the cumulative ``weights``;
 * ``event-time``: ``ts - U[0, disorder]``; a fraction ``late`` of the events from
-  :func:`arfl.configs.workload.late_from_seq` on, chosen by a hash of their own, is
+  :func:`arfl.configs.lateness.late_from_seq` on, chosen by a hash of their own, is
   ``t0 - late_lag_ms - U[0, disorder]`` instead (``t0``: the run's first intended time,
   recomputed from ``ts``, ``seq`` and the rate), behind every watermark
-  (:func:`arfl.configs.workload.late_lag_ms`).
+  (:func:`arfl.configs.lateness.late_lag_ms`).
 
 The Kafka key of an event is the text of its ``source.key`` field (a string as it is, a number
 as JSON writes it); the producer partitions it with murmur2 as Java clients do.
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
+from arfl.configs.lateness import late_from_seq, late_lag_ms
 from arfl.configs.workload import (
     ChoiceField,
     EventTimeField,
@@ -42,8 +43,6 @@ from arfl.configs.workload import (
     IntField,
     KeyField,
     Workload,
-    late_from_seq,
-    late_lag_ms,
 )
 from arfl.errors import DeployError
 

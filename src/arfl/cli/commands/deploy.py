@@ -11,7 +11,7 @@ from rich.markup import escape
 from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter
 from arfl.cli.main import app
-from arfl.configs.spec import load_spec
+from arfl.configs.load import load_spec
 from arfl.orchestrate.deploy import DeployOptions, Tick
 from arfl.orchestrate.deploy import deploy as run_deploy
 from arfl.report.model import Report

@@ -12,7 +12,7 @@ from arfl.cli.commands.deploy import MasterOpt, NoLiveOpt, SpecArg
 from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter
 from arfl.cli.main import app
-from arfl.configs.spec import load_spec
+from arfl.configs.load import load_spec
 from arfl.errors import ExitCode
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, Tick
 from arfl.registry import mode_names

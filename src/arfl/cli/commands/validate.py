@@ -10,8 +10,8 @@ from rich.markup import escape
 
 from arfl.cli.console import err, out
 from arfl.cli.main import app
+from arfl.configs.load import load_spec
 from arfl.configs.realtime import host_cores, plan_slots
-from arfl.configs.spec import load_spec
 from arfl.errors import SpecError
 
 

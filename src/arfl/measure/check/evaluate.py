@@ -22,7 +22,7 @@ batch only holds records appended before it was planned (true of Spark's Kafka s
 arfl's, except when ``max_records_per_batch`` cuts a partition short).
 
 **Generated late events** (``workload.late``). An event whose event time lags its ``ts`` by
-:func:`arfl.configs.workload.late_lag_ms` or more (the one definition the generator and the
+:func:`arfl.configs.lateness.late_lag_ms` or more (the one definition the generator and the
 offline recomputation share) lies before the run's first event, behind the watermark of any
 replica that has run a batch with data: the check expects it dropped from every window the
 model above finds it possibly late for (a window it is surely on time for keeps it) and does
@@ -77,8 +77,9 @@ from arfl.configs.expr import (
     compile_predicate,
     compile_select_item,
 )
+from arfl.configs.lateness import is_late, late_lag_ms
 from arfl.configs.spec import Spec, Step, Window
-from arfl.configs.workload import Workload, field_types, is_late, late_lag_ms
+from arfl.configs.workload import Workload, field_types
 from arfl.run.records import END_OF_INPUT_FIELD, split_update, update_rid
 
 MARKER_HEADER = "arfl-marker"
@@ -182,7 +183,7 @@ class Expected:
     updates: bool = False
     final: dict[str, tuple[str, dict[str, Value]]] = field(default_factory=dict)
     dropped_late: int = 0
-    """Generated late events (:func:`arfl.configs.workload.late_lag_ms`) left out of every
+    """Generated late events (:func:`arfl.configs.lateness.late_lag_ms`) left out of every
     window, as Spark's watermark drops them."""
 
     @property

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from arfl.configs.spec import Spec, saved_spec
+from arfl.configs.load import saved_spec
+from arfl.configs.spec import Spec
 from arfl.errors import ReportError
 from arfl.measure.check.compare import Delivered
 from arfl.measure.check.evaluate import InputRecord

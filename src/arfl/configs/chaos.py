@@ -1,0 +1,85 @@
+"""A ``[[chaos]]`` entry: the keys every fault kind takes, and the kind's own (its ``Params``
+model, :attr:`arfl.registry.FaultInfo.params`), written flat in the spec."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializeAsAny,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from arfl.params import Duration, NoParams, Params
+from arfl.registry import FAULTS
+
+CHAOS_KEYS = frozenset({"at", "fault", "replica", "duration", "after_boundary"})
+"""The ``[[chaos]]`` keys every fault kind takes; the others are the kind's own
+(:attr:`arfl.registry.FaultInfo.params`)."""
+
+
+class Chaos(BaseModel):
+    """One scheduled fault: the keys every kind takes, and the kind's own as ``params``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    at: Duration
+    fault: str
+    replica: int | Literal["leader"] | None = None
+    duration: Duration | None = None
+    after_boundary: Duration | None = None
+    """Inject this long after the first batch boundary of another replica from ``at`` on
+    (:mod:`arfl.faults.align`)."""
+    params: SerializeAsAny[Params] = Field(default_factory=NoParams)
+    """The kind's own keys (``cpu``, ``delay``, ``from``, ...), validated by its model."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_keys(cls, data: Any) -> Any:
+        """The keys no kind shares go to ``params`` (written flat in the spec)."""
+        if not isinstance(data, dict) or "params" in data:
+            return data
+        own = {k: v for k, v in data.items() if k not in CHAOS_KEYS}
+        return {**{k: v for k, v in data.items() if k in CHAOS_KEYS}, "params": own}
+
+    @field_validator("fault")
+    @classmethod
+    def _fault(cls, v: str) -> str:
+        if v not in FAULTS:
+            raise ValueError(f"unknown {v!r} (known: {', '.join(FAULTS.names())})")
+        return v
+
+    @field_validator("params", mode="plain")
+    @classmethod
+    def _params(cls, v: Any, info: ValidationInfo) -> Params:
+        fault = info.data.get("fault")
+        if fault is None:  # unknown: that error is the one to read
+            return NoParams()
+        model = FAULTS.info(fault).params
+        return v if isinstance(v, model) else model.model_validate(v)
+
+    @model_validator(mode="after")
+    def _shape(self) -> Chaos:
+        kind = FAULTS.info(self.fault)
+        if kind.takes_duration and self.duration is None:
+            raise ValueError(f'{self.fault} needs duration = "..."')
+        if not kind.takes_duration and self.duration is not None:
+            raise ValueError(f"{self.fault} takes no duration")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """Written back flat, as a spec has it."""
+        out = handler(self)
+        if isinstance(out, dict):
+            own = out.pop("params", None)
+            out.update(own or {})
+        return out
