@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from arfl.cli.main import _register, app, main
+from arfl.cli.app import app
+from arfl.cli.main import _register, main
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 

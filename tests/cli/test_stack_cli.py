@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from arfl.cli.main import _register, app, main
+from arfl.cli.app import app
+from arfl.cli.main import _register, main
 from arfl.errors import ExitCode
 from arfl.testing import EmbeddedStack, free_ports
 

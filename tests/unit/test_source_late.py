@@ -12,12 +12,12 @@ import json
 import pytest
 
 from arfl.replica.modes.leaderless import EpochCuts
+from arfl.replica.source.fetch import row_thresholds
 from arfl.replica.source.late import (
     LateRule,
     annotate,
     event_time,
     newest_by_group,
-    row_thresholds,
     thresholds,
 )
 from arfl.replica.source.offsets import NO_BATCH, AgreedGroup, BatchOffset

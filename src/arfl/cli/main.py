@@ -1,42 +1,17 @@
-"""Entry point: the typer app and the one error boundary that maps errors to exit codes."""
+"""Entry point: the commands registered on the app (:mod:`arfl.cli.app`) and the one error
+boundary that maps errors to exit codes."""
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
 
 import typer
 from rich.markup import escape
 from typer.exceptions import TyperException
 
-from arfl import __version__
+from arfl.cli.app import app
 from arfl.cli.console import err
 from arfl.errors import ArflError, ExitCode
-
-app = typer.Typer(
-    name="arfl",
-    help="Active replication for latency-sensitive stream pipelines on Spark and Kafka.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-
-_state = {"debug": False}
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"arfl {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show version.")
-    ] = False,
-) -> None:
-    _state["debug"] = debug
 
 
 def _register() -> None:

@@ -1,1 +1,1 @@
-"""One module per command; each registers itself on the typer app in ``arfl.cli.main``."""
+"""One module per command; each registers itself on the typer app in ``arfl.cli.app``."""

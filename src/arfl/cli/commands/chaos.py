@@ -27,8 +27,8 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperCommand, TyperGroup
 
+from arfl.cli.app import app
 from arfl.cli.console import err, out
-from arfl.cli.main import app
 from arfl.errors import ExitCode, FaultError
 from arfl.faults.base import FaultParams
 from arfl.faults.listing import resolve_run_dir, summarize

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from arfl.cli.app import app
 from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter
-from arfl.cli.main import app
 from arfl.configs.load import load_spec
 from arfl.orchestrate.deploy import DeployOptions, Tick
 from arfl.orchestrate.deploy import deploy as run_deploy

@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from arfl.cli.app import app
 from arfl.cli.commands.deploy import MasterOpt, NoLiveOpt, SpecArg
 from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter
-from arfl.cli.main import app
 from arfl.configs.load import load_spec
 from arfl.errors import ExitCode
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, Tick

@@ -15,8 +15,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from arfl.cli.app import app
 from arfl.cli.console import err, out
-from arfl.cli.main import app
 from arfl.errors import ExitCode
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from arfl.cli.app import app
 from arfl.cli.console import err, out
-from arfl.cli.main import app
 from arfl.errors import FaultError
 from arfl.stack import down as stack_down
 from arfl.stack import install as stack_install

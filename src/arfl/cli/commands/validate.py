@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from arfl.cli.app import app
 from arfl.cli.console import err, out
-from arfl.cli.main import app
 from arfl.configs.load import load_spec
 from arfl.configs.realtime import host_cores, plan_slots
 from arfl.errors import SpecError

@@ -24,11 +24,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from arfl.errors import DeployError
 from arfl.replica.source.fetch import Range, read_batches
-from arfl.replica.source.kafka import TopicLog
+from arfl.replica.source.kafka import PartitionLog, TopicLog
 from arfl.replica.source.late import annotate, group_maxes, thresholds
 from arfl.replica.source.offsets import NO_BATCH, BatchOffset
 from arfl.replica.source.options import SourceOptions
-from arfl.replica.source.policy import BoundaryPolicy, build_policy, initial_offsets
+from arfl.replica.source.policy import BoundaryPolicy, initial_offsets
 from arfl.run.names import SOURCE_NAME
 
 SCHEMA = (
@@ -37,6 +37,17 @@ SCHEMA = (
 )
 
 log = logging.getLogger(__name__)
+
+
+def build_policy(opts: SourceOptions, log: PartitionLog) -> BoundaryPolicy:
+    """The boundary policy of the replication mode ``opts.mode`` (each mode owns its own).
+
+    Raises:
+        DeployError: unknown mode (the message lists the known ones).
+    """
+    from arfl.replica.modes.base import get_mode
+
+    return get_mode(opts.mode).boundary_policy(opts, log)
 
 
 class RangePartition(InputPartition):

@@ -7,10 +7,11 @@ first batch a read costs an assign, a seek and the fetch, never a client start-u
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,8 +142,6 @@ def read_range(r: Range, timeout_s: float = FETCH_TIMEOUT_S) -> Iterator[Row]:
         RuntimeError: the range could not be read within ``timeout_s`` (records deleted by
             retention, broker down); Spark fails the task and retries it.
     """
-    from arfl.replica.source.late import row_thresholds
-
     for chunk in records(r, timeout_s):
         late = row_thresholds([m.offset() for m in chunk], r.late)
         for m, before in zip(chunk, late, strict=True):
@@ -164,8 +163,6 @@ def read_batches(r: Range, timeout_s: float = FETCH_TIMEOUT_S) -> Iterator[Any]:
         RuntimeError: as :func:`read_range`.
     """
     import pyarrow as pa
-
-    from arfl.replica.source.late import row_thresholds
 
     for chunk in records(r, timeout_s):
         n = len(chunk)
@@ -199,3 +196,14 @@ def arrow_schema() -> Any:
             ("late_before", pa.int64()),
         ]
     )
+
+
+def row_thresholds(
+    offsets: Sequence[int], late: Sequence[tuple[int, int | None]]
+) -> list[int | None]:
+    """The ``late_before`` value of each row (by offset) given
+    :func:`arfl.replica.source.late.thresholds` (the last threshold starting at or before it)."""
+    if not late:
+        return [None] * len(offsets)
+    firsts = [f for f, _ in late]
+    return [late[max(0, bisect.bisect_right(firsts, o) - 1)][1] for o in offsets]

@@ -135,7 +135,8 @@ def newest_by_group(
     """Fold ``(offset, value)`` rows of one partition into ``out[g]``, the newest event time of
     agreed batch ``g``; ``cuts[g]`` is where ``g`` begins in this partition (non-decreasing). A
     row belongs to the last batch beginning at or before it: of several batches beginning at one
-    offset (the earlier ones empty here) the last, as :func:`row_thresholds` attributes it."""
+    offset (the earlier ones empty here) the last, as
+    :func:`arfl.replica.source.fetch.row_thresholds` attributes it."""
     for offset, value in rows:
         t = event_time(value, field)
         if t is not None:
@@ -170,13 +171,3 @@ def thresholds(
     for g in end.groups:
         out.append((g.offsets.get(partition, lo), rule.threshold(g.event_max)))
     return tuple(out)
-
-
-def row_thresholds(
-    offsets: Sequence[int], late: Sequence[tuple[int, int | None]]
-) -> list[int | None]:
-    """The ``late_before`` value of each row (by offset) given :func:`thresholds`."""
-    if not late:
-        return [None] * len(offsets)
-    firsts = [f for f, _ in late]
-    return [late[max(0, bisect.bisect_right(firsts, o) - 1)][1] for o in offsets]

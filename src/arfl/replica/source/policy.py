@@ -35,17 +35,6 @@ class BoundaryPolicy(Protocol):
         ...
 
 
-def build_policy(opts: SourceOptions, log: PartitionLog) -> BoundaryPolicy:
-    """The boundary policy of the replication mode ``opts.mode`` (each mode owns its own).
-
-    Raises:
-        DeployError: unknown mode (the message lists the known ones).
-    """
-    from arfl.replica.modes.base import get_mode
-
-    return get_mode(opts.mode).boundary_policy(opts, log)
-
-
 def initial_offsets(opts: SourceOptions, log: PartitionLog) -> dict[int, int]:
     """Where every replica's first batch starts: the topic's beginning, or ``starting_offsets``
     (partitions not named: beginning). One definition for the reader's ``initialOffset`` and
