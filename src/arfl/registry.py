@@ -135,7 +135,7 @@ class ModeInfo:
             boundaries): a pipeline whose results could depend on batching is refused.
         order: position in listings and experiments (baselines first).
         async_progress: a stateless micro-batch query tracks its progress asynchronously by
-            default (``replica/driver.async_progress``): the mode's restart replays a little
+            default (``replica/app.async_progress``): the mode's restart replays a little
             more, harmlessly (the merger drops results it has; agreed batches replay alike).
         resumes_from_peers: a restarted replica may start from another replica's checkpoint or
             at the output frontier (``replication.resume``): replicas that agree on nothing and

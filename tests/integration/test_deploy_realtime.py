@@ -44,7 +44,7 @@ from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.orchestrate.supervisor import STANDBY_STOP_GRACE_S, YIELD_MAX_S
 from arfl.paths import state_dir
-from arfl.replica.driver import REHEARSAL_RECORDS
+from arfl.replica.standby import REHEARSAL_RECORDS
 from arfl.replica.warmup import WARMUP_RECORDS, warmup_topic
 from arfl.report import build_report, verdicts
 from arfl.run.records import parse_result

@@ -141,7 +141,7 @@ def test_executor_kill_targets_the_replicas_own_executor_when_app_ids_collide(
 
 
 def test_stagger_false_starts_replicas_together_without_a_keeper() -> None:
-    from arfl.replica.driver import _phase_keeper
+    from arfl.replica.app import phase_keeper
     from arfl.replica.modes.base import PEER_PROGRESS
 
     ctx = ReplicaContext(
@@ -153,5 +153,5 @@ def test_stagger_false_starts_replicas_together_without_a_keeper() -> None:
     )
     off = _spec(stagger=False)
     assert get_mode("active").start_delay(off, ctx) == 0.0
-    assert _phase_keeper(object(), off, ctx) is None
+    assert phase_keeper(object(), off, ctx) is None
     assert _spec().replication.stagger is True

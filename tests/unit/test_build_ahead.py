@@ -12,7 +12,7 @@ import pytest
 
 from arfl.configs.load import parse_spec
 from arfl.configs.spec import BUILD_AHEAD_KEY, Spec
-from arfl.replica.driver import DriverConfig, _Ahead, _build_ahead, _context
+from arfl.replica.app import DriverConfig, replica_context
 from arfl.replica.modes.base import (
     PEER_PROGRESS,
     STAGGER_REF,
@@ -21,6 +21,7 @@ from arfl.replica.modes.base import (
     get_mode,
     kafka_options,
 )
+from arfl.replica.standby import Ahead, build_ahead
 
 START = json.dumps({"in": {"0": 0, "1": 0}})
 
@@ -82,21 +83,21 @@ def test_kafka_options_are_the_readers_whole_configuration() -> None:
 
 def test_a_source_key_says_when_two_replicas_read_the_same() -> None:
     spec, active = _spec(), get_mode("active")
-    key = active.source_key(spec, _context(_cfg(spec, 0)))
+    key = active.source_key(spec, replica_context(_cfg(spec, 0)))
     # another replica, other peers, another checkpoint: the same source
     other = _cfg(spec, 1, **{PEER_PROGRESS: "[]", STAGGER_REF: "/a"})
-    assert active.source_key(spec, replace(_context(other), attempt=3)) == key
+    assert active.source_key(spec, replace(replica_context(other), attempt=3)) == key
     # a resume at the output frontier starts from offsets of its own; a kafka.* option counts
     moved = _cfg(spec, 0, **{STARTING_OFFSETS: json.dumps({"in": {"0": 7, "1": 9}})})
-    assert active.source_key(spec, _context(moved)) != key
-    assert active.source_key(spec, _context(_cfg(spec, 0, **{"kafka.x": "1"}))) != key
+    assert active.source_key(spec, replica_context(moved)) != key
+    assert active.source_key(spec, replica_context(_cfg(spec, 0, **{"kafka.x": "1"}))) != key
     # arfl's own source (threads, clients) is built anew each time
     for mode in ("active-leader", "active-leaderless"):
-        assert get_mode(mode).source_key(_spec(mode), _context(_cfg(spec, 0))) is None
+        assert get_mode(mode).source_key(_spec(mode), replica_context(_cfg(spec, 0))) is None
     # none reads from "latest" after a restart
     none, n = get_mode("none"), _spec("none")
-    first = none.source_key(n, _context(_cfg(n, 0)))
-    assert none.source_key(n, replace(_context(_cfg(n, 0)), attempt=1)) != first
+    first = none.source_key(n, replica_context(_cfg(n, 0)))
+    assert none.source_key(n, replace(replica_context(_cfg(n, 0)), attempt=1)) != first
 
 
 class _Mode:
@@ -119,11 +120,11 @@ def test_a_take_over_uses_the_pipeline_built_for_its_replica_only_from_the_same_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        "arfl.replica.driver._pipeline", lambda raw, spec, r: ("pipeline", r, raw[2])
+        "arfl.replica.standby.pipeline", lambda raw, spec, r: ("pipeline", r, raw[2])
     )
     spec, mode = _spec(), _Mode()
     standby = _cfg(spec, 0)  # a standby's index is its own; its options are the replicas'
-    ahead = _build_ahead(None, spec, mode, standby, _never())  # type: ignore[arg-type]
+    ahead = build_ahead(None, spec, mode, standby, _never())  # type: ignore[arg-type]
     assert ahead is not None and mode.built == [0, 1]
     # a take-over of replica 1 resuming from a checkpoint (the deploy's start offsets in its
     # options, ignored by Spark then): replica 1's pipeline
@@ -135,10 +136,10 @@ def test_a_take_over_uses_the_pipeline_built_for_its_replica_only_from_the_same_
     assert ahead.pipeline(frontier, mode, spec) is None  # type: ignore[arg-type]
     # another spec, or a replica it did not build for (a mode whose source is not only its
     # options builds nothing)
-    assert _Ahead(spec={"x": 1}, pipelines=ahead.pipelines).pipeline(took, mode, spec) is None  # type: ignore[arg-type]
+    assert Ahead(spec={"x": 1}, pipelines=ahead.pipelines).pipeline(took, mode, spec) is None  # type: ignore[arg-type]
     assert ahead.pipeline(_cfg(spec, 2), mode, spec) is None  # type: ignore[arg-type]
     leader = _spec("active-leader")
-    assert _build_ahead(None, leader, get_mode("active-leader"), _cfg(leader, 0), _never()) is None
+    assert build_ahead(None, leader, get_mode("active-leader"), _cfg(leader, 0), _never()) is None
 
 
 def test_a_pipeline_that_cannot_be_built_ahead_is_left_to_the_take_over(
@@ -147,16 +148,16 @@ def test_a_pipeline_that_cannot_be_built_ahead_is_left_to_the_take_over(
     def bad(raw: Any, spec: Spec, r: int) -> Any:
         raise ValueError("no such column")
 
-    monkeypatch.setattr("arfl.replica.driver._pipeline", bad)
+    monkeypatch.setattr("arfl.replica.standby.pipeline", bad)
     spec = _spec()
-    assert _build_ahead(None, spec, _Mode(), _cfg(spec, 0), _never()) is None  # type: ignore[arg-type]
+    assert build_ahead(None, spec, _Mode(), _cfg(spec, 0), _never()) is None  # type: ignore[arg-type]
     assert "pipeline not built ahead (ValueError: no such column)" in capsys.readouterr().err
 
 
 def test_build_ahead_can_be_switched_off() -> None:
     spec = _spec(**{BUILD_AHEAD_KEY: False})
     mode = _Mode()
-    assert _build_ahead(None, spec, mode, _cfg(spec, 0), _never()) is None  # type: ignore[arg-type]
+    assert build_ahead(None, spec, mode, _cfg(spec, 0), _never()) is None  # type: ignore[arg-type]
     assert mode.built == []
 
 

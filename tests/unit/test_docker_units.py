@@ -111,7 +111,7 @@ def test_docker_target_needs_the_embedded_stack_and_a_local_cluster() -> None:
 
 
 def test_driver_address_is_loopback_unless_the_master_is_remote() -> None:
-    from arfl.replica.driver import driver_address
+    from arfl.replica.app import driver_address
 
     assert driver_address("local-cluster[1,2,1024]") == "127.0.0.1"
     assert driver_address("local[2]") == "127.0.0.1"

@@ -8,7 +8,7 @@ import pytest
 
 from arfl.configs.load import parse_spec
 from arfl.configs.realtime import SHUFFLE_FLUSH_CONF, SHUFFLE_FLUSH_MS
-from arfl.replica.driver import C1_ONLY_JIT, DriverConfig, spark_conf
+from arfl.replica.app import C1_ONLY_JIT, DriverConfig, spark_conf
 
 
 def _conf(spark: dict[str, Any], replication: dict[str, Any] | None = None) -> dict[str, str]:
@@ -72,7 +72,7 @@ def _spec(steps: list[dict[str, Any]], conf: dict[str, Any] | None = None, **rep
 
 def test_async_progress_only_for_stateless_micro_batches_and_never_passed_to_spark() -> None:
     from arfl.configs.spec import ASYNC_PROGRESS_KEY
-    from arfl.replica.driver import async_progress, writer_options
+    from arfl.replica.app import async_progress, writer_options
 
     on = {ASYNC_PROGRESS_KEY: True}
     per_record = [{"filter": "amount > 10"}, {"select": ["user"]}]
@@ -106,7 +106,7 @@ def test_async_progress_is_on_by_default_where_a_restart_may_replay(
     mode: str, replicas: int, default: bool
 ) -> None:
     from arfl.configs.spec import ASYNC_PROGRESS_KEY
-    from arfl.replica.driver import async_progress
+    from arfl.replica.app import async_progress
 
     per_record = [{"filter": "amount > 10"}]
     assert async_progress(_spec(per_record, mode=mode, replicas=replicas)) == default

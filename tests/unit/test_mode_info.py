@@ -69,7 +69,7 @@ def test_the_modes_own_check_is_the_specs(mode: None) -> None:
 
 
 def test_resume_and_async_progress_follow_the_modes_properties(mode: None) -> None:
-    from arfl.replica.driver import async_progress
+    from arfl.replica.app import async_progress
 
     spec = parse_spec(_raw())
     assert spec.resumes_from_output and not spec.resumes_from_peer

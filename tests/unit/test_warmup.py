@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from arfl.replica import driver, warmup
+from arfl.replica import app, standby, warmup
 
 
 def test_warmup_topic_is_the_replicas_own() -> None:
@@ -22,8 +22,8 @@ def test_failed_warm_up_is_logged_and_skipped(
     def boom(spark: Any, sink_options: dict[str, str], tasks: int) -> warmup.Warmup:
         raise RuntimeError("kafka unreachable")
 
-    monkeypatch.setattr(driver, "warm_up", boom)
-    driver._warm_up(object(), {"topic": "t", "kafka.bootstrap.servers": "b"}, 2)
+    monkeypatch.setattr(app, "warm_up", boom)
+    app.warm_up_logged(object(), {"topic": "t", "kafka.bootstrap.servers": "b"}, 2)
     err = capsys.readouterr().err
     assert "executor warm-up skipped" in err and "kafka unreachable" in err
 
@@ -37,8 +37,8 @@ def test_warm_up_logs_what_it_did(
         seen.update(options=sink_options, tasks=tasks)
         return warmup.Warmup(topic="t.warmup", records=200, write_s=1.0, read_s=0.5)
 
-    monkeypatch.setattr(driver, "warm_up", fake)
-    driver._warm_up(object(), {"topic": "t", "kafka.bootstrap.servers": "b"}, 3)
+    monkeypatch.setattr(app, "warm_up", fake)
+    app.warm_up_logged(object(), {"topic": "t", "kafka.bootstrap.servers": "b"}, 3)
     assert seen == {"options": {"topic": "t", "kafka.bootstrap.servers": "b"}, "tasks": 3}
     assert "executors warmed up in" in capsys.readouterr().err
 
@@ -57,7 +57,7 @@ class _FakeQuery:
 
 
 class _FakeSpark:
-    """What ``_rehearse`` touches: active stages (once ``stages_after`` polls passed) and the
+    """What ``rehearse`` touches: active stages (once ``stages_after`` polls passed) and the
     session's active queries."""
 
     def __init__(self, query: _FakeQuery, stages: bool = True) -> None:
@@ -91,7 +91,7 @@ def _rehearse(
     feed_fails: bool = False,
     tasks_s: float = 0.01,
 ) -> dict[str, Any]:
-    """Run ``_rehearse`` on fakes. ``rehearsal_input``: the supervisor gave it 200 events
+    """Run ``rehearse`` on fakes. ``rehearsal_input``: the supervisor gave it 200 events
     (the default), its output topic holding ``outputs`` records at successive looks (then the
     last again)."""
     import threading
@@ -131,25 +131,25 @@ def _rehearse(
         def close(self) -> None:
             seen["closed"] += 1
 
-    monkeypatch.setattr(driver, "kafka_source", fake_source)
-    monkeypatch.setattr(driver, "_writer", lambda *a, **k: _Writer())
-    monkeypatch.setattr(driver, "_write_rehearsal_input", fake_feed)
-    monkeypatch.setattr(driver, "EndOffsetProbe", _Probe)
-    monkeypatch.setattr(driver, "ensure_topic", lambda *a: seen.update(ensured=a))
-    monkeypatch.setattr(driver, "REHEARSAL_TASKS_S", tasks_s)
-    monkeypatch.setattr(driver, "REHEARSAL_MAX_S", 0.2)
-    monkeypatch.setattr(driver, "REHEARSAL_RESULTS_S", 0.3)
-    monkeypatch.setattr(driver, "REHEARSAL_AFTER_RESULT_S", 0.01)
+    monkeypatch.setattr(standby, "kafka_source", fake_source)
+    monkeypatch.setattr(standby, "query_writer", lambda *a, **k: _Writer())
+    monkeypatch.setattr(standby, "_write_rehearsal_input", fake_feed)
+    monkeypatch.setattr(standby, "EndOffsetProbe", _Probe)
+    monkeypatch.setattr(standby, "ensure_topic", lambda *a: seen.update(ensured=a))
+    monkeypatch.setattr(standby, "REHEARSAL_TASKS_S", tasks_s)
+    monkeypatch.setattr(standby, "REHEARSAL_MAX_S", 0.2)
+    monkeypatch.setattr(standby, "REHEARSAL_RESULTS_S", 0.3)
+    monkeypatch.setattr(standby, "REHEARSAL_AFTER_RESULT_S", 0.01)
     raw = {"name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
            "replication": {"mode": "none", "trigger": "realtime"}}  # fmt: skip
     spec = parse_spec(raw, "r.toml")
     events = [["u1", '{"seq":0}'], ["u2", '{"seq":1}']] * 100 if rehearsal_input else []
-    cfg = driver.DriverConfig(
+    cfg = app.DriverConfig(
         spec=spec.model_dump(mode="json", by_alias=True), replica=0, bootstrap="b:9",
         output_topic="out.standby0", checkpoint_dir=str(tmp_path / "ck"), progress_file="p",
         app_id_file="a", master="local[2]", standby=True, rehearsal_input=events,
     )  # fmt: skip
-    driver._rehearse(spark, spec, get_mode("none"), cfg, stop or threading.Event())
+    standby.rehearse(spark, spec, get_mode("none"), cfg, stop or threading.Event())
     return seen
 
 
@@ -175,7 +175,7 @@ def test_a_rehearsal_runs_its_own_input_records_through_until_a_result(
     seen = _rehearse(
         tmp_path, monkeypatch, spark, rehearsal_input=True, outputs=[200, 200, 201, 304]
     )
-    assert seen["fed"] == "out.standby0.warmup.in" == driver.rehearsal_input_topic("out.standby0")
+    assert seen["fed"] == "out.standby0.warmup.in" == standby.rehearsal_input_topic("out.standby0")
     assert len(seen["events"]) == 200 and seen["bootstrap"] == "b:9"
     assert seen["starting"] == "earliest" and seen["src"] == "out.standby0.warmup.in"
     assert seen["probe"] == ("b:9", "out.standby0.warmup", 1) and seen["closed"] == 1
@@ -227,7 +227,7 @@ def test_rehearsal_events_are_what_the_injector_sends(over: dict[str, Any]) -> N
 
     spec = _spec(**over)
     got = rehearsal_events(spec)
-    assert len(got) == driver.REHEARSAL_RECORDS and len({k for k, _ in got}) > 1
+    assert len(got) == standby.REHEARSAL_RECORDS and len({k for k, _ in got}) > 1
 
     sent: list[tuple[str, str]] = []
 
@@ -266,7 +266,7 @@ def test_rehearsal_events_only_where_a_rehearsal_reads_them() -> None:
         "workload": {"duration": "10s", "fields": {"user": {"kind": "key", "cardinality": 10},
                                                    "created": {"kind": "event-time"}}},
     }  # fmt: skip
-    assert len(rehearsal_events(parse_spec(raw, "r.toml"))) == driver.REHEARSAL_RECORDS
+    assert len(rehearsal_events(parse_spec(raw, "r.toml"))) == standby.REHEARSAL_RECORDS
     raw["source"]["replay"] = {"topic": "ext", "start": {"0": 0}, "end": "2026-01-05T10:00:00Z",
                                "time_field": "created"}  # fmt: skip
     replayed = parse_spec(raw, "r.toml")
@@ -341,7 +341,7 @@ def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
 
     made: dict[str, Any] = {}
     monkeypatch.setattr(
-        driver, "ensure_topic", lambda b, t, n, **kw: made.update(topic=(b, t, n, kw))
+        standby, "ensure_topic", lambda b, t, n, **kw: made.update(topic=(b, t, n, kw))
     )
 
     class _Write:
@@ -366,7 +366,7 @@ def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
 
     raw = {"name": "r", "source": {"topic": "in", "partitions": 3}, "sink": {"topic": "out"}}
     spec = parse_spec(raw, "r.toml")
-    n = driver._write_rehearsal_input(_Spark(), spec, "b:9", "t.in", [["u1", "{}"], ["u2", "{}"]])
+    n = standby._write_rehearsal_input(_Spark(), spec, "b:9", "t.in", [["u1", "{}"], ["u2", "{}"]])
     assert n == 2 and made["topic"] == ("b:9", "t.in", 3, {"log_append_time": True})
     assert made["rows"] == [("u1", "{}"), ("u2", "{}")]
     assert made["schema"] == "key string, value string" and made["format"] == "kafka"
@@ -386,22 +386,22 @@ def test_a_standby_stopped_while_its_session_started_neither_warms_up_nor_rehear
     from arfl.configs.load import parse_spec
 
     called: list[str] = []
-    monkeypatch.setattr(driver, "_warm_up", lambda *a: called.append("warm-up"))
-    monkeypatch.setattr(driver, "_rehearse", lambda *a: called.append("rehearse"))
+    monkeypatch.setattr(standby, "warm_up_logged", lambda *a: called.append("warm-up"))
+    monkeypatch.setattr(standby, "rehearse", lambda *a: called.append("rehearse"))
     raw = {"name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"},
            "replication": {"mode": "active", "replicas": 2, "standby": 1,
                            "trigger": "realtime"}}  # fmt: skip
     spec = parse_spec(raw, "r.toml")
-    app = tmp_path / "standby-0.app.json"
-    cfg = driver.DriverConfig(
+    app_file = tmp_path / "standby-0.app.json"
+    cfg = app.DriverConfig(
         spec=spec.model_dump(mode="json", by_alias=True), replica=0, bootstrap="b:9",
         output_topic="out.standby0", checkpoint_dir=str(tmp_path / "ck"), progress_file="p",
-        app_id_file=str(app), master="local[2]", standby=True,
+        app_id_file=str(app_file), master="local[2]", standby=True,
         assignment_file=str(tmp_path / "standby-0.assign.json"),
     )  # fmt: skip
     sc = SimpleNamespace(applicationId="app-1", uiWebUrl=None, defaultParallelism=2)
     stop = threading.Event()
     stop.set()
-    assert driver._standby(cfg, SimpleNamespace(sparkContext=sc), stop, 1.0) is None
+    assert standby.run_standby(cfg, SimpleNamespace(sparkContext=sc), stop, 1.0) is None
     assert called == []
-    assert "ready" not in json.loads(Path(app).read_text())  # never reported ready
+    assert "ready" not in json.loads(Path(app_file).read_text())  # never reported ready

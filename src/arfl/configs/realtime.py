@@ -43,11 +43,11 @@ RTM_MIN_BATCH_S = 5.0
 RTM_ALLOWLIST_CONF = "spark.sql.streaming.realTimeMode.allowlistCheck"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 DEFAULT_SHUFFLE_PARTITIONS = 2
-"""arfl's default ``spark.sql.shuffle.partitions`` (``arfl.replica.driver.spark_conf``)."""
+"""arfl's default ``spark.sql.shuffle.partitions`` (``arfl.replica.app.spark_conf``)."""
 SHUFFLE_FLUSH_CONF = "spark.shuffle.streaming.networkBufferMaxWaitTimeMs"
 SHUFFLE_FLUSH_MS = 5
 """arfl's default ``spark.shuffle.streaming.networkBufferMaxWaitTimeMs`` under real-time mode
-(``arfl.replica.driver.spark_conf``): how long RTM's streaming-shuffle writer holds a partly
+(``arfl.replica.app.spark_conf``): how long RTM's streaming-shuffle writer holds a partly
 filled buffer before it sends it to the aggregation's reader. Spark's default, 50 ms, put a
 windowed replica's p50 at 25-28 ms here (a record waited 0-50 ms at the shuffle);
 docs/benchmarks.md "A windowed pipeline: the streaming shuffle's flush wait"."""

@@ -332,16 +332,16 @@ class Replication(_Model):
 
 ASYNC_PROGRESS_KEY = "arfl.asyncProgressTracking"
 """``[spark.conf]`` key read by arfl, not passed to Spark: ``true`` or ``false`` turns Spark's
-asynchronous progress tracking on or off (default: ``replica/driver.async_progress``)."""
+asynchronous progress tracking on or off (default: ``replica/app.async_progress``)."""
 REHEARSAL_KEY = "arfl.standbyRehearsal"
 """``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` keeps a real-time standby
-from rehearsing the pipeline while it waits (default ``true``: ``replica/driver._rehearse``)."""
+from rehearsing the pipeline while it waits (default ``true``: ``replica/standby.rehearse``)."""
 REHEARSAL_INPUT_KEY = "arfl.rehearsalInput"
 """``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` lets the rehearsal read the
 input topic's empty end instead of a few input-shaped records of its own (default ``true``)."""
 BUILD_AHEAD_KEY = "arfl.standbyBuildAhead"
 """``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` keeps a standby from
-building each replica's pipeline while it waits (default ``true``: ``replica/driver._build_ahead``;
+building each replica's pipeline while it waits (default ``true``: ``replica/standby.build_ahead``;
 a take-over whose source matches one then only starts its query)."""
 ARFL_CONF_KEYS = frozenset(
     {ASYNC_PROGRESS_KEY, REHEARSAL_KEY, REHEARSAL_INPUT_KEY, BUILD_AHEAD_KEY}

@@ -89,9 +89,11 @@ from arfl.processes import (
     signal_all,
     wait_until,
 )
-from arfl.replica.driver import EXIT_BAD_CONFIG, REHEARSAL_RECORDS, DriverConfig
+from arfl.replica.app import DriverConfig
+from arfl.replica.driver import EXIT_BAD_CONFIG
 from arfl.replica.modes.base import PEER_APPS, PEER_PROGRESS, STAGGER_REF, STARTING_OFFSETS
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
+from arfl.replica.standby import REHEARSAL_RECORDS
 from arfl.run.records import replica_topic
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.sparkhome import driver_spark_home
@@ -137,7 +139,7 @@ only once the input had ended (3 runs of 3, session 18). Take-overs that do get 
 
 def rehearsal_events(spec: Spec) -> list[list[str]]:
     """What a real-time standby rehearses its pipeline on (``DriverConfig.rehearsal_input``):
-    :data:`~arfl.replica.driver.REHEARSAL_RECORDS` events as the injector would send them,
+    :data:`~arfl.replica.standby.REHEARSAL_RECORDS` events as the injector would send them,
     ``[key, value]`` texts; none without a rehearsal, with ``arfl.rehearsalInput = false``
     or with ``[source.replay]`` (whose records the injector does not make)."""
     if (

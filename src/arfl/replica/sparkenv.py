@@ -181,7 +181,7 @@ def local_session(
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
-        # Short jobs: C1-only JIT (see arfl.replica.driver.spark_conf).
+        # Short jobs: C1-only JIT (see arfl.replica.app.spark_conf).
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
     )
     for k, v in (conf or {}).items():

@@ -6,7 +6,7 @@ container running a standalone master and a worker (arfl's runtime image: the ho
 pyspark mounted read-only). Executors are JVMs inside that container. A deployment then uses
 ``spark.master = cluster.master_url`` with ``stack.kind = "external"`` and the cluster's Kafka
 and ZooKeeper: its drivers run on the host in client mode and listen on the host's address
-towards the master (:func:`arfl.replica.driver.driver_address`), which the executors reach over
+towards the master (:func:`arfl.replica.app.driver_address`), which the executors reach over
 the network, as with a cluster arfl did not start.
 
 Example::

@@ -122,7 +122,7 @@ def sample_events(
 ) -> list[tuple[bytes, bytes]]:
     """Events ``0 .. n-1`` as the injector sends them for this workload and shape
     (:func:`event_encoder`), every one at intended and send time ``ts_ms`` (a standby
-    rehearses its pipeline on them, :func:`arfl.replica.driver._rehearse`)."""
+    rehearses its pipeline on them, :func:`arfl.replica.standby.rehearse`)."""
     encode = event_encoder(workload.seed, workload.keys, shape)
     return [encode(seq, ts_ms, ts_ms) for seq in range(n)]
 

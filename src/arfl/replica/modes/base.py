@@ -185,7 +185,7 @@ STARTING_OFFSETS = "starting_offsets"
 (``{"topic": {"0": 0, ...}}``), resolved once by deploy so that every replica (and every first
 start) reads from the same explicit positions, never from "latest" (only a standby's rehearsal
 without records of its own, whose output nothing reads, starts there:
-``replica/driver._rehearse``)."""
+``replica/standby.rehearse``)."""
 
 
 STAGGER_REF = "stagger_ref"

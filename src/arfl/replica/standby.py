@@ -1,0 +1,307 @@
+"""A standby driver (``DriverConfig.standby``, ``replication.standby``): it creates its session
+(app name ``arfl-<spec name>-standby<N>``), warms its executors up, on real-time mode rehearses
+the pipeline (:func:`rehearse`), builds each replica's pipeline ahead (:func:`build_ahead`),
+marks its ``app_id_file`` ``ready`` and waits for ``assignment_file``: the supervisor writes
+there the :class:`~arfl.replica.app.DriverConfig` of a replica whose driver died, and
+:func:`arfl.replica.driver.run` goes on as that replica without a new Spark application."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from arfl.configs.spec import (
+    BUILD_AHEAD_KEY,
+    REHEARSAL_KEY,
+    Spec,
+)
+from arfl.replica.app import (
+    DriverConfig,
+    app_info,
+    log,
+    pipeline,
+    query_writer,
+    replica_context,
+    warm_up_logged,
+)
+from arfl.replica.modes.base import (
+    ReplicaContext,
+    ReplicationMode,
+    get_mode,
+    kafka_source,
+)
+from arfl.replica.warmup import warmup_topic
+from arfl.run.rundir import write_json_atomic
+from arfl.stack.topics import EndOffsetProbe, ensure_topic
+
+REHEARSAL_TASKS_S = 3.0
+"""How long a rehearsal's query runs once its tasks are up (their Kafka clients connected and
+their code generated), before it is stopped (without rehearsal input)."""
+REHEARSAL_MAX_S = 30.0
+"""A rehearsal whose tasks are not up by then is stopped and skipped."""
+REHEARSAL_RECORDS = 200
+"""Input-shaped records a rehearsal processes (``DriverConfig.rehearsal_input``)."""
+REHEARSAL_RESULTS_S = 10.0
+"""How long a rehearsal with input waits, once its tasks are up, for its first result."""
+REHEARSAL_AFTER_RESULT_S = 1.0
+"""... and how long it goes on after it (the rest of its records through the same path)."""
+
+
+def rehearsal_input_topic(output_topic: str) -> str:
+    """The topic a standby writing ``output_topic`` rehearses its pipeline on."""
+    return f"{warmup_topic(output_topic)}.in"
+
+
+def _write_rehearsal_input(
+    spark: Any, spec: Spec, bootstrap: str, topic: str, events: list[list[str]]
+) -> int:
+    """Write ``events`` (``[key, value]`` texts) to ``topic``, created like the input (as many
+    partitions, so the rehearsal's query has as many tasks as the replica's; log-append
+    time); returns how many."""
+    ensure_topic(bootstrap, topic, spec.source.partitions, log_append_time=True)
+    df = spark.createDataFrame([tuple(e) for e in events], "key string, value string")
+    df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
+        "topic", topic
+    ).save()
+    return len(events)
+
+
+def _rehearsal_feed(
+    spark: Any, spec: Spec, cfg: DriverConfig, output_topic: str
+) -> tuple[str, int, EndOffsetProbe, int] | None:
+    """Write ``cfg.rehearsal_input`` to the standby's rehearsal topic and open a probe of the
+    end of ``output_topic`` (the warm-up topic, one partition): ``(topic, events written,
+    probe, records on output_topic before)``. None without events, or when either fails
+    (logged: the rehearsal then reads the input's end)."""
+    if not cfg.rehearsal_input:
+        return None
+    probe = None
+    try:
+        topic = rehearsal_input_topic(cfg.output_topic)
+        fed = _write_rehearsal_input(spark, spec, cfg.bootstrap, topic, cfg.rehearsal_input)
+        ensure_topic(cfg.bootstrap, output_topic, 1)  # the warm-up's, unless it failed
+        probe = EndOffsetProbe(cfg.bootstrap, output_topic, 1)
+        return topic, fed, probe, sum(probe().values())
+    except Exception as e:  # only a speed-up: rehearse without records
+        if probe is not None:
+            with contextlib.suppress(Exception):
+                probe.close()
+        log(f"rehearsal input not written ({type(e).__name__}: {e}): reading the input's end")
+        return None
+
+
+def rehearse(
+    spark: Any, spec: Spec, mode: ReplicationMode, cfg: DriverConfig, stop: threading.Event
+) -> None:
+    """Run the replica's query once while a real-time standby waits, so that its take-over
+    finds the driver's and the executors' paths warm: measured cold (session 17), a take-over
+    spent 1.25 s building the pipeline, 0.4 s starting the query, 0.9 s planning its first
+    batch and 0.4 s launching its tasks, then 2.4-3.4 s until their first result.
+
+    The same pipeline on Spark's Kafka source, the sink on the standby's warm-up topic, a
+    throwaway checkpoint. Its input: the input-shaped events of ``cfg.rehearsal_input``
+    (:data:`REHEARSAL_RECORDS`, the supervisor's), which the standby writes to a topic of its
+    own (:func:`rehearsal_input_topic`), read from the earliest offset, so that every
+    per-record step runs once. A standby waits before the load starts, so the input itself is
+    empty then; measured in session 19 (docs/benchmarks.md), a take-over after a rehearsal
+    without records spent 3-4 s between its tasks' first record read and their first code
+    generation, its first result 4-5 s after that read; after one with records no code was
+    generated on the take-over and the newcomer was healthy 1.4-3.7 s sooner (4 pairs). The
+    rehearsal ends :data:`REHEARSAL_AFTER_RESULT_S` after its first result (at most
+    :data:`REHEARSAL_RESULTS_S` after its tasks are up). Without events (``[source.replay]``,
+    ``arfl.rehearsalInput = false``, or writing them failed) it reads the input from its end
+    instead and runs :data:`REHEARSAL_TASKS_S` once its tasks are up. Then stopped, its
+    checkpoint removed. ``rehearsed the pipeline`` is logged only when its tasks ran and it
+    stopped cleanly; anything else is logged as skipped (it only saves time). ``stop``
+    (SIGTERM) ends it early."""
+    t0 = time.time()
+    ckpt = Path(cfg.checkpoint_dir) / "rehearsal"
+    shutil.rmtree(ckpt, ignore_errors=True)  # a killed standby's (same directory)
+    ctx = ReplicaContext(
+        replica=cfg.replica,
+        bootstrap=cfg.bootstrap,
+        output_topic=warmup_topic(cfg.output_topic),
+        checkpoint_dir=ckpt,
+        attempt=0,
+        options=dict(cfg.mode_options),
+    )
+    q = None
+    feed = None
+    why: str | None = None
+    built = tasks = 0.0
+    first: float | None = None
+    results = 0
+    try:
+        feed = _rehearsal_feed(spark, spec, cfg, ctx.output_topic)
+        if feed is not None:
+            raw = kafka_source(spark, spec, ctx, "earliest", topic=feed[0])
+        else:
+            raw = kafka_source(spark, spec, ctx, "latest")
+        q = query_writer(raw, spec, mode, ctx, f"arfl-{spec.name}-rehearsal", ckpt).start()
+        built = time.time() - t0
+        tracker = spark.sparkContext.statusTracker()
+        while (
+            time.time() < t0 + REHEARSAL_MAX_S
+            and q.isActive
+            and not stop.is_set()
+            and not tracker.getActiveStageIds()
+        ):
+            stop.wait(0.05)
+        tasks = time.time() - t0
+        if stop.is_set():
+            pass
+        elif not q.isActive:
+            why = f"its query ended: {q.exception()}"
+        elif not tracker.getActiveStageIds():
+            why = f"no tasks after {REHEARSAL_MAX_S:g}s"
+        elif feed is None:
+            stop.wait(REHEARSAL_TASKS_S)
+        else:
+            _, _, probe, before = feed
+            deadline = time.time() + REHEARSAL_RESULTS_S
+            while q.isActive and not stop.is_set() and time.time() < deadline:
+                results = sum(probe().values()) - before
+                if results > 0:
+                    first = time.time() - t0
+                    stop.wait(REHEARSAL_AFTER_RESULT_S)
+                    results = sum(probe().values()) - before
+                    break
+                stop.wait(0.1)
+        if why is None and stop.is_set():
+            why = "stopped"
+        if why is None and not q.isActive:
+            why = f"its query ended: {q.exception()}"
+        q.stop()
+        if spark.streams.active:
+            why = f"{len(spark.streams.active)} query still active after the stop"
+    except Exception as e:  # only a speed-up: the take-over runs without it
+        why = f"{type(e).__name__}: {e}"
+    finally:
+        if q is not None and why is not None:
+            with contextlib.suppress(Exception):
+                q.stop()
+        if feed is not None:
+            with contextlib.suppress(Exception):
+                feed[2].close()
+        shutil.rmtree(ckpt, ignore_errors=True)
+    if why is not None:
+        log(f"rehearsal skipped after {time.time() - t0:.1f}s: {why}")
+        return
+    if feed is None:
+        seen = "on the input's end, no records"
+    elif first is None:
+        seen = f"{feed[1]} input records, no result within {REHEARSAL_RESULTS_S:g}s"
+    else:
+        seen = f"{feed[1]} input records, first result {first:.2f}s, {results} results"
+    log(
+        f"rehearsed the pipeline in {time.time() - t0:.1f}s (built and started "
+        f"{built:.2f}s, tasks up {tasks:.2f}s, {seen})"
+    )
+
+
+ASSIGNMENT_POLL_S = 0.02
+"""How often a standby looks for its assignment."""
+
+
+def await_assignment(path: Path, stop: threading.Event) -> DriverConfig | None:
+    """The replica config a standby was assigned (None when stopped first)."""
+    while not stop.is_set():
+        if path.exists():
+            try:
+                return DriverConfig.load(path)
+            except (OSError, ValueError, TypeError) as e:
+                # Written atomically: a partial file is not expected; say so and keep waiting.
+                log(f"{path}: unreadable assignment ({type(e).__name__}: {e})")
+        stop.wait(ASSIGNMENT_POLL_S)
+    return None
+
+
+@dataclass
+class Ahead:
+    """Each replica's pipeline (source, steps, output shape; no sink, no checkpoint) that a
+    standby built while it waited, by replica index, with its source's key
+    (:meth:`ReplicationMode.source_key`) and the spec it was built from."""
+
+    spec: dict[str, Any]
+    pipelines: dict[int, tuple[str, Any]]
+
+    def pipeline(self, cfg: DriverConfig, mode: ReplicationMode, spec: Spec) -> Any | None:
+        """The pipeline built for ``cfg``'s replica when its spec and source are the same as
+        the assignment's (a take-over resuming from a checkpoint); None otherwise (one at the
+        output frontier starts from offsets of its own)."""
+        have = self.pipelines.get(cfg.replica)
+        if have is None or cfg.spec != self.spec:
+            return None
+        key, built = have
+        return built if key == mode.source_key(spec, replica_context(cfg)) else None
+
+
+def build_ahead(
+    spark: Any, spec: Spec, mode: ReplicationMode, cfg: DriverConfig, stop: threading.Event
+) -> Ahead | None:
+    """Build every replica's pipeline now, from the replicas' source options (the standby's
+    mode options are theirs: deploy's start offsets, the same ``kafka.*``), so that a take-over
+    whose source is the same only adds the sink and starts the query (0.3-0.9 s of Python and
+    plan analysis at a take-over, measured in session 30). None: switched off
+    (``arfl.standbyBuildAhead = false``), or a mode whose source is not only its options."""
+    base = replica_context(cfg)
+    if not spec.spark.flag(BUILD_AHEAD_KEY, True) or mode.source_key(spec, base) is None:
+        return None
+    t0 = time.time()
+    pipelines: dict[int, tuple[str, Any]] = {}
+    for r in range(spec.replication.replicas):
+        if stop.is_set():
+            return None
+        ctx = replace(base, replica=r)
+        key = mode.source_key(spec, ctx)
+        assert key is not None
+        try:
+            pipelines[r] = (key, pipeline(mode.source(spark, spec, ctx), spec, r))
+        except Exception as e:  # only a speed-up: the take-over builds it (and says why not)
+            log(f"pipeline not built ahead ({type(e).__name__}: {e}): built at a take-over")
+            return None
+    log(
+        f"built the pipeline ahead for replicas 0-{spec.replication.replicas - 1} in "
+        f"{time.time() - t0:.2f}s"
+    )
+    return Ahead(spec=cfg.spec, pipelines=pipelines)
+
+
+def run_standby(
+    cfg: DriverConfig, spark: Any, stop: threading.Event, session_s: float
+) -> tuple[DriverConfig, Ahead | None] | None:
+    """Warm a standby up, build the replicas' pipelines ahead, mark it ready, and wait for its
+    assignment (with what it built)."""
+    spec = cfg.resolved_spec()
+    mode = get_mode(spec.replication.mode)
+    ctx = replica_context(cfg)
+    sc = spark.sparkContext
+    write_json_atomic(Path(cfg.app_id_file), app_info(cfg, sc, session_s, standby=True))
+    if stop.is_set():  # the run stopped while the session started: no warm-up for nothing
+        return None
+    if spec.replication.trigger == "realtime":
+        warm_up_logged(spark, mode.sink_options(ctx, spec), sc.defaultParallelism)
+        if spec.spark.flag(REHEARSAL_KEY, True) and not stop.is_set():
+            rehearse(spark, spec, mode, cfg, stop)
+        if stop.is_set():
+            return None
+    ahead = build_ahead(spark, spec, mode, cfg, stop)
+    if stop.is_set():
+        return None
+    write_json_atomic(
+        Path(cfg.app_id_file), app_info(cfg, sc, session_s, standby=True, ready=time.time())
+    )
+    log(f"standby {cfg.replica} ready: waiting for a replica to take over")
+    assigned = await_assignment(Path(cfg.assignment_file), stop)
+    if assigned is not None:
+        log(
+            f"standby {cfg.replica} takes over replica {assigned.replica} "
+            f"(attempt {assigned.attempt})"
+        )
+        return assigned, ahead
+    return None
