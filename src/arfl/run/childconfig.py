@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -20,6 +20,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from arfl.run.rundir import write_json_atomic
 
 C = TypeVar("C", bound="ChildConfig")
+T = TypeVar("T")
 
 BAD_CONFIG_EXIT = 2
 """A config file that is missing or does not validate (a usage error: nothing ran)."""
@@ -84,6 +85,28 @@ def read_config(cls: type[C], argv: Sequence[str] | None, description: str) -> C
     except (OSError, ValidationError) as e:
         print(f"error: {args.config}: not a {cls.__name__}: {e}", file=sys.stderr)
         return BAD_CONFIG_EXIT
+    except ArflError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return int(e.exit_code)
+
+
+def build_from_argv(
+    cls: type[C], argv: Sequence[str] | None, description: str, build: Callable[[C], T]
+) -> T | int:
+    """A process entry's first steps: read ``--config FILE`` as ``cls``, then ``build`` the
+    process's object from it (its constructor connects, checks topics, ...).
+
+    Returns:
+        What ``build`` returned, or the exit code after saying on stderr what went wrong
+        (:func:`read_config`'s; an ``ArflError`` of ``build``: its exit code).
+    """
+    from arfl.errors import ArflError
+
+    cfg = read_config(cls, argv, description)
+    if isinstance(cfg, int):
+        return cfg
+    try:
+        return build(cfg)
     except ArflError as e:
         print(f"error: {e}", file=sys.stderr)
         return int(e.exit_code)

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING
 
 from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.configs.workload import Workload
-from arfl.errors import ArflError, DeployError
-from arfl.run.childconfig import ChildConfig, read_config
+from arfl.errors import DeployError
+from arfl.run.childconfig import ChildConfig, build_from_argv
 from arfl.run.records import END_OF_INPUT_LEAD_MS
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
@@ -359,18 +359,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         0 when every event was delivered, 4 (deploy error) otherwise.
     """
-    cfg = read_config(
+    injector = build_from_argv(
         InjectorConfig,
         argv,
         "Produce JSON input events at a fixed rate (coordinated-omission safe).",
+        Injector,
     )
-    if isinstance(cfg, int):
-        return cfg
-    try:
-        injector = Injector(cfg)
-    except ArflError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return int(e.exit_code)
+    if isinstance(injector, int):
+        return injector
     return serve(injector, "injector")
 
 

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.configs.replay import Position, PositionValue, Replay, parse_position
-from arfl.errors import ArflError, DeployError
-from arfl.run.childconfig import ChildConfig, read_config
+from arfl.errors import DeployError
+from arfl.run.childconfig import ChildConfig, build_from_argv
 from arfl.run.records import END_OF_INPUT_FIELD, END_OF_INPUT_LEAD_MS
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
@@ -603,25 +603,28 @@ class Replayer(InputProducer):
 # --------------------------------------------------------------------------- entry point
 
 
+def _replayer(cfg: ReplayConfig) -> Replayer:
+    """The replayer of ``cfg`` (a position its source cannot resolve: a deploy error)."""
+    try:
+        return Replayer(cfg)
+    except ValueError as e:
+        raise DeployError(f"replay: {e}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Process entry: replay; SIGTERM/SIGINT stop it cleanly (flushing).
 
     Returns:
         0 when every record was delivered, 4 (deploy error) otherwise.
     """
-    cfg = read_config(
-        ReplayConfig, argv, "Replay a range of a topic into another at its recorded pace or a rate."
+    replayer = build_from_argv(
+        ReplayConfig,
+        argv,
+        "Replay a range of a topic into another at its recorded pace or a rate.",
+        _replayer,
     )
-    if isinstance(cfg, int):
-        return cfg
-    try:
-        replayer = Replayer(cfg)
-    except ArflError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return int(e.exit_code)
-    except ValueError as e:
-        print(f"error: replay: {e}", file=sys.stderr)
-        return int(DeployError.exit_code)
+    if isinstance(replayer, int):
+        return replayer
     return serve(replayer, "replay", lambda: {"bad": replayer.source.bad})
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from arfl.errors import ArflError, DeployError
+from arfl.errors import DeployError
 from arfl.measure import frontier as frontier_file
 from arfl.measure.histogram import (
     INTERVAL_S,
@@ -29,7 +29,7 @@ from arfl.measure.merger.core import (
 )
 from arfl.measure.merger.kafka import Consumer, kafka_consumer, kafka_producer
 from arfl.processes import same_process, stop_on_termination
-from arfl.run.childconfig import read_config
+from arfl.run.childconfig import build_from_argv
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
 
@@ -364,19 +364,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sink is missing, or results could not be written to the sink (``merger.json``:
         ``complete_output`` false).
     """
-    cfg = read_config(
+    merger = build_from_argv(
         MergerConfig,
         argv,
         "Merge replica outputs (first copy wins) and measure end-to-end latency.",
+        Merger,
     )
-    if isinstance(cfg, int):
-        return cfg
-    try:
-        merger = Merger(cfg)
-    except ArflError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return int(e.exit_code)
-
+    if isinstance(merger, int):
+        return merger
+    cfg = merger.config
     stop_on_termination(merger.stop)
     final = merger.run()
     print(
