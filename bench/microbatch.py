@@ -1,4 +1,4 @@
-"""Micro-batch speed (issue 13): where a batch's time goes, and what each setting buys.
+"""Micro-batch speed: where a batch's time goes, and what each setting buys.
 
     .venv/bin/python bench/microbatch.py [--variants none,active-leaderless,active-leader]
         [--duration 45s] [--warmup 20s] [--rate 1000] [--windowed] [--event-log] [--runs DIR]

@@ -7,15 +7,15 @@ it says calls such a window masked; every "not masked" here is a false alarm. Tw
 the p99 part of the masked verdict (the gap and completeness parts are left out: a null fault
 loses nothing):
 
-* ``whole``: window p99 <= tolerance x the steady phase's p99 (arfl until session 23);
+* ``whole``: window p99 <= tolerance x the steady phase's p99;
 * ``stretch``: window p99 <= tolerance x the highest p99 of the steady phase's stretches as
   long as the window, at least the whole phase's (``arfl.report.verdicts.stretch_p99``).
 
 And the p99 part of the recovery time (the first T from the null fault on such that every
 1-s interval of ``[T, T + settle)`` has p99 within tolerance; a null fault should need 0 s):
-held to the whole steady phase's p99 (``whole``, arfl until session 23) or to its worst 1-s
+held to the whole steady phase's p99 (``whole``) or to its worst 1-s
 interval's (``stretch``); ``window``: held to the worst 1-s interval's and good through the
-impact window too, not only for ``settle`` (arfl from session 24: an effect later than settle
+impact window too, not only for ``settle`` (arfl's reading: an effect later than settle
 after the injection is recovered from after it).
 
 Independent of arfl's report code: the intervals come from ``latency.hlog`` through hdrh's own
@@ -88,7 +88,7 @@ def recovery(
     """Seconds from ``t`` to the first T (``t``, or the end of a slow interval) from which every
     interval starting in ``[T, max(T + settle_s, through))`` has p99 <= ``limit``; None when
     none before ``end``. ``per_iv``: ``(start, p99 ms)`` of every interval; ``through``: the
-    impact window's end (None: settle only, arfl until session 24)."""
+    impact window's end (None: settle only)."""
     bad = [s for s, v in per_iv if t <= s < end and v > limit]
     for cand in [t] + [b + 1.0 for b in bad]:
         if cand + settle_s > end:

@@ -14,9 +14,10 @@
 One invocation runs every (pipeline, fault, mode) variant on 2 partitions, one after another,
 then a rate sweep of active RTM R=2 on the per-record pipeline without faults. Modes:
 ``none`` (micro-batch, 1 replica), ``passive`` (RTM, 1 replica), ``active`` (RTM, 2 replicas,
-no coordination), ``active-leaderless`` and ``active-leader`` (micro-batch, 2 replicas; issue 13's
-designs, not in the default ``--modes``). ``--sweep-modes`` picks the
-sweep's modes (``passive``: one real-time replica, whose every batch-boundary stall shows);
+no coordination), ``active-leaderless`` and ``active-leader`` (micro-batch, 2 replicas;
+arfl's source decides the batches, docs/design.md §2.3; not in the default ``--modes``).
+``--sweep-modes`` picks the sweep's modes (``passive``: one real-time replica, whose every
+batch-boundary stall shows);
 ``--jit`` runs each sweep rate with arfl's C1-only JIT (``c1``, the default), HotSpot's tiered
 C1 + C2 (``c2``), or both. Pipelines: ``per-record`` (filter ``amount > 10``) and ``windowed``
 (the same filter, then a 1 s tumbling window keyed by user: count + sum, watermark 500 ms).
@@ -42,7 +43,7 @@ the survivor's next batch boundary (a lone replica: its own).
 Every figure comes from the run's report (:func:`arfl.report.build.build_report`): fault-free
 p50/p99 are the steady phase's (end of the warm-up to the fault) and the whole run's (after the
 warm-up); the ratio is the p99 over the fault's impact window (the report's, see
-:mod:`arfl.report.verdicts`) ÷ the whole steady phase's p99 (issue 11's ratio; the masked
+:mod:`arfl.report.verdicts`) ÷ the whole steady phase's p99 (the masked
 verdict holds it to the steady p99 at the window's length, ``steady_p99_ms``); gaps are the
 report's longest output gap
 overlapping the impact window and the steady phase's; masked is the report's verdict;

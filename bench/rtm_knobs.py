@@ -10,8 +10,8 @@ alternating), at Spark's 5-s real-time interval unless ``--interval`` says other
 
 The machine saturates at 1,000 ev/s with two RTM replicas (docs/benchmarks.md): each RTM task
 polls Kafka hundreds of times a second and each replica's producer sends what it has every
-``linger.ms`` (5 ms by default under RTM since session 27; 0 before, nearly a produce request
-per record), so the broker is the busiest process. The variants trade a few ms of batching for
+``linger.ms`` (5 ms by default under RTM; 0 would be nearly a produce request per record),
+so the broker is the busiest process. The variants trade a few ms of batching for
 fewer requests; the table says what each did to p50, p99 and the cores used. A windowed
 pipeline's aggregation sits behind RTM's streaming shuffle, whose writer holds a partly filled
 buffer up to ``spark.shuffle.streaming.networkBufferMaxWaitTimeMs`` (Spark's default 50 ms)

@@ -13,13 +13,13 @@ the same fault-free per-record active RTM R=2 run, and prints per run:
 Variants:
 
 * ``before``: a 512m broker heap grown from 128m, Kafka's default 128 MB dedupe buffer (the
-  stack until session 15);
+  reference);
 * ``after``: ``arfl.stack.config``'s broker as it is now, every process at niceness 0 (arfl's
   own harness priority off: ``ARFL_HARNESS_NICE=0`` for the whole bench; the broker reset to 0
   once before every run);
 * ``shared-first``: ``after``, with every thread (and session group) of the broker, the merger
   and the injector at niceness -10 while the run lasts (root only): the non-redundant path wins
-  the CPU — what deploy does by default since session 16 (``arfl.stack.config.HARNESS_NICE``);
+  the CPU — what deploy does by default (``arfl.stack.config.HARNESS_NICE``);
 * ``replicas-last``: ``after``, with every thread of the replicas' drivers and Spark JVMs at
   niceness 10 (any user): the same order, from the other side.
 

@@ -243,7 +243,7 @@ def check_run_dir(result: DeployResult) -> None:
     lat = result.summary["latency_ms"]
     assert 0 < lat["p50"] <= lat["p99"] <= lat["max"]
     # Minutes late is not healthy. A window appended once it closes (1 s + watermark 0.5 s)
-    # cannot be emitted sooner; a per-record result can (session 30: p50 457 ms on a
+    # cannot be emitted sooner; a per-record result can (p50 457 ms on a
     # leaderless filter pipeline with 500-ms agreed batches, on a fast host).
     assert lat["p50"] <= 60_000
     spec = Spec.model_validate(json.loads((run / "spec.json").read_text()))

@@ -301,9 +301,9 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
         assert sorted(firsts) == list(range(len(firsts)))
         # The leader's executor died first, and the leader kept deciding on its own clock while
         # its query waited for a new executor: a decision of its own was appended before the
-        # batch running at the executor's death ended (a leader deciding inside its own query,
-        # as before issue 13, decides nothing while that batch hangs). That batch hung ~20 s on
-        # a slow host, 6 s on session 30's fast one, where counting the leader's decisions
+        # batch running at the executor's death ended (a leader deciding inside its own query
+        # decides nothing while that batch hangs). That batch hung ~20 s on a slow host, 6 s on
+        # a fast one, where counting the leader's decisions
         # against its batch ends failed: Spark's no-data batches end too. The follower ran the
         # batches the stalled leader decided.
         assert injected[0]["details"]["replica"] == killed

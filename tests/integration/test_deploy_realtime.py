@@ -123,8 +123,8 @@ def _taken_over_at_the_frontier(
     _resumed_at_the_frontier(info, result, replica, restarted["offsets"])
     # A standby alive when the run stopped (the successor, started 20 s after the take-over,
     # possibly still starting) was stopped within its grace, not the replicas' 30-s timeout:
-    # one still starting acts on SIGTERM only once its session is up (and until session 21 also
-    # warmed up first), which held the stop 28 s.
+    # one still starting acts on SIGTERM once its session is up (a driver that also waited for
+    # its warm-up held the stop 28 s).
     # (Within the grace, plus the tree's grace of a standby that exited by itself, 5 s.)
     run = result.run_dir
     started = {e["standby"] for e in journal_events(run, "standby-started")}
@@ -359,7 +359,7 @@ def test_pause_slow_partition_show_their_effect_and_revert(
     check_silent_then_resumed(run, 0, span["partition"], back["partition"])
     # Slowed replica (2 % of a CPU): its results came late while throttled, and on time again
     # after the revert. At the default 10 % a fast host kept a 200-ev/s real-time replica
-    # within 5-34 ms unless its batch boundary fell in the window (session 30), a slow one
+    # within 5-34 ms unless its batch boundary fell in the window, a slow one
     # ~20 s behind: 2 % is below what the replica needs on any host, so its lag grows through
     # the window wherever its boundary falls. The lag shows the fault, not the count (a
     # throttled replica still delivers most results, late).
@@ -467,7 +467,7 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     # grew by exactly the ticks' distance (nothing else moves the oldest owed result: the merger
     # forgets no ids here, no horizon and far below its size limit, and the frontier moves only
     # with replica 1's own records). Such a silent pair needs a take-over longer than two ticks
-    # with no stray result of the dying replica between them; a shorter one (CI, session 25:
+    # with no stray result of the dying replica between them; a shorter one (on CI:
     # 793 ms at the tick after the kill, 0 at the next) or strays (a suite: received 2,188
     # then 2,190 while the trail went 516 -> 1,516 ms) leave none, and a standby catching up in
     # order but slower than the input leaves shrinking steps.
@@ -522,8 +522,8 @@ def test_a_lost_executor_hands_the_replica_to_the_warm_standby(
     # It waited from 8 s for the survivor's next batch boundary, then 1 s. The boundary is a
     # batch end in replica 1's progress (read here on its own: start + batchDuration), the first
     # whose line was appended after the wait began: a real-time replica appends it after the
-    # boundary's stall (0.7-2.8 s later in session 26's demo runs), so it may end before the wait
-    # began; a batch that ended after that did not come before it.
+    # boundary's stall (0.7-2.8 s later in the demo's runs, docs/benchmarks.md), so it may end
+    # before the wait began; a batch that ended after that did not come before it.
     (aligned,) = journal_events(run, "fault-aligned")
     assert aligned["boundary_replica"] == 1 and aligned["after_s"] == 1.0, aligned
     ends = [

@@ -380,7 +380,7 @@ def _late_drops(progress: list[dict[str, Any]]) -> tuple[int, int]:
 def test_leaderless_windows_drop_the_same_late_rows_however_batches_run(
     spark: Any, stack: StackInfo, topic_name: str, tmp_path: Path
 ) -> None:
-    """Issue 13: a windowed replica that keeps up and two that start with the whole input in
+    """A windowed replica that keeps up and two that start with the whole input in
     the log — one running the agreed batches one by one, one merging them — drop the same late
     rows and emit the same windows (before the agreed watermark the merging one kept rows the
     others dropped: Spark drops by the previous Spark batch's watermark). A fourth merges

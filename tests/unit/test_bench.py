@@ -268,8 +268,8 @@ def test_the_reports_recovery_time_survives_a_reading_with_hdrhs_own_reader() ->
 
 
 def test_realtime_runs_without_an_interval(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No ``--interval``: every run keeps the spec's default interval (session 26's list made
-    the empty default a parse error before anything ran)."""
+    """No ``--interval``: every run keeps the spec's default interval (the empty default is not
+    parsed as an interval, which would fail before anything ran)."""
     import realtime
 
     class Parsed(Exception):

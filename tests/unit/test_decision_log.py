@@ -149,8 +149,8 @@ def test_leader_decides_and_follower_applies_the_same_end() -> None:
 
 def test_the_leader_decides_while_its_own_query_stalls() -> None:
     # The leader's Spark is stuck in batch 0 (its executor was killed): decisions go on, on the
-    # leader's clock, and a follower runs batches 0, 1, 2 meanwhile. Until issue 13 the leader
-    # proposed batch k inside its own latestOffset for k, so the follower waited.
+    # leader's clock, and a follower runs batches 0, 1, 2 meanwhile (a leader proposing batch k
+    # inside its own latestOffset for k would make the follower wait).
     topic: list[Decision] = []
     lead, _, inp = policy(topic, {0: 5, 1: 3}, leader=True, replica=0)
     follow, _, _ = policy(topic, {0: 0, 1: 0}, leader=False, replica=1)

@@ -558,7 +558,7 @@ def test_command_runs_the_module(tmp_path: Path) -> None:
     assert _round_trip(cfg, tmp_path).replicas == 2
 
 
-# ------------------------------------------------------------------ issue 12: verdicts that hold up
+# ------------------------------------------------------------------ verdicts that hold up
 
 
 def test_a_copy_after_more_than_300_s_of_merger_time_is_still_a_duplicate() -> None:

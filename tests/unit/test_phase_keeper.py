@@ -222,7 +222,7 @@ def test_a_restarted_peer_has_no_phase_until_its_new_query_reports_a_batch(
 
 
 def test_a_hold_planned_for_a_peer_that_then_restarted_is_dropped(tmp_path: Path) -> None:
-    """Session 28's windowed kill: the survivor planned, before the kill, to hold its next
+    """A windowed kill (docs/benchmarks.md): the survivor planned, before the kill, to hold its next
     boundary 6.8 s away from the killed replica's projected one, and held it ~27 s later,
     after a standby had taken that replica's place; the hold moved the survivor's stall onto
     the newcomer's first boundary (merged p99 1.7 s for a second)."""
@@ -295,9 +295,9 @@ def _run_progress(start: float, dur_ms: int, run: str) -> dict[str, object]:
 
 
 def test_the_first_batch_of_a_query_does_not_set_the_period(tmp_path: Path) -> None:
-    """A query's first real-time batch includes its start-up (44 s at a 30-s interval in
-    session 29's bench, against 31.5-33.6 s after): taken for the period, it put both of a
-    replica's early holds 11 s past its boundaries, mid-batch, and the stagger stayed at 5 s.
+    """A query's first real-time batch includes its start-up (44 s at a 30-s interval in a
+    bench run, against 31.5-33.6 s after): taken for the period, it puts both of a replica's
+    early holds 11 s past its boundaries, mid-batch, and the stagger stays at 5 s.
     Its end still is the replica's phase."""
     keeper = PhaseKeeper(0, [], 2, lambda m: None)
     t = 1000.0

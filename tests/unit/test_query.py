@@ -257,7 +257,7 @@ def test_window_sum_of_doubles_does_not_depend_on_row_order(spark: SparkSession)
     assert (0.1 + 0.2) + 0.3 != 0.1 + (0.2 + 0.3)  # the premise
 
 
-# --- issue 12: result ids that hold up, sent_ts, end-of-input markers --------------------
+# --- result ids that hold up, sent_ts, end-of-input markers --------------------
 
 
 def _explode_pair(df: DataFrame) -> DataFrame:

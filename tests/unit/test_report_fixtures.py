@@ -274,7 +274,7 @@ def _recomputed_catch_up(run: Path, healthy: float) -> tuple[float, float]:
 
 def test_caught_up_is_read_from_the_output_not_the_commits() -> None:
     # A real active real-time run (R=2 + standby, 1,000 ev/s, 30-s batches; replica 0 SIGKILLed
-    # at 100 s; `bench/realtime.py ... --fault-at 100s`, session 17). The restarted replica's
+    # at 100 s; `bench/realtime.py ... --fault-at 100s`). The restarted replica's
     # first commit came 34.4 s after the kill (its batch's end), but its output was current
     # again 8.8 s after it: the merger's lag of it went 6,505 -> 4,228 -> 9 ms.
     f = build_report(RUNS / "real-active-rtm-kill-replica").faults[0]

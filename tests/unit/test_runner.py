@@ -470,10 +470,10 @@ def test_a_realtime_replica_that_lost_an_executor_is_taken_over_by_the_standby(
 def test_an_executors_short_lived_children_are_not_taken_for_a_lost_executor(
     tmp_path: Path,
 ) -> None:
-    """Session 28: a windowed real-time replica was killed and taken over at its first batch
-    boundary with its executor alive (two 'lost executors', one executor JVM): children the
-    executor forked, which carry its command line until they exec, had been counted as
-    executors and then vanished."""
+    """A windowed real-time replica killed and taken over at its first batch boundary with its
+    executor alive: children the executor forks, which carry its command line until they exec,
+    are not executors (counted, they made two 'lost executors' of one executor JVM when they
+    vanished)."""
     spec = parse_spec(
         {
             "name": "fake",
@@ -753,8 +753,8 @@ def test_resume_checkpoint_never_skips_input(tmp_path: Path) -> None:
 
 
 # A standby still starting when the run stops: the real driver acts on SIGTERM only once its
-# Spark session is up (until session 21 also once warmed up: 28 s in the standby integration
-# tests' stop).
+# Spark session is up, not once warmed up too (waiting for that held the standby integration
+# tests' stop 28 s).
 STARTING_STANDBY = r"""
 import os, signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -280,7 +280,7 @@ def cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
 
 BOUNDARY_LINE_LAG_S = 3.0
 """How late a batch's progress line may come after the batch's end, about (a real-time replica
-writes it after the boundary's stall: 0.7-2.8 s in session 26's demo runs, docs/design.md §5).
+writes it after the boundary's stall: 0.7-2.8 s in the demo's runs, docs/design.md §5).
 A fault placed ``after_boundary`` counts from the first line appended after ``at``, so it may
 start up to this much earlier than ``at + after_boundary`` (never before ``at``), and later."""
 

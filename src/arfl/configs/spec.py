@@ -308,8 +308,7 @@ class Replication(_Model):
     merger has one for every input partition): one that replays from a checkpoint (a window,
     a transform, ``resume = "checkpoint"`` or ``"peer"``, a mode other than ``active``, a kill
     before the first frontier) covers no one until it is done, and at low priority it barely
-    replays (a windowed newcomer was still ~10 s behind after 10 s; docs/benchmarks.md,
-    session 29)."""
+    replays (a windowed newcomer was still ~10 s behind after 10 s; docs/benchmarks.md)."""
 
     @model_validator(mode="after")
     def _aligned(self) -> Replication:

@@ -12,9 +12,9 @@ is the user's choice: this module only finds the boundary.
 A boundary is where a batch ends: its progress line (``progress/replica-N.jsonl``) gives the time,
 :func:`arfl.run.progress.batch_ends` (start plus duration). A real-time replica appends that line
 only once the next batch runs, after the boundary's stall (0.7-2.8 s after the batch's end in
-session 26's demo runs), so the wait is measured from the batch's end, not from the reading. The
-first line appended after the wait began counts (of several read at once, the earliest end),
-whatever the batch.
+the demo's runs, docs/benchmarks.md), so the wait is measured from the batch's end, not from the
+reading. The first line appended after the wait began counts (of several read at once, the
+earliest end), whatever the batch.
 """
 
 from __future__ import annotations

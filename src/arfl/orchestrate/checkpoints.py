@@ -7,7 +7,7 @@ freshest one replays least. Replicas on real-time mode commit once per interval,
 interval / R (:mod:`arfl.replica.phase`): a replica's own last commit may be up to an interval
 old while a peer committed a moment ago. A windowed replica killed 5 s after the survivor's
 boundary at a 30-s interval replayed ~20 s of input from its own checkpoint and caught up after
-22-27 s, at or past the survivor's next boundary (docs/benchmarks.md, session 28).
+22-27 s, at or past the survivor's next boundary (docs/benchmarks.md).
 
 A Spark checkpoint directory holds ``offsets/N`` (the end offsets of batch N: the log's last
 line, ``{"topic": {"partition": offset}}``), ``commits/N`` (batch N done; with checkpoint format

@@ -118,9 +118,9 @@ STANDBY_RESPAWN_DELAY_S = 20.0
 STANDBY_STOP_GRACE_S = 3.0
 """How long a standby may take to exit on SIGTERM when the run stops, before its tree is
 killed. It holds no replica (its warm-up and rehearsal are thrown away), and the real driver
-acts on SIGTERM only once its Spark session is up (until session 21 only once its executors
-were warmed too): a standby started just before the stop held the standby integration tests'
-stop 28 s. Its niceness is set back to 0 first."""
+acts on SIGTERM once its Spark session is up, without waiting for its executors' warm-up (a
+driver that waited for it, started just before the stop, held the standby integration tests'
+stop 28 s). Its niceness is set back to 0 first."""
 STANDBY_FAILURE_LIMIT = 3
 """Standbys that die in a row before they were ready; then no more are started."""
 STANDBY = -1
@@ -133,7 +133,7 @@ YIELD_MAX_S = 10.0
 """... or this long after the take-over, caught up or not. At niceness 19 on a saturated host
 the newcomer may get almost no CPU: in the standby integration test (300 ev/s, R=2 + standby on
 2 cores) its first result came 13 s after the kill, its query's tasks starved, and it caught up
-only once the input had ended (3 runs of 3, session 18). Take-overs that do get CPU catch up in
+only once the input had ended (3 runs of 3). Take-overs that do get CPU catch up in
 6-13 s (docs/benchmarks.md), so after 10 s the yield costs more redundancy than it saves CPU."""
 
 
@@ -812,8 +812,8 @@ class ReplicaRunner:
         now = time.time()
         # A replica that replays from a checkpoint (a stateful pipeline, resume = "checkpoint"
         # or "peer", another mode than active, or no output frontier yet) covers no one until
-        # it is done, and at niceness 19 it barely replays (session 29): it yields only when it
-        # starts at the output frontier.
+        # it is done, and at niceness 19 it barely replays (docs/benchmarks.md): it yields only
+        # when it starts at the output frontier.
         yielding = self.spec.replication.standby_yield and sb.niced and not replays
         reniced = False if yielding else set_nice(process_tree(sb.proc.pid), 0)
         rep.yield_since = now if yielding else None

@@ -156,7 +156,7 @@ def run(cfg: DriverConfig) -> int:
         mark_started(Path(cfg.app_id_file))
         log(f"query started (mode {mode.name}, checkpoint {ckpt.location}, trigger {trigger})")
         if promoted:
-            # The take-over's own cost, apart from Spark's first batch (issue 11's exposure).
+            # The take-over's own cost, apart from Spark's first batch.
             log(
                 f"take-over: pipeline {'built ahead, sink added' if built is not None else 'built'}"
                 f" in {built_s:.2f}s, query start "

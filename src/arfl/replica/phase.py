@@ -1,4 +1,4 @@
-"""Keep real-time replicas' batch boundaries apart for the whole run (issue 11).
+"""Keep real-time replicas' batch boundaries apart for the whole run.
 
 At every boundary of a real-time batch a replica's output stalls (0.3-0.6 s here: commit,
 planning, task launch). With R replicas whose boundaries lie ``period / R`` apart, one
@@ -17,9 +17,9 @@ Only the replica that comes too close *after* another holds back, so two replica
 wait; the hold lengthens only its own stall, which the others cover. A peer that restarted (a
 standby took its place, or a new application; its app file says so) has no phase until its
 new query reports a batch, and a planned hold is checked again just before the freeze with the
-peers as known then (session 28: a survivor held its boundary 6.8 s away from a replica killed
-after the plan, onto the newcomer's first boundary). Spark offers no hook
-between two real-time batches (no ``foreachBatch``, a Kafka source, listeners run
+peers as known then (without that check a survivor held its boundary 6.8 s away from a replica
+killed after the plan, onto the newcomer's first boundary; docs/benchmarks.md). Spark offers no
+hook between two real-time batches (no ``foreachBatch``, a Kafka source, listeners run
 asynchronously and late), hence the freeze. A ``pause`` fault freezes the driver's whole process
 tree; a hold that overlaps one can thaw the driver JVM early (a window of microseconds: the
 fault signals every process at once).
@@ -117,8 +117,8 @@ MARGIN_S = 0.5
 """The driver JVM is frozen at least this long before the predicted end of its batch, plus the
 spread of its recent batch lengths (:meth:`PhaseKeeper.margin`), so that the end falls inside
 the freeze. Freezing the driver early costs nothing: the executors' tasks go on writing results
-(session 29: a replica's output kept its rate and 9-42 ms lag through an 11.5-s freeze in
-mid-batch)."""
+(a replica's output kept its rate and 9-42 ms lag through an 11.5-s freeze in mid-batch;
+docs/benchmarks.md)."""
 
 
 def _first_of_run(progress: dict[str, Any], last_run: object) -> bool:

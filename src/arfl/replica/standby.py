@@ -99,16 +99,16 @@ def rehearse(
     spark: Any, spec: Spec, mode: ReplicationMode, cfg: DriverConfig, stop: threading.Event
 ) -> None:
     """Run the replica's query once while a real-time standby waits, so that its take-over
-    finds the driver's and the executors' paths warm: measured cold (session 17), a take-over
-    spent 1.25 s building the pipeline, 0.4 s starting the query, 0.9 s planning its first
-    batch and 0.4 s launching its tasks, then 2.4-3.4 s until their first result.
+    finds the driver's and the executors' paths warm: measured cold (docs/benchmarks.md), a
+    take-over spent 1.25 s building the pipeline, 0.4 s starting the query, 0.9 s planning its
+    first batch and 0.4 s launching its tasks, then 2.4-3.4 s until their first result.
 
     The same pipeline on Spark's Kafka source, the sink on the standby's warm-up topic, a
     throwaway checkpoint. Its input: the input-shaped events of ``cfg.rehearsal_input``
     (:data:`REHEARSAL_RECORDS`, the supervisor's), which the standby writes to a topic of its
     own (:func:`rehearsal_input_topic`), read from the earliest offset, so that every
     per-record step runs once. A standby waits before the load starts, so the input itself is
-    empty then; measured in session 19 (docs/benchmarks.md), a take-over after a rehearsal
+    empty then; in docs/benchmarks.md, a take-over after a rehearsal
     without records spent 3-4 s between its tasks' first record read and their first code
     generation, its first result 4-5 s after that read; after one with records no code was
     generated on the take-over and the newcomer was healthy 1.4-3.7 s sooner (4 pairs). The
@@ -247,7 +247,7 @@ def build_ahead(
     """Build every replica's pipeline now, from the replicas' source options (the standby's
     mode options are theirs: deploy's start offsets, the same ``kafka.*``), so that a take-over
     whose source is the same only adds the sink and starts the query (0.3-0.9 s of Python and
-    plan analysis at a take-over, measured in session 30). None: switched off
+    plan analysis at a take-over, docs/benchmarks.md). None: switched off
     (``arfl.standbyBuildAhead = false``), or a mode whose source is not only its options."""
     base = replica_context(cfg)
     if not spec.spark.flag(BUILD_AHEAD_KEY, True) or mode.source_key(spec, base) is None:

@@ -1,9 +1,10 @@
 """Warm a replica's executors up before its real-time query starts.
 
-Measured here (Spark 4.3, ``local-cluster``, 2 cores, issue 11): the first real-time batch that
-sees records spends its whole interval cold. Its first Kafka poll took 1.8 s, the first record
-then took the rest of the batch to reach the sink (the executor's first Kafka producer, class
-loading, JIT), and the batch ended having read **one record per partition** out of 500 polled
+Measured here (Spark 4.3, ``local-cluster``, 2 cores; docs/benchmarks.md): the first real-time
+batch that sees records spends its whole interval cold. Its first Kafka poll took 1.8 s, the
+first record then took the rest of the batch to reach the sink (the executor's first Kafka
+producer, class loading, JIT), and the batch ended having read **one record per partition** out
+of 500 polled
 (the executor log's ``read 1 records through 1 polls (polled out 500 records)``). Records that
 arrived meanwhile waited for the next batch: every run started with a backlog of one or two
 intervals, and so did every restarted replica.

@@ -40,7 +40,7 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   unknown. The steady p99 at the window's length is the highest p99 of any stretch of the
   steady phase as long as the window (and never below the whole phase's): a p99 over 15 s of
   output scatters more than one over 40 s, and held to the longer phase's a fault that changed
-  nothing was "not masked" about as often as not (measured in docs/benchmarks.md, session 23).
+  nothing was "not masked" about as often as not (measured in docs/benchmarks.md).
   Masked says the window was no worse than the steady state itself over as long a stretch.
 * **Recovered** (:func:`recovery_at`): the first time T from the injection on such that over
   ``[T, max(T + settle, end of the impact window)]`` every 1-s interval with results has p99 <=

@@ -46,7 +46,7 @@ def harness_nice() -> int:
 # above G1's marking threshold (35 % of the heap), so marking cycles ran every ~30 s and their
 # Remark pauses (20-70 ms) and the young pauses on a busy host (up to 100 ms) stalled every hop
 # through the broker at once: the one shared component the replicas cannot mask
-# (docs/benchmarks.md, "The shared path", session 15).
+# (docs/benchmarks.md, "The shared path").
 KAFKA_HEAP = "1g"
 KAFKA_DEDUPE_BUFFER = 16 * 1024 * 1024
 """``log.cleaner.dedupe.buffer.size``: Kafka's 128 MB default is sized for compacting large

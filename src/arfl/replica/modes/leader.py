@@ -12,8 +12,8 @@ the log to its end before proposing.
 The leader decides on **its own clock**, apart from its Spark query: a :class:`Decider` thread
 appends one decision per ``batch_interval`` (aligned to wall-clock multiples of it). Its own
 query applies the decisions like any follower's, so a leader whose Spark is slow (an executor
-lost, CPU throttled) no longer paces the followers; until issue 13 the leader proposed inside
-its own ``latestOffset``, and every follower waited for its batches.
+lost, CPU throttled) does not pace the followers (a leader that proposed inside its own
+``latestOffset`` would make every follower wait for its batches).
 """
 
 from __future__ import annotations
