@@ -38,6 +38,7 @@ from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fa
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.state import load_state
 from arfl.registry import FAULTS
+from arfl.run.events import Event
 from arfl.run.rundir import Journal, RunPaths
 from arfl.run.sparkhome import owns_spark_home, retire_unless_used
 
@@ -139,7 +140,7 @@ class ChaosRunner:
             finally:
                 outcome.injected_at = time.time()
                 self.journal.write(
-                    "fault-injected",
+                    Event.FAULT_INJECTED,
                     kind=params.kind,
                     replica=replica,
                     at_s=round(inject_start - self.start_time, 3),
@@ -194,7 +195,7 @@ class ChaosRunner:
         if wait > 0 and self._stop.wait(wait):
             raise FaultError(f"{params.describe()}: not injected: the run ended")
         self.journal.write(
-            "fault-aligned",
+            Event.FAULT_ALIGNED,
             kind=params.kind,
             replica=params.replica,
             boundary_replica=boundary.replica,
@@ -288,7 +289,7 @@ class ChaosRunner:
                     error = f"{type(e).__name__}: {e}"
                     self.pending.add(params.kind, outcome.replica, fault.record)
             self.journal.write(
-                "fault-reverted",
+                Event.FAULT_REVERTED,
                 kind=params.kind,
                 replica=outcome.replica,
                 at_s=round(start - self.start_time, 3),
@@ -338,7 +339,7 @@ class ChaosRunner:
             self.run_fault(params)
         except Exception as e:  # one failed fault must not end the schedule
             self.journal.write(
-                "fault-failed", kind=params.kind, replica=params.replica, error=str(e)
+                Event.FAULT_FAILED, kind=params.kind, replica=params.replica, error=str(e)
             )
 
     def stop(self, timeout_s: float = 60.0) -> None:
@@ -428,7 +429,7 @@ def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
             continue
         report.reverted.append(label)
         journal.write(
-            "fault-reverted",
+            Event.FAULT_REVERTED,
             kind=entry.get("kind"),
             replica=entry.get("replica"),
             at_s=None,
@@ -461,7 +462,7 @@ def _stop_leftovers(run_dir: Path, journal: Journal, report: RecoveryReport, for
         return  # a live deployment's processes are its own business, not leftovers
     for st in leftovers.stop(found):
         journal.write(
-            "leftover-stopped",
+            Event.LEFTOVER_STOPPED,
             process=st.name,
             pid=st.pid,
             pids=st.pids,
@@ -478,7 +479,7 @@ def _stop_leftovers(run_dir: Path, journal: Journal, report: RecoveryReport, for
         except StackError as e:
             report.failed.append(f"the run's own stack: {e}")
             return
-        journal.write("leftover-stopped", process="run-stack", services=services)
+        journal.write(Event.LEFTOVER_STOPPED, process="run-stack", services=services)
         report.stopped.append(f"the run's own {' and '.join(services) or 'stack'}")
 
 
@@ -515,7 +516,7 @@ def _remove_spark_home(run_dir: Path, journal: Journal, report: RecoveryReport) 
     elif done.error is not None:
         report.failed.append(f"the run's SPARK_HOME {home}: {done.error}")
     elif done.retired is not None:
-        journal.write("spark-home-removed", recovered=True, **done.retired.to_json())
+        journal.write(Event.SPARK_HOME_REMOVED, recovered=True, **done.retired.to_json())
         report.removed_spark_home = done.retired.home
 
 

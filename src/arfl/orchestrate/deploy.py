@@ -52,6 +52,7 @@ from arfl.orchestrate.watch import Tick, Watcher, drain_seconds
 from arfl.processes import ManagedProcess, priority_of
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.replica.sparkenv import run_spark_home
+from arfl.run.events import Event
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.run.sparkhome import retire_unless_used
@@ -129,7 +130,7 @@ class Deployment:
         self._jars = stack.ensure_installed().spark_kafka_jars
         spec = self.ctx.spec
         self.ctx.journal.write(
-            "run-started",
+            Event.RUN_STARTED,
             run=self.ctx.run_id,
             mode=spec.replication.mode,
             replicas=spec.replication.replicas,
@@ -227,7 +228,9 @@ class Deployment:
         )
         self.t0 = t0
         workload = self.ctx.spec.workload
-        self.ctx.journal.write("workload-started", rate=workload.rate, duration_s=workload.duration)
+        self.ctx.journal.write(
+            Event.WORKLOAD_STARTED, rate=workload.rate, duration_s=workload.duration
+        )
         self.write_state()
 
     def _start_replay(self) -> None:
@@ -248,7 +251,7 @@ class Deployment:
         )
         self.t0 = time.time()
         self.ctx.journal.write(
-            "workload-started", replay=replay.topic, duration_s=self.ctx.spec.workload.duration
+            Event.WORKLOAD_STARTED, replay=replay.topic, duration_s=self.ctx.spec.workload.duration
         )
         self.write_state()
 
@@ -284,11 +287,11 @@ class Deployment:
         try:
             result = check_run(self.ctx.dir)
         except ArflError as e:
-            self.ctx.journal.write("warning", message=f"independent check not run: {e}")
+            self.ctx.journal.write(Event.WARNING, message=f"independent check not run: {e}")
             return
         write_json_atomic(self.ctx.paths.check, result.to_dict())
         self.ctx.journal.write(
-            "output-checked",
+            Event.OUTPUT_CHECKED,
             **{k: v for k, v in result.to_dict().items() if k not in ("examples",)},
         )
 
@@ -306,7 +309,7 @@ class Deployment:
             finally:
                 if held.received:
                     self.ctx.journal.write(
-                        "interrupt-ignored",
+                        Event.INTERRUPT_IGNORED,
                         signals=[signal.Signals(s).name for s in held.received],
                         during="stopping the deployment",
                     )
@@ -331,10 +334,10 @@ class Deployment:
             # Its exit status says whether every result reached the final topic (exit 4:
             # delivery failures); the report reads it back.
             code = self.merger.stop(grace_s=30.0)
-            self.ctx.journal.write("merger-exited", exit_code=code)
+            self.ctx.journal.write(Event.MERGER_EXITED, exit_code=code)
             if code != 0:
                 self.ctx.journal.write(
-                    "warning",
+                    Event.WARNING,
                     message=f"the merger exited with {code} (4: results not written to the "
                     f"final topic); see {self.merger.log_path}",
                 )
@@ -343,7 +346,7 @@ class Deployment:
             # topics back for the independent check.
             self.check_output()
         errors += self.net.close(self.ctx)
-        self.ctx.journal.write("run-stopped", errors=errors)
+        self.ctx.journal.write(Event.RUN_STOPPED, errors=errors)
         self.write_state()
         if errors:
             raise DeployError("; ".join(errors))
@@ -361,18 +364,18 @@ class Deployment:
         done = retire_unless_used(home, self.ctx.dir)
         if done.using:
             self.ctx.journal.write(
-                "warning",
+                Event.WARNING,
                 message=f"the run's SPARK_HOME {home} kept: pids {list(done.using)} still use "
                 "it; 'arfl chaos recover' removes it once they are gone",
             )
         elif done.error is not None:
             self.ctx.journal.write(
-                "warning",
+                Event.WARNING,
                 message=f"the run's SPARK_HOME {home} not removed ({done.error}); "
                 "'arfl chaos recover' retries",
             )
         elif done.retired is not None:
-            self.ctx.journal.write("spark-home-removed", **done.retired.to_json())
+            self.ctx.journal.write(Event.SPARK_HOME_REMOVED, **done.retired.to_json())
 
     def summarise(self) -> dict[str, Any]:
         """Write ``summary.json``."""
@@ -391,7 +394,7 @@ class Deployment:
         except OSError as e:
             raise DeployError(f"could not start the {name} ({argv[0]}): {e}") from e
         self.ctx.journal.write(
-            "harness-priority", process=name, pid=proc.pid, asked=nice, **priority_of(proc.pid)
+            Event.HARNESS_PRIORITY, process=name, pid=proc.pid, asked=nice, **priority_of(proc.pid)
         )
         return proc
 
@@ -412,7 +415,7 @@ class Deployment:
             )
         warning = slots_warning(spec, host_cores(), master)
         if note or warning:
-            self.ctx.journal.write("replica-slots", master=master, note=note, warning=warning)
+            self.ctx.journal.write(Event.REPLICA_SLOTS, master=master, note=note, warning=warning)
         return master
 
     def _starting_offsets(self) -> str:
@@ -420,7 +423,7 @@ class Deployment:
         end offsets before the load starts, as Spark's ``startingOffsets`` JSON (journaled)."""
         src = self.ctx.rspec.source
         ends = stack.topics.end_offsets(self.kafka, src.topic, src.partitions)
-        self.ctx.journal.write("starting-offsets", topic=src.topic, offsets=ends)
+        self.ctx.journal.write(Event.STARTING_OFFSETS, topic=src.topic, offsets=ends)
         return json.dumps({src.topic: {str(p): o for p, o in sorted(ends.items())}})
 
     def _wait_standbys(self) -> None:
@@ -441,7 +444,7 @@ class Deployment:
             if not ready and not self.runner.standbys_wanted():
                 break
         self.ctx.journal.write(
-            "standbys-ready" if ready else "standbys-not-ready",
+            Event.STANDBYS_READY if ready else Event.STANDBYS_NOT_READY,
             standbys=n,
             waited_s=round(time.monotonic() - t0, 3),
         )
@@ -470,7 +473,7 @@ class Deployment:
                 and not (realtime and self.runner.query_started(i))
             ]
             if not waiting:
-                self.ctx.journal.write("replicas-processing", replicas=n)
+                self.ctx.journal.write(Event.REPLICAS_PROCESSING, replicas=n)
                 return
             dead = [i for i, s in self.runner.states().items() if s.status == "dead"]
             if dead:
@@ -536,7 +539,7 @@ def deploy(
             d.watch(on_tick)
         except BaseException as e:
             failure = e
-            ctx.journal.write("run-failed", error=f"{type(e).__name__}: {e}")
+            ctx.journal.write(Event.RUN_FAILED, error=f"{type(e).__name__}: {e}")
             raise
         finally:
             try:
@@ -545,7 +548,7 @@ def deploy(
                 if failure is None:
                     raise
     summary = d.summarise()
-    ctx.journal.write("run-finished", results=summary.get("results"))
+    ctx.journal.write(Event.RUN_FINISHED, results=summary.get("results"))
     return DeployResult(ctx.dir, summary)
 
 

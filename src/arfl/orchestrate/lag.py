@@ -37,11 +37,10 @@ from confluent_kafka import KafkaException
 
 from arfl.configs.spec import Spec
 from arfl.registry import MODES
+from arfl.run.events import Event
 from arfl.run.progress import NOT_CATCHING_UP, batch_timing, end_offsets
 from arfl.run.rundir import Journal
 
-LAG_EVENT = "replica-lag"
-"""The journal event with each replica's largest lag over the run."""
 MIN_THRESHOLD_S = 10.0
 """A replica less than this far behind is never reported."""
 CADENCES = 3
@@ -165,7 +164,7 @@ class LagWatch:
             if lag > self.threshold:
                 self._episodes[r] = _Episode(since=now, max_lag=lag, lags=deque([(now, lag)]))
                 self.journal.write(
-                    "replica-behind", replica=r, lag_s=round(lag, 1), threshold_s=self.threshold
+                    Event.REPLICA_BEHIND, replica=r, lag_s=round(lag, 1), threshold_s=self.threshold
                 )
             return
         ep.max_lag = max(ep.max_lag, lag)
@@ -175,7 +174,7 @@ class LagWatch:
         ep.lags.append((now, lag))
         if lag < self.threshold / 2:
             self.journal.write(
-                "replica-back",
+                Event.REPLICA_BACK,
                 replica=r,
                 lag_s=round(lag, 1),
                 behind_s=round(now - ep.since, 1),
@@ -194,7 +193,7 @@ class LagWatch:
         if lag >= mid:
             ep.warned = True
             self.journal.write(
-                "warning",
+                Event.WARNING,
                 kind=NOT_CATCHING_UP,
                 replica=r,
                 message=self._message(r, lag0, lag, now - t0),
@@ -217,7 +216,7 @@ class LagWatch:
         then ``replica-lag``: each replica's largest lag over the run."""
         for r, ep in sorted(self._episodes.items()):
             self.journal.write(
-                "replica-behind-at-end",
+                Event.REPLICA_BEHIND_AT_END,
                 replica=r,
                 lag_s=round(self.lags.get(r, ep.max_lag), 1),
                 behind_s=round(now - ep.since, 1),
@@ -226,7 +225,7 @@ class LagWatch:
         self._episodes.clear()
         if self.enabled:
             self.journal.write(
-                LAG_EVENT,
+                Event.REPLICA_LAG,
                 max_lag_s={str(r): round(v, 1) for r, v in sorted(self.max_lags.items())},
                 threshold_s=self.threshold,
             )

@@ -34,6 +34,7 @@ from arfl.orchestrate.context import RunContext
 from arfl.orchestrate.supervisor import default_command
 from arfl.paths import state_dir
 from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS, java_home
+from arfl.run.events import Event
 from arfl.stack.embedded import EmbeddedStack
 
 
@@ -82,10 +83,12 @@ class RunNetwork:
             changed()
 
         self.isolation = create_isolation(ctx.run_id, range(spec.replication.replicas), planned)
-        ctx.journal.write("isolation-created", **self.isolation.to_json())
+        ctx.journal.write(Event.ISOLATION_CREATED, **self.isolation.to_json())
         self.run_stack = EmbeddedStack(ctx.dir / "stack", host=self.isolation.host_ip)
         self.info = self.run_stack.start()
-        ctx.journal.write("run-stack-started", kafka=self.info.kafka, zookeeper=self.info.zookeeper)
+        ctx.journal.write(
+            Event.RUN_STACK_STARTED, kafka=self.info.kafka, zookeeper=self.info.zookeeper
+        )
         return self.info
 
     def _open_docker(self, ctx: RunContext, changed: Callable[[], None]) -> stack.StackInfo:
@@ -99,7 +102,7 @@ class RunNetwork:
         try:
             image = dk.ensure_image(spec.docker.image)
             ctx.journal.write(
-                "docker-image",
+                Event.DOCKER_IMAGE,
                 image=image.tag,
                 built=image.built,
                 build_s=round(image.build_s, 3),
@@ -109,10 +112,12 @@ class RunNetwork:
         except FaultError as e:
             raise DeployError(str(e)) from None
         changed()
-        ctx.journal.write("docker-network-created", **self.docker.to_json())
+        ctx.journal.write(Event.DOCKER_NETWORK_CREATED, **self.docker.to_json())
         self.run_stack = EmbeddedStack(ctx.dir / "stack", host=self.docker.gateway)
         self.info = self.run_stack.start()
-        ctx.journal.write("run-stack-started", kafka=self.info.kafka, zookeeper=self.info.zookeeper)
+        ctx.journal.write(
+            Event.RUN_STACK_STARTED, kafka=self.info.kafka, zookeeper=self.info.zookeeper
+        )
         return self.info
 
     def driver_command(self, replica: int, config: Path) -> Sequence[str]:
@@ -178,13 +183,13 @@ class RunNetwork:
         if self.docker is not None and self._run is not None:
             try:
                 removed = dk.remove_run(self._run)
-                ctx.journal.write("docker-removed", removed=removed)
+                ctx.journal.write(Event.DOCKER_REMOVED, removed=removed)
             except Exception as e:  # keep going: 'arfl chaos recover' can finish it
                 errors.append(f"docker: {e}; run 'arfl chaos recover {ctx.dir}'")
         if self.isolation is not None:
             try:
                 removed = teardown_isolation(self.isolation)
-                ctx.journal.write("isolation-removed", removed=removed)
+                ctx.journal.write(Event.ISOLATION_REMOVED, removed=removed)
             except Exception as e:  # keep going: 'arfl chaos recover' can finish it
                 errors.append(f"isolation: {e}; run 'arfl chaos recover {ctx.dir}'")
         return errors

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from arfl.run.events import Event
 from arfl.run.progress import batch_timing, reached
 from arfl.run.rundir import Journal
 
@@ -69,7 +70,7 @@ class RejoinTracker:
             if reached(progress, p.target):
                 done_at = _progress_time(progress)
                 self.journal.write(
-                    "replica-caught-up",
+                    Event.REPLICA_CAUGHT_UP,
                     replica=r,
                     catchup_s=round(max(0.0, done_at - p.restarted_at), 3),
                     offsets={str(k): v for k, v in sorted(p.target.items())},
@@ -82,7 +83,7 @@ class RejoinTracker:
         self._check_pending()
         for r, p in self._pending.items():
             self.journal.write(
-                "replica-not-caught-up",
+                Event.REPLICA_NOT_CAUGHT_UP,
                 replica=r,
                 restarted_at=p.restarted_at,
                 offsets={str(k): v for k, v in sorted(p.target.items())},

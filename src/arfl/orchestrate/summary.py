@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from arfl.orchestrate.context import RunContext
-from arfl.orchestrate.lag import LAG_EVENT
 from arfl.orchestrate.resources import ResourceSampler
+from arfl.run.events import Event
 from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
 
@@ -21,8 +21,8 @@ def summarise(ctx: RunContext, resources: ResourceSampler, master: str) -> dict[
     if merger_json.exists():
         merged = json.loads(merger_json.read_text())
     events = read_jsonl(ctx.paths.journal)
-    restarts = sum(1 for e in events if e.get("event") == "replica-restarted")
-    lags = [e for e in events if e.get("event") == LAG_EVENT]
+    restarts = sum(1 for e in events if e.get("event") == Event.REPLICA_RESTARTED)
+    lags = [e for e in events if e.get("event") == Event.REPLICA_LAG]
     cpu = resources.cpu_seconds()
     spec = ctx.spec
     summary: dict[str, Any] = {

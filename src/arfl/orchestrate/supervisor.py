@@ -94,6 +94,7 @@ from arfl.replica.driver import EXIT_BAD_CONFIG
 from arfl.replica.modes.base import PEER_APPS, PEER_PROGRESS, STAGGER_REF, STARTING_OFFSETS
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.replica.standby import REHEARSAL_RECORDS
+from arfl.run.events import Event
 from arfl.run.records import replica_topic
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.sparkhome import driver_spark_home
@@ -533,7 +534,7 @@ class ReplicaRunner:
             self._stop()
         if held.received and not held.nested:  # else the outer stop (deploy's) reports them
             self.journal.write(
-                "interrupt-ignored",
+                Event.INTERRUPT_IGNORED,
                 signals=[signal.Signals(s).name for s in held.received],
                 during="stopping the replicas",
             )
@@ -564,7 +565,7 @@ class ReplicaRunner:
                     tree_grace_s=self.tree_grace_s,
                 )
                 self.journal.write(
-                    "standby-stopped",
+                    Event.STANDBY_STOPPED,
                     standby=sb.sid,
                     pid=sb.proc.pid,
                     ready=sb.ready,
@@ -586,7 +587,7 @@ class ReplicaRunner:
                 )
                 if rep.state.status not in ("dead", "stopped"):
                     self.journal.write(
-                        "replica-stopped",
+                        Event.REPLICA_STOPPED,
                         replica=rep.index,
                         pid=rep.proc.pid,
                         exit_code=code,
@@ -749,7 +750,7 @@ class ReplicaRunner:
         niced = p is not None and can_unnice() and set_nice([p], STANDBY_NICE)
         sb.niced = niced
         self.journal.write(
-            "standby-started", standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0
+            Event.STANDBY_STARTED, standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0
         )
 
     def _start_standby(self, sb: _Standby) -> None:
@@ -764,7 +765,7 @@ class ReplicaRunner:
         self._standbys_given_up = True
         for sb in self._standbys:
             sb.spawn_at = None
-        self.journal.write("standby-gave-up", reason=reason)
+        self.journal.write(Event.STANDBY_GAVE_UP, reason=reason)
 
     def _check_standby(self, sb: _Standby) -> None:
         now = time.time()
@@ -775,7 +776,7 @@ class ReplicaRunner:
         code = sb.proc.returncode
         if code is not None:
             signal_all(sb.proc.descendants(), signal.SIGKILL)
-            self.journal.write("standby-died", standby=sb.sid, pid=sb.proc.pid, exit_code=code)
+            self.journal.write(Event.STANDBY_DIED, standby=sb.sid, pid=sb.proc.pid, exit_code=code)
             self._standby_failures = 0 if sb.ready else self._standby_failures + 1
             sb.proc, sb.ready = None, False
             if self._standby_failures >= STANDBY_FAILURE_LIMIT:
@@ -795,7 +796,7 @@ class ReplicaRunner:
                 sb.ready = True
                 self._standby_failures = 0
                 self.journal.write(
-                    "standby-ready",
+                    Event.STANDBY_READY,
                     standby=sb.sid,
                     pid=sb.proc.pid,
                     startup_s=round(now - sb.spawned_at, 3),
@@ -833,7 +834,7 @@ class ReplicaRunner:
             rep.state, status="starting", pid=sb.proc.pid, app_id=None, started_at=now
         )
         self.journal.write(
-            "replica-started",
+            Event.REPLICA_STARTED,
             replica=rep.index,
             pid=sb.proc.pid,
             attempt=rep.attempt,
@@ -869,7 +870,7 @@ class ReplicaRunner:
             rep.state, status="starting", pid=rep.proc.pid, app_id=None, started_at=now
         )
         self.journal.write(
-            "replica-started", replica=rep.index, pid=rep.proc.pid, attempt=rep.attempt
+            Event.REPLICA_STARTED, replica=rep.index, pid=rep.proc.pid, attempt=rep.attempt
         )
 
     def _refresh_app_id(self, rep: _Replica) -> None:
@@ -882,7 +883,7 @@ class ReplicaRunner:
         rep.state = replace(rep.state, status="running", app_id=str(info.get("app_id")))
         rep.failures_without_app = 0
         self.journal.write(
-            "replica-ready",
+            Event.REPLICA_READY,
             replica=rep.index,
             pid=rep.state.pid,
             app_id=rep.state.app_id,
@@ -945,7 +946,7 @@ class ReplicaRunner:
             return
         reniced = set_nice(process_tree(rep.proc.pid), 0)
         self.journal.write(
-            "replica-reniced",
+            Event.REPLICA_RENICED,
             replica=rep.index,
             pid=rep.proc.pid,
             after_s=round(now - rep.yield_since, 3),
@@ -986,7 +987,7 @@ class ReplicaRunner:
         if not lost or not ready:
             return
         self.journal.write(
-            "replica-executor-lost",
+            Event.REPLICA_EXECUTOR_LOST,
             replica=rep.index,
             pid=rep.proc.pid,
             executors=sorted(lost),
@@ -1016,7 +1017,7 @@ class ReplicaRunner:
                     self._spawn(rep)
                 rep.state = replace(rep.state, restarts=rep.state.restarts + 1)
                 self.journal.write(
-                    "replica-restarted",
+                    Event.REPLICA_RESTARTED,
                     replica=rep.index,
                     pid=rep.state.pid,
                     attempt=rep.attempt,
@@ -1041,7 +1042,7 @@ class ReplicaRunner:
         if code >= 0:
             rep.exits = [t for t in rep.exits if now - t <= self.crash_loop_window_s] + [now]
         self.journal.write(
-            "replica-died",
+            Event.REPLICA_DIED,
             replica=rep.index,
             pid=rep.proc.pid,
             exit_code=code,
@@ -1054,6 +1055,6 @@ class ReplicaRunner:
             reason, detail = give_up
             rep.state = replace(rep.state, status="dead", exit_code=code)
             extra = {} if detail is None else {"detail": detail}
-            self.journal.write("replica-gave-up", replica=rep.index, reason=reason, **extra)
+            self.journal.write(Event.REPLICA_GAVE_UP, replica=rep.index, reason=reason, **extra)
         else:
             rep.state = replace(rep.state, status="restarting", exit_code=code)

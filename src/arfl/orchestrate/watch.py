@@ -33,8 +33,9 @@ from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.processes import ManagedProcess
 from arfl.registry import MODES
+from arfl.run.events import Event
 from arfl.run.names import leader_path
-from arfl.run.progress import LATE_DROP_EVENT, from_journal, late_drops, reached
+from arfl.run.progress import from_journal, late_drops, reached
 from arfl.run.rundir import Journal, RunPaths
 from arfl.run.streams import (
     InjectorSecond,
@@ -133,13 +134,10 @@ class LateDropWatch:
         for i, tail in self._tails.items():
             seen = self._seen[i]
             for drop in late_drops(tail.read_new(), i, seen):
-                self.journal.write(LATE_DROP_EVENT, **drop.journal_fields())
+                self.journal.write(Event.LATE_DROP, **drop.journal_fields())
                 seen.add(drop.batch)
                 written += 1
         return written
-
-
-LEADER_ELECTED_EVENT = "leader-elected"
 
 
 class LeaderWatch:
@@ -179,7 +177,7 @@ class LeaderWatch:
             return self.leader
         leader = next((int(c) for c in map(str, contenders) if c.isdigit()), None)
         if leader is not None and leader != self.leader:
-            self.journal.write(LEADER_ELECTED_EVENT, replica=leader, previous=self.leader)
+            self.journal.write(Event.LEADER_ELECTED, replica=leader, previous=self.leader)
             self.leader = leader
         return leader
 
@@ -259,7 +257,7 @@ class Watcher:
             try:
                 leader = LeaderWatch(self.ctx.journal, self.zookeeper, path)
             except DeployError as e:  # the replicas may still reach it: watch without it
-                self.ctx.journal.write("warning", message=f"no leader-elected events: {e}")
+                self.ctx.journal.write(Event.WARNING, message=f"no leader-elected events: {e}")
         try:
             self._loop(on_tick, rejoins, drops, leader)
         finally:
@@ -322,7 +320,7 @@ class Watcher:
                 input_end = self.source_end_offsets()
                 self.lag.input_ended(input_end)
                 phase = "draining"
-                self.ctx.journal.write("workload-finished", exit_code=code)
+                self.ctx.journal.write(Event.WORKLOAD_FINISHED, exit_code=code)
             snap = monitor.latest
             results = snap.results if snap is not None else 0
             if results != last_results:
@@ -373,7 +371,7 @@ class Watcher:
             left = sorted(set(states) - gone)
             if left:  # with none left, _check_alive fails the run
                 self.ctx.journal.write(
-                    "replica-excluded",
+                    Event.REPLICA_EXCLUDED,
                     replica=i,
                     remaining=left,
                     message=f"replica {i} gave up; the run continues without it "
@@ -400,7 +398,7 @@ class Watcher:
                 if lag > 0 and r not in gone
             )
             self.ctx.journal.write(
-                "warning",
+                Event.WARNING,
                 message=f"replicas had not caught up {cap:.0f}s after the input "
                 f"ended ({behind or 'lag unknown'}); stopping anyway (results may be missing)",
             )

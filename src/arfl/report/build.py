@@ -55,6 +55,7 @@ from arfl.report.model import (
 )
 from arfl.report.rundata import Batch, RunData, load_run
 from arfl.report.slo import check_slos
+from arfl.run.events import Event
 from arfl.run.progress import (
     AGREED_WATERMARK,
     NOT_CATCHING_UP,
@@ -251,8 +252,8 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
     t_end = data.input_end
     if t_end is None or t_end <= t0:
         t_end = t0 + data.spec.workload.duration
-    if not data.events("run-finished"):
-        failed = data.first_event("run-failed")
+    if not data.events(Event.RUN_FINISHED):
+        failed = data.first_event(Event.RUN_FAILED)
         if failed is not None:
             warnings.append(f"the run failed: {failed.get('error')}")
         else:
@@ -357,10 +358,10 @@ def lag_warnings(data: RunData) -> list[str]:
     """What the deploy's lag watch journaled (``orchestrate/lag.py``): a replica that was not
     catching up, and one still behind the input when the run stopped."""
     out: list[str] = []
-    for ev in data.events("warning"):
+    for ev in data.events(Event.WARNING):
         if ev.get("kind") == NOT_CATCHING_UP:
             out.append(str(ev["message"]))
-    for ev in data.events("replica-behind-at-end"):
+    for ev in data.events(Event.REPLICA_BEHIND_AT_END):
         out.append(
             f"replica {ev.get('replica')} was still {float(ev.get('lag_s', 0)):.0f} s behind the "
             f"input when the run stopped (behind for {float(ev.get('behind_s', 0)):.0f} s): "
@@ -390,7 +391,7 @@ def late_drops(data: RunData) -> LateDrops:
                 unreported_batches(
                     data.progress.get(r, ()),
                     peer_batches(
-                        e for e in data.events("replica-restarted") if e.get("replica") == r
+                        e for e in data.events(Event.REPLICA_RESTARTED) if e.get("replica") == r
                     ),
                 )
                 if data.spec.has_window

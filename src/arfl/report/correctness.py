@@ -37,6 +37,7 @@ from arfl.coerce import try_int
 from arfl.errors import ArflError, ReportError
 from arfl.report.model import Correctness
 from arfl.report.rundata import RunData
+from arfl.run.events import Event
 from arfl.run.records import BadRecord, Result, final_values, parse_result
 
 FINAL_VALUES_HINT = (
@@ -194,7 +195,7 @@ def delivery_failures(data: RunData) -> int | None:
     recorded)."""
     merged = data.merger or dict(data.summary.get("merger") or {})
     failures = try_int(merged.get("delivery_failures"))
-    exited = data.first_event("merger-exited")
+    exited = data.first_event(Event.MERGER_EXITED)
     if exited is not None and try_int(exited.get("exit_code")) not in (0, None) and not failures:
         return None
     return failures
@@ -305,7 +306,7 @@ def recomputed(data: RunData) -> Correctness:
     from arfl import stack
     from arfl.replica.offline import recompute
 
-    started = data.first_event("run-started") or {}
+    started = data.first_event(Event.RUN_STARTED) or {}
     bootstrap = started.get("kafka")
     source = started.get("source_topic")
     sink = started.get("sink_topic")

@@ -15,6 +15,7 @@ from typing import Any
 from arfl.coerce import try_float, try_int
 from arfl.registry import FAULTS
 from arfl.report.rundata import Batch
+from arfl.run.events import Event
 
 
 def kills(kind: str) -> str | None:
@@ -69,8 +70,8 @@ def journaled_faults(
         batches: replica -> its micro-batches, to find a killed replica's first batch after
             its restart.
     """
-    injected = [e for e in journal if e.get("event") == "fault-injected"]
-    reverted = [e for e in journal if e.get("event") == "fault-reverted"]
+    injected = [e for e in journal if e.get("event") == Event.FAULT_INJECTED]
+    reverted = [e for e in journal if e.get("event") == Event.FAULT_REVERTED]
     used: set[int] = set()
     out: list[JournaledFault] = []
     for inj in sorted(injected, key=lambda e: float(e.get("started") or e["t"])):
@@ -87,7 +88,7 @@ def journaled_faults(
                 break
         out.append(_react(journal, inj, rev, kind, replica, started, batches or {}))
     for e in journal:
-        if e.get("event") == "fault-failed":
+        if e.get("event") == Event.FAULT_FAILED:
             out.append(
                 JournaledFault(
                     kind=str(e.get("kind")),
@@ -124,7 +125,7 @@ def _react(
             (
                 e
                 for e in journal
-                if e.get("event") == "replica-died"
+                if e.get("event") == Event.REPLICA_DIED
                 and try_int(e.get("replica")) == replica
                 and float(e["t"]) >= started - 0.5
             ),
@@ -137,7 +138,7 @@ def _react(
                 (
                     e
                     for e in journal
-                    if e.get("event") in ("replica-ready",)
+                    if e.get("event") in (Event.REPLICA_READY,)
                     and try_int(e.get("replica")) == replica
                     and float(e["t"]) > float(died["t"])
                 ),

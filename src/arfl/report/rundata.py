@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from arfl.errors import ReportError
 from arfl.measure.histogram import IntervalHistogram, read_latency_log
+from arfl.run.events import Event
 from arfl.run.progress import LateDrop, batch_timing, from_journal, late_drops
 from arfl.run.rundir import RunPaths, read_jsonl
 from arfl.run.streams import InjectorSummary, MonitorSnapshot
@@ -86,11 +87,11 @@ class RunData:
         """The run's id (its directory name)."""
         return self.root.name
 
-    def events(self, *names: str) -> list[dict[str, Any]]:
+    def events(self, *names: Event) -> list[dict[str, Any]]:
         """Journal events whose ``event`` is one of ``names``, in order."""
         return [e for e in self.journal if e.get("event") in names]
 
-    def first_event(self, name: str) -> dict[str, Any] | None:
+    def first_event(self, name: Event) -> dict[str, Any] | None:
         """The first journal event called ``name``."""
         found = self.events(name)
         return found[0] if found else None
@@ -99,7 +100,7 @@ class RunData:
     def input_start(self) -> float | None:
         """Epoch seconds when the input started: the injector's ``t0`` (event 0's intended send
         time, which latencies are measured from), else the ``workload-started`` event."""
-        for ev in self.events("injector_started", "injector_finished"):
+        for ev in self.events(Event.INJECTOR_STARTED, Event.INJECTOR_FINISHED):
             if ev.get("t0") is not None:
                 return float(ev["t0"])
         if self.injector_summary is not None:
@@ -107,7 +108,7 @@ class RunData:
         for sec in self.injector_seconds:
             if sec.get("t0") is not None:
                 return float(sec["t0"])
-        started = self.first_event("workload-started")
+        started = self.first_event(Event.WORKLOAD_STARTED)
         return None if started is None else float(started["t"])
 
     @property
@@ -116,10 +117,10 @@ class RunData:
         else the last injector second, else the scheduled end)."""
         if self.injector_summary is not None:
             return self.injector_summary.end
-        ev = self.first_event("injector_finished")
+        ev = self.first_event(Event.INJECTOR_FINISHED)
         if ev is not None and ev.get("end") is not None:
             return float(ev["end"])
-        ev = self.first_event("workload-finished")
+        ev = self.first_event(Event.WORKLOAD_FINISHED)
         if ev is not None:
             return float(ev["t"])
         if self.injector_seconds:
@@ -223,7 +224,7 @@ def load_run(root: Path) -> RunData:
         except (KeyError, TypeError, ValueError):
             continue
     if inj_summary is None:
-        ev = next((e for e in journal if e.get("event") == "injector_finished"), None)
+        ev = next((e for e in journal if e.get("event") == Event.INJECTOR_FINISHED), None)
         if ev is not None:
             try:
                 inj_summary = InjectorSummary.from_dict(ev)

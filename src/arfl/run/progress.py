@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-LATE_DROP_EVENT = "late-drop"
-"""The journal event :meth:`LateDrop.journal_fields` is written under."""
+from arfl.run.events import Event
 
 
 def batch_timing(progress: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -247,7 +246,7 @@ def late_drops(
 
 def from_journal(event: Mapping[str, Any]) -> LateDrop | None:
     """A ``late-drop`` journal event read back; None for another event or an unreadable one."""
-    if event.get("event") != LATE_DROP_EVENT:
+    if event.get("event") != Event.LATE_DROP:
         return None
     try:
         replica, batch, rows = int(event["replica"]), int(event["batch"]), int(event["rows"])

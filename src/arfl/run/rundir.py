@@ -28,6 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from arfl.run.events import Event
+
 
 def new_run_dir(root: Path, name: str) -> Path:
     """Create ``root/<name>-<timestamp>`` (with a suffix if it exists) and its sub-folders."""
@@ -53,9 +55,10 @@ class Journal:
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(self, event: str, **fields: Any) -> dict[str, Any]:
-        """Append one event stamped with the wall clock; returns the record written."""
-        rec: dict[str, Any] = {"t": round(time.time(), 6), "event": event, **fields}
+    def write(self, event: Event, **fields: Any) -> dict[str, Any]:
+        """Append one event (:mod:`arfl.run.events`) stamped with the wall clock; returns the
+        record written."""
+        rec: dict[str, Any] = {"t": round(time.time(), 6), "event": str(event), **fields}
         line = json.dumps(rec, sort_keys=False, default=str)
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")

@@ -43,6 +43,7 @@ from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.configs.workload import Workload
 from arfl.errors import DeployError
 from arfl.run.childconfig import ChildConfig, build_from_argv
+from arfl.run.events import Event
 from arfl.run.records import END_OF_INPUT_LEAD_MS
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
@@ -278,7 +279,7 @@ class Injector(InputProducer):
         stats.start(t0_wall)
         if journal:
             journal.write(
-                "injector_started",
+                Event.INJECTOR_STARTED,
                 topic=cfg.topic,
                 rate=rate,
                 duration_s=cfg.duration_s,

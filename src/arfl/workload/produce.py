@@ -28,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol
 from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.errors import DeployError
 from arfl.processes import stop_on_termination
+from arfl.run.events import Event
 from arfl.run.records import end_of_input_marker
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
@@ -368,7 +369,7 @@ class InputProducer:
         )
 
     def _warn(self, journal: Journal, message: str, **fields: Any) -> None:
-        journal.write("warning", component=self.component, message=message, **fields)
+        journal.write(Event.WARNING, component=self.component, message=message, **fields)
 
     def _warn_if_unsustained(
         self, journal: Journal, summary: InjectorSummary, message: str, **fields: Any
@@ -410,7 +411,7 @@ class InputProducer:
                 "end_of_input_markers": self.markers - self.markers_failed,
                 "end_of_input_ts": end_of_input_ts,
             }
-        journal.write("injector_finished", **summary.to_dict(), **extra, **end)
+        journal.write(Event.INJECTOR_FINISHED, **summary.to_dict(), **extra, **end)
 
 
 # --------------------------------------------------------------------------- process

@@ -47,6 +47,7 @@ from arfl.configs.defaults import INJECTOR_LINGER_MS
 from arfl.configs.replay import Position, PositionValue, Replay, parse_position
 from arfl.errors import DeployError
 from arfl.run.childconfig import ChildConfig, build_from_argv
+from arfl.run.events import Event
 from arfl.run.records import END_OF_INPUT_FIELD, END_OF_INPUT_LEAD_MS
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
@@ -483,7 +484,7 @@ class Replayer(InputProducer):
         stats.start(t0_wall)
         if journal:
             journal.write(
-                "injector_started",
+                Event.INJECTOR_STARTED,
                 topic=cfg.topic,
                 rate=cfg.pace if isinstance(cfg.pace, int) else None,
                 duration_s=cfg.duration_s,

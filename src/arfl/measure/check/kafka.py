@@ -11,6 +11,7 @@ from arfl.configs.spec import Spec
 from arfl.errors import ReportError
 from arfl.measure.check.compare import Delivered
 from arfl.measure.check.evaluate import InputRecord
+from arfl.run.events import Event
 
 
 def run_names(run_dir: Path) -> tuple[Spec, str, str, str]:
@@ -55,7 +56,7 @@ def input_start_ms(run_dir: Path) -> int | None:
     from arfl.run.rundir import read_jsonl
 
     for ev in read_jsonl(run_dir / "journal.jsonl"):
-        if ev.get("event") == "injector_started" and isinstance(ev.get("t0"), (int, float)):
+        if ev.get("event") == Event.INJECTOR_STARTED and isinstance(ev.get("t0"), (int, float)):
             return round(float(ev["t0"]) * 1000)
     return None
 

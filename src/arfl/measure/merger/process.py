@@ -30,6 +30,7 @@ from arfl.measure.merger.core import (
 from arfl.measure.merger.kafka import Consumer, kafka_consumer, kafka_producer
 from arfl.processes import same_process, stop_on_termination
 from arfl.run.childconfig import build_from_argv
+from arfl.run.events import Event
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
 
@@ -113,7 +114,7 @@ class Merger:
             self._consumer.assign(new)
             if missing and journal is not None:
                 journal.write(
-                    "warning",
+                    Event.WARNING,
                     component="merger",
                     message=f"replica topics {', '.join(missing)} do not exist yet at "
                     f"{self.config.bootstrap}; reading them from their beginning once they do",
@@ -206,7 +207,7 @@ class Merger:
         )  # fmt: skip
         monitor: IO[str] = open(paths.monitor, "a", encoding="utf-8")  # noqa: SIM115
         journal.write(
-            "merger_started",
+            Event.MERGER_STARTED,
             sink=cfg.sink,
             replicas=cfg.replicas,
             topics=cfg.topics(),
@@ -241,7 +242,7 @@ class Merger:
                         if code not in error_codes:  # journal each kind once
                             error_codes.add(code)
                             journal.write(
-                                "warning",
+                                Event.WARNING,
                                 component="merger",
                                 message=f"consumer error: {err}",
                                 code=code,
@@ -257,10 +258,10 @@ class Merger:
                     elif div is not None:
                         journaled += 1
                         if journaled <= MAX_JOURNALED_DIVERGENCES:
-                            journal.write("divergence", **div.to_dict())
+                            journal.write(Event.DIVERGENCE, **div.to_dict())
                         elif journaled == MAX_JOURNALED_DIVERGENCES + 1:
                             journal.write(
-                                "divergence_suppressed",
+                                Event.DIVERGENCE_SUPPRESSED,
                                 message=f"more than {MAX_JOURNALED_DIVERGENCES} divergent "
                                 "copies; only counting from now on (see merger.json)",
                             )
@@ -285,7 +286,7 @@ class Merger:
                     if core.dedup.evicted and not size_evictions_journaled:
                         size_evictions_journaled = True
                         journal.write(
-                            "warning",
+                            Event.WARNING,
                             component="merger",
                             message=f"dedup memory forgot result ids (horizon "
                             f"{cfg.horizon_s} s, at most {cfg.max_entries} ids): a copy "
@@ -296,7 +297,7 @@ class Merger:
                     if self._owner_gone():
                         self.stop_reason = "orphaned"
                         journal.write(
-                            "merger-orphaned",
+                            Event.MERGER_ORPHANED,
                             owner_pid=cfg.owner_pid,
                             owner_create_time=cfg.owner_create_time,
                             message=f"the process that started the merger (pid "
@@ -330,13 +331,13 @@ class Merger:
             final["max_entries"] = cfg.max_entries
             final["sink"] = sink
             write_json_atomic(cfg.result_path, final)
-            journal.write("merger_finished", **{k: final[k] for k in (
+            journal.write(Event.MERGER_FINISHED, **{k: final[k] for k in (
                 "results", "duplicates", "divergent", "bad", "evicted", "longest_gap_ms",
                 "delivery_failures", "complete_output", "stop_reason",
             )})  # fmt: skip
             if final["delivery_failures"]:
                 journal.write(
-                    "warning",
+                    Event.WARNING,
                     component="merger",
                     message=f"{final['delivery_failures']} results not written to "
                     f"{sink}: {self._first_delivery_error or 'flush timed out'}",
