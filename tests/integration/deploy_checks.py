@@ -17,7 +17,6 @@ from arfl.configs.load import parse_spec
 from arfl.configs.spec import Spec
 from arfl.errors import StackError
 from arfl.faults import netns
-from arfl.faults.state import IsolationState
 from arfl.measure.check.hops import HopLatency, hop_samples, summarise
 from arfl.measure.check.kafka import read_records, replica_topics
 from arfl.measure.histogram import merge, percentiles_ms, read_latency_log
@@ -26,6 +25,7 @@ from arfl.replica import offline
 from arfl.replica.sparkenv import local_session
 from arfl.run.records import Result, final_values, replica_topic, split_update
 from arfl.run.rundir import read_jsonl
+from arfl.run.state import IsolationState
 from arfl.run.streams import MonitorSnapshot
 from arfl.stack import StackInfo, ensure_installed
 from arfl.stack.lifecycle import layout_of, load_state

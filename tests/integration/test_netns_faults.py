@@ -25,8 +25,8 @@ from arfl.faults.base import FaultParams
 from arfl.faults.local import LocalTarget
 from arfl.faults.pending import PendingFaults
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending
-from arfl.faults.state import IsolationState
 from arfl.run.rundir import read_jsonl
+from arfl.run.state import IsolationState
 from arfl.testing import EmbeddedStack
 from arfl.testing.faults import write_state
 

@@ -16,6 +16,7 @@ from arfl.errors import FaultError, SpecError
 from arfl.faults import docker as dk
 from arfl.faults.state import parse_state
 from arfl.orchestrate.launcher import container_env
+from arfl.run.state import DockerNetState, to_json
 
 MINIMAL: dict[str, object] = {
     "name": "t",
@@ -75,7 +76,7 @@ def test_container_environment_host_runtime_and_user_image() -> None:
 
 
 def test_state_round_trip_names_each_replicas_container() -> None:
-    net = dk.DockerNetState(
+    net = DockerNetState(
         network="arfl-r",
         bridge="arfl-d3",
         subnet="10.214.3.0/24",
@@ -84,7 +85,7 @@ def test_state_round_trip_names_each_replicas_container() -> None:
         containers={0: "arfl-r-r0", 1: "arfl-r-r1"},
         addresses={0: "10.214.3.2", 1: "10.214.3.3"},
     )
-    state = parse_state({"run": "r", "replicas": {"0": {}, "1": {}}, "docker": net.to_json()})
+    state = parse_state({"run": "r", "replicas": {"0": {}, "1": {}}, "docker": to_json(net)})
     assert state.docker == net
     assert parse_state({"run": "r"}).docker is None
     assert dk.container_name("r", 1) == "arfl-r-r1" and dk.network_name("r") == "arfl-r"

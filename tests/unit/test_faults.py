@@ -26,9 +26,10 @@ from arfl.faults.kinds.kill_replica import KillReplicaParams
 from arfl.faults.kinds.slow import SLOW_CPU_PERCENT, SlowParams
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending, schedule_order
-from arfl.faults.state import IsolationState, NamespaceState, load_state, parse_state
+from arfl.faults.state import load_state, parse_state
 from arfl.registry import FAULTS, Entry, FaultInfo
 from arfl.run.rundir import read_jsonl
+from arfl.run.state import IsolationState, NamespaceState, RunState, to_json
 
 CALLS: list[str] = []
 
@@ -361,7 +362,7 @@ def test_state_tolerates_missing_optional_keys(tmp_path: Path) -> None:
     assert st.replicas[0].driver_pid == 5 and st.replicas[0].app_id is None
     assert st.isolation is None and st.leader_path is None and st.spec_name == "r"
     iso = IsolationState("arfl-br0", "10.213.0.1/24", {0: NamespaceState("n0", "10.213.0.2")})
-    st = parse_state({"run": "r", "isolation": iso.to_json()})
+    st = parse_state({"run": "r", "isolation": to_json(iso)})
     assert st.isolation == iso
 
 
@@ -372,7 +373,9 @@ def test_state_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(FaultError, match="not valid JSON"):
         load_state(tmp_path)
     (tmp_path / "state.json").write_text('{"replicas": {}}')
-    with pytest.raises(FaultError, match=r"state.json: malformed run state \(KeyError: 'run'\)"):
+    with pytest.raises(
+        FaultError, match=r"state.json: malformed run state \(run: Field required\)"
+    ):
         load_state(tmp_path)
 
 
@@ -623,6 +626,7 @@ def test_leftovers_include_standbys_once() -> None:
     from arfl.faults.leftovers import recorded_processes
 
     raw = {
+        "run": "r",
         "replicas": {"0": {"driver_pid": 10, "driver_create_time": 1.5}},
         # Standby 1 took replica 0 over since the last write: recorded twice, stopped once.
         "standbys": {
@@ -633,7 +637,7 @@ def test_leftovers_include_standbys_once() -> None:
         "merger_pid": 20,
         "merger_create_time": 3.0,
     }
-    got = [(r.name, r.pid) for r in recorded_processes(raw)]
+    got = [(r.name, r.pid) for r in recorded_processes(RunState.model_validate(raw))]
     assert got == [("replica-0", 10), ("standby-2", 11), ("merger", 20)]
 
 

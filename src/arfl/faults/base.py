@@ -22,10 +22,9 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 from pydantic import ValidationError
 
 from arfl.errors import FaultError
-from arfl.faults.docker import DockerNetState
-from arfl.faults.state import IsolationState
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo, UnknownKind
+from arfl.run.state import DockerNetState, IsolationState
 from arfl.units import format_duration
 
 P = TypeVar("P", bound=Params)

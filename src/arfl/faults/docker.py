@@ -29,11 +29,12 @@ import os
 import tarfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from arfl.errors import FaultError
+from arfl.run.state import DockerNetState
 
 LABEL_RUN = "arfl.run"
 LABEL_REPLICA = "arfl.replica"
@@ -196,46 +197,6 @@ def mounts_for(
 
 
 # --- networks -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DockerNetState:
-    """A run's docker network and its replicas' containers (``state.json`` ``docker``)."""
-
-    network: str
-    bridge: str
-    subnet: str
-    gateway: str
-    image: str
-    containers: dict[int, str] = field(default_factory=dict)
-    addresses: dict[int, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``docker`` object of ``state.json``."""
-        return {
-            "network": self.network,
-            "bridge": self.bridge,
-            "subnet": self.subnet,
-            "gateway": self.gateway,
-            "image": self.image,
-            "containers": {str(i): n for i, n in sorted(self.containers.items())},
-            "addresses": {str(i): a for i, a in sorted(self.addresses.items())},
-        }
-
-    @classmethod
-    def from_json(cls, raw: Any) -> DockerNetState | None:
-        """Parse the ``docker`` object (None when absent)."""
-        if not raw:
-            return None
-        return cls(
-            network=str(raw["network"]),
-            bridge=str(raw.get("bridge") or ""),
-            subnet=str(raw["subnet"]),
-            gateway=str(raw["gateway"]),
-            image=str(raw.get("image") or ""),
-            containers={int(k): str(v) for k, v in dict(raw.get("containers") or {}).items()},
-            addresses={int(k): str(v) for k, v in dict(raw.get("addresses") or {}).items()},
-        )
 
 
 def container_name(run: str, replica: int) -> str:

@@ -29,11 +29,9 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-from arfl.coerce import opt_float, opt_int
 from arfl.errors import StackError
 from arfl.processes import (
     CREATE_TIME_SLACK_S,
@@ -44,11 +42,11 @@ from arfl.processes import (
     signal_all,
     wait_gone,
 )
+from arfl.run.state import STATE_FILE, RunState
 from arfl.stack.lifecycle import layout_of
 from arfl.stack.lifecycle import load_state as load_stack_state
 from arfl.stack.processes import is_alive as stack_process_alive
 
-STATE_FILE = "state.json"
 RUN_STACK = "stack"
 """The run's own ZooKeeper + Kafka state directory (network-isolated runs)."""
 
@@ -104,39 +102,33 @@ class Stopped:
         )
 
 
-def read_state(run_dir: Path) -> tuple[dict[str, Any], float] | None:
-    """The raw ``state.json`` and its modification time; None when missing or unreadable."""
+def read_state(run_dir: Path) -> tuple[RunState, float] | None:
+    """``state.json`` and its modification time; None when missing, unreadable or not a run
+    state."""
     path = run_dir / STATE_FILE
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         mtime = path.stat().st_mtime
-    except (OSError, json.JSONDecodeError):
+        return RunState.model_validate(raw), mtime
+    except (OSError, ValueError):  # a ValidationError is a ValueError
         return None
-    return (raw, mtime) if isinstance(raw, dict) else None
 
 
-def recorded_processes(raw: dict[str, Any]) -> list[Recorded]:
+def recorded_processes(state: RunState) -> list[Recorded]:
     """The processes ``state.json`` names with a create time: injector, drivers, standby
     drivers, merger."""
     out: list[Recorded] = []
 
-    def add(name: str, pid: Any, create_time: Any) -> None:
-        p, ct = opt_int(pid), opt_float(create_time)
-        if p is not None and ct is not None:  # a pid alone is no identity
-            out.append(Recorded(name, p, ct))
+    def add(name: str, pid: int | None, create_time: float | None) -> None:
+        if pid is not None and create_time is not None:  # a pid alone is no identity
+            out.append(Recorded(name, pid, create_time))
 
-    def add_each(section: str, name: str, pid_key: str, time_key: str) -> None:
-        entries = raw.get(section) or {}
-        if isinstance(entries, dict):
-            for key in sorted(entries, key=lambda k: int(k) if str(k).isdigit() else -1):
-                e = entries[key]
-                if isinstance(e, dict):
-                    add(f"{name}-{key}", e.get(pid_key), e.get(time_key))
-
-    add("injector", raw.get("injector_pid"), raw.get("injector_create_time"))
-    add_each("replicas", "replica", "driver_pid", "driver_create_time")
-    add_each("standbys", "standby", "pid", "create_time")
-    add("merger", raw.get("merger_pid"), raw.get("merger_create_time"))
+    add("injector", state.injector_pid, state.injector_create_time)
+    for i, rep in sorted(state.replicas.items()):
+        add(f"replica-{i}", rep.driver_pid, rep.driver_create_time)
+    for k, sb in sorted(state.standbys.items()):
+        add(f"standby-{k}", sb.pid, sb.create_time)
+    add("merger", state.merger_pid, state.merger_create_time)
     # A standby promoted since the last write is recorded twice (as the replica and the
     # standby): stop it once.
     seen: set[tuple[int, float]] = set()
@@ -148,16 +140,15 @@ def recorded_processes(raw: dict[str, Any]) -> list[Recorded]:
     return unique
 
 
-def owner_alive(raw: dict[str, Any], state_mtime: float) -> bool:
+def owner_alive(state: RunState, state_mtime: float) -> bool:
     """Whether the arfl process that runs the deployment (``state.json`` ``pid``) still runs.
 
     Without a recorded create time, a live process with that pid counts as the owner unless it
     was created after ``state.json`` was last written (then it cannot have written it).
     """
-    pid = opt_int(raw.get("pid"))
+    pid, create_time = state.pid, state.pid_create_time
     if pid is None:
         return False
-    create_time = opt_float(raw.get("pid_create_time"))
     proc = same_process(pid, create_time, slack_s=_SLACK_S)
     if proc is None:
         return False

@@ -100,7 +100,7 @@ def summarize(target: LocalTarget) -> TargetSummary:
         )
     leader: int | None = None
     leader_problem: str | None = None
-    if state.leader_path and state.stack.get("zookeeper"):
+    if state.leader_path and state.stack and state.stack.zookeeper:
         try:
             leader = target.leader()
         except FaultError as e:
@@ -108,10 +108,10 @@ def summarize(target: LocalTarget) -> TargetSummary:
     standbys = [
         StandbySummary(
             index=k,
-            pid=pid,
-            pids=process_tree(pid) if same_process(pid, created, slack_s=1.0) else [],
+            pid=sb.pid,
+            pids=process_tree(sb.pid) if same_process(sb.pid, sb.create_time, slack_s=1.0) else [],
         )
-        for k, (pid, created) in sorted(state.standbys.items())
+        for k, sb in sorted(state.standbys.items())
     ]
     return TargetSummary(
         run=state.run,

@@ -10,9 +10,10 @@ import psutil
 
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
-from arfl.faults.state import IsolationState, RunState, load_state
+from arfl.faults.state import load_state
 from arfl.processes import is_running, same_process
 from arfl.processes import process_tree as _tree
+from arfl.run.state import DockerNetState, IsolationState, RunState
 
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 
@@ -155,7 +156,7 @@ class LocalTarget:
         st = self._replica(replica)
         return st.docker.containers.get(replica) if st.docker else None
 
-    def docker(self) -> dk.DockerNetState | None:
+    def docker(self) -> DockerNetState | None:
         """The run's docker network and containers (``docker`` of ``state.json``)."""
         return self.state().docker
 
@@ -181,9 +182,9 @@ class LocalTarget:
                 if other != replica:
                     with contextlib.suppress(FaultError):
                         theirs.update(self.replica_pids(other))
-            for pid, created in st.standbys.values():
-                if same_process(pid, created, slack_s=1.0) is not None:
-                    theirs.update(process_tree(pid))
+            for sb in st.standbys.values():
+                if same_process(sb.pid, sb.create_time, slack_s=1.0) is not None:
+                    theirs.update(process_tree(sb.pid))
             return executors_of_app(rep.app_id, keep=lambda pid: pid not in theirs)
         matches: dict[int, tuple[str, int]] = {}
         for pid in self.replica_pids(replica):
@@ -218,7 +219,7 @@ class LocalTarget:
             FaultError: no ZooKeeper address or leader path in state.json, or ZooKeeper is down.
         """
         st = self.state()
-        hosts = st.stack.get("zookeeper")
+        hosts = st.stack.zookeeper if st.stack else None
         if not hosts or not st.leader_path:
             raise FaultError(
                 f"{self._run_dir}/state.json: no stack.zookeeper or leader_path; "

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from arfl.errors import FaultError
-from arfl.faults.state import IsolationState, NamespaceState
 from arfl.registry import FAULTS
+from arfl.run.state import IsolationState, NamespaceState
 
 NETNS_DIR = Path("/run/netns")
 SUBNET_BASE = "10.213"  # 10.213.<k>.0/24, k = bridge number; checked against this host's addresses

@@ -453,12 +453,12 @@ def _stop_leftovers(run_dir: Path, journal: Journal, report: RecoveryReport, for
     state = leftovers.read_state(run_dir)
     if state is None:
         return
-    raw, mtime = state
+    run_state, mtime = state
     found = leftovers.find(run_dir)
     own_stack = leftovers.run_stack_running(run_dir)
     if not (found or own_stack):
         return
-    if not force and leftovers.owner_alive(raw, mtime):
+    if not force and leftovers.owner_alive(run_state, mtime):
         return  # a live deployment's processes are its own business, not leftovers
     for st in leftovers.stop(found):
         journal.write(
@@ -495,8 +495,8 @@ def _own_spark_home(run_dir: Path) -> Path | None:
     state = leftovers.read_state(run_dir)
     if state is None or leftovers.owner_alive(*state):
         return None
-    raw = state[0].get("spark_home")
-    if not isinstance(raw, str) or not raw:
+    raw = state[0].spark_home
+    if not raw:
         return None
     home = Path(raw)
     return home if home.is_dir() and owns_spark_home(run_dir, home) else None

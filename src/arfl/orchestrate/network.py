@@ -29,12 +29,12 @@ from arfl.faults.netns import (
     require_net_admin,
     teardown_isolation,
 )
-from arfl.faults.state import IsolationState
 from arfl.orchestrate.context import RunContext
 from arfl.orchestrate.supervisor import default_command
 from arfl.paths import state_dir
 from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS, java_home
 from arfl.run.events import Event
+from arfl.run.state import DockerNetState, IsolationState, to_json
 from arfl.stack.embedded import EmbeddedStack
 
 
@@ -49,7 +49,7 @@ class RunNetwork:
         self.info: stack.StackInfo | None = None
         self.isolation: IsolationState | None = None
         self.run_stack: EmbeddedStack | None = None
-        self.docker: dk.DockerNetState | None = None
+        self.docker: DockerNetState | None = None
         self._run: str | None = None
         self._run_dir: Path | None = None
 
@@ -83,7 +83,7 @@ class RunNetwork:
             changed()
 
         self.isolation = create_isolation(ctx.run_id, range(spec.replication.replicas), planned)
-        ctx.journal.write(Event.ISOLATION_CREATED, **self.isolation.to_json())
+        ctx.journal.write(Event.ISOLATION_CREATED, **to_json(self.isolation))
         self.run_stack = EmbeddedStack(ctx.dir / "stack", host=self.isolation.host_ip)
         self.info = self.run_stack.start()
         ctx.journal.write(
@@ -112,7 +112,7 @@ class RunNetwork:
         except FaultError as e:
             raise DeployError(str(e)) from None
         changed()
-        ctx.journal.write(Event.DOCKER_NETWORK_CREATED, **self.docker.to_json())
+        ctx.journal.write(Event.DOCKER_NETWORK_CREATED, **to_json(self.docker))
         self.run_stack = EmbeddedStack(ctx.dir / "stack", host=self.docker.gateway)
         self.info = self.run_stack.start()
         ctx.journal.write(

@@ -1,10 +1,9 @@
-"""``state.json``: what ``arfl chaos`` and ``arfl chaos recover`` act on (pids, app ids,
-namespaces, topics), kept current while a deployment runs."""
+"""Writing ``state.json`` (:class:`arfl.run.state.RunState`) from a running deployment: what
+``arfl chaos`` and ``arfl chaos recover`` act on (pids, app ids, namespaces, topics)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import psutil
 
@@ -14,7 +13,7 @@ from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.processes import ManagedProcess, same_process
 from arfl.run.names import leader_path
 from arfl.run.records import replica_topic
-from arfl.run.rundir import write_json_atomic
+from arfl.run.state import ReplicaRecord, RunState, StackRecord, StandbyRecord, TopicsRecord
 
 _OWN_CREATE_TIME = psutil.Process().create_time()
 """This arfl's create time: with ``pid`` it tells a later ``recover`` whether we still run."""
@@ -42,60 +41,53 @@ def write_state(
     iso = net.isolation
     # Standbys first: one promoted in between is then in one list or both, never in none.
     standby_states = runner.standby_states() if runner is not None else []
-    replicas: dict[str, Any] = {}
+    replicas: dict[int, ReplicaRecord] = {}
     if runner is not None:
         for i, st in runner.states().items():
             ns = iso.namespaces.get(i) if iso else None
             proc = same_process(st.pid, None) if st.pid is not None else None
-            replicas[str(i)] = {
-                "driver_pid": st.pid,
-                "driver_create_time": proc.create_time() if proc is not None else None,
-                "app_id": st.app_id,
-                "state": st.status,
-                "restarts": st.restarts,
-                "netns": ns.name if ns else None,
-                "address": ns.address if ns else dk_address(net, i),
-                "container": net.docker.containers.get(i) if net.docker else None,
-            }
-    standbys: dict[str, Any] = {}
-    if runner is not None:
-        for sb in standby_states:
-            proc = same_process(sb.pid, None)
-            standbys[str(sb.standby)] = {
-                "pid": sb.pid,
-                "create_time": proc.create_time() if proc is not None else None,
-                "ready": sb.ready,
-            }
+            replicas[i] = ReplicaRecord(
+                driver_pid=st.pid,
+                driver_create_time=proc.create_time() if proc is not None else None,
+                app_id=st.app_id,
+                state=st.status,
+                restarts=st.restarts,
+                netns=ns.name if ns else None,
+                address=ns.address if ns else dk_address(net, i),
+                container=net.docker.containers.get(i) if net.docker else None,
+            )
+    standbys: dict[int, StandbyRecord] = {}
+    for sb in standby_states:
+        proc = same_process(sb.pid, None)
+        standbys[sb.standby] = StandbyRecord(
+            pid=sb.pid, create_time=proc.create_time() if proc is not None else None, ready=sb.ready
+        )
     n = ctx.spec.replication.replicas
-    write_json_atomic(
-        ctx.paths.state,
-        {
-            "run": ctx.run_id,
-            "pid": os.getpid(),
-            "pid_create_time": _OWN_CREATE_TIME,
-            "mode": ctx.spec.replication.mode,
-            "spec_name": ctx.spec.name,
-            "target": ctx.spec.spark.target,
-            "stack": (
-                {"kafka": net.info.kafka, "zookeeper": net.info.zookeeper}
-                if net.info is not None
-                else None
-            ),
-            "topics": {
-                "source": ctx.rspec.source.topic,
-                "sink": ctx.rspec.sink.topic,
-                "replicas": [replica_topic(ctx.rspec.sink.topic, i) for i in range(n)],
-            },
-            "replicas": replicas,
-            "standbys": standbys,
-            "leader_path": leader_path(ctx.spec.name, ctx.run_id),
-            "isolation": iso.to_json() if iso else None,
-            "docker": net.docker.to_json() if net.docker else None,
-            # The run's own SPARK_HOME (not on the docker target), removed at the stop.
-            "spark_home": str(runner.spark_home) if runner and runner.spark_home else None,
-            "merger_pid": merger.pid if merger else None,
-            "merger_create_time": merger.create_time if merger else None,
-            "injector_pid": injector.pid if injector else None,
-            "injector_create_time": injector.create_time if injector else None,
-        },
-    )
+    RunState(
+        run=ctx.run_id,
+        pid=os.getpid(),
+        pid_create_time=_OWN_CREATE_TIME,
+        mode=ctx.spec.replication.mode,
+        spec_name=ctx.spec.name,
+        target=ctx.spec.spark.target,
+        stack=(
+            StackRecord(kafka=net.info.kafka, zookeeper=net.info.zookeeper)
+            if net.info is not None
+            else None
+        ),
+        topics=TopicsRecord(
+            source=ctx.rspec.source.topic,
+            sink=ctx.rspec.sink.topic,
+            replicas=[replica_topic(ctx.rspec.sink.topic, i) for i in range(n)],
+        ),
+        replicas=replicas,
+        standbys=standbys,
+        leader_path=leader_path(ctx.spec.name, ctx.run_id),
+        isolation=iso,
+        docker=net.docker,
+        spark_home=str(runner.spark_home) if runner and runner.spark_home else None,
+        merger_pid=merger.pid if merger else None,
+        merger_create_time=merger.create_time if merger else None,
+        injector_pid=injector.pid if injector else None,
+        injector_create_time=injector.create_time if injector else None,
+    ).write(ctx.dir)

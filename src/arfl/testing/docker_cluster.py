@@ -27,6 +27,7 @@ from typing import Any
 from arfl.errors import StackError
 from arfl.faults import docker as dk
 from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS, driver_env, ensure_spark_home
+from arfl.run.state import DockerNetState
 from arfl.stack import StackInfo
 from arfl.stack.embedded import EmbeddedStack
 
@@ -57,7 +58,7 @@ class DockerSparkCluster:
         self.memory = memory
         self.start_timeout_s = start_timeout_s
         self.name = f"sparkcluster{os.getpid()}"
-        self.net: dk.DockerNetState | None = None
+        self.net: DockerNetState | None = None
         self.harness: EmbeddedStack | None = None
         self.stack: StackInfo | None = None
         self.container: Any = None

@@ -14,9 +14,8 @@ from typing import Any
 import psutil
 
 from arfl.faults.local import executors_of_app
-from arfl.faults.state import IsolationState
 from arfl.processes import ManagedProcess, stop_pid, wait_until
-from arfl.run.rundir import write_json_atomic
+from arfl.run.state import IsolationState, RunState, to_json
 
 SPARK_APP = """\
 import sys
@@ -195,8 +194,7 @@ def write_state(
         if rep.get("driver_pid") and "driver_create_time" not in rep:
             rep["driver_create_time"] = psutil.Process(int(rep["driver_pid"])).create_time()
         reps[str(idx)] = rep
-    write_json_atomic(
-        run_dir / "state.json",
+    RunState.model_validate(
         {
             "run": run,
             "pid": os.getpid() if pid is None else pid,
@@ -205,11 +203,11 @@ def write_state(
             "stack": stack or {},
             "replicas": reps,
             "leader_path": leader_path,
-            "isolation": isolation.to_json() if isolation else None,
+            "isolation": to_json(isolation) if isolation else None,
             "standbys": {
                 str(k): {"pid": p, "create_time": psutil.Process(p).create_time(), "ready": True}
                 for k, p in (standbys or {}).items()
             },
         },
-    )
+    ).write(run_dir)
     return run_dir

@@ -12,9 +12,9 @@ from arfl.faults import docker as dk
 from arfl.faults import netns
 from arfl.faults.base import FaultBase, Target
 from arfl.faults.pending import PendingFaults
-from arfl.faults.state import IsolationState, NamespaceState
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
+from arfl.run.state import DockerNetState, IsolationState, NamespaceState
 
 
 class PartitionParams(Params):
@@ -36,7 +36,7 @@ class PartitionParams(Params):
         return tuple(self.from_)
 
 
-def docker_net(target: Target) -> dk.DockerNetState:
+def docker_net(target: Target) -> DockerNetState:
     """The run's docker network (state.json ``docker``).
 
     Raises:

@@ -12,6 +12,7 @@ from arfl.errors import ReportError
 from arfl.measure.check.compare import Delivered
 from arfl.measure.check.evaluate import InputRecord
 from arfl.run.events import Event
+from arfl.run.state import STATE_FILE, RunState
 
 
 def run_names(run_dir: Path) -> tuple[Spec, str, str, str]:
@@ -23,19 +24,19 @@ def run_names(run_dir: Path) -> tuple[Spec, str, str, str]:
     Raises:
         ReportError: the run directory lacks them.
     """
-    spec_path, state_path = run_dir / "spec.json", run_dir / "state.json"
+    spec_path, state_path = run_dir / "spec.json", run_dir / STATE_FILE
     try:
         spec = saved_spec(json.loads(spec_path.read_text(encoding="utf-8")))
-        state: dict[str, Any] = json.loads(state_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        state = RunState.model_validate_json(state_path.read_bytes())
+    except (OSError, ValueError) as e:  # a ValidationError is a ValueError
         raise ReportError(
             f"{run_dir}: cannot read spec.json/state.json ({e}); is it a run directory?"
         ) from None
-    topics = dict(state.get("topics") or {})
+    topics: dict[str, Any] = state.topics.model_dump() if state.topics else {}
     summary_path = run_dir / "summary.json"
     if not (topics.get("source") and topics.get("sink")) and summary_path.exists():
         topics = dict(json.loads(summary_path.read_text(encoding="utf-8")).get("topics") or {})
-    kafka = (state.get("stack") or {}).get("kafka")
+    kafka = state.stack.kafka if state.stack else None
     if not (kafka and topics.get("source") and topics.get("sink")):
         raise ReportError(f"{state_path} names no stack.kafka or topics.source/sink")
     return spec, str(kafka), str(topics["source"]), str(topics["sink"])
@@ -45,10 +46,10 @@ def replica_topics(run_dir: Path) -> list[str]:
     """The replicas' topics of a run, replica 0 first (``state.json``'s ``topics.replicas``;
     empty when not recorded)."""
     try:
-        state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
-        return [str(t) for t in (state.get("topics") or {}).get("replicas") or []]
-    except (OSError, ValueError, AttributeError):
+        state = RunState.model_validate_json((run_dir / STATE_FILE).read_bytes())
+    except (OSError, ValueError):
         return []
+    return list(state.topics.replicas) if state.topics else []
 
 
 def input_start_ms(run_dir: Path) -> int | None:

@@ -1,0 +1,169 @@
+"""``state.json``: what a running deployment is made of, kept current by deploy, read by ``arfl
+chaos`` (targets), ``arfl chaos recover`` (leftovers after a ``kill -9``) and the independent
+check (addresses and topics). :class:`RunState` is its one definition, writer and readers alike.
+
+Written atomically (:meth:`RunState.write`): the first version before anything is created, again
+whenever a process, a namespace or the docker network appears. A reader of a file from another
+arfl version reads the keys it knows (others are ignored; missing ones take their defaults).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from arfl.run.rundir import write_json_atomic
+
+STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True)
+class NamespaceState:
+    """A replica's network namespace and the veth pair that joins it to the bridge."""
+
+    name: str
+    address: str
+    veth_host: str | None = None
+    veth_ns: str | None = None
+
+
+@dataclass(frozen=True)
+class IsolationState:
+    """The bridge and per-replica namespaces created for network faults."""
+
+    bridge: str
+    host_address: str
+    namespaces: dict[int, NamespaceState] = field(default_factory=dict)
+
+    @property
+    def host_ip(self) -> str:
+        """The bridge's address without prefix: where isolated replicas reach Kafka/ZooKeeper."""
+        return self.host_address.split("/", 1)[0]
+
+
+@dataclass
+class DockerNetState:
+    """A run's docker network and its replicas' containers."""
+
+    network: str
+    bridge: str
+    subnet: str
+    gateway: str
+    image: str
+    containers: dict[int, str] = field(default_factory=dict)
+    addresses: dict[int, str] = field(default_factory=dict)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ReplicaRecord(_Record):
+    """One replica as deploy last saw it."""
+
+    driver_pid: int | None = None
+    driver_create_time: float | None = None
+    app_id: str | None = None
+    state: str = "unknown"
+    restarts: int = 0
+    netns: str | None = None
+    address: str | None = None
+    container: str | None = None
+
+
+class StandbyRecord(_Record):
+    """A standby driver (``replication.standby``)."""
+
+    pid: int
+    create_time: float | None = None
+    ready: bool = False
+
+
+class StackRecord(_Record):
+    """Where the run's Kafka and ZooKeeper listen."""
+
+    kafka: str
+    zookeeper: str = ""
+
+
+class TopicsRecord(_Record):
+    """The run's topics."""
+
+    source: str
+    sink: str
+    replicas: list[str] = []
+
+
+class RunState(_Record):
+    """Everything ``state.json`` says about a deployment.
+
+    Attributes:
+        run: the run's name.
+        pid, pid_create_time: the arfl process that runs the deployment (``recover`` leaves a
+            live one alone).
+        target: ``spark.target``: ``docker`` when the run's containers and network are to be
+            found by label, even before ``docker`` is recorded.
+        stack: None until the stack is known.
+        docker: the docker target's network and containers (None: local processes, or not
+            created yet).
+        spark_home: the run's own SPARK_HOME (not on the docker target), removed at the stop.
+    """
+
+    run: str
+    pid: int | None = None
+    pid_create_time: float | None = None
+    mode: str = "unknown"
+    spec_name: str = ""
+    target: str = "local"
+    stack: StackRecord | None = None
+    topics: TopicsRecord | None = None
+    replicas: dict[int, ReplicaRecord] = {}
+    standbys: dict[int, StandbyRecord] = {}
+    leader_path: str | None = None
+    isolation: IsolationState | None = None
+    docker: DockerNetState | None = None
+    spark_home: str | None = None
+    merger_pid: int | None = None
+    merger_create_time: float | None = None
+    injector_pid: int | None = None
+    injector_create_time: float | None = None
+
+    @field_validator("stack", "topics", "isolation", "docker", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: Any) -> Any:
+        return v or None
+
+    @field_validator("replicas", "standbys", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v: Any) -> Any:
+        return v or {}
+
+    @model_validator(mode="after")
+    def _name(self) -> RunState:
+        if not self.spec_name:
+            self.spec_name = self.run
+        return self
+
+    @property
+    def on_docker(self) -> bool:
+        """The run's replicas are (or were about to be) containers."""
+        return self.docker is not None or self.target == "docker"
+
+    def to_json(self) -> dict[str, Any]:
+        """As written into ``state.json``."""
+        return self.model_dump(mode="json")
+
+    def write(self, run_dir: Path) -> None:
+        """Write ``<run_dir>/state.json`` atomically."""
+        write_json_atomic(run_dir / STATE_FILE, self.to_json())
+
+
+def to_json(value: IsolationState | DockerNetState) -> dict[str, Any]:
+    """The isolation or docker section as ``state.json`` (and the journal) hold it."""
+    from pydantic import TypeAdapter
+
+    out: dict[str, Any] = TypeAdapter(type(value)).dump_python(value, mode="json")
+    return out
