@@ -446,8 +446,8 @@ def test_recover_after_kill_9_while_the_run_stack_starts(
     # The docker network exists, the run's own stack is starting on its gateway, no container
     # yet: recover over the runs root finds the run, removes the network (by label) and stops
     # the stack. (Before, state.json was first written after the stack started.)
-    from arfl.faults.state import load_state as load_run_state
     from arfl.processes import stop_pid
+    from arfl.run.state import load_state as load_run_state
     from arfl.stack.processes import is_alive
 
     spec = SPEC_TOML.replace('name = "dock-left"', 'name = "dock-early"')

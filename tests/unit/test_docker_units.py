@@ -14,9 +14,8 @@ import pytest
 from arfl.configs.load import parse_spec
 from arfl.errors import FaultError, SpecError
 from arfl.faults import docker as dk
-from arfl.faults.state import parse_state
 from arfl.orchestrate.launcher import container_env
-from arfl.run.state import DockerNetState, to_json
+from arfl.run.state import DockerNetState, parse_state, to_json
 
 MINIMAL: dict[str, object] = {
     "name": "t",

@@ -26,10 +26,16 @@ from arfl.faults.kinds.kill_replica import KillReplicaParams
 from arfl.faults.kinds.slow import SLOW_CPU_PERCENT, SlowParams
 from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending, schedule_order
-from arfl.faults.state import load_state, parse_state
 from arfl.registry import FAULTS, Entry, FaultInfo
 from arfl.run.rundir import read_jsonl
-from arfl.run.state import IsolationState, NamespaceState, RunState, to_json
+from arfl.run.state import (
+    IsolationState,
+    NamespaceState,
+    RunState,
+    load_state,
+    parse_state,
+    to_json,
+)
 
 CALLS: list[str] = []
 

@@ -10,10 +10,9 @@ import psutil
 
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
-from arfl.faults.state import load_state
 from arfl.processes import is_running, same_process
 from arfl.processes import process_tree as _tree
-from arfl.run.state import DockerNetState, IsolationState, RunState
+from arfl.run.state import DockerNetState, IsolationState, RunState, load_state
 
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 

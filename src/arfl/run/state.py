@@ -1,6 +1,7 @@
 """``state.json``: what a running deployment is made of, kept current by deploy, read by ``arfl
-chaos`` (targets), ``arfl chaos recover`` (leftovers after a ``kill -9``) and the independent
-check (addresses and topics). :class:`RunState` is its one definition, writer and readers alike.
+chaos`` (targets, :func:`load_state`), ``arfl chaos recover`` (leftovers after a ``kill -9``)
+and the independent check (addresses and topics). :class:`RunState` is its one definition,
+writer and readers alike.
 
 Written atomically (:meth:`RunState.write`): the first version before anything is created, again
 whenever a process, a namespace or the docker network appears. A reader of a file from another
@@ -9,12 +10,14 @@ arfl version reads the keys it knows (others are ignored; missing ones take thei
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from arfl.errors import FaultError
 from arfl.run.rundir import write_json_atomic
 
 STATE_FILE = "state.json"
@@ -167,3 +170,41 @@ def to_json(value: IsolationState | DockerNetState) -> dict[str, Any]:
 
     out: dict[str, Any] = TypeAdapter(type(value)).dump_python(value, mode="json")
     return out
+
+
+def parse_state(raw: dict[str, Any], *, source: str = STATE_FILE) -> RunState:
+    """Validate the decoded JSON.
+
+    Raises:
+        FaultError: a required key is missing or has the wrong type.
+    """
+    try:
+        return RunState.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise FaultError(
+            f"{source}: malformed run state ({where}: {first['msg']}); "
+            "is this a run directory written by 'arfl deploy'?"
+        ) from e
+
+
+def load_state(run_dir: Path) -> RunState:
+    """Read ``<run_dir>/state.json``.
+
+    Raises:
+        FaultError: the file is missing, not JSON, or lacks required keys.
+    """
+    path = run_dir / STATE_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise FaultError(
+            f"{path}: no run state; pass a run directory of a running 'arfl deploy' "
+            "(runs/<name>-<timestamp>)"
+        ) from e
+    except json.JSONDecodeError as e:
+        raise FaultError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(raw, dict):
+        raise FaultError(f"{path}: expected a JSON object")
+    return parse_state(raw, source=str(path))
