@@ -32,7 +32,7 @@ from deploy_checks import (
 
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.orchestrate.lag import threshold_s
-from arfl.replica.modes.leader import Decision
+from arfl.replica.source.decisions import Decision
 from arfl.run.progress import AGREED_WATERMARK, batch_ends, late_drops
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo

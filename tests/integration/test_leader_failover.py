@@ -11,8 +11,9 @@ from confluent_kafka import Producer
 from kazoo.client import KazooClient
 from kazoo.recipe.election import Election
 
-from arfl.replica.modes.leader import Decision, DecisionLog, LeaderPolicy
+from arfl.replica.modes.leader import LeaderPolicy
 from arfl.replica.source import BatchOffset, SourceOptions
+from arfl.replica.source.decisions import Decision, DecisionLog
 from arfl.replica.source.kafka import TopicLog
 from arfl.replica.source.offsets import NO_BATCH
 from arfl.run.names import leader_path

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from arfl.errors import DeployError
-from arfl.replica.modes.leader import Decider, Decision, DecisionBook, LeaderPolicy
+from arfl.replica.modes.leader import Decider, LeaderPolicy
 from arfl.replica.source import BatchOffset, SourceOptions
+from arfl.replica.source.decisions import Decision, DecisionBook
 from arfl.replica.source.late import LateRule
 from arfl.replica.source.offsets import NO_BATCH, AgreedGroup
 from arfl.run.names import decision_topic, leader_path

@@ -383,7 +383,7 @@ def _run_dir(tmp_path: Path, spec: Spec, state: dict[str, Any] | None) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "spec.json").write_text(json.dumps(spec.model_dump(mode="json", by_alias=True)))
     if state is not None:
-        (tmp_path / "state.json").write_text(json.dumps(state))
+        (tmp_path / "state.json").write_text(json.dumps({"run": tmp_path.name, **state}))
     return tmp_path
 
 

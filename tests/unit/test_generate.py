@@ -18,7 +18,8 @@ from arfl.configs.lateness import is_late, late_from_seq, late_lag_ms
 from arfl.configs.load import parse_spec
 from arfl.configs.spec import Spec
 from arfl.configs.workload import field_types
-from arfl.measure.check.evaluate import InputRecord, expected_results, input_fields
+from arfl.measure.check.evaluate import InputRecord, expected_results
+from arfl.measure.check.pipeline import input_fields
 from arfl.workload.generate import EventGenerator, EventShape
 from arfl.workload.injector import Injector, InjectorConfig, intended_ms
 

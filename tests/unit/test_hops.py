@@ -12,7 +12,7 @@ import pytest
 from arfl.measure.check.evaluate import InputRecord
 from arfl.measure.check.hops import HopLatency, HopStats, hop_latency
 from arfl.report import build_report
-from arfl.report.html import hop_rows
+from arfl.report.tables import hop_rows
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 

@@ -22,7 +22,8 @@ from arfl.orchestrate.context import DeployOptions, RunContext, create_run
 from arfl.orchestrate.supervisor import ReplicaState
 from arfl.orchestrate.watch import LateDropWatch, Watcher
 from arfl.report import build_report
-from arfl.report.html import correctness_rows, render_html
+from arfl.report.html import render_html
+from arfl.report.tables import correctness_rows
 from arfl.run.progress import (
     AGREED_WATERMARK,
     batch_late_drop,

@@ -17,14 +17,8 @@ from arfl.configs.spec import Spec
 from arfl.errors import SpecError
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import InjectorStatsTail
-from arfl.workload.replay import (
-    ReplayConfig,
-    Replayed,
-    Replayer,
-    Schedule,
-    decode,
-    merge_by_time,
-)
+from arfl.workload.ranges import Replayed, decode, merge_by_time
+from arfl.workload.replay import ReplayConfig, Replayer, Schedule
 
 FIELDS = {
     "user": {"kind": "key", "cardinality": 10},

@@ -12,7 +12,8 @@ import pytest
 
 from arfl.report import build_report
 from arfl.report.correctness import FINAL_VALUES_HINT, compare_results
-from arfl.report.html import correctness_rows, render_html
+from arfl.report.html import render_html
+from arfl.report.tables import correctness_rows
 from arfl.run.records import Result
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"

@@ -11,7 +11,8 @@ from arfl.configs.load import parse_spec
 from arfl.measure.check import InputRecord, check
 from arfl.measure.check.skew import input_skew
 from arfl.report import build_report
-from arfl.report.html import hot_key_rows, report_body, workload_rows
+from arfl.report.html import report_body
+from arfl.report.tables import hot_key_rows, workload_rows
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 

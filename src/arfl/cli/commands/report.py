@@ -91,7 +91,7 @@ def _natural_width(table: Table) -> int:
 
 
 def _print_report(rep: Report) -> None:
-    from arfl.report.html import (
+    from arfl.report.tables import (
         HOPS_NOTE,
         correctness_rows,
         fault_rows,
@@ -144,7 +144,7 @@ def _print_slo(rep: Report) -> None:
 
 def print_comparison(comp: Comparison) -> None:
     """The comparison tables (one per metric) on stdout."""
-    from arfl.report.html import comparison_tables
+    from arfl.report.tables import comparison_tables
 
     tables = comparison_tables(comp)
     # One orientation for all of them: the same runs, read side by side.

@@ -61,7 +61,6 @@ def check_run(run_dir: Path, timeout_s: float = 120.0) -> IndependentCheck:
     Raises:
         ReportError: the run directory lacks the names, or Kafka or a topic is unavailable.
     """
-    from arfl.measure.check.evaluate import compile_pipeline
     from arfl.measure.check.hops import hop_latency
     from arfl.measure.check.kafka import (
         delivered,
@@ -70,6 +69,7 @@ def check_run(run_dir: Path, timeout_s: float = 120.0) -> IndependentCheck:
         replica_topics,
         run_names,
     )
+    from arfl.measure.check.pipeline import compile_pipeline
 
     spec, bootstrap, source, sink = run_names(run_dir)
     try:
