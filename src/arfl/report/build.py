@@ -45,15 +45,11 @@ from arfl.report.gaps import RESOLUTION, Gap, find_gaps, longest_in, overlapping
 from arfl.report.model import (
     Correctness,
     FaultStats,
-    LateDrops,
     PhaseStats,
-    ReplicaLateDrops,
     Report,
-    Resources,
-    Series,
-    WorkloadSkew,
 )
 from arfl.report.rundata import Batch, RunData, load_run
+from arfl.report.sections import LateDrops, ReplicaLateDrops, Resources, Series, WorkloadSkew
 from arfl.report.slo import check_slos
 from arfl.run.events import Event
 from arfl.run.progress import (

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from arfl.report.comparison import Comparison
-from arfl.report.model import FaultStats, PhaseStats, ReplicaLateDrops, Report
+from arfl.report.model import FaultStats, PhaseStats, Report
+from arfl.report.sections import ReplicaLateDrops
 
 
 def fmt(v: float | None, unit: str = "", nd: int = 1) -> str:
