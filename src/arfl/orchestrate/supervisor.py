@@ -76,9 +76,8 @@ import psutil
 from arfl.configs.spec import REHEARSAL_INPUT_KEY, REHEARSAL_KEY, Spec
 from arfl.errors import DeployError
 from arfl.faults.local import EXECUTOR_MAIN, not_forked_from_another, restart_suppressed
-from arfl.measure import frontier as frontier_file
-from arfl.orchestrate import checkpoints
 from arfl.orchestrate.interrupts import DeferredInterrupts
+from arfl.orchestrate.resume import plan_resume
 from arfl.processes import (
     ManagedProcess,
     can_unnice,
@@ -226,26 +225,6 @@ class StandbyState:
     standby: int
     pid: int
     ready: bool
-
-
-def resume_offsets(
-    starting: str | None, frontier: dict[int, int] | None
-) -> dict[str, dict[str, int]] | None:
-    """Spark ``startingOffsets`` at the output frontier: deploy's explicit start offsets
-    (``{"topic": {"0": n, ...}}``) moved up to the frontier, partition by partition; None when
-    either is unknown or the frontier lacks one of the partitions (the replica then resumes
-    from its checkpoint)."""
-    if starting is None or frontier is None:
-        return None
-    try:
-        parsed = json.loads(starting)
-        [(topic, start)] = parsed.items()
-        start_at = {int(p): int(o) for p, o in start.items()}
-    except (ValueError, AttributeError, TypeError):
-        return None
-    if not start_at or any(p not in frontier for p in start_at):
-        return None
-    return {topic: {str(p): max(o, frontier[p]) for p, o in sorted(start_at.items())}}
 
 
 def default_command(replica: int, config: Path) -> list[str]:
@@ -635,60 +614,23 @@ class ReplicaRunner:
         )
 
     def _resume(self, rep: _Replica) -> dict[str, object]:
-        """Decide where replica ``rep``'s next attempt starts reading; the journal's fields."""
-        if self.spec.resumes_from_peer:
-            return self._resume_from_peer(rep)
-        if not self.spec.resumes_from_output:
-            return {"resume": "checkpoint"}
-        frontier = frontier_file.read_frontier(frontier_file.path_in(self.paths.root))
-        offsets = resume_offsets(self.mode_options.get(STARTING_OFFSETS), frontier)
-        if offsets is None:
-            return {
-                "resume": "checkpoint",
-                "why": "no output frontier for every input partition yet",
-            }
-        rep.checkpoint = self.paths.root / "checkpoints" / f"replica-{rep.index}.{rep.attempt}"
-        rep.start_offsets = json.dumps(offsets)
-        [per_partition] = offsets.values()
-        return {"resume": "output", "offsets": per_partition}
-
-    def _resume_from_peer(self, rep: _Replica) -> dict[str, object]:
-        """Give ``rep`` a copy of the freshest committed checkpoint of any replica when it is
-        another's (:mod:`arfl.orchestrate.checkpoints`); else it keeps its own."""
-        own = rep.checkpoint or self.checkpoint_dir(rep.index)
-        where = {own: rep.index} | {
-            (r.checkpoint or self.checkpoint_dir(r.index)): r.index
-            for r in self._replicas
-            if r is not rep
-        }
-        mine = checkpoints.last_committed(own)
-        best = checkpoints.freshest(
-            [mine, *(checkpoints.last_committed(loc) for loc in where if loc != own)]
+        """Decide where replica ``rep``'s next attempt starts reading (:mod:`.resume`) and
+        apply it; the journal's fields."""
+        planned = plan_resume(
+            self.spec,
+            self.paths.root,
+            rep.index,
+            rep.attempt,
+            {r.index: r.checkpoint or self.checkpoint_dir(r.index) for r in self._replicas},
+            self.mode_options.get(STARTING_OFFSETS),
         )
-        if best is None or best.path == own:
-            return {"resume": "checkpoint"}
-        dest = self.paths.root / "checkpoints" / f"replica-{rep.index}.{rep.attempt}"
-        shutil.rmtree(dest, ignore_errors=True)
-        started = time.monotonic()
-        try:
-            files = checkpoints.copy_committed(best, dest, metadata_from=own)
-        except Exception as e:  # never the supervision thread's end: its own checkpoint is there
-            shutil.rmtree(dest, ignore_errors=True)
-            return {"resume": "checkpoint", "why": f"cannot copy {best.path}: {e}"}
-        if rep.checkpoint is not None:
-            shutil.rmtree(rep.checkpoint, ignore_errors=True)  # an earlier copy, replaced
-        rep.checkpoint = dest
-        [per_partition] = best.offsets.values()
-        return {
-            "resume": "peer",
-            "peer": where[best.path],
-            "batch": best.batch,
-            "own_batch": None if mine is None else mine.batch,
-            "offsets": per_partition,
-            "ahead": None if mine is None else best.records - mine.records,
-            "copied_files": files,
-            "copy_s": round(time.monotonic() - started, 3),
-        }
+        if planned.checkpoint is not None:
+            if planned.journal.get("resume") == "peer" and rep.checkpoint is not None:
+                shutil.rmtree(rep.checkpoint, ignore_errors=True)  # an earlier copy, replaced
+            rep.checkpoint = planned.checkpoint
+        if planned.start_offsets is not None:
+            rep.start_offsets = planned.start_offsets
+        return planned.journal
 
     def _standby_paths(self, sid: int) -> tuple[Path, Path, Path, Path]:
         """(config, app file, assignment, log) of standby ``sid``."""
