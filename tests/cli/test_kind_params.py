@@ -156,7 +156,11 @@ def test_a_run_whose_spec_lists_every_kinds_keys_still_reports(tmp_path: Path) -
     (run / "spec.json").write_text(json.dumps(raw))
     spec = load_run(run).spec
     assert [c.params for c in spec.chaos[2:]] == [SlowParams(), PartitionParams()]
-    state = {"stack": {"kafka": "127.0.0.1:1"}, "topics": {"source": "in", "sink": "out"}}
+    state = {
+        "run": "run",
+        "stack": {"kafka": "127.0.0.1:1"},
+        "topics": {"source": "in", "sink": "out"},
+    }
     (run / "state.json").write_text(json.dumps(state))
     assert run_names(run)[0] == spec
     raw["chaos"][1]["cpu"] = 5

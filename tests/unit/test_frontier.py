@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from arfl.measure.frontier import Frontier, read_frontier, write_frontier
-from arfl.orchestrate.supervisor import resume_offsets
+from arfl.orchestrate.resume import resume_offsets
 
 
 def test_a_partition_is_bounded_only_once_every_output_partition_saw_it() -> None:
