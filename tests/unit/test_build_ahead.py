@@ -1,5 +1,5 @@
 """A standby builds each replica's pipeline while it waits; a take-over uses the one built for
-its replica only when its source would be the same (``replica/driver._Ahead``)."""
+its replica only when its source would be the same (``replica/standby.Ahead``)."""
 
 from __future__ import annotations
 

@@ -672,3 +672,32 @@ def test_an_executors_child_is_not_taken_for_the_executor() -> None:
                 c.kill()
         executor.kill()
         executor.wait()
+
+
+def test_recover_reads_what_it_can_of_a_state_file_from_elsewhere() -> None:
+    """Nulls where a default exists, an entry that is not an object or not under a replica
+    number, a standby without a pid, a docker section without bridge or image: the file is
+    still read, and every process with an identity is found."""
+    from arfl.faults.leftovers import recorded_processes
+
+    raw = {
+        "run": "r",
+        "mode": None,
+        "target": None,
+        "replicas": {
+            "0": {"driver_pid": 10, "driver_create_time": 1.5, "state": None},
+            "x": {"driver_pid": 11, "driver_create_time": 1.5},
+            "1": "gone",
+        },
+        "standbys": {"0": {"pid": None}, "1": {"pid": 12, "create_time": 2.5}},
+        "docker": {"network": "n", "subnet": "10.214.3.0/24", "gateway": "10.214.3.1"},
+        "topics": {"source": "in"},
+        "stack": {},
+    }
+    state = RunState.model_validate(raw)
+    assert (state.mode, state.target, state.stack) == ("unknown", "local", None)
+    assert state.replicas[0].state == "unknown" and sorted(state.replicas) == [0]
+    assert state.docker is not None and (state.docker.bridge, state.docker.image) == ("", "")
+    assert state.topics is not None and state.topics.sink is None
+    got = [(r.name, r.pid) for r in recorded_processes(state)]
+    assert got == [("replica-0", 10), ("standby-1", 12)]

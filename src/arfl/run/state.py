@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from arfl.errors import FaultError
 from arfl.run.rundir import write_json_atomic
@@ -49,19 +49,47 @@ class IsolationState:
 
 @dataclass
 class DockerNetState:
-    """A run's docker network and its replicas' containers."""
+    """A run's docker network and its replicas' containers (``bridge``, ``image``: empty where
+    a state.json does not say)."""
 
     network: str
-    bridge: str
     subnet: str
     gateway: str
-    image: str
+    bridge: str = ""
+    image: str = ""
     containers: dict[int, str] = field(default_factory=dict)
     addresses: dict[int, str] = field(default_factory=dict)
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+_NULLABLE = frozenset(
+    {
+        "pid",
+        "pid_create_time",
+        "stack",
+        "topics",
+        "leader_path",
+        "isolation",
+        "docker",
+        "spark_home",
+        "merger_pid",
+        "merger_create_time",
+        "injector_pid",
+        "injector_create_time",
+        "driver_pid",
+        "driver_create_time",
+        "app_id",
+        "netns",
+        "address",
+        "container",
+        "create_time",
+    }
+)
+"""Keys whose null means something (not known yet, not there); a null elsewhere is read as the
+key's default."""
 
 
 class ReplicaRecord(_Record):
@@ -93,10 +121,10 @@ class StackRecord(_Record):
 
 
 class TopicsRecord(_Record):
-    """The run's topics."""
+    """The run's topics (None where a state.json does not say)."""
 
-    source: str
-    sink: str
+    source: str | None = None
+    sink: str | None = None
     replicas: list[str] = []
 
 
@@ -134,15 +162,27 @@ class RunState(_Record):
     injector_pid: int | None = None
     injector_create_time: float | None = None
 
-    @field_validator("stack", "topics", "isolation", "docker", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _empty_is_none(cls, v: Any) -> Any:
-        return v or None
-
-    @field_validator("replicas", "standbys", mode="before")
-    @classmethod
-    def _none_is_empty(cls, v: Any) -> Any:
-        return v or {}
+    def _readable(cls, data: Any) -> Any:
+        """What a reader can use of a file from elsewhere (``recover`` after any crash):
+        null where a default exists is the default, and replica or standby entries that are
+        not an object under a numeric key, or a standby without a pid, are left out."""
+        if not isinstance(data, dict):
+            return data
+        out = {k: v for k, v in data.items() if v is not None or k in _NULLABLE}
+        for section in ("replicas", "standbys"):
+            entries = data.get(section)
+            out[section] = {
+                k: {f: x for f, x in v.items() if x is not None or f in _NULLABLE}
+                for k, v in (entries.items() if isinstance(entries, dict) else ())
+                if str(k).isdigit()
+                and isinstance(v, dict)
+                and (section == "replicas" or isinstance(v.get("pid"), int))
+            }
+        for section in ("stack", "topics", "isolation", "docker"):
+            out[section] = data.get(section) or None
+        return out
 
     @model_validator(mode="after")
     def _name(self) -> RunState:
