@@ -32,6 +32,7 @@ from arfl.run.state import (
     IsolationState,
     NamespaceState,
     RunState,
+    StackRecord,
     load_state,
     parse_state,
     to_json,
@@ -694,6 +695,9 @@ def test_recover_reads_what_it_can_of_a_state_file_from_elsewhere() -> None:
         "topics": {"source": "in"},
         "stack": {},
     }
+    assert RunState.model_validate({"run": "r", "stack": {"zookeeper": "z:1"}}).stack == (
+        StackRecord(kafka="", zookeeper="z:1")
+    )
     state = RunState.model_validate(raw)
     assert (state.mode, state.target, state.stack) == ("unknown", "local", None)
     assert state.replicas[0].state == "unknown" and sorted(state.replicas) == [0]

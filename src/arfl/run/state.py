@@ -114,9 +114,9 @@ class StandbyRecord(_Record):
 
 
 class StackRecord(_Record):
-    """Where the run's Kafka and ZooKeeper listen."""
+    """Where the run's Kafka and ZooKeeper listen (empty where a state.json does not say)."""
 
-    kafka: str
+    kafka: str = ""
     zookeeper: str = ""
 
 
