@@ -705,3 +705,21 @@ def test_recover_reads_what_it_can_of_a_state_file_from_elsewhere() -> None:
     assert state.topics is not None and state.topics.sink is None
     got = [(r.name, r.pid) for r in recorded_processes(state)]
     assert got == [("replica-0", 10), ("standby-1", 12)]
+
+
+def test_deploys_state_written_from_records_is_read_back_whole(tmp_path: Path) -> None:
+    """What deploy's writer builds from records (not from JSON) is written whole: every
+    replica and standby, read back as written."""
+    from arfl.run.state import ReplicaRecord, StandbyRecord
+
+    state = RunState(
+        run="r",
+        pid=1,
+        replicas={0: ReplicaRecord(driver_pid=10, driver_create_time=1.5, state="running")},
+        standbys={1: StandbyRecord(pid=12, create_time=2.5, ready=True)},
+        stack=StackRecord(kafka="k:1", zookeeper="z:1"),
+    )
+    state.write(tmp_path)
+    raw = json.loads((tmp_path / "state.json").read_text())
+    assert raw["replicas"]["0"]["driver_pid"] == 10 and raw["standbys"]["1"]["pid"] == 12
+    assert load_state(tmp_path) == state

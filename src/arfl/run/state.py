@@ -171,15 +171,19 @@ class RunState(_Record):
         if not isinstance(data, dict):
             return data
         out = {k: v for k, v in data.items() if v is not None or k in _NULLABLE}
-        for section in ("replicas", "standbys"):
+        for section, record in (("replicas", ReplicaRecord), ("standbys", StandbyRecord)):
             entries = data.get(section)
-            out[section] = {
-                k: {f: x for f, x in v.items() if x is not None or f in _NULLABLE}
-                for k, v in (entries.items() if isinstance(entries, dict) else ())
-                if str(k).isdigit()
-                and isinstance(v, dict)
-                and (section == "replicas" or isinstance(v.get("pid"), int))
-            }
+            kept: dict[Any, Any] = {}
+            for k, v in entries.items() if isinstance(entries, dict) else ():
+                if isinstance(v, record):  # built by deploy's writer
+                    kept[k] = v
+                elif (
+                    str(k).isdigit()
+                    and isinstance(v, dict)
+                    and (record is ReplicaRecord or isinstance(v.get("pid"), int))
+                ):
+                    kept[k] = {f: x for f, x in v.items() if x is not None or f in _NULLABLE}
+            out[section] = kept
         for section in ("stack", "topics", "isolation", "docker"):
             out[section] = data.get(section) or None
         return out
