@@ -69,6 +69,17 @@ class CliOption:
         return f"{self.flag} {self.metavar}" if self.metavar else self.flag
 
 
+def first_problem(err: ValidationError) -> tuple[str, str]:
+    """The first problem of a validation error as (dotted key path, message): ``("cpu",
+    "Input should be less than or equal to 100")``; a missing key's message is ``required``.
+    Where one line must say what is wrong (a process's config, a fault from code or the
+    command line); the spec lists every problem (:mod:`arfl.configs.load`)."""
+    e = err.errors()[0]
+    where = ".".join(str(p) for p in e["loc"])
+    what = "required" if e["type"] == "missing" else str(e["msg"]).removeprefix("Value error, ")
+    return where, what
+
+
 class ParamError(ValueError):
     """A command-line parameter a kind does not take, or a value its model refuses.
 
@@ -139,12 +150,11 @@ def parse_cli(model: type[Params], kind: str, args: list[str]) -> Params:
     try:
         return model.model_validate(values, strict=False)
     except ValidationError as e:
-        first = e.errors()[0]
-        key = str(first["loc"][0]) if first["loc"] else ""
-        flag = flags.get(key) or next((o.flag for o in options.values() if o.key == key), key)
-        if first["type"] == "missing":
-            opt = next((o for o in options.values() if o.key == key), None)
+        key, msg = first_problem(e)
+        key = key.split(".", 1)[0]
+        opt = next((o for o in options.values() if o.key == key), None)
+        flag = flags.get(key) or (opt.flag if opt else key)
+        if msg == "required":
             hint = f": {opt.help}" if opt and opt.help else ""
             raise ParamError(flag, f"{kind} needs {flag}{hint}") from None
-        msg = str(first["msg"]).removeprefix("Value error, ")
         raise ParamError(flag, f"{flag}: {msg}") from None

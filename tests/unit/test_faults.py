@@ -380,9 +380,7 @@ def test_state_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(FaultError, match="not valid JSON"):
         load_state(tmp_path)
     (tmp_path / "state.json").write_text('{"replicas": {}}')
-    with pytest.raises(
-        FaultError, match=r"state.json: malformed run state \(run: Field required\)"
-    ):
+    with pytest.raises(FaultError, match=r"state.json: malformed run state \(run: required\)"):
         load_state(tmp_path)
 
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 from pydantic import ValidationError
 
 from arfl.errors import FaultError
-from arfl.params import Params
+from arfl.params import Params, first_problem
 from arfl.registry import FAULTS, FaultInfo, UnknownKind
 from arfl.run.state import DockerNetState, IsolationState
 from arfl.units import format_duration
@@ -68,7 +68,7 @@ class FaultParams:
         try:
             opts = model.model_validate(options, strict=False)
         except ValidationError as e:
-            raise FaultError(f"{kind}: {_first_problem(e)}") from None
+            raise FaultError(f"{kind}: {_problem(e)}") from None
         return cls(kind, replica, duration_s, at_s, after_boundary_s, opts)
 
     @classmethod
@@ -101,7 +101,7 @@ class FaultParams:
         try:
             return replace(self, options=model())
         except ValidationError as e:
-            raise FaultError(f"{self.kind}: {_first_problem(e)}") from None
+            raise FaultError(f"{self.kind}: {_problem(e)}") from None
 
     def peers(self) -> tuple[int, ...]:
         """Replicas the fault involves besides its target (:meth:`arfl.params.Params.peers`)."""
@@ -121,19 +121,16 @@ class FaultParams:
         return " ".join(parts)
 
 
+def _problem(err: ValidationError) -> str:
+    where, what = first_problem(err)
+    return f"{where}: {what}" if where else what
+
+
 def _info(kind: str) -> FaultInfo:
     try:
         return FAULTS.info(kind)
     except UnknownKind as e:
         raise FaultError(str(e)) from None
-
-
-def _first_problem(err: ValidationError) -> str:
-    """``delay: required`` from a kind's model's error (the first; the spec lists them all)."""
-    e = err.errors()[0]
-    where = ".".join(str(p) for p in e["loc"])
-    what = "required" if e["type"] == "missing" else str(e["msg"]).removeprefix("Value error, ")
-    return f"{where}: {what}" if where else what
 
 
 @runtime_checkable

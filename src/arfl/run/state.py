@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from arfl.errors import FaultError
+from arfl.params import first_problem
 from arfl.run.rundir import write_json_atomic
 
 STATE_FILE = "state.json"
@@ -225,10 +226,9 @@ def parse_state(raw: dict[str, Any], *, source: str = STATE_FILE) -> RunState:
     try:
         return RunState.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        where, what = first_problem(e)
         raise FaultError(
-            f"{source}: malformed run state ({where}: {first['msg']}); "
+            f"{source}: malformed run state ({where or '(top level)'}: {what}); "
             "is this a run directory written by 'arfl deploy'?"
         ) from e
 
