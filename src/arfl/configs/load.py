@@ -81,17 +81,13 @@ def _pydantic_problems(err: ValidationError, raw: dict[str, Any]) -> list[tuple[
     return problems
 
 
-_UNSET_CHAOS_KEYS = {"restart": True, "executor": None, "delay": None, "from": None, "cpu": None}
-"""Keys a saved ``[[chaos]]`` entry may carry unset for a kind that does not take them (a
-spec.json that lists every kind's keys in every entry)."""
-
-
 def saved_spec(raw: Any) -> Spec:
     """The spec a run directory holds (``spec.json``, a dump of :class:`Spec`).
 
     Unset keys are left out of each ``[[chaos]]`` entry first: a null (TOML has none: it is a
-    key nobody set) and another kind's key at its unset value; what is left is validated as a
-    spec from a file is.
+    key nobody set) and ``restart = true`` where the kind takes no ``restart`` (a spec.json that
+    lists every kind's keys in every entry); what is left is validated as a spec from a file
+    is.
 
     Raises:
         ValidationError: it is not a spec this arfl understands.
@@ -111,8 +107,7 @@ def saved_spec(raw: Any) -> Spec:
                 c = {
                     k: v
                     for k, v in c.items()
-                    if v is not None
-                    and (k in takes or k not in _UNSET_CHAOS_KEYS or v != _UNSET_CHAOS_KEYS[k])
+                    if v is not None and not (k == "restart" and v is True and k not in takes)
                 }
             entries.append(c)
         raw = {**raw, "chaos": entries}

@@ -66,33 +66,6 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-_NULLABLE = frozenset(
-    {
-        "pid",
-        "pid_create_time",
-        "stack",
-        "topics",
-        "leader_path",
-        "isolation",
-        "docker",
-        "spark_home",
-        "merger_pid",
-        "merger_create_time",
-        "injector_pid",
-        "injector_create_time",
-        "driver_pid",
-        "driver_create_time",
-        "app_id",
-        "netns",
-        "address",
-        "container",
-        "create_time",
-    }
-)
-"""Keys whose null means something (not known yet, not there); a null elsewhere is read as the
-key's default."""
-
-
 class ReplicaRecord(_Record):
     """One replica as deploy last saw it."""
 
@@ -166,12 +139,13 @@ class RunState(_Record):
     @model_validator(mode="before")
     @classmethod
     def _readable(cls, data: Any) -> Any:
-        """What a reader can use of a file from elsewhere (``recover`` after any crash):
-        null where a default exists is the default, and replica or standby entries that are
-        not an object under a numeric key, or a standby without a pid, are left out."""
+        """What a reader can use of a file from elsewhere (``recover`` after any crash): a null
+        is read as the key's default (None where the key may be null), and replica or standby
+        entries that are not an object under a numeric key, or a standby without a pid, are
+        left out."""
         if not isinstance(data, dict):
             return data
-        out = {k: v for k, v in data.items() if v is not None or k in _NULLABLE}
+        out = {k: v for k, v in data.items() if v is not None}
         for section, record in (("replicas", ReplicaRecord), ("standbys", StandbyRecord)):
             entries = data.get(section)
             kept: dict[Any, Any] = {}
@@ -183,7 +157,7 @@ class RunState(_Record):
                     and isinstance(v, dict)
                     and (record is ReplicaRecord or isinstance(v.get("pid"), int))
                 ):
-                    kept[k] = {f: x for f, x in v.items() if x is not None or f in _NULLABLE}
+                    kept[k] = {f: x for f, x in v.items() if x is not None}
             out[section] = kept
         for section in ("stack", "topics", "isolation", "docker"):
             out[section] = data.get(section) or None
