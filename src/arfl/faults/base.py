@@ -192,6 +192,10 @@ class Fault(Protocol):
     record: dict[str, Any]
     details: dict[str, Any]
 
+    def __init__(self, params: FaultParams) -> None:
+        """Built from the fault's parameters (the kind's defaults filled in)."""
+        ...
+
     def prepare(self, target: Target) -> dict[str, Any]:
         """Resolve what to touch; return the undo record (JSON) persisted before inject."""
         ...
@@ -295,7 +299,7 @@ def make_fault(params: FaultParams) -> Fault:
         FaultError: the kind is unknown (the message lists the known ones), or its parameters
             are missing one without a default.
     """
-    fault: Fault = implementation(params.kind)(params.resolved())  # type: ignore[call-arg]
+    fault: Fault = implementation(params.kind)(params.resolved())
     return fault
 
 

@@ -68,28 +68,6 @@ class ChildConfig:
         return [python or sys.executable, "-m", self.module, "--config", str(path)]
 
 
-def read_config(cls: type[C], argv: Sequence[str] | None, description: str) -> C | int:
-    """A process entry's ``--config FILE``, read as ``cls``.
-
-    Returns:
-        The config, or the exit code after saying on stderr what is wrong with the file
-        (:data:`BAD_CONFIG_EXIT`; an ``ArflError`` of the config's own checks: its exit code).
-    """
-    from arfl.errors import ArflError
-
-    parser = argparse.ArgumentParser(prog=f"python -m {cls.module}", description=description)
-    parser.add_argument("--config", type=Path, required=True, help="the JSON config file")
-    args = parser.parse_args(argv)
-    try:
-        return cls.read(args.config)
-    except (OSError, ValidationError) as e:
-        print(f"error: {args.config}: not a {cls.__name__}: {e}", file=sys.stderr)
-        return BAD_CONFIG_EXIT
-    except ArflError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return int(e.exit_code)
-
-
 def build_from_argv(
     cls: type[C], argv: Sequence[str] | None, description: str, build: Callable[[C], T]
 ) -> T | int:
@@ -97,14 +75,23 @@ def build_from_argv(
     process's object from it (its constructor connects, checks topics, ...).
 
     Returns:
-        What ``build`` returned, or the exit code after saying on stderr what went wrong
-        (:func:`read_config`'s; an ``ArflError`` of ``build``: its exit code).
+        What ``build`` returned, or the exit code after saying on stderr what went wrong: a
+        file that is missing or does not validate, :data:`BAD_CONFIG_EXIT`; an ``ArflError``
+        of the config's own checks or of ``build``, its exit code.
     """
     from arfl.errors import ArflError
 
-    cfg = read_config(cls, argv, description)
-    if isinstance(cfg, int):
-        return cfg
+    parser = argparse.ArgumentParser(prog=f"python -m {cls.module}", description=description)
+    parser.add_argument("--config", type=Path, required=True, help="the JSON config file")
+    args = parser.parse_args(argv)
+    try:
+        cfg = cls.read(args.config)
+    except (OSError, ValidationError) as e:
+        print(f"error: {args.config}: not a {cls.__name__}: {e}", file=sys.stderr)
+        return BAD_CONFIG_EXIT
+    except ArflError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return int(e.exit_code)
     try:
         return build(cfg)
     except ArflError as e:
