@@ -25,7 +25,7 @@ from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
 from arfl.configs.replay import Replay
 from arfl.configs.workload import LingerDuration, Workload
 from arfl.params import Duration
-from arfl.registry import FAULTS, MODES, UnknownKind
+from arfl.registry import MODES, UnknownKind
 from arfl.units import format_duration
 
 MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout", "batch_interval", "catch_up"})
@@ -586,8 +586,3 @@ class Spec(_Model):
         """True when window results are updates, one per input record (real-time mode, update
         output mode; rids ``<window>#<n>``, see :mod:`arfl.run.records`)."""
         return self.has_window and self.replication.trigger == "realtime"
-
-    @property
-    def needs_network_isolation(self) -> bool:
-        """True when a scheduled fault acts on the network (namespaces needed)."""
-        return any(FAULTS.info(c.fault).network for c in self.chaos)
