@@ -42,7 +42,7 @@ from arfl.configs.realtime import SHUFFLE_FLUSH_CONF, SHUFFLE_FLUSH_MS
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
-from arfl.orchestrate.supervisor import STANDBY_STOP_GRACE_S, YIELD_MAX_S
+from arfl.orchestrate.standbys import STANDBY_STOP_GRACE_S, YIELD_MAX_S
 from arfl.paths import state_dir
 from arfl.replica.standby import REHEARSAL_RECORDS
 from arfl.replica.warmup import WARMUP_RECORDS, warmup_topic

@@ -20,6 +20,7 @@ from deploy_checks import offline_recompute
 
 from arfl.configs.load import parse_spec
 from arfl.configs.spec import Spec
+from arfl.orchestrate.drivers import DriverLaunch
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.run.records import replica_topic
 from arfl.run.rundir import new_run_dir
@@ -97,7 +98,9 @@ def test_end_of_input_markers_flush_the_last_windows(
         ensure_topic(stack.kafka, s.source.topic, PARTITIONS)
         ensure_topic(stack.kafka, replica_topic(s.sink.topic, 0), 1)
     runs = {s.name: new_run_dir(tmp_path / "runs", s.name) for s in specs}
-    runners = {s.name: ReplicaRunner(s, runs[s.name], stack.kafka, jars=jars) for s in specs}
+    runners = {
+        s.name: ReplicaRunner(s, runs[s.name], DriverLaunch(stack.kafka, jars=jars)) for s in specs
+    }
     readers = {s.name: ResultReader(stack.kafka, replica_topic(s.sink.topic, 0)) for s in specs}
     injected: dict[str, Any] = {}
     measures: dict[str, Any] = {}

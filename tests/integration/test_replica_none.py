@@ -23,6 +23,7 @@ from deploy_checks import offline_recompute
 
 from arfl.configs.load import parse_spec
 from arfl.configs.spec import Spec
+from arfl.orchestrate.drivers import DriverLaunch
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.replica import offline
 from arfl.run.records import replica_topic
@@ -141,7 +142,10 @@ def test_none_replicas_window_and_per_record_match_offline(
     for s in (win, rec):
         _topics(stack, s)
     runs = {s.name: new_run_dir(tmp_path / "runs", s.name) for s in (win, rec)}
-    runners = {s.name: ReplicaRunner(s, runs[s.name], stack.kafka, jars=jars) for s in (win, rec)}
+    runners = {
+        s.name: ReplicaRunner(s, runs[s.name], DriverLaunch(stack.kafka, jars=jars))
+        for s in (win, rec)
+    }
     measures: dict[str, Any] = {}
     t0 = time.monotonic()
     readers = {

@@ -19,7 +19,7 @@ from watch_fakes import FakeProcess, FakeResources, FakeRunner
 from arfl.configs.load import parse_spec
 from arfl.orchestrate import watch
 from arfl.orchestrate.context import DeployOptions, RunContext, create_run
-from arfl.orchestrate.supervisor import ReplicaState
+from arfl.orchestrate.slots import ReplicaState
 from arfl.orchestrate.watch import LateDropWatch, Watcher
 from arfl.report import build_report
 from arfl.report.html import render_html

@@ -8,7 +8,7 @@ import sys
 import psutil
 
 from arfl.orchestrate.resources import ResourceSampler
-from arfl.orchestrate.supervisor import ReplicaState
+from arfl.orchestrate.slots import ReplicaState
 from arfl.processes import wait_until
 
 

@@ -21,7 +21,10 @@ from arfl.errors import DeployError
 from arfl.measure.frontier import path_in as frontier_path_in
 from arfl.measure.frontier import write_frontier
 from arfl.orchestrate import checkpoints
-from arfl.orchestrate.supervisor import STANDBY_STOP_GRACE_S, ReplicaRunner
+from arfl.orchestrate.drivers import DriverLaunch
+from arfl.orchestrate.restarts import RestartPolicy
+from arfl.orchestrate.standbys import STANDBY_STOP_GRACE_S
+from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.processes import is_running, priority_of, stop_pid
 from arfl.replica.driver import EXIT_BAD_CONFIG
 from arfl.replica.modes.base import STARTING_OFFSETS
@@ -90,19 +93,28 @@ def _fake(tmp_path: Path, mode: str = "normal") -> Callable[[int, Path], list[st
 
 
 def _runner(
-    spec: Spec, tmp_path: Path, command: Callable[[int, Path], list[str]], **kw: Any
+    spec: Spec,
+    tmp_path: Path,
+    command: Callable[[int, Path], list[str]],
+    *,
+    mode_options: dict[str, str] | None = None,
+    stop_timeout_s: float = 30.0,
+    **policy: Any,
 ) -> ReplicaRunner:
     run = new_run_dir(tmp_path / "runs", spec.name)
     return ReplicaRunner(
         spec,
         run,
-        "127.0.0.1:1",
-        spark_home=tmp_path / "sh",
-        command=command,
+        DriverLaunch(
+            "127.0.0.1:1",
+            spark_home=tmp_path / "sh",
+            command=command,
+            mode_options=mode_options or {},
+        ),
+        policy=RestartPolicy(**{"restart": spec.replication.restart, "delay_s": 0.1, **policy}),
         poll_interval_s=0.05,
-        restart_delay_s=0.1,
+        stop_timeout_s=stop_timeout_s,
         tree_grace_s=0.5,
-        **kw,
     )
 
 
@@ -383,7 +395,7 @@ def _nice(pid: int) -> int:
 def test_killed_replica_is_taken_over_by_the_ready_standby(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("arfl.orchestrate.supervisor.STANDBY_RESPAWN_DELAY_S", 0.3)
+    monkeypatch.setattr("arfl.orchestrate.standbys.STANDBY_RESPAWN_DELAY_S", 0.3)
     r = _at_the_frontier(_standby_spec(), tmp_path, _fake_standby(tmp_path))
     r.start()
     try:
@@ -582,7 +594,7 @@ def test_a_standby_that_replays_does_not_yield(
 def test_a_yielding_standby_gets_full_priority_after_the_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("arfl.orchestrate.supervisor.YIELD_MAX_S", 0.5)
+    monkeypatch.setattr("arfl.orchestrate.standbys.YIELD_MAX_S", 0.5)
     r = _at_the_frontier(_standby_spec(), tmp_path, _fake_standby(tmp_path))
     with r:
         r.wait_ready(timeout_s=20)
@@ -623,7 +635,7 @@ def test_without_a_ready_standby_a_new_driver_is_started(tmp_path: Path) -> None
 def test_a_standby_is_not_niced_where_its_niceness_could_not_be_undone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("arfl.orchestrate.supervisor.can_unnice", lambda: False)
+    monkeypatch.setattr("arfl.orchestrate.standbys.can_unnice", lambda: False)
     r = _runner(_standby_spec(), tmp_path, _fake_standby(tmp_path))
     r.start()
     try:
@@ -639,7 +651,7 @@ def test_a_standby_is_not_niced_where_its_niceness_could_not_be_undone(
 def test_a_standby_that_cannot_be_started_does_not_stop_supervision(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("arfl.orchestrate.supervisor.STANDBY_RESPAWN_DELAY_S", 0.2)
+    monkeypatch.setattr("arfl.orchestrate.standbys.STANDBY_RESPAWN_DELAY_S", 0.2)
     fake = _fake_standby(tmp_path)
     broken = [False]
 

@@ -221,7 +221,7 @@ DECLARED = {
 
 @pytest.mark.parametrize("over", [{}, DECLARED], ids=["default", "declared"])
 def test_rehearsal_events_are_what_the_injector_sends(over: dict[str, Any]) -> None:
-    from arfl.orchestrate.supervisor import rehearsal_events
+    from arfl.orchestrate.drivers import rehearsal_events
     from arfl.workload.generate import EventShape
     from arfl.workload.injector import Injector, InjectorConfig, encode_event, event_fields
 
@@ -251,7 +251,7 @@ def test_rehearsal_events_are_what_the_injector_sends(over: dict[str, Any]) -> N
 
 
 def test_rehearsal_events_only_where_a_rehearsal_reads_them() -> None:
-    from arfl.orchestrate.supervisor import rehearsal_events
+    from arfl.orchestrate.drivers import rehearsal_events
 
     assert rehearsal_events(_spec(spark={"conf": {"arfl.rehearsalInput": False}})) == []
     assert rehearsal_events(_spec(spark={"conf": {"arfl.standbyRehearsal": False}})) == []

@@ -19,7 +19,7 @@ from arfl.configs.load import parse_spec
 from arfl.errors import DeployError
 from arfl.orchestrate import watch
 from arfl.orchestrate.context import DeployOptions, RunContext, create_run
-from arfl.orchestrate.supervisor import ReplicaState
+from arfl.orchestrate.slots import ReplicaState
 from arfl.orchestrate.watch import Watcher, caught_up
 from arfl.run.rundir import read_jsonl
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from arfl.orchestrate.supervisor import ReplicaState
+from arfl.orchestrate.slots import ReplicaState
 
 
 class FakeRunner:

@@ -42,6 +42,7 @@ from arfl.orchestrate.context import (
     python_env,
     scoped,
 )
+from arfl.orchestrate.drivers import DriverLaunch
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.orchestrate.network import RunNetwork
 from arfl.orchestrate.resources import ResourceSampler
@@ -176,20 +177,22 @@ class Deployment:
         self.runner = ReplicaRunner(
             self.ctx.rspec,
             self.ctx.dir,
-            self.kafka,
-            jars=self._jars,
-            master=self._replica_master(),
+            DriverLaunch(
+                self.kafka,
+                jars=self._jars,
+                master=self._replica_master(),
+                command=self.net.driver_command,
+                # Its own SPARK_HOME, removed at the stop (a container's is its own tmpfs).
+                spark_home=run_spark_home(self.ctx.dir) if self.net.docker is None else None,
+                # Active modes: ZooKeeper for the leader election; the run id names this run's
+                # decision topic so that no old decision is ever replayed.
+                mode_options={
+                    "zookeeper": self.net.info.zookeeper,
+                    "run_id": self.ctx.run_id,
+                    STARTING_OFFSETS: self._start_offsets,
+                },
+            ),
             journal=self.ctx.journal,
-            command=self.net.driver_command,
-            # Its own SPARK_HOME, removed at the stop (a container's is its own tmpfs).
-            spark_home=run_spark_home(self.ctx.dir) if self.net.docker is None else None,
-            # Active modes: ZooKeeper for the leader election; the run id names this run's
-            # decision topic so that no old decision is ever replayed.
-            mode_options={
-                "zookeeper": self.net.info.zookeeper,
-                "run_id": self.ctx.run_id,
-                STARTING_OFFSETS: self._start_offsets,
-            },
         )
         self.write_state()  # its SPARK_HOME recorded before a driver runs there
         self.runner.start()

@@ -30,7 +30,7 @@ from arfl.faults.netns import (
     teardown_isolation,
 )
 from arfl.orchestrate.context import RunContext
-from arfl.orchestrate.supervisor import default_command
+from arfl.orchestrate.drivers import default_command
 from arfl.paths import state_dir
 from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS, java_home
 from arfl.run.events import Event

@@ -11,7 +11,7 @@ import psutil
 
 from arfl.errors import FaultError
 from arfl.faults import docker as dk
-from arfl.orchestrate.supervisor import ReplicaState
+from arfl.orchestrate.slots import ReplicaState
 from arfl.processes import process_tree
 
 

@@ -91,7 +91,7 @@ class Event(StrEnum):
     """Fields: app_id, attempt, pid, replica, startup_s. Written by orchestrate/supervisor.py."""
     REPLICA_RENICED = "replica-reniced"
     """Fields: after_s, behind_ms, pid, reniced, replica, why. Written by
-    orchestrate/supervisor.py."""
+    orchestrate/standbys.py."""
     REPLICA_RESTARTED = "replica-restarted"
     """Fields: attempt, downtime_s, pid, replica, restarts, and those of a record passed along.
     Written by orchestrate/supervisor.py."""
@@ -99,7 +99,7 @@ class Event(StrEnum):
     """Fields: master, note, warning. Written by orchestrate/deploy.py."""
     REPLICA_STARTED = "replica-started"
     """Fields: attempt, pid, reniced, replica, standby, and those of a record passed along. Written
-    by orchestrate/supervisor.py."""
+    by orchestrate/standbys.py, orchestrate/supervisor.py."""
     REPLICA_STOPPED = "replica-stopped"
     """Fields: exit_code, graceful, leftover_pids, pid, replica. Written by
     orchestrate/supervisor.py."""
@@ -120,16 +120,16 @@ class Event(StrEnum):
     """Fields: recovered, and those of a record passed along. Written by faults/runner.py,
     orchestrate/deploy.py."""
     STANDBY_DIED = "standby-died"
-    """Fields: exit_code, pid, standby. Written by orchestrate/supervisor.py."""
+    """Fields: exit_code, pid, standby. Written by orchestrate/standbys.py."""
     STANDBY_GAVE_UP = "standby-gave-up"
-    """Fields: reason. Written by orchestrate/supervisor.py."""
+    """Fields: reason. Written by orchestrate/standbys.py."""
     STANDBY_READY = "standby-ready"
-    """Fields: pid, standby, startup_s. Written by orchestrate/supervisor.py."""
+    """Fields: pid, standby, startup_s. Written by orchestrate/standbys.py."""
     STANDBY_STARTED = "standby-started"
-    """Fields: nice, pid, standby. Written by orchestrate/supervisor.py."""
+    """Fields: nice, pid, standby. Written by orchestrate/standbys.py."""
     STANDBY_STOPPED = "standby-stopped"
     """Fields: after_s, exit_code, graceful, leftover_pids, pid, ready, standby. Written by
-    orchestrate/supervisor.py."""
+    orchestrate/standbys.py."""
     STANDBYS_NOT_READY = "standbys-not-ready"
     """Fields: standbys, waited_s. Written by orchestrate/deploy.py."""
     STANDBYS_READY = "standbys-ready"

@@ -1,0 +1,31 @@
+"""Executor failover: a real-time replica that lost an executor JVM waits for Spark to start a
+new one and re-run its tasks (13 s measured, docs/benchmarks.md); a ready standby resumes it
+sooner, so the supervisor kills its driver and the usual take-over follows."""
+
+from __future__ import annotations
+
+import contextlib
+
+import psutil
+
+from arfl.faults.local import EXECUTOR_MAIN, not_forked_from_another
+from arfl.processes import is_running, process_tree
+
+
+def executor_jvms(driver_pid: int) -> tuple[list[psutil.Process], set[int]] | None:
+    """The live tree of a driver (driver first) and the pids of its executor JVMs; None when
+    the driver itself is gone (its death is the supervisor's to handle).
+
+    Executor JVMs are found by their main class; not their children, which carry the same
+    command line from fork to exec (a windowed replica's executors start hundreds: Hadoop's
+    local file system runs readlink/chmod/rm at each state checkpoint) and then vanish:
+    counted, they looked lost."""
+    tree = [p for p in process_tree(driver_pid) if is_running(p)]
+    if not tree or tree[0].pid != driver_pid:
+        return None
+    parent_of: dict[int, int] = {}
+    for p in tree[1:]:
+        with contextlib.suppress(psutil.Error):
+            if EXECUTOR_MAIN in " ".join(p.cmdline()[:200]):
+                parent_of[p.pid] = p.ppid()
+    return tree, not_forked_from_another(parent_of)
