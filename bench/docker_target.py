@@ -28,8 +28,8 @@ from _common import Column, print_table
 from startup import analyse, spec_for
 
 from arfl.errors import ArflError
-from arfl.faults import docker as dk
 from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.targets import docker as dk
 
 
 def image_build(repeat: int) -> dict[str, Any]:

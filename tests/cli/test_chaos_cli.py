@@ -19,9 +19,9 @@ import pytest
 
 from arfl.cli.commands.chaos import legacy_args
 from arfl.cli.main import main
-from arfl.faults.pending import PendingFaults
-from arfl.faults.procs import identify
 from arfl.registry import FAULTS
+from arfl.run.pending import PendingFaults
+from arfl.targets.procs import identify
 from arfl.testing.faults import write_state
 
 
@@ -221,7 +221,7 @@ def test_dry_run_says_a_fault_would_be_refused(
     run_dir: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:
     # a pause of the same processes is pending (its injector runs: this test)
-    PendingFaults(run_dir).add("pause", 0, {"pids": identify([sleeper.pid])})
+    PendingFaults(run_dir).add("pause", 0, {"via": "processes", "pids": identify([sleeper.pid])})
     assert main(["chaos", "inject", str(run_dir), "pause", "-r", "0", "--dry-run"]) == 5
     out, err = capsys.readouterr()
     assert "dry run" in out
@@ -347,7 +347,7 @@ def test_recover_resumes_a_process_left_paused(
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     pending = PendingFaults(run_dir)
-    pending.add("pause", 0, {"pids": identify([sleeper.pid])})
+    pending.add("pause", 0, {"via": "processes", "pids": identify([sleeper.pid])})
     data = json.loads(pending.path.read_text())
     data["faults"][0]["owner_pid"] = dead.pid
     pending.path.write_text(json.dumps(data))

@@ -20,9 +20,10 @@ from pydantic import Field
 from arfl.cli.main import main
 from arfl.configs.load import parse_spec
 from arfl.errors import FaultError, SpecError
-from arfl.faults.base import FaultBase, FaultParams, Target, make_fault
+from arfl.faults.base import FaultBase, FaultParams, make_fault
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
+from arfl.targets.base import Target
 from arfl.testing.faults import write_state
 
 KIND = "test-shake"

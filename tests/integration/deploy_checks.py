@@ -16,7 +16,6 @@ from typing import Any
 from arfl.configs.load import parse_spec
 from arfl.configs.spec import Spec
 from arfl.errors import StackError
-from arfl.faults import netns
 from arfl.measure.check.hops import HopLatency, hop_samples, summarise
 from arfl.measure.check.kafka import read_records, replica_topics
 from arfl.measure.histogram import merge, percentiles_ms, read_latency_log
@@ -29,6 +28,7 @@ from arfl.run.state import IsolationState
 from arfl.run.streams import MonitorSnapshot
 from arfl.stack import StackInfo, ensure_installed
 from arfl.stack.lifecycle import layout_of, load_state
+from arfl.targets import netns
 from arfl.testing.spark import ResultReader
 
 

@@ -31,8 +31,6 @@ from deploy_checks import (
     wait_run_dir,
 )
 
-from arfl.faults import netns
-from arfl.faults.local import executors_of_app
 from arfl.faults.runner import recover, runs_with_pending
 from arfl.processes import is_running, process_tree, same_process, stop_pid
 from arfl.run.rundir import read_jsonl
@@ -40,6 +38,8 @@ from arfl.run.state import load_state as load_run_state
 from arfl.stack import StackInfo
 from arfl.stack.lifecycle import layout_of, load_state
 from arfl.stack.processes import is_alive
+from arfl.targets import netns
+from arfl.targets.local import executors_of_app
 from arfl.testing import EmbeddedStack
 
 pytestmark = pytest.mark.integration

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from deploy_checks import check_silent_then_resumed, windowed_spec
 
-from arfl.faults import netns
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
+from arfl.targets import netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 

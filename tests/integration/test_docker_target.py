@@ -40,14 +40,14 @@ from deploy_checks import (
 
 from arfl.configs.spec import Spec
 from arfl.errors import FaultError
-from arfl.faults import docker as dk
-from arfl.faults import netns
 from arfl.faults.base import FaultParams
-from arfl.faults.local import LocalTarget
 from arfl.faults.runner import ChaosRunner
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.report.build import build_report
 from arfl.run.rundir import read_jsonl
+from arfl.targets import docker as dk
+from arfl.targets import netns
+from arfl.targets.local import LocalTarget
 
 pytestmark = pytest.mark.integration
 
@@ -474,7 +474,7 @@ def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path:
     checkpoint (complete, exact output) and a kill-executor there is replaced by the worker."""
     from deploy_checks import check_against_offline, windowed_spec
 
-    from arfl.faults.local import executors_of_app
+    from arfl.targets.local import executors_of_app
     from arfl.testing.docker_cluster import DockerSparkCluster
 
     with DockerSparkCluster(tmp_path / "cluster") as cluster:

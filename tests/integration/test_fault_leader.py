@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from arfl.faults.base import FaultParams
-from arfl.faults.local import LocalTarget, read_leader
 from arfl.faults.runner import ChaosRunner
 from arfl.run.names import leader_path
 from arfl.stack import StackInfo
+from arfl.targets.local import LocalTarget, read_leader
 from arfl.testing.faults import stop_tree, write_state
 
 CONTENDER = """\

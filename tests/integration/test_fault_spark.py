@@ -15,11 +15,11 @@ import pytest
 
 from arfl.errors import FaultError
 from arfl.faults.base import FaultParams
-from arfl.faults.cgroups import CpuHierarchy, detect
-from arfl.faults.local import LocalTarget, process_tree, restart_suppressed
-from arfl.faults.pending import PendingFaults
 from arfl.faults.runner import ChaosRunner
+from arfl.run.pending import PendingFaults
 from arfl.run.rundir import read_jsonl
+from arfl.targets.cgroups import CpuHierarchy, detect
+from arfl.targets.local import LocalTarget, process_tree, restart_suppressed
 from arfl.testing.faults import SparkApp, start_busy_loop, start_spark_app, stop_tree, write_state
 
 RUN = "chaos-spark"

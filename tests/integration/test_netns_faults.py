@@ -20,13 +20,13 @@ import pytest
 from deploy_checks import forward_rules, left_behind
 
 from arfl.errors import ExitCode, FaultError
-from arfl.faults import netns
 from arfl.faults.base import FaultParams
-from arfl.faults.local import LocalTarget
-from arfl.faults.pending import PendingFaults
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending
+from arfl.run.pending import PendingFaults
 from arfl.run.rundir import read_jsonl
 from arfl.run.state import IsolationState
+from arfl.targets import netns
+from arfl.targets.local import LocalTarget
 from arfl.testing import EmbeddedStack
 from arfl.testing.faults import write_state
 

@@ -103,7 +103,7 @@ def test_executor_kill_targets_the_replicas_own_executor_when_app_ids_collide(
 
     import psutil
 
-    from arfl.faults.local import EXECUTOR_MAIN, LocalTarget
+    from arfl.targets.local import EXECUTOR_MAIN, LocalTarget
     from arfl.testing.faults import write_state
 
     app = "app-20261126093540-0000"

@@ -13,9 +13,9 @@ import pytest
 
 from arfl.configs.load import parse_spec
 from arfl.errors import FaultError, SpecError
-from arfl.faults import docker as dk
 from arfl.orchestrate.launcher import container_env
 from arfl.run.state import DockerNetState, parse_state, to_json
+from arfl.targets import docker as dk
 
 MINIMAL: dict[str, object] = {
     "name": "t",
@@ -197,10 +197,13 @@ def fake_net(monkeypatch: pytest.MonkeyPatch) -> _FakeNet:
 
 def _partition(tmp_path: Path) -> tuple[object, object, str]:
     from arfl.faults.base import FaultParams, make_fault
-    from arfl.faults.pending import PendingFaults
+    from arfl.run.pending import PendingFaults
 
     fault = make_fault(FaultParams("partition", replica=0, duration_s=1.0))
-    record = {"disconnect": {"network": "n", "container": "c0", "address": "10.214.0.2"}}
+    record = {
+        "via": "container",
+        "disconnect": {"network": "n", "container": "c0", "address": "10.214.0.2"},
+    }
     fault.record = record  # type: ignore[attr-defined]
     entry = PendingFaults(tmp_path).add("partition", 0, record)
     return fault, PendingFaults(tmp_path), entry
@@ -209,7 +212,7 @@ def _partition(tmp_path: Path) -> tuple[object, object, str]:
 def test_a_replica_restarted_during_a_partition_starts_cut(
     tmp_path: Path, fake_net: _FakeNet
 ) -> None:
-    from arfl.faults.kinds.partition import keep_cut
+    from arfl.targets.container import keep_cut
 
     fault, pending, entry = _partition(tmp_path)
     fake_net.on = {("n", "c0"), ("n", "c1")}
@@ -229,7 +232,7 @@ def test_a_replica_restarted_during_a_partition_starts_cut(
 def test_a_restart_racing_the_revert_is_reconnected_by_settle(
     tmp_path: Path, fake_net: _FakeNet
 ) -> None:
-    from arfl.faults.kinds.partition import keep_cut
+    from arfl.targets.container import keep_cut
 
     fault, pending, entry = _partition(tmp_path)
     fake_net.on = {("n", "c0")}
@@ -246,7 +249,7 @@ def test_a_restart_racing_the_revert_is_reconnected_by_settle(
 def test_a_restart_that_failed_the_inject_is_reconnected_by_settle(
     tmp_path: Path, fake_net: _FakeNet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from arfl.faults.kinds.partition import keep_cut
+    from arfl.targets.container import keep_cut
 
     fault, pending, entry = _partition(tmp_path)
 

@@ -20,13 +20,13 @@ import pytest
 
 from arfl.configs.chaos import Chaos
 from arfl.errors import FaultError
-from arfl.faults.base import FaultBase, FaultParams, Target, make_fault
+from arfl.faults.base import FaultBase, FaultParams, make_fault
 from arfl.faults.kinds.delay import DelayParams
 from arfl.faults.kinds.kill_replica import KillReplicaParams
 from arfl.faults.kinds.slow import SLOW_CPU_PERCENT, SlowParams
-from arfl.faults.pending import PendingFaults, owner_alive
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending, schedule_order
 from arfl.registry import FAULTS, Entry, FaultInfo
+from arfl.run.pending import PendingFaults, owner_alive
 from arfl.run.rundir import read_jsonl
 from arfl.run.state import (
     IsolationState,
@@ -37,6 +37,8 @@ from arfl.run.state import (
     parse_state,
     to_json,
 )
+from arfl.targets.base import Target
+from arfl.targets.container import ContainerReach
 
 CALLS: list[str] = []
 
@@ -168,7 +170,7 @@ def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """The container's quota is ``cpu`` % of the 100-ms period (10 % without ``cpu``), and a
     share outside 1-100 % is a clear FaultError before anything is touched (the kind's model
     refuses it: the same check as the spec's and the CLI's)."""
-    from arfl.faults import docker as dk
+    from arfl.targets import docker as dk
 
     quotas: list[tuple[str, int, int]] = []
     monkeypatch.setattr(dk, "set_cpu_quota", lambda n, p, q: quotas.append((n, p, q)) or True)
@@ -179,8 +181,8 @@ def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
         def replicas(self) -> list[int]:
             return [0, 1]
 
-        def container(self, replica: int) -> str:
-            return f"arfl-r-{replica}"
+        def reach(self, replica: int) -> ContainerReach:
+            return ContainerReach(self, replica, f"arfl-r-{replica}")  # type: ignore[arg-type]
 
     for cpu, quota in [(None, 10_000), (2.0, 2_000), (1.0, 1_000), (100.0, 100_000)]:
         own = {} if cpu is None else {"cpu": cpu}
@@ -321,31 +323,39 @@ def test_a_scheduled_fault_starting_as_another_ends_waits_for_its_revert(
 def test_claims_meet_where_one_revert_would_lift_another_fault() -> None:
     from arfl.faults.base import implementation
 
+    def p(**record: Any) -> dict[str, Any]:  # a record of a replica's processes
+        return {"via": "processes", **record}
+
+    def c(**record: Any) -> dict[str, Any]:  # a record of a replica's container
+        return {"via": "container", **record}
+
     part, pause = implementation("partition"), implementation("pause")
     slow, delay = implementation("slow"), implementation("delay")
     # "0 from 1" and "1 from 0" add the same two routes
-    r01 = {"routes": [["ns0", "10.0.0.3"], ["ns1", "10.0.0.2"]]}
-    r10 = {"routes": [["ns1", "10.0.0.2"], ["ns0", "10.0.0.3"]]}
+    r01 = p(routes=[["ns0", "10.0.0.3"], ["ns1", "10.0.0.2"]])
+    r10 = p(routes=[["ns1", "10.0.0.2"], ["ns0", "10.0.0.3"]])
     assert part.claims(r01) & part.claims(r10)
-    assert not part.claims({"links": ["v0"]}) & part.claims(r01)  # link down vs routes
-    cut = {"disconnect": {"network": "n", "container": "c0", "address": "a"}}
-    other = {"disconnect": {"network": "n", "container": "c1", "address": "b"}}
+    assert not part.claims(p(links=["v0"])) & part.claims(r01)  # link down vs routes
+    cut = c(disconnect={"network": "n", "container": "c0", "address": "a"})
+    other = c(disconnect={"network": "n", "container": "c1", "address": "b"})
     assert part.claims(cut) & part.claims(dict(cut)) and not part.claims(cut) & part.claims(other)
-    assert pause.claims({"pids": [[5, 1.0]]}) & pause.claims({"pids": [[6, 2.0], [5, 1.0]]})
-    assert pause.claims({"container": "c0"}) & pause.claims({"container": "c0"})
-    assert not pause.claims({"container": "c0"}) & pause.claims({"container": "c1"})
-    assert slow.claims({"container": "c0"}) & slow.claims({"container": "c0"})
-    assert slow.claims({"group": "/g/r0", "pids": [7]}) & slow.claims({"group": "/g/r0"})
-    assert delay.claims({"link": "v0"}) & delay.claims({"link": "v0"})
+    assert pause.claims(p(pids=[[5, 1.0]])) & pause.claims(p(pids=[[6, 2.0], [5, 1.0]]))
+    assert pause.claims(c(container="c0")) & pause.claims(c(container="c0"))
+    assert not pause.claims(c(container="c0")) & pause.claims(c(container="c1"))
+    assert slow.claims(c(container="c0")) & slow.claims(c(container="c0"))
+    assert slow.claims(p(group="/g/r0", pids=[7])) & slow.claims(p(group="/g/r0"))
+    assert delay.claims(p(link="v0")) & delay.claims(p(link="v0"))
     # docker: a disconnect replaces the container's veth, and a delay's qdisc with it
-    assert delay.claims({"link": "v0", "container": "c0"}) & part.claims(cut)
-    assert not delay.claims({"link": "v0"}) & part.claims({"links": ["v0"]})  # netns: kept
-    assert not pause.claims({"pids": [[5, 1.0]]}) & pause.claims({"pids": [[5, 9.0]]})  # reused
+    assert delay.claims(c(link="v0", container="c0")) & part.claims(cut)
+    assert not delay.claims(p(link="v0")) & part.claims(p(links=["v0"]))  # netns: kept
+    assert not pause.claims(p(pids=[[5, 1.0]])) & pause.claims(p(pids=[[5, 9.0]]))  # reused
     # instantaneous kinds hold nothing; every lasting kind holds something
+    docker = c(link="v", container="c", disconnect={"network": "n", "container": "c"})
     for kind in FAULTS.names():
-        record = {"link": "v", "links": ["v"], "container": "c", "pids": [[1, 0]]}
-        has = bool(implementation(kind).claims(record))
-        assert has == FAULTS.info(kind).takes_duration, kind
+        pids: list[Any] = [1] if kind == "slow" else [[1, 0]]  # cgroup members, or pid + start
+        for record in (p(link="v", links=["v"], pids=pids), docker):
+            has = bool(implementation(kind).claims(record))
+            assert has == FAULTS.info(kind).takes_duration, (kind, record)
 
 
 def test_recover_undoes_only_orphans(fake_kind: None, tmp_path: Path) -> None:
@@ -385,7 +395,7 @@ def test_state_errors_name_the_file(tmp_path: Path) -> None:
 
 
 def test_needs_isolation() -> None:
-    from arfl.faults.netns import needs_isolation
+    from arfl.targets.netns import needs_isolation
 
     assert needs_isolation(["pause", "delay"]) and needs_isolation(["partition"])
     assert not needs_isolation(["pause", "kill-executor", "slow", "kill-leader"])
@@ -649,7 +659,7 @@ def test_leftovers_include_standbys_once() -> None:
 def test_an_executors_child_is_not_taken_for_the_executor() -> None:
     """A process the executor JVM starts carries its command line until it execs; found after
     the executor (a higher pid), it replaced it as the executor to kill."""
-    from arfl.faults.local import EXECUTOR_MAIN, executors_of_app
+    from arfl.targets.local import EXECUTOR_MAIN, executors_of_app
 
     app = "app-20261129140000-0007"
     code = (

@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"configs"},  # the spec language
     {"run"},  # run directory, record formats, progress, streams
     {"stack"},  # ZooKeeper + Kafka, embedded or external
+    {"targets"},  # where replicas run and how faults reach them (processes, netns, docker)
     {"replica", "workload", "measure", "faults"},  # the processes of a run, and the chaos
     {"report"},  # reads finished runs
     {"orchestrate"},  # deploy, supervisor, rejoin, experiment

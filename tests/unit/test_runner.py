@@ -226,7 +226,7 @@ def test_pipeline_that_cannot_be_built_is_not_restarted(tmp_path: Path) -> None:
 
 
 def test_no_restart_marker_of_a_kill_replica_fault_is_honoured(tmp_path: Path) -> None:
-    from arfl.faults.local import no_restart_marker
+    from arfl.targets.local import no_restart_marker
 
     r = _runner(_spec(), tmp_path, _fake(tmp_path))
     with r:

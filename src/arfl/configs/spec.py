@@ -356,7 +356,7 @@ class Spark(_Model):
     driver_memory: str = "512m"
     target: Literal["local", "docker"] = "local"
     """``local``: each replica's driver is a process on this host; ``docker``: in a container
-    of its own on a docker network arfl creates (see :mod:`arfl.faults.docker`)."""
+    of its own on a docker network arfl creates (see :mod:`arfl.targets.docker`)."""
 
     @field_validator("master")
     @classmethod

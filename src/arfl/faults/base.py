@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import ValidationError
 
 from arfl.errors import FaultError
 from arfl.params import Params, first_problem
 from arfl.registry import FAULTS, FaultInfo, UnknownKind
-from arfl.run.state import DockerNetState, IsolationState
+from arfl.targets.base import Target
 from arfl.units import format_duration
 
 P = TypeVar("P", bound=Params)
@@ -131,57 +131,6 @@ def _info(kind: str) -> FaultInfo:
         return FAULTS.info(kind)
     except UnknownKind as e:
         raise FaultError(str(e)) from None
-
-
-@runtime_checkable
-class Target(Protocol):
-    """A deployment that faults act on (local processes; later docker, remote)."""
-
-    @property
-    def run_dir(self) -> Path:
-        """The run directory (markers and the pending-faults file live there)."""
-        ...
-
-    @property
-    def run(self) -> str:
-        """The run's name."""
-        ...
-
-    def replicas(self) -> list[int]:
-        """Indices of the replicas the deployment has."""
-        ...
-
-    def driver_pid(self, replica: int) -> int:
-        """Pid of the replica's driver process (raises FaultError when it is not running)."""
-        ...
-
-    def replica_pids(self, replica: int) -> list[int]:
-        """The driver and all its descendants (executor JVMs, Python workers)."""
-        ...
-
-    def executor_pids(self, replica: int) -> dict[str, int]:
-        """Executor id -> pid of the replica's ``CoarseGrainedExecutorBackend`` JVMs."""
-        ...
-
-    def netns(self, replica: int) -> str | None:
-        """Name of the replica's network namespace, if it runs in one."""
-        ...
-
-    def container(self, replica: int) -> str | None:
-        """The replica's container on the docker target (None: a local process)."""
-        ...
-
-    def docker(self) -> DockerNetState | None:
-        """The run's docker network and containers (the docker target), if any."""
-        ...
-
-    def isolation(self) -> IsolationState | None:
-        """The bridge and namespaces created for this run, if any."""
-        ...
-
-    def leader(self) -> int | None:
-        """The current leader's replica index (active-leader), or None."""
-        ...
 
 
 class Fault(Protocol):

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arfl.errors import FaultError
-from arfl.faults import docker
-from arfl.faults.local import LocalTarget, process_tree
 from arfl.processes import same_process
+from arfl.targets import docker
+from arfl.targets.local import LocalTarget, process_tree
 
 
 @dataclass(frozen=True)

@@ -33,14 +33,16 @@ import psutil
 from arfl import stack
 from arfl.coerce import opt_int
 from arfl.errors import FaultError, StackError
-from arfl.faults import align, docker, leftovers, netns
-from arfl.faults.base import Fault, FaultParams, Target, implementation, make_fault
-from arfl.faults.pending import PendingFaults, owner_alive
+from arfl.faults import align, leftovers
+from arfl.faults.base import Fault, FaultParams, implementation, make_fault
 from arfl.registry import FAULTS
 from arfl.run.events import Event
+from arfl.run.pending import PendingFaults, owner_alive
 from arfl.run.rundir import Journal, RunPaths
 from arfl.run.sparkhome import owns_spark_home, retire_unless_used
 from arfl.run.state import load_state
+from arfl.targets import docker, netns
+from arfl.targets.base import Target
 
 
 @dataclass

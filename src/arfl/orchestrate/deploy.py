@@ -30,7 +30,6 @@ from arfl.configs.realtime import host_cores, replica_master, slots_warning
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError, DeployError
 from arfl.faults.base import FaultParams
-from arfl.faults.local import LocalTarget
 from arfl.faults.runner import ChaosRunner
 from arfl.measure.check import check_run
 from arfl.measure.merger.config import MergerConfig
@@ -58,6 +57,7 @@ from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.run.sparkhome import retire_unless_used
 from arfl.stack.config import harness_nice
+from arfl.targets.local import LocalTarget
 from arfl.workload.generate import EventShape
 from arfl.workload.injector import InjectorConfig
 from arfl.workload.replay import ReplayConfig

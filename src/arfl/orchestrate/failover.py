@@ -8,8 +8,8 @@ import contextlib
 
 import psutil
 
-from arfl.faults.local import EXECUTOR_MAIN, not_forked_from_another
 from arfl.processes import is_running, process_tree
+from arfl.targets.local import EXECUTOR_MAIN, not_forked_from_another
 
 
 def executor_jvms(driver_pid: int) -> tuple[list[psutil.Process], set[int]] | None:

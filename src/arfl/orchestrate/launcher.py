@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from arfl.errors import FaultError
-from arfl.faults import docker as dk
-from arfl.faults.kinds.partition import keep_cut
 from arfl.run.rundir import write_json_atomic
+from arfl.targets import docker as dk
+from arfl.targets.container import keep_cut
 
 _DROP_ENV = ("HOSTNAME", "DOCKER_HOST")
 _IMAGE_ENV = {"PYTHONUNBUFFERED": "1", "SPARK_LOCAL_IP": "127.0.0.1"}

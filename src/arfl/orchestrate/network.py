@@ -21,14 +21,6 @@ from pathlib import Path
 
 from arfl import stack
 from arfl.errors import ArflError, DeployError, FaultError
-from arfl.faults import docker as dk
-from arfl.faults.netns import (
-    create_isolation,
-    needs_isolation,
-    netns_command,
-    require_net_admin,
-    teardown_isolation,
-)
 from arfl.orchestrate.context import RunContext
 from arfl.orchestrate.drivers import default_command
 from arfl.paths import state_dir
@@ -36,6 +28,14 @@ from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS, java_home
 from arfl.run.events import Event
 from arfl.run.state import DockerNetState, IsolationState, to_json
 from arfl.stack.embedded import EmbeddedStack
+from arfl.targets import docker as dk
+from arfl.targets.netns import (
+    create_isolation,
+    needs_isolation,
+    netns_command,
+    require_net_admin,
+    teardown_isolation,
+)
 
 
 class RunNetwork:

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 import psutil
 
 from arfl.errors import FaultError
-from arfl.faults import docker as dk
 from arfl.orchestrate.slots import ReplicaState
 from arfl.processes import process_tree
+from arfl.targets import docker as dk
 
 
 class ResourceSampler:

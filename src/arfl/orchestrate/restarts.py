@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from arfl.faults.local import restart_suppressed
 from arfl.orchestrate.slots import ReplicaSlot
 from arfl.replica.driver import EXIT_BAD_CONFIG
+from arfl.targets.local import restart_suppressed
 
 CRASH_LOOP_LIMIT = 5
 """Deaths in a row before Spark came up after which a replica is given up."""

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from arfl.errors import StackError
-from arfl.faults import docker as dk
 from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS, driver_env, ensure_spark_home
 from arfl.run.state import DockerNetState
 from arfl.stack import StackInfo
 from arfl.stack.embedded import EmbeddedStack
+from arfl.targets import docker as dk
 
 MASTER_PORT = 7077
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import psutil
 
-from arfl.faults.local import executors_of_app
 from arfl.processes import ManagedProcess, stop_pid, wait_until
 from arfl.run.state import IsolationState, RunState, to_json
+from arfl.targets.local import executors_of_app
 
 SPARK_APP = """\
 import sys

@@ -32,10 +32,10 @@ from arfl.cli.console import err, out
 from arfl.errors import ExitCode, FaultError
 from arfl.faults.base import FaultParams
 from arfl.faults.listing import resolve_run_dir, summarize
-from arfl.faults.local import LocalTarget
 from arfl.faults.runner import ChaosRunner, FaultOutcome, recover, runs_with_pending
 from arfl.params import CliOption, ParamError, cli_options, parse_cli
 from arfl.registry import FAULTS, UnknownKind
+from arfl.targets.local import LocalTarget
 from arfl.units import format_duration, parse_duration
 
 DEFAULT_DURATION = "10s"

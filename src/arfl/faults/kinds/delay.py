@@ -6,13 +6,12 @@ from typing import Any
 
 from pydantic import Field
 
-from arfl.errors import FaultError
-from arfl.faults import docker as dk
-from arfl.faults import netns
-from arfl.faults.base import FaultBase, Target
-from arfl.faults.kinds.partition import namespace_of
+from arfl.faults.base import FaultBase
 from arfl.params import Duration, Params
 from arfl.registry import FAULTS, FaultInfo
+from arfl.targets import netns
+from arfl.targets.base import Target
+from arfl.targets.reach import Reach
 from arfl.units import format_duration
 
 
@@ -47,22 +46,11 @@ class Delay(FaultBase):
     kind = "delay"
 
     def prepare(self, target: Target) -> dict[str, Any]:
-        """Resolve the replica's host-side veth."""
+        """Resolve the replica's host-side link."""
         netns.require_net_admin("delay")
         replica = self.replica_index(target)
-        name = target.container(replica)
-        if name is not None:
-            link = dk.host_veth(dk.container(name))
-        else:
-            _, ns = namespace_of(target, replica, self.kind)
-            if not ns.veth_host:
-                raise FaultError(f"delay: no veth recorded for replica {replica}")
-            link = ns.veth_host
-        self.record = {"link": link}
-        self.details = {"replica": replica, "link": link, "delay_s": self.own(DelayParams).delay}
-        if name is not None:
-            self.record["container"] = name
-            self.details["container"] = name
+        self.record = target.reach(replica).link_plan()
+        self.details = {"replica": replica, **self.record, "delay_s": self.own(DelayParams).delay}
         return self.record
 
     def inject(self, target: Target) -> None:
@@ -79,10 +67,7 @@ class Delay(FaultBase):
     def claims(cls, record: dict[str, Any]) -> frozenset[str]:
         """The link's root qdisc; on the docker target also the container's veth, which a
         ``partition`` that disconnects the container replaces (the qdisc would go with it)."""
-        held = {f"qdisc:{record.get('link')}"}
-        if record.get("container"):
-            held.add(f"veth:{record['container']}")
-        return frozenset(held)
+        return frozenset({f"qdisc:{record.get('link')}"}) | Reach.of(record).link_claims(record)
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:

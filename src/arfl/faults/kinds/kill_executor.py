@@ -10,9 +10,10 @@ from typing import Any
 from pydantic import Field
 
 from arfl.errors import FaultError
-from arfl.faults.base import FaultBase, Target
+from arfl.faults.base import FaultBase
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
+from arfl.targets.base import Target
 
 REPLACEMENT_TIMEOUT_S = 30.0
 
@@ -69,9 +70,7 @@ class KillExecutor(FaultBase):
                 f"(running: {', '.join(sorted(executors))})"
             )
         self.details = {"replica": replica, "executor": exe, "pid": executors[exe]}
-        container = target.container(replica)
-        if container is not None:  # the docker target: the JVM found among its processes
-            self.details["container"] = container
+        self.details.update(target.reach(replica).where())  # docker: the JVM's container
         return {}
 
     def inject(self, target: Target) -> None:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from typing import Any
 
 from pydantic import Field
 
 from arfl.errors import FaultError
-from arfl.faults import docker as dk
-from arfl.faults.base import FaultBase, Target
-from arfl.faults.local import no_restart_marker
+from arfl.faults.base import FaultBase
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
+from arfl.targets.base import Target
+from arfl.targets.local import no_restart_marker
+from arfl.targets.reach import Reach
 
 
 class KillReplicaParams(Params):
@@ -37,10 +36,8 @@ class KillReplicaParams(Params):
     ),
 )
 class KillReplica(FaultBase):
-    """SIGKILL the driver of ``params.replica``.
-
-    On the docker target the replica's container is killed (``container.kill``, SIGKILL to
-    every process in it); its launcher ends as if the driver had been SIGKILLed.
+    """SIGKILL the driver of ``params.replica`` (on the docker target its container:
+    :meth:`arfl.targets.reach.Reach.kill`).
 
     The supervisor (the replica runner) restarts killed drivers on its own. With
     ``restart = false`` a ``no-restart-<replica>`` marker is written into the run directory
@@ -50,12 +47,9 @@ class KillReplica(FaultBase):
     kind = "kill-replica"
 
     def prepare(self, target: Target) -> dict[str, Any]:
-        """Resolve the replica (the leader for kill-leader) and its driver pid."""
+        """Resolve the replica (the leader for kill-leader) and its driver (or container)."""
         replica = self.replica_index(target)
-        self.details = {"replica": replica, "pid": target.driver_pid(replica)}
-        name = target.container(replica)
-        if name is not None:
-            self.details["container"] = name
+        self.details = {"replica": replica, **target.reach(replica).kill_plan()}
         return {}
 
     def inject(self, target: Target) -> None:
@@ -66,13 +60,7 @@ class KillReplica(FaultBase):
             marker.write_text(f"{time.time():.6f} {self.describe()}\n", encoding="utf-8")
             self.details["no_restart_marker"] = str(marker)
         self.details["killed_at"] = time.time()
-        if "container" in self.details:
-            dk.kill(str(self.details["container"]))
-            return
         try:
-            os.kill(int(self.details["pid"]), signal.SIGKILL)
-        except ProcessLookupError as e:
-            raise FaultError(
-                f"{self.kind}: driver pid {self.details['pid']} of replica {replica} vanished "
-                "before the kill"
-            ) from e
+            Reach.of(self.details).kill(self.details)
+        except FaultError as e:
+            raise FaultError(f"{self.kind}: replica {replica}: {e}") from e

@@ -1,15 +1,14 @@
-"""``pause``: SIGSTOP every process of a replica for a duration, then SIGCONT."""
+"""``pause``: freeze every process of a replica for a duration, then thaw it."""
 
 from __future__ import annotations
 
-import signal
 import time
 from typing import Any
 
-from arfl.faults import docker as dk
-from arfl.faults import procs
-from arfl.faults.base import FaultBase, Target
+from arfl.faults.base import FaultBase
 from arfl.registry import FAULTS, FaultInfo
+from arfl.targets.base import Target
+from arfl.targets.reach import Reach
 
 
 @FAULTS.register(
@@ -17,70 +16,48 @@ from arfl.registry import FAULTS, FaultInfo
     FaultInfo("SIGSTOP a replica's processes for a duration, then SIGCONT", takes_duration=True),
 )
 class Pause(FaultBase):
-    """Freeze the driver and every descendant (executors, Python workers).
+    """Freeze the driver and every descendant (executors, Python workers): SIGSTOP, then
+    SIGCONT; on the docker target the container's cgroup freezer (``docker pause``, as Pumba
+    does) and ``unpause`` (:meth:`arfl.targets.reach.Reach.freeze`).
 
     ``details`` holds ``stop_ms``/``cont_ms``: time until every process showed state ``T``
-    (stopped) after the signals, and until none did after SIGCONT.
-
-    On the docker target the container is frozen instead (``container.pause``: the cgroup
-    freezer, as ``docker pause`` and Pumba do) and thawed with ``container.unpause``;
-    ``stop_ms``/``cont_ms`` are then the SDK calls' durations.
+    (stopped) after the signals, and until none did after SIGCONT (on docker: the SDK calls'
+    durations).
     """
 
     kind = "pause"
 
     def prepare(self, target: Target) -> dict[str, Any]:
-        """Record the processes (pid + create time) that will be stopped."""
+        """Record what will be frozen."""
         replica = self.replica_index(target)
-        name = target.container(replica)
-        if name is not None:
-            self.details = {"replica": replica, "container": name}
-            self.record = {"container": name}
-            return self.record
-        pids = procs.identify(target.replica_pids(replica))
-        self.details = {"replica": replica, "pids": [int(p[0]) for p in pids]}
-        self.record = {"pids": pids}
+        self.record, details = target.reach(replica).freeze_plan()
+        self.details = {"replica": replica, **details}
         return self.record
 
     def inject(self, target: Target) -> None:
-        """SIGSTOP each recorded process (freeze the container)."""
+        """Freeze."""
         t0 = time.monotonic()
-        if "container" in self.record:
-            dk.pause(str(self.record["container"]))
-            self.details["paused"] = True
-            self.details["stop_ms"] = _ms(t0)
-            return
-        stopped = procs.send(self.record["pids"], signal.SIGSTOP)
-        waited = procs.wait_status(stopped, want_stopped=True)
-        self.details["stop_ms"] = _ms(t0) if waited is not None else None
+        settled = Reach.of(self.record).freeze(self.record)
+        self.details["paused"] = True
+        self.details["stop_ms"] = _ms(t0) if settled else None
 
     def revert(self, target: Target) -> None:
-        """SIGCONT each recorded process (thaw the container)."""
+        """Thaw (never what another fault froze)."""
         t0 = time.monotonic()
-        if "container" in self.record:
-            if self.details.get("paused"):  # never thaw what another fault froze
-                type(self).undo(self.record)
-                self.details["cont_ms"] = _ms(t0)
-            return
-        resumed = procs.send(self.record.get("pids", []), signal.SIGCONT)
-        waited = procs.wait_status(resumed, want_stopped=False)
-        self.details["cont_ms"] = _ms(t0) if waited is not None else None
+        froze = bool(self.details.get("paused"))
+        settled = Reach.of(self.record).thaw(self.record, froze=froze)
+        if settled is not None:
+            self.details["cont_ms"] = _ms(t0) if settled else None
 
     @classmethod
     def claims(cls, record: dict[str, Any]) -> frozenset[str]:
-        """The frozen container, or each stopped process (pid and create time: a reused pid
-        is another process)."""
-        if "container" in record:
-            return frozenset({f"freezer:{record['container']}"})
-        return frozenset(f"stopped:{int(p[0])}@{p[1]}" for p in record.get("pids", []))
+        """What is frozen (each process by pid and create time, or the container)."""
+        return Reach.of(record).freeze_claims(record)
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
-        """SIGCONT whatever is still there (unpause the container if it is still paused)."""
-        if "container" in record:
-            dk.unpause(str(record["container"]))  # gone with its run: nothing is frozen
-            return
-        procs.send(record.get("pids", []), signal.SIGCONT)
+        """Thaw whatever is still there."""
+        Reach.of(record).unfreeze(record)
 
 
 def _ms(t0: float) -> float:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
-from arfl.errors import FaultError
-from arfl.faults import cgroups
-from arfl.faults import docker as dk
-from arfl.faults.base import FaultBase, Target
+from arfl.faults.base import FaultBase
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
-
-CPU_PERIOD_US = 100_000
+from arfl.targets.base import Target
+from arfl.targets.reach import Reach
 
 SLOW_CPU_PERCENT = 10.0
 """The quota when the spec or the command line names none, in percent of one CPU."""
@@ -51,85 +47,30 @@ class SlowParams(Params):
     ),
 )
 class Slow(FaultBase):
-    """Move every process of the replica into ``arfl/<run>-r<N>`` limited to ``cpu`` % of one
-    CPU (:class:`SlowParams`).
-
-    Revert moves each process back to the group it came from and removes the group.
-
-    On the docker target the container's own CPU quota is set instead (``container.update``
-    with ``cpu_period`` 100 ms and ``cpu_quota`` that share of it) and lifted on revert
-    (quota -1).
-    """
+    """Limit every process of the replica to ``cpu`` % of one CPU (:class:`SlowParams`): a
+    cgroup ``arfl/<run>-r<N>`` that the processes move into and back out of, or on the docker
+    target the container's own quota (:meth:`arfl.targets.reach.Reach.limit_cpu`)."""
 
     kind = "slow"
 
     def prepare(self, target: Target) -> dict[str, Any]:
-        """Detect the cpu controller and record every process's current group."""
+        """Record where each process is now (or the container)."""
         replica = self.replica_index(target)
         percent = self.own(SlowParams).cpu
-        name = target.container(replica)
-        if name is not None:
-            self.details = {"replica": replica, "container": name, "cpu_percent": percent}
-            self.record = {"container": name, "cpu_percent": percent}
-            return self.record
-        h = cgroups.detect()
-        pids = target.replica_pids(replica)
-        if not pids:
-            raise FaultError(f"slow: replica {replica} of run {target.run} has no processes")
-        originals = {str(pid): h.cgroup_of(pid) for pid in pids}
-        group = h.group(f"{target.run}-r{replica}")
-        self.details = {
-            "replica": replica,
-            "cgroup": str(group),
-            "cgroup_version": h.version,
-            "cpu_percent": percent,
-            "pids": pids,
-        }
-        self.record = {
-            "version": h.version,
-            "mount": str(h.mount),
-            "group": str(group),
-            "pids": pids,
-            "cpu_percent": percent,
-            "originals": originals,
-            "fallback": originals[str(pids[0])],
-        }
+        self.record, details = target.reach(replica).cpu_plan(percent)
+        self.details = {"replica": replica, "cpu_percent": percent, **details}
         return self.record
 
     def inject(self, target: Target) -> None:
-        """Create the limited group and move the processes in (set the container's quota)."""
-        percent = float(self.record.get("cpu_percent", SLOW_CPU_PERCENT))
-        if "container" in self.record:
-            name = str(self.record["container"])
-            quota = max(1000, int(CPU_PERIOD_US * percent / 100))
-            if not dk.set_cpu_quota(name, CPU_PERIOD_US, quota):
-                raise FaultError(f"slow: container {name} is gone")
-            return
-        h = cgroups.CpuHierarchy(int(self.record["version"]), Path(self.record["mount"]))
-        group = cgroups.create(h, Path(self.record["group"]).name, percent)
-        for pid in self.record["pids"]:
-            cgroups.move(group, int(pid))
+        """Apply the quota."""
+        Reach.of(self.record).limit_cpu(self.record)
 
     @classmethod
     def claims(cls, record: dict[str, Any]) -> frozenset[str]:
-        """The container's CPU quota, or the limited group and each process moved into it."""
-        if "container" in record:
-            return frozenset({f"cpu:{record['container']}"})
-        held = {f"cpu-group:{record.get('group')}"}
-        held.update(f"cpu-pid:{int(pid)}" for pid in record.get("pids", []))
-        return frozenset(held)
+        """The quota (the group and each process moved into it, or the container's)."""
+        return Reach.of(record).cpu_claims(record)
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
-        """Move members back to their original groups and remove the group (lift the
-        container's quota)."""
-        if "container" in record:  # gone with its run: nothing is throttled
-            dk.set_cpu_quota(str(record["container"]), CPU_PERIOD_US, -1)
-            return
-        mount = Path(record["mount"])
-        originals = {
-            int(pid): mount / str(path).lstrip("/") for pid, path in record["originals"].items()
-        }
-        cgroups.remove(
-            Path(record["group"]), mount / str(record["fallback"]).lstrip("/"), originals
-        )
+        """Lift the quota."""
+        Reach.of(record).unlimit_cpu(record)

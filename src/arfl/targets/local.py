@@ -9,10 +9,13 @@ from pathlib import Path
 import psutil
 
 from arfl.errors import FaultError
-from arfl.faults import docker as dk
 from arfl.processes import is_running, same_process
 from arfl.processes import process_tree as _tree
 from arfl.run.state import DockerNetState, IsolationState, RunState, load_state
+from arfl.targets import docker as dk
+from arfl.targets.container import ContainerReach
+from arfl.targets.process import ProcessReach
+from arfl.targets.reach import Reach
 
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 
@@ -154,6 +157,13 @@ class LocalTarget:
         """The replica's container (``docker.containers`` of ``state.json``), if any."""
         st = self._replica(replica)
         return st.docker.containers.get(replica) if st.docker else None
+
+    def reach(self, replica: int) -> Reach:
+        """Its container's primitives on the docker target, else its processes'."""
+        name = self.container(replica)
+        if name is not None:
+            return ContainerReach(self, replica, name)
+        return ProcessReach(self, replica)
 
     def docker(self) -> DockerNetState | None:
         """The run's docker network and containers (``docker`` of ``state.json``)."""
