@@ -22,6 +22,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -84,6 +85,47 @@ def same_process(
     except psutil.Error:
         return None
     return p if is_running(p) else None
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """A process as arfl records it: its pid and psutil create time (a pid alone is reused).
+
+    Every record of a process (``state.json``, ``stack.json``, a fault's undo record) holds one,
+    and :meth:`find` is the one test that a live pid is still the recorded process."""
+
+    pid: int
+    create_time: float
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessId | None:
+        """The identity of live process ``pid`` (None: it is gone)."""
+        try:
+            return cls(pid, psutil.Process(pid).create_time())
+        except psutil.Error:
+            return None
+
+    @classmethod
+    def from_pair(cls, pair: Sequence[float]) -> ProcessId:
+        """From its JSON form ``[pid, create_time]``."""
+        return cls(int(pair[0]), float(pair[1]))
+
+    def to_pair(self) -> list[float]:
+        """Its JSON form ``[pid, create_time]``."""
+        return [self.pid, self.create_time]
+
+    def find(self, slack_s: float = CREATE_TIME_SLACK_S) -> psutil.Process | None:
+        """The live process if it is still this one (:func:`same_process`)."""
+        return same_process(self.pid, self.create_time, slack_s=slack_s)
+
+    def alive(self, slack_s: float = CREATE_TIME_SLACK_S) -> bool:
+        """Whether it still runs."""
+        return self.find(slack_s) is not None
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its live descendants (exited ones left out; empty when ``pid`` is gone)."""
+    return [p.pid for p in process_tree(pid) if is_running(p)]
 
 
 def signal_all(procs: Iterable[psutil.Process], sig: int) -> list[int]:

@@ -16,10 +16,11 @@ import pytest
 from arfl.errors import FaultError
 from arfl.faults.base import FaultParams
 from arfl.faults.runner import ChaosRunner
+from arfl.processes import tree_pids
 from arfl.run.pending import PendingFaults
 from arfl.run.rundir import read_jsonl
 from arfl.targets.cgroups import CpuHierarchy, detect
-from arfl.targets.local import LocalTarget, process_tree, restart_suppressed
+from arfl.targets.local import LocalTarget, restart_suppressed
 from arfl.testing.faults import SparkApp, start_busy_loop, start_spark_app, stop_tree, write_state
 
 RUN = "chaos-spark"
@@ -72,7 +73,7 @@ def test_kill_executor_is_replaced_by_a_new_jvm(app: SparkApp, run_dir: Path) ->
 
 
 def test_pause_stops_every_process_then_resumes(app: SparkApp, run_dir: Path) -> None:
-    pids = process_tree(app.driver_pid)
+    pids = tree_pids(app.driver_pid)
     assert len(pids) >= 3  # python driver, driver JVM, executor JVM
     runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
     during: dict[int, str] = {}
@@ -111,7 +112,7 @@ def test_pause_reverted_early_by_stop(app: SparkApp, run_dir: Path) -> None:
     t.join(10)
     assert not t.is_alive() and time.monotonic() - t0 < 20
     assert all(
-        psutil.Process(p).status() != psutil.STATUS_STOPPED for p in process_tree(app.driver_pid)
+        psutil.Process(p).status() != psutil.STATUS_STOPPED for p in tree_pids(app.driver_pid)
     )
 
 
@@ -196,7 +197,7 @@ def test_slow_moves_a_spark_replica_and_back(app: SparkApp, run_dir: Path) -> No
         h = detect()
     except FaultError as e:
         pytest.skip(str(e))
-    pids = process_tree(app.driver_pid)
+    pids = tree_pids(app.driver_pid)
     before = _groups(h, pids)
     runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
     seen: list[dict[int, str]] = []

@@ -26,7 +26,7 @@ from arfl.faults.kinds.kill_replica import KillReplicaParams
 from arfl.faults.kinds.slow import SLOW_CPU_PERCENT, SlowParams
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending, schedule_order
 from arfl.registry import FAULTS, Entry, FaultInfo
-from arfl.run.pending import PendingFaults, owner_alive
+from arfl.run.pending import PendingFaults, injector_alive
 from arfl.run.rundir import read_jsonl
 from arfl.run.state import (
     IsolationState,
@@ -210,7 +210,7 @@ def test_pending_file_add_remove_and_owner(tmp_path: Path) -> None:
     b = pending.add("slow", 1, {"group": "/x"})
     data = json.loads(pending.path.read_text())
     assert [e["kind"] for e in data["faults"]] == ["pause", "slow"]
-    assert all(owner_alive(e) for e in pending.entries())  # we are the owner
+    assert all(injector_alive(e) for e in pending.entries())  # we are the owner
     pending.remove(a)
     assert [e["id"] for e in pending.entries()] == [b]
     assert runs_with_pending(tmp_path / "runs") == [run_dir]
@@ -218,7 +218,7 @@ def test_pending_file_add_remove_and_owner(tmp_path: Path) -> None:
     assert not pending.path.exists()  # no file once nothing is owed
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    assert not owner_alive({"owner_pid": dead.pid, "owner_create_time": 0.0})
+    assert not injector_alive({"owner_pid": dead.pid, "owner_create_time": 0.0})
 
 
 def test_revert_persisted_before_inject_and_done_even_when_inject_fails(

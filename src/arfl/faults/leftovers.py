@@ -35,6 +35,7 @@ import psutil
 from arfl.errors import StackError
 from arfl.processes import (
     CREATE_TIME_SLACK_S,
+    ProcessId,
     is_running,
     kill_all,
     process_tree,
@@ -58,13 +59,11 @@ _SLACK_S = 0.5
 
 
 @dataclass(frozen=True)
-class Recorded:
-    """A process ``state.json`` names, with its recorded create time."""
+class Recorded(ProcessId):
+    """A process ``state.json`` names, by its identity."""
 
-    name: str
+    name: str = ""
     """``replica-N``, ``standby-K``, ``merger`` or ``injector``."""
-    pid: int
-    create_time: float
 
 
 @dataclass
@@ -121,7 +120,7 @@ def recorded_processes(state: RunState) -> list[Recorded]:
 
     def add(name: str, pid: int | None, create_time: float | None) -> None:
         if pid is not None and create_time is not None:  # a pid alone is no identity
-            out.append(Recorded(name, pid, create_time))
+            out.append(Recorded(pid, create_time, name=name))
 
     add("injector", state.injector_pid, state.injector_create_time)
     for i, rep in sorted(state.replicas.items()):
@@ -140,7 +139,7 @@ def recorded_processes(state: RunState) -> list[Recorded]:
     return unique
 
 
-def owner_alive(state: RunState, state_mtime: float) -> bool:
+def deployer_alive(state: RunState, state_mtime: float) -> bool:
     """Whether the arfl process that runs the deployment (``state.json`` ``pid``) still runs.
 
     Without a recorded create time, a live process with that pid counts as the owner unless it
@@ -187,7 +186,7 @@ def find(
     run_dir: Path, by_session: dict[int, list[psutil.Process]] | None = None
 ) -> list[Leftover]:
     """The recorded processes of ``run_dir`` that still run, with their trees and sessions
-    (whoever owns the deployment; see :func:`owner_alive`).
+    (whoever owns the deployment; see :func:`deployer_alive`).
 
     Args:
         run_dir: the run directory.

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arfl.errors import FaultError
-from arfl.processes import same_process
+from arfl.processes import same_process, tree_pids
 from arfl.targets import docker
-from arfl.targets.local import LocalTarget, process_tree
+from arfl.targets.local import LocalTarget
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def summarize(target: LocalTarget) -> TargetSummary:
         StandbySummary(
             index=k,
             pid=sb.pid,
-            pids=process_tree(sb.pid) if same_process(sb.pid, sb.create_time, slack_s=1.0) else [],
+            pids=tree_pids(sb.pid) if same_process(sb.pid, sb.create_time, slack_s=1.0) else [],
         )
         for k, sb in sorted(state.standbys.items())
     ]

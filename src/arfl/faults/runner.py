@@ -37,7 +37,7 @@ from arfl.faults import align, leftovers
 from arfl.faults.base import Fault, FaultParams, implementation, make_fault
 from arfl.registry import FAULTS
 from arfl.run.events import Event
-from arfl.run.pending import PendingFaults, owner_alive
+from arfl.run.pending import PendingFaults, injector_alive
 from arfl.run.rundir import Journal, RunPaths
 from arfl.run.sparkhome import owns_spark_home, retire_unless_used
 from arfl.run.state import load_state
@@ -248,7 +248,7 @@ class ChaosRunner:
                 return None
             pid = entry.get("owner_pid")
             owners.append(pid if isinstance(pid, int) else -1)
-            if owner_alive(entry):
+            if injector_alive(entry):
                 until = (
                     f"its injector (pid {pid}) reverts it when its duration ends (if that "
                     f"revert failed: 'arfl chaos recover --force {self.target.run_dir}')"
@@ -412,7 +412,7 @@ def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
     journal = Journal(RunPaths(run_dir).journal)
     for entry in pending.entries():
         label = f"{entry.get('kind')} replica {entry.get('replica')} ({entry.get('id')})"
-        if not force and owner_alive(entry):
+        if not force and injector_alive(entry):
             report.skipped.append(f"{label}: injector pid {entry.get('owner_pid')} still runs")
             continue
         start = time.time()
@@ -460,7 +460,7 @@ def _stop_leftovers(run_dir: Path, journal: Journal, report: RecoveryReport, for
     own_stack = leftovers.run_stack_running(run_dir)
     if not (found or own_stack):
         return
-    if not force and leftovers.owner_alive(run_state, mtime):
+    if not force and leftovers.deployer_alive(run_state, mtime):
         return  # a live deployment's processes are its own business, not leftovers
     for st in leftovers.stop(found):
         journal.write(
@@ -487,7 +487,7 @@ def _stop_leftovers(run_dir: Path, journal: Journal, report: RecoveryReport, for
 
 def _deployment_gone(run_dir: Path) -> bool:
     state = leftovers.read_state(run_dir)
-    return state is not None and not leftovers.owner_alive(*state)
+    return state is not None and not leftovers.deployer_alive(*state)
 
 
 def _own_spark_home(run_dir: Path) -> Path | None:
@@ -495,7 +495,7 @@ def _own_spark_home(run_dir: Path) -> Path | None:
     that made it is gone, and it still exists and is the run's
     (:func:`arfl.run.sparkhome.owns_spark_home`)."""
     state = leftovers.read_state(run_dir)
-    if state is None or leftovers.owner_alive(*state):
+    if state is None or leftovers.deployer_alive(*state):
         return None
     raw = state[0].spark_home
     if not raw:

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from arfl.errors import FaultError
-from arfl.processes import same_process
+from arfl.processes import ProcessId
 from arfl.run.rundir import write_json_atomic
 
 PENDING_FILE = "pending-faults.json"
@@ -110,10 +110,10 @@ class PendingFaults:
             self._write([e for e in self._read() if e.get("id") != entry_id])
 
 
-def owner_alive(entry: dict[str, Any]) -> bool:
+def injector_alive(entry: dict[str, Any]) -> bool:
     """True when the process that injected ``entry`` still runs (it will revert by itself)."""
     try:
-        pid, create_time = int(entry["owner_pid"]), float(entry["owner_create_time"])
+        owner = ProcessId(int(entry["owner_pid"]), float(entry["owner_create_time"]))
     except (KeyError, ValueError, TypeError):
         return False
-    return same_process(pid, create_time, slack_s=0.5) is not None
+    return owner.alive(slack_s=0.5)

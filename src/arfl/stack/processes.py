@@ -19,15 +19,13 @@ from typing import Any
 import psutil
 
 from arfl.errors import StackError
-from arfl.processes import ManagedProcess, same_process, stop_pid
+from arfl.processes import ManagedProcess, ProcessId, stop_pid
 
 
 @dataclass(frozen=True)
-class ProcessRecord:
-    """A process arfl started, as written to ``stack.json``."""
+class ProcessRecord(ProcessId):
+    """A process arfl started, as written to ``stack.json``: its identity and command line."""
 
-    pid: int
-    create_time: float
     cmdline: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -71,7 +69,7 @@ def find(record: ProcessRecord) -> psutil.Process | None:
     None when the pid is gone, has exited (a zombie not yet reaped), or now belongs to another
     process (its create time differs), so a recycled pid is never mistaken for ours.
     """
-    return same_process(record.pid, record.create_time)
+    return record.find()
 
 
 def is_alive(record: ProcessRecord) -> bool:

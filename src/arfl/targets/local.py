@@ -9,8 +9,7 @@ from pathlib import Path
 import psutil
 
 from arfl.errors import FaultError
-from arfl.processes import is_running, same_process
-from arfl.processes import process_tree as _tree
+from arfl.processes import same_process, tree_pids
 from arfl.run.state import DockerNetState, IsolationState, RunState, load_state
 from arfl.targets import docker as dk
 from arfl.targets.container import ContainerReach
@@ -75,11 +74,6 @@ def _arg(cmd: list[str], flag: str) -> str | None:
         if part == flag:
             return cmd[i + 1]
     return None
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its live descendants (exited ones left out; empty when ``pid`` is gone)."""
-    return [p.pid for p in _tree(pid) if is_running(p)]
 
 
 class LocalTarget:
@@ -151,7 +145,7 @@ class LocalTarget:
         name = self.container(replica)
         if name is not None:
             return sorted(dk.host_pids(dk.container(name)))
-        return process_tree(self.driver_pid(replica))
+        return tree_pids(self.driver_pid(replica))
 
     def container(self, replica: int) -> str | None:
         """The replica's container (``docker.containers`` of ``state.json``), if any."""
@@ -193,7 +187,7 @@ class LocalTarget:
                         theirs.update(self.replica_pids(other))
             for sb in st.standbys.values():
                 if same_process(sb.pid, sb.create_time, slack_s=1.0) is not None:
-                    theirs.update(process_tree(sb.pid))
+                    theirs.update(tree_pids(sb.pid))
             return executors_of_app(rep.app_id, keep=lambda pid: pid not in theirs)
         matches: dict[int, tuple[str, int]] = {}
         for pid in self.replica_pids(replica):

@@ -9,33 +9,21 @@ import time
 
 import psutil
 
-from arfl.processes import same_process as _same_process
-from arfl.processes import wait_until
-
-PidRecord = list[float]  # [pid, create_time] — JSON-friendly
+from arfl.processes import ProcessId, wait_until
 
 
-def identify(pids: list[int]) -> list[PidRecord]:
-    """``[pid, create_time]`` for each pid still alive."""
-    out: list[PidRecord] = []
-    for pid in pids:
-        try:
-            out.append([pid, psutil.Process(pid).create_time()])
-        except psutil.NoSuchProcess:
-            continue
-    return out
+def identify(pids: list[int]) -> list[list[float]]:
+    """Each pid still alive as its JSON identity ``[pid, create_time]`` (:class:`ProcessId`)."""
+    found = (ProcessId.of(pid) for pid in pids)
+    return [p.to_pair() for p in found if p is not None]
 
 
-def same_process(rec: PidRecord) -> bool:
-    """True when ``rec``'s pid is alive and is still the process that was recorded."""
-    return _same_process(int(rec[0]), rec[1], slack_s=0.5) is not None
-
-
-def send(records: list[PidRecord], sig: signal.Signals) -> list[int]:
-    """Send ``sig`` to each recorded process that still exists; returns the pids signalled."""
+def send(records: list[list[float]], sig: signal.Signals) -> list[int]:
+    """Send ``sig`` to each recorded process that is still the one recorded; returns the pids
+    signalled."""
     done: list[int] = []
     for rec in records:
-        if not same_process(rec):
+        if not ProcessId.from_pair(rec).alive(slack_s=0.5):
             continue
         try:
             os.kill(int(rec[0]), sig)
