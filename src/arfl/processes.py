@@ -20,6 +20,7 @@ import os
 import resource
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -226,15 +227,16 @@ def _await_nice(pid: int, nice: int, argv: Sequence[str], timeout_s: float = 5.0
     niceness is ``nice``, or (where it may not be lowered) it already runs ``argv``, or it is
     gone. Popen returns once ``nice`` is exec'ed, before it set anything: a reader of the
     niceness right after the start read 0 on a busy host."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def set_or_gone() -> bool:
         try:
             p = psutil.Process(pid)
-            if p.nice() == nice or p.cmdline() == list(argv) or p.status() == "zombie":
-                return
+            return p.nice() == nice or p.cmdline() == list(argv) or p.status() == "zombie"
         except psutil.Error:
-            return
-        time.sleep(0.005)
+            return True
+
+    with contextlib.suppress(TimeoutError):
+        wait_until(set_or_gone, timeout_s=timeout_s, interval_s=0.005)
 
 
 def can_unnice() -> bool:
@@ -278,8 +280,10 @@ def wait_gone(
             deadline has exited all the same and is not returned.
     """
     pending = list(procs)
-    deadline = time.monotonic() + timeout_s
-    while True:
+    running: list[psutil.Process] = []
+
+    def all_gone() -> bool:
+        nonlocal pending, running
         running, zombies = [], []
         for p in pending:
             if is_running(p):
@@ -288,12 +292,14 @@ def wait_gone(
                 _reap(p.pid)
                 if reaped and _in_table(p):
                     zombies.append(p)
-        if not running and not zombies:
-            return []
-        if time.monotonic() >= deadline:
-            return running
         pending = running + zombies
-        time.sleep(_POLL_S)
+        return not pending
+
+    try:
+        wait_until(all_gone, timeout_s=timeout_s, interval_s=_POLL_S)
+    except TimeoutError:
+        return running
+    return []
 
 
 def kill_all(procs: Iterable[psutil.Process], wait_s: float = _KILL_WAIT_S) -> list[psutil.Process]:
@@ -362,20 +368,24 @@ def wait_until(
     timeout_s: float,
     interval_s: float = 0.2,
     what: str = "",
+    stop: threading.Event | None = None,
 ) -> T:
     """Call ``check`` until it returns a truthy value, and return that value.
 
     ``check`` is called at least once, and once more at the deadline. An exception it raises
-    propagates at once (a check can fail fast, e.g. when the process it waits for died).
+    propagates at once (a check can fail fast, e.g. when the process it waits for died). Every
+    deadline loop of arfl goes through here.
 
     Args:
         check: returns a falsy value (None, False, empty) while not ready.
         timeout_s: how long to keep trying.
-        interval_s: pause between two calls.
+        interval_s: pause between two calls (0: call again at once, for a check that blocks).
         what: names the awaited thing in the error message.
+        stop: an event that ends the wait early (:class:`Stopped`).
 
     Raises:
         TimeoutError: ``<what> not ready after <timeout_s>s``.
+        Stopped: ``stop`` was set.
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -385,7 +395,15 @@ def wait_until(
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"{what or 'condition'} not ready after {timeout_s:.0f}s")
-        time.sleep(min(interval_s, left))
+        pause = min(interval_s, left)
+        if stop is None:
+            time.sleep(pause)
+        elif stop.wait(pause):
+            raise Stopped(f"stopped waiting for {what or 'a condition'}")
+
+
+class Stopped(TimeoutError):
+    """:func:`wait_until` was told to stop before its check held."""
 
 
 class ManagedProcess:

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import pytest
 
 from arfl.processes import (
     ManagedProcess,
+    ProcessId,
+    Stopped,
     priority_of,
     process_tree,
     same_process,
@@ -332,3 +335,32 @@ def test_start_returns_once_the_niceness_is_in_place(tmp_path: Path) -> None:
         )
     finally:
         proc.stop(grace_s=1)
+
+
+def test_wait_until_returns_the_value_times_out_and_stops_when_told() -> None:
+    calls: list[int] = []
+    assert (
+        wait_until(
+            lambda: calls.append(1) or (len(calls) >= 3 and "ok"), timeout_s=5, interval_s=0.01
+        )
+        == "ok"
+    )
+    with pytest.raises(TimeoutError, match="thing not ready after 0s"):
+        wait_until(lambda: False, timeout_s=0.05, interval_s=0.01, what="thing")
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Stopped):
+        wait_until(lambda: False, timeout_s=30, interval_s=5, stop=stop)
+    assert time.monotonic() - t0 < 5  # the stop ends a long pause, not only the next call
+
+
+def test_a_process_id_finds_its_process_and_not_a_reused_pid() -> None:
+    me = ProcessId.of(os.getpid())
+    assert me is not None and me.alive() and me.find() is not None
+    assert ProcessId.from_pair(me.to_pair()) == me
+    assert not ProcessId(me.pid, me.create_time - 10).alive()  # another process's start
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone = ProcessId.of(dead.pid)
+    dead.wait()
+    assert gone is not None and not gone.alive()

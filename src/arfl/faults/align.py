@@ -20,12 +20,12 @@ earliest end), whatever the batch.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from arfl.processes import wait_until
 from arfl.run.progress import batch_ends
 from arfl.run.streams import JsonlTail
 
@@ -80,14 +80,21 @@ def next_boundary(
         timeout_s: longest wait (returns None); :data:`WAIT_MAX_S` if not given.
     """
     tails = {r: JsonlTail(progress_file(r), from_end=True) for r in replicas}
-    deadline = time.monotonic() + (WAIT_MAX_S if timeout_s is None else timeout_s)
-    while True:
+
+    def seen() -> Boundary | None:
         found = [
             Boundary(r, ends[0])
             for r, tail in tails.items()
             if (ends := batch_ends(tail.read_new()))
         ]
-        if found:
-            return min(found, key=lambda b: b.t)
-        if time.monotonic() >= deadline or stop.wait(POLL_S):
-            return None
+        return min(found, key=lambda b: b.t) if found else None
+
+    try:
+        return wait_until(
+            seen,
+            timeout_s=WAIT_MAX_S if timeout_s is None else timeout_s,
+            interval_s=POLL_S,
+            stop=stop,
+        )
+    except TimeoutError:  # Stopped too
+        return None

@@ -12,6 +12,7 @@ from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.cimpl import NewTopic
 
 from arfl.errors import ArflError, StackError
+from arfl.processes import wait_until
 from arfl.stack.health import _quiet
 
 _METADATA_TIMEOUT_S = 10.0
@@ -87,8 +88,8 @@ def ensure_topic(
                 raise StackError(
                     f"creating topic {name} on kafka at {bootstrap} failed: {e}"
                 ) from e
-    deadline = time.monotonic() + _WAIT_S
-    while True:
+
+    def led() -> bool:
         md = _metadata(admin, bootstrap)
         t = md.topics.get(name)
         have = len(t.partitions) if t is not None and t.error is None else None
@@ -98,14 +99,15 @@ def ensure_topic(
                 "needed; delete it (or use another topic name)"
             )
         ready = _ready_partitions(md, name)
-        if ready is not None and have is not None and ready == have:
-            return
-        if time.monotonic() >= deadline:
-            raise StackError(
-                f"topic {name} on kafka at {bootstrap}: partitions still without a leader after "
-                f"{_WAIT_S:.0f}s; see the broker log ('arfl stack status' shows where)"
-            )
-        time.sleep(0.1)
+        return ready is not None and have is not None and ready == have
+
+    try:
+        wait_until(led, timeout_s=_WAIT_S, interval_s=0.1)
+    except TimeoutError:
+        raise StackError(
+            f"topic {name} on kafka at {bootstrap}: partitions still without a leader after "
+            f"{_WAIT_S:.0f}s; see the broker log ('arfl stack status' shows where)"
+        ) from None
 
 
 def delete_topics(bootstrap: str, names: list[str]) -> None:
@@ -130,13 +132,17 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
             if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 continue
             raise StackError(f"deleting topic {n} on kafka at {bootstrap} failed: {e}") from e
-    deadline = time.monotonic() + _WAIT_S
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
         md = _metadata(admin, bootstrap)
-        if not any(n in md.topics and md.topics[n].error is None for n in present):
-            return
-        time.sleep(0.1)
-    raise StackError(f"topics {present} still listed by kafka at {bootstrap} after {_WAIT_S:.0f}s")
+        return not any(n in md.topics and md.topics[n].error is None for n in present)
+
+    try:
+        wait_until(gone, timeout_s=_WAIT_S, interval_s=0.1)
+    except TimeoutError:
+        raise StackError(
+            f"topics {present} still listed by kafka at {bootstrap} after {_WAIT_S:.0f}s"
+        ) from None
 
 
 def require_topic(

@@ -18,13 +18,14 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from arfl.errors import StackError
+from arfl.processes import wait_until
 from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS, driver_env, ensure_spark_home
 from arfl.run.state import DockerNetState
 from arfl.stack import StackInfo
@@ -123,15 +124,18 @@ class DockerSparkCluster:
         with dk.sdk_errors(f"spark cluster container {cid[:12]}"):
             dk.client().api.start(cid)
         self.container = dk.container(cid)
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            logs = self.container.logs().decode(errors="replace")
-            if "Successfully registered with master" in logs:
-                return
+
+        def registered() -> bool:
+            if "Successfully registered with master" in self.container.logs().decode("replace"):
+                return True
             self.container.reload()
             if self.container.status != "running":
-                break
-            time.sleep(0.5)
+                raise StackError(f"spark cluster container {self.container.name} exited")
+            return False
+
+        with contextlib.suppress(TimeoutError, StackError):
+            wait_until(registered, timeout_s=self.start_timeout_s, interval_s=0.5)
+            return
         raise StackError(
             f"spark cluster in container {self.container.name} did not come up:\n"
             + self.container.logs(tail=40).decode(errors="replace")

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -275,11 +276,15 @@ class ResultReader:
 
     def poll_until(self, done: Callable[[list[ReadResult]], bool], timeout_s: float) -> bool:
         """Poll until ``done(results)`` or the timeout; returns whether ``done`` held."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def held() -> bool:
             if done(self.results):
                 return True
-            self.poll(1.0)
+            self.poll(1.0)  # reads for a second: the wait's pause
+            return False
+
+        with contextlib.suppress(TimeoutError):
+            return wait_until(held, timeout_s=timeout_s, interval_s=0)
         return done(self.results)
 
     def drain(self, timeout_s: float = 120.0) -> bool:
@@ -293,15 +298,18 @@ class ResultReader:
         assignment: list[TopicPartition] = self._consumer.assignment()
         parts = [tp.partition for tp in assignment]
         ends = {p: high for p, (_, high) in watermarks(self._consumer, self.topic, parts).items()}
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            done = all(
+
+        def at_end() -> bool:
+            if all(
                 pos.offset >= ends[pos.partition] or ends[pos.partition] == 0
                 for pos in self._consumer.position(assignment)
-            )
-            if done:
+            ):
                 return True
-            self.poll(1.0)
+            self.poll(1.0)  # reads for a second: the wait's pause
+            return False
+
+        with contextlib.suppress(TimeoutError):
+            return wait_until(at_end, timeout_s=timeout_s, interval_s=0)
         return False
 
     def rids(self) -> set[str]:

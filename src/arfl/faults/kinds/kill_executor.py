@@ -12,6 +12,7 @@ from pydantic import Field
 from arfl.errors import FaultError
 from arfl.faults.base import FaultBase
 from arfl.params import Params
+from arfl.processes import wait_until
 from arfl.registry import FAULTS, FaultInfo
 from arfl.targets.base import Target
 
@@ -89,20 +90,19 @@ class KillExecutor(FaultBase):
             return
         killed = int(self.details["pid"])
         replica = int(self.details["replica"])
-        deadline = time.monotonic() + REPLACEMENT_TIMEOUT_S
         self.details["replacement_s"] = None
-        while time.monotonic() < deadline:
-            try:
-                now = target.executor_pids(replica)
-            except FaultError:
-                break  # the driver itself is gone: nothing will replace the executor
-            fresh = {e: p for e, p in now.items() if p != killed}
-            if fresh:
-                exe, pid = min(fresh.items())
-                self.details.update(
-                    replacement_s=round(time.time() - float(self.details["killed_at"]), 3),
-                    replacement_executor=exe,
-                    replacement_pid=pid,
-                )
-                return
-            time.sleep(0.05)
+
+        def replaced() -> dict[str, int]:
+            # FaultError: the driver itself is gone, nothing will replace the executor
+            return {e: p for e, p in target.executor_pids(replica).items() if p != killed}
+
+        try:
+            fresh = wait_until(replaced, timeout_s=REPLACEMENT_TIMEOUT_S, interval_s=0.05)
+        except (TimeoutError, FaultError):
+            return
+        exe, pid = min(fresh.items())
+        self.details.update(
+            replacement_s=round(time.time() - float(self.details["killed_at"]), 3),
+            replacement_executor=exe,
+            replacement_pid=pid,
+        )

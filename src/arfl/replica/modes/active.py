@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from arfl.configs.spec import Spec
+from arfl.processes import wait_until
 from arfl.registry import MODES, ModeInfo
 from arfl.replica.modes.base import (
     STAGGER_REF,
@@ -117,13 +118,17 @@ def stagger_delay(t0: float, now: float, interval: float, replica: int, replicas
 
 def _query_started(path: Path, timeout_s: float) -> float | None:
     """Replica 0's ``query_started`` from its app-id file (waits up to ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def started() -> float | None:
         try:
             info = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            info = None
+            return None
         if isinstance(info, dict) and isinstance(info.get("query_started"), int | float):
-            return float(info["query_started"])
-        time.sleep(0.2)
-    return None
+            return float(info["query_started"]) or None  # 0.0 is no start time
+        return None
+
+    try:
+        return wait_until(started, timeout_s=timeout_s, interval_s=0.2)
+    except TimeoutError:
+        return None

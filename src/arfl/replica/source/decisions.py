@@ -9,12 +9,12 @@ import contextlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from arfl.errors import DeployError
+from arfl.processes import wait_until
 from arfl.replica.source.kafka import REQUEST_TIMEOUT_S, retry
 
 if TYPE_CHECKING:
@@ -184,14 +184,20 @@ class DecisionLog:
             DeployError: the end was not reached within ``timeout_s``.
         """
         target = self.end_offset()
-        deadline = time.monotonic() + timeout_s
-        while self._position < target:
-            self.poll(0.05)
-            if time.monotonic() > deadline:
-                raise DeployError(
-                    f"kafka at {self.bootstrap}: decision log {self.topic!r} not readable to its "
-                    f"end ({self._position}/{target}) within {timeout_s:.0f}s"
-                )
+
+        def at_end() -> bool:
+            if self._position >= target:
+                return True
+            self.poll(0.05)  # blocks up to 50 ms: the wait's pause
+            return False
+
+        try:
+            wait_until(at_end, timeout_s=timeout_s, interval_s=0)
+        except TimeoutError:
+            raise DeployError(
+                f"kafka at {self.bootstrap}: decision log {self.topic!r} not readable to its "
+                f"end ({self._position}/{target}) within {timeout_s:.0f}s"
+            ) from None
 
     def append(self, d: Decision) -> None:
         """Append a proposal and wait for the broker's acknowledgement (all replicas in sync).
@@ -215,15 +221,17 @@ class DecisionLog:
 
     def wait_for(self, k: int, timeout_s: float) -> Decision | None:
         """Poll until the decision for ``k`` has been read, or the timeout passes."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def read() -> Decision | None:
             d = self.book.get(k)
-            if d is not None:
-                return d
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            self.poll(min(left, 0.05))
+            if d is None:
+                self.poll(0.05)  # blocks up to 50 ms: the wait's pause
+            return d
+
+        try:
+            return wait_until(read, timeout_s=timeout_s, interval_s=0)
+        except TimeoutError:
+            return None
 
     def close(self) -> None:
         """Flush and close the clients (idempotent)."""
