@@ -44,7 +44,8 @@ import realtime as rt
 from _common import Column, print_table, write_rows
 
 from arfl import stack
-from arfl.processes import process_tree, set_nice
+from arfl.priority import set_nice
+from arfl.processes import process_tree
 from arfl.report.build import build_report
 from arfl.stack import config, lifecycle
 

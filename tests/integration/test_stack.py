@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from arfl import stack as arfl_stack
 from arfl.configs.spec import Stack
 from arfl.errors import ReportError, StackError
-from arfl.processes import priority_of
+from arfl.priority import priority_of
 from arfl.stack import StackInfo, config, lifecycle
 from arfl.stack.topics import (
     delete_topics,

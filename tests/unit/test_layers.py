@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "arfl"
 
 LAYERS: list[set[str]] = [
     # base: no arfl import but each other
-    {"arfl", "errors", "paths", "units", "params", "registry", "coerce", "processes"},
+    {"arfl", "errors", "paths", "units", "params", "registry", "coerce", "processes", "priority"},
     {"configs"},  # the spec language
     {"run"},  # run directory, record formats, progress, streams
     {"stack"},  # ZooKeeper + Kafka, embedded or external

@@ -14,14 +14,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from arfl.priority import priority_of, set_nice
 from arfl.processes import (
     ManagedProcess,
     ProcessId,
     Stopped,
-    priority_of,
     process_tree,
     same_process,
-    set_nice,
     stop_pid,
     wait_until,
 )

@@ -25,7 +25,8 @@ from arfl.orchestrate.drivers import DriverLaunch
 from arfl.orchestrate.restarts import RestartPolicy
 from arfl.orchestrate.standbys import STANDBY_STOP_GRACE_S
 from arfl.orchestrate.supervisor import ReplicaRunner
-from arfl.processes import is_running, priority_of, stop_pid
+from arfl.priority import priority_of
+from arfl.processes import is_running, stop_pid
 from arfl.replica.driver import EXIT_BAD_CONFIG
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.run.rundir import new_run_dir, read_jsonl

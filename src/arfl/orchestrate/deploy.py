@@ -49,7 +49,8 @@ from arfl.orchestrate.state import write_state
 from arfl.orchestrate.summary import summarise
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import Tick, Watcher, drain_seconds
-from arfl.processes import ManagedProcess, priority_of
+from arfl.priority import priority_of
+from arfl.processes import ManagedProcess
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.replica.sparkenv import run_spark_home
 from arfl.run.events import Event

@@ -27,14 +27,8 @@ from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.orchestrate.drivers import STANDBY, Drivers, rehearsal_events
 from arfl.orchestrate.slots import ReplicaSlot
-from arfl.processes import (
-    ManagedProcess,
-    can_unnice,
-    process_tree,
-    same_process,
-    set_nice,
-    signal_all,
-)
+from arfl.priority import can_unnice, set_nice
+from arfl.processes import ManagedProcess, process_tree, same_process, signal_all
 from arfl.replica.app import DriverConfig
 from arfl.run.events import Event
 from arfl.run.rundir import Journal, write_json_atomic

@@ -4,17 +4,14 @@ cgroup freezer, the container's CPU quota, its veth, its place on the run's netw
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from arfl.errors import FaultError
 from arfl.run.pending import PendingFaults
 from arfl.run.state import DockerNetState
 from arfl.targets import docker as dk
 from arfl.targets import netns
-from arfl.targets.reach import Reach, Record
-
-if TYPE_CHECKING:
-    from arfl.targets.base import Target
+from arfl.targets.base import Reach, Record, Target
 
 CPU_PERIOD_US = 100_000
 

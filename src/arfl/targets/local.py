@@ -12,9 +12,9 @@ from arfl.errors import FaultError
 from arfl.processes import same_process, tree_pids
 from arfl.run.state import DockerNetState, IsolationState, RunState, load_state
 from arfl.targets import docker as dk
+from arfl.targets.base import Reach
 from arfl.targets.container import ContainerReach
 from arfl.targets.process import ProcessReach
-from arfl.targets.reach import Reach
 
 EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
 

@@ -6,15 +6,11 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from arfl.errors import FaultError
 from arfl.run.state import IsolationState, NamespaceState
 from arfl.targets import cgroups, netns, procs
-from arfl.targets.reach import Reach, Record
-
-if TYPE_CHECKING:
-    from arfl.targets.base import Target
+from arfl.targets.base import Reach, Record, Target
 
 
 def namespace_of(target: Target, replica: int) -> tuple[IsolationState, NamespaceState]:

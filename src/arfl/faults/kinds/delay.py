@@ -10,8 +10,7 @@ from arfl.faults.base import FaultBase
 from arfl.params import Duration, Params
 from arfl.registry import FAULTS, FaultInfo
 from arfl.targets import netns
-from arfl.targets.base import Target
-from arfl.targets.reach import Reach
+from arfl.targets.base import Reach, Target
 from arfl.units import format_duration
 
 

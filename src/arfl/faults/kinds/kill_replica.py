@@ -11,9 +11,8 @@ from arfl.errors import FaultError
 from arfl.faults.base import FaultBase
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
-from arfl.targets.base import Target
+from arfl.targets.base import Reach, Target
 from arfl.targets.local import no_restart_marker
-from arfl.targets.reach import Reach
 
 
 class KillReplicaParams(Params):
@@ -37,7 +36,7 @@ class KillReplicaParams(Params):
 )
 class KillReplica(FaultBase):
     """SIGKILL the driver of ``params.replica`` (on the docker target its container:
-    :meth:`arfl.targets.reach.Reach.kill`).
+    :meth:`arfl.targets.base.Reach.kill`).
 
     The supervisor (the replica runner) restarts killed drivers on its own. With
     ``restart = false`` a ``no-restart-<replica>`` marker is written into the run directory

@@ -10,8 +10,7 @@ from pydantic import Field
 from arfl.faults.base import FaultBase
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
-from arfl.targets.base import Target
-from arfl.targets.reach import Reach
+from arfl.targets.base import Reach, Target
 
 
 class PartitionParams(Params):

@@ -7,8 +7,7 @@ from typing import Any
 
 from arfl.faults.base import FaultBase
 from arfl.registry import FAULTS, FaultInfo
-from arfl.targets.base import Target
-from arfl.targets.reach import Reach
+from arfl.targets.base import Reach, Target
 
 
 @FAULTS.register(
@@ -18,7 +17,7 @@ from arfl.targets.reach import Reach
 class Pause(FaultBase):
     """Freeze the driver and every descendant (executors, Python workers): SIGSTOP, then
     SIGCONT; on the docker target the container's cgroup freezer (``docker pause``, as Pumba
-    does) and ``unpause`` (:meth:`arfl.targets.reach.Reach.freeze`).
+    does) and ``unpause`` (:meth:`arfl.targets.base.Reach.freeze`).
 
     ``details`` holds ``stop_ms``/``cont_ms``: time until every process showed state ``T``
     (stopped) after the signals, and until none did after SIGCONT (on docker: the SDK calls'

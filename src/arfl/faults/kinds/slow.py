@@ -9,8 +9,7 @@ from pydantic import Field
 from arfl.faults.base import FaultBase
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
-from arfl.targets.base import Target
-from arfl.targets.reach import Reach
+from arfl.targets.base import Reach, Target
 
 SLOW_CPU_PERCENT = 10.0
 """The quota when the spec or the command line names none, in percent of one CPU."""
@@ -49,7 +48,7 @@ class SlowParams(Params):
 class Slow(FaultBase):
     """Limit every process of the replica to ``cpu`` % of one CPU (:class:`SlowParams`): a
     cgroup ``arfl/<run>-r<N>`` that the processes move into and back out of, or on the docker
-    target the container's own quota (:meth:`arfl.targets.reach.Reach.limit_cpu`)."""
+    target the container's own quota (:meth:`arfl.targets.base.Reach.limit_cpu`)."""
 
     kind = "slow"
 
