@@ -57,3 +57,12 @@ def test_source_options_are_refused_where_arfl_reads_the_input() -> None:
     assert "source.options" in str(e.value) and "arfl's own source" in str(e.value)
     # The sink is Spark's Kafka sink in every mode.
     parse_spec(_raw("active-leaderless", sink={"options": {"kafka.linger.ms": "1"}}))
+
+
+def test_a_sink_that_could_reorder_a_partition_is_refused() -> None:
+    # The merger's dedup needs each output partition in a replica's write order.
+    with pytest.raises(SpecError) as e:
+        parse_spec(_raw(sink={"options": {"kafka.enable.idempotence": False}}))
+    assert "sink.options" in str(e.value) and "max.in.flight" in str(e.value)
+    one = {"kafka.enable.idempotence": "false", "kafka.max.in.flight.requests.per.connection": 1}
+    parse_spec(_raw(sink={"options": one}))

@@ -77,34 +77,6 @@ def test_divergence_carries_both_values_while_remembered() -> None:
     assert old is not None and old.first_data is None and old.data == {"total": 2.0}
 
 
-def test_eviction_by_age_forgets_only_old_ids() -> None:
-    d = DedupState(horizon_s=10.0)
-    d.offer("old", 0, "h", T0)
-    d.offer("new", 0, "h", T0 + 8)
-    assert d.evict(T0 + 10.5) == 1
-    assert d.evicted == 1
-    assert "old" not in d and "new" in d
-    # Once forgotten, a late copy is taken as new: the horizon must cover replays.
-    assert d.offer("old", 1, "h", T0 + 11)[0] is True
-    assert d.evict(T0 + 11) == 0
-
-
-def test_eviction_by_size_drops_the_oldest() -> None:
-    d = DedupState(max_entries=3)
-    for i in range(5):
-        d.offer(f"r{i}", 0, "h", T0 + i)
-    assert len(d) == 3
-    assert d.evicted == 2
-    assert "r0" not in d and "r1" not in d and "r4" in d
-
-
-def test_dedup_rejects_bad_bounds() -> None:
-    with pytest.raises(ValueError):
-        DedupState(horizon_s=0)
-    with pytest.raises(ValueError):
-        DedupState(max_entries=0)
-
-
 # ------------------------------------------------------------------ gaps
 
 
@@ -199,14 +171,6 @@ def test_tick_rolls_intervals_and_keeps_cumulative() -> None:
     snap = MonitorSnapshot.from_dict(json.loads(json.dumps(line2)))
     assert snap.results == 200 and snap.replicas[0].wins == 200
     assert snap.replicas[0].lag_ms == pytest.approx(2000)
-
-
-def test_tick_evicts_old_ids() -> None:
-    c = MergeCore(1, T0, horizon_s=5.0)
-    c.on_record(0, rec("a", 1), T0)
-    c.tick(T0 + 1)
-    line = c.tick(T0 + 6).line
-    assert line["evicted"] == 1 and line["dedup_entries"] == 0
 
 
 def test_core_gap_follows_first_copies_not_duplicates() -> None:
@@ -571,26 +535,7 @@ def test_a_copy_after_more_than_300_s_of_merger_time_is_still_a_duplicate() -> N
     c.tick(T0 + 301)
     c.tick(T0 + 900)
     assert c.on_record(1, rec("a", ts), T0 + 900.5)[0] is Outcome.DUPLICATE
-    assert (c.results, c.duplicates, c.dedup.evicted) == (1, 1, 0)
-    assert c.final(T0 + 901)["evicted"] == 0
-
-
-def test_an_explicit_horizon_still_forgets_and_counts() -> None:
-    c = MergeCore(2, T0, horizon_s=300.0)
-    c.on_record(0, rec("a", 1), T0)
-    c.tick(T0 + 301)
-    assert c.on_record(1, rec("a", 1), T0 + 302)[0] is Outcome.FIRST
-    assert c.dedup.evicted == 1
-
-
-def test_horizon_defaults_to_the_whole_run_and_round_trips(tmp_path: Path) -> None:
-    assert MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path).horizon_s is None
-    cfg = MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, horizon_s=42.0)
-    assert _round_trip(cfg, tmp_path).horizon_s == 42.0
-    default = MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path)
-    assert _round_trip(default, tmp_path).horizon_s is None
-    with pytest.raises(DeployError, match="horizon"):
-        MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, horizon_s=0.0)
+    assert (c.results, c.duplicates) == (1, 1)
 
 
 def test_merger_assigns_every_partition_from_the_beginning_without_a_group(
@@ -772,12 +717,17 @@ def test_trail_is_the_age_of_the_oldest_output_result_a_replica_has_not_delivere
     assert snap.replicas[0].trail_ms == 0.0
 
 
-def test_trail_forgets_evicted_ids_and_is_none_for_a_single_replica() -> None:
-    c = MergeCore(2, T0, horizon_s=5.0)
+def test_trail_of_a_replica_down_longer_than_followed_stays_at_least_that_long() -> None:
+    c = MergeCore(2, T0)
     c.on_record(0, rec("0:0", 1), T0)
     assert c.tick(T0 + 1).line["replicas"]["1"]["trail_ms"] == pytest.approx(1000)
-    # 0:0 forgotten (horizon): no longer owed, not a trail of 6 s.
-    assert c.tick(T0 + 6).line["replicas"]["1"]["trail_ms"] == 0.0
+    # Replica 1 delivers nothing for longer than the merger follows what it owes: the owed
+    # results leave memory, the trail does not shrink.
+    late = T0 + core.OWED_MAX_S + 5
+    assert c.tick(late).line["replicas"]["1"]["trail_ms"] == pytest.approx(
+        (core.OWED_MAX_S + 5) * 1000
+    )
+    assert not c.dedup._owed[1]
     one = MergeCore(1, T0)
     one.on_record(0, rec("0:0", 1), T0)
     assert one.tick(T0 + 1).line["replicas"]["0"]["trail_ms"] is None

@@ -91,8 +91,8 @@ def _rates(snap: MonitorSnapshot | None, inj: InjectorSecond | None) -> Text:
         t.append(f"{snap.divergent}", style="bold red" if snap.divergent else "")
         t.append("   bad ", style="bold")
         t.append(f"{snap.bad}", style="red" if snap.bad else "")
-        t.append("   evicted ", style="bold")
-        t.append(f"{snap.evicted}")
+        t.append("   dedup ", style="bold")
+        t.append(f"{snap.dedup_entries} ids")
     return t
 
 

@@ -244,6 +244,24 @@ class Sink(_Model):
     def _topic(cls, v: str) -> str:
         return _check_topic(v)
 
+    @field_validator("options")
+    @classmethod
+    def _ordered(
+        cls, v: dict[str, str | int | float | bool]
+    ) -> dict[str, str | int | float | bool]:
+        """The merger's dedup relies on each output partition keeping a replica's write order
+        (docs/design.md, "Bounded dedup"): a producer without idempotence that retries with
+        several requests in flight can reorder."""
+        idempotent = str(v.get("kafka.enable.idempotence", "true")).lower() != "false"
+        in_flight = str(v.get("kafka.max.in.flight.requests.per.connection", "5"))
+        if not idempotent and in_flight != "1":
+            raise ValueError(
+                "kafka.enable.idempotence = false keeps each partition's order only with "
+                "kafka.max.in.flight.requests.per.connection = 1 (the merger relies on it); "
+                "set that too, or drop kafka.enable.idempotence"
+            )
+        return v
+
 
 class Replication(_Model):
     """How many replicas run and how they agree.

@@ -9,9 +9,10 @@ Three bases, the first that applies wins:
 * ``merger`` (otherwise, no services needed): the merger's counters from ``merger.json`` /
   ``summary.json``. ``expected`` is known only for pipelines where every input event yields
   exactly one result (no filter, window or transform step: expected = events produced);
-  ``duplicates`` is 0 when the merger evicted nothing from its dedup state (it then emitted
-  each result id once), unknown otherwise; ``divergent`` counts copies whose content hash
-  differed between replicas.
+  ``duplicates`` is 0 when the merger's dedup is bounded by channel floors (it forwards no id
+  twice, docs/design.md "Bounded dedup") or, for a merger that bounded it by size, evicted
+  nothing; unknown otherwise; ``divergent`` counts copies whose content hash differed between
+  replicas.
 * ``recomputed`` (``arfl report --recompute``; needs the run's Kafka and starts a Spark batch
   job): :func:`arfl.replica.offline.recompute` recomputes the expected results from the input
   topic and the sink topic is read back; ``missing`` = expected final results not in the sink,
@@ -89,7 +90,13 @@ def from_merger(data: RunData) -> Correctness:
             "expected unknown without --recompute (filters/windows change the result count)"
         )
     duplicates: int | None = None
-    if evicted == 0:
+    if "uncompared" in merged:
+        duplicates = 0
+        notes.append(
+            "duplicates = 0: the merger forwards a copy only above its channel's floor and "
+            "outside its exact memory (docs/design.md, Bounded dedup)"
+        )
+    elif evicted == 0:
         duplicates = 0
         notes.append("duplicates = 0: the merger evicted no result id, so emitted each once")
     elif evicted is not None:

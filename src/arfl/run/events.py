@@ -62,8 +62,8 @@ class Event(StrEnum):
     MERGER_FINISHED = "merger_finished"
     """Fields: those of a record passed along. Written by measure/merger/process.py."""
     MERGER_STARTED = "merger_started"
-    """Fields: fetch_wait_ms, horizon_s, linger_ms, max_entries, owner_pid, replicas, sink, topics.
-    Written by measure/merger/process.py."""
+    """Fields: fetch_wait_ms, linger_ms, owner_pid, recent_s, replicas, sink, topics. Written by
+    measure/merger/process.py."""
     OUTPUT_CHECKED = "output-checked"
     """Fields: those of a record passed along. Written by orchestrate/deploy.py."""
     REPLICA_BACK = "replica-back"

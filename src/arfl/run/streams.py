@@ -103,6 +103,11 @@ class MonitorSnapshot:
     divergent: int
     bad: int
     evicted: int
+    """Ids a merger with a size-bounded dedup forgot (0 in a bounded-dedup merger's lines)."""
+    dedup_entries: int = 0
+    """Ids in the merger's exact dedup memory."""
+    uncompared: int = 0
+    """Duplicates decided by a channel floor, without a hash left to compare."""
     replicas: dict[int, ReplicaSnapshot] = field(default_factory=dict)
 
     @classmethod
@@ -129,6 +134,8 @@ class MonitorSnapshot:
             divergent=int(d.get("divergent", 0)),
             bad=int(d.get("bad", 0)),
             evicted=int(d.get("evicted", 0)),
+            dedup_entries=int(d.get("dedup_entries", 0)),
+            uncompared=int(d.get("uncompared", 0)),
             replicas={int(k): ReplicaSnapshot.from_dict(v) for k, v in reps.items()},
         )
 

@@ -12,11 +12,12 @@ sink topic. For every first copy it records two latencies into per-second HdrHis
 
 Once a second it appends a line to ``monitor.jsonl`` (format in :mod:`arfl.run.streams`).
 
-Dedup state remembers every result id for the whole run by default, bounded only by
-``max_entries`` (oldest-first beyond it, about 0.4 KB per id). A restarted replica catches up
-for minutes and re-emits results the others delivered long ago, so any age limit shorter than
-the run would forward those copies again. ``horizon_s`` sets such a limit anyway; ids forgotten
-either way are counted as ``evicted``.
+Dedup memory is bounded by channels and time, not by the run's length
+(:class:`~arfl.measure.merger.core.DedupState`): a forwarded id stays in exact memory for
+:data:`~arfl.measure.merger.core.RECENT_S` and until every active replica is past it in its
+channel (input and output partition; a window's output partition and end), then a per-channel
+floor decides its later copies (counted as ``uncompared``: no hash left to compare). Why no
+duplicate gets through and no first copy is dropped: docs/design.md, "Bounded dedup".
 
 Given the pid and create time of its owner (the deploy process), the merger ends by itself
 (flushes, writes ``merger.json``, journals ``merger-orphaned``) within about a second of the

@@ -10,7 +10,6 @@ from arfl.errors import DeployError
 from arfl.measure.histogram import (
     DEFAULT_PERCENTILES,
 )
-from arfl.measure.merger.core import DEFAULT_HORIZON_S, DEFAULT_MAX_ENTRIES
 from arfl.run.childconfig import ChildConfig
 from arfl.run.records import replica_topic
 from arfl.run.rundir import RunPaths
@@ -26,9 +25,6 @@ class MergerConfig(ChildConfig):
         replicas: how many replicas.
         run_dir: the run directory (``latency.hlog``, ``monitor.jsonl``, ``merger.json``,
             ``journal.jsonl`` go there).
-        horizon_s: dedup horizon in seconds; None (the default) remembers ids for the whole
-            run, bounded by ``max_entries``.
-        max_entries: dedup size bound.
         input_stats: the injector's stats file (gives the input window for gaps).
         input_start: epoch seconds input starts (instead of / overriding ``input_stats``).
         input_end: epoch seconds input ends.
@@ -53,8 +49,6 @@ class MergerConfig(ChildConfig):
     sink: str
     replicas: int
     run_dir: Path
-    horizon_s: float | None = DEFAULT_HORIZON_S
-    max_entries: int = DEFAULT_MAX_ENTRIES
     input_stats: Path | None = None
     input_start: float | None = None
     input_end: float | None = None
@@ -71,8 +65,6 @@ class MergerConfig(ChildConfig):
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise DeployError(f"merger: replicas must be >= 1, got {self.replicas}")
-        if (self.horizon_s is not None and self.horizon_s <= 0) or self.max_entries < 1:
-            raise DeployError("merger: horizon must be positive and max entries at least 1")
         if self.owner_create_time is not None and self.owner_pid is None:
             raise DeployError("merger: an owner create time needs the owner's pid")
         if self.fetch_wait_ms < 0 or self.linger_ms < 0:

@@ -22,14 +22,23 @@ from arfl.measure.histogram import (
     IntervalRecorder,
     percentiles_ms,
 )
-from arfl.run.records import BadRecord, parse_result
+from arfl.run.records import BadRecord, parse_result, split_update
 
 MAX_JOURNALED_DIVERGENCES = 100
 """Beyond this many, divergences are only counted (one ``divergence_suppressed`` event)."""
-DEFAULT_HORIZON_S: float | None = None
-"""Remember result ids for the whole run (only ``max_entries`` bounds the memory)."""
-DEFAULT_MAX_ENTRIES = 2_000_000
-"""About 0.8 GB of dedup memory (measured ~370-400 bytes per id with 64-hex-digit hashes)."""
+RECENT_S = 60.0
+"""How long a forwarded result's id and content hash stay in exact memory (docs/design.md,
+"Bounded dedup"): a later copy is compared with the first while it is there; once it left, the
+channel's floor says it is a duplicate."""
+ACTIVE_S = 60.0
+"""A replica that delivered nothing for this long no longer holds results in exact memory (a
+replica that was given up must not make the memory grow for the rest of the run)."""
+WINDOW_DISORDER_MS = 60_000
+"""How far back of its newest window end (event time) a replica may still emit a window in one
+output partition: within one batch, windows come out in no particular order."""
+OWED_MAX_S = 600.0
+"""How far back a replica's trail is followed; one that owes older results trails by at
+least this much (the memory of what it owes stays bounded while it is down)."""
 DATA_MEMORY = 10_000
 """The content of this many newest first copies is kept to show both values of a divergence."""
 
@@ -68,42 +77,84 @@ class Divergence:
         }
 
 
-class DedupState:
-    """First-copy-wins memory of result ids, bounded by size and optionally by age."""
+class _Key(NamedTuple):
+    """Where a result id's copies are ordered: its channel and its place in it."""
 
-    def __init__(
-        self,
-        horizon_s: float | None = DEFAULT_HORIZON_S,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        replicas: int = 1,
-    ) -> None:
+    channel: tuple[int, int]
+    """``(input partition, output partition)`` of a per-record result; ``(-1, output
+    partition)`` of a window result or update."""
+    order: int
+    """The input offset, or the window's end (ms)."""
+
+
+def _key(rid: str, out_partition: int | None) -> _Key | None:
+    """None for an id of neither form (none of arfl's pipelines makes one)."""
+    q = -1 if out_partition is None else out_partition
+    m = PER_RECORD_RID.match(rid)
+    if m is not None:
+        return _Key((int(m.group(1)), q), int(m.group(2)))
+    span = split_update(rid)[0].split(":", 1)[0].split("-")
+    if len(span) == 2 and span[0].isdigit() and span[1].isdigit():
+        return _Key((-1, q), int(span[1]))
+    return None
+
+
+class DedupState:
+    """First copy wins, in memory bounded by channels and by time, not by the run's length.
+
+    A replica emits each channel's results in order: a per-record result's channel is its input
+    partition and output partition (one task writes an input partition in offset order, and
+    the result's Kafka key, its id, puts every replica's copy on the same output partition); a
+    window's is its output partition, in window-end order give or take
+    :data:`WINDOW_DISORDER_MS`. A forwarded id stays in exact memory (with its hash, for the
+    divergence check) for :data:`RECENT_S`, and until every active replica is past it in its
+    channel; then it leaves, raising the channel's floor to its place. A copy is a duplicate if
+    its id is in exact memory or its place is at or below its channel's floor. Why that
+    forwards no result twice and drops no first copy: docs/design.md, "Bounded dedup".
+    """
+
+    def __init__(self, replicas: int = 1, recent_s: float = RECENT_S) -> None:
         """Args:
-        horizon_s: forget an id this long after its first copy arrived; None: never by age.
-        max_entries: forget the oldest ids beyond this many.
         replicas: how many replicas deliver copies (indices ``0 .. replicas-1``); with two or
             more, each one's trail is kept (:meth:`trail_s`).
+        recent_s: how long a forwarded id stays in exact memory at least.
         """
-        if (horizon_s is not None and horizon_s <= 0) or max_entries < 1:
-            raise ValueError("horizon_s must be positive and max_entries at least 1")
-        self.horizon_s = horizon_s
-        self.max_entries = max_entries
-        # rid -> (first arrival epoch s, replica, hash, bit mask of the replicas that delivered
-        # it); insertion order == arrival order.
-        self._seen: OrderedDict[str, tuple[float, int, str, int]] = OrderedDict()
-        # Per replica, in arrival order, the ids the output had before that replica delivered
-        # them; an id leaves (lazily, in trail_s) once delivered, forgotten or passed. Emptied
-        # for good at the first id that is not per-record (see trail_s).
-        self._owed: dict[int, deque[str]] = (
+        if recent_s <= 0:
+            raise ValueError("recent_s must be positive")
+        self.recent_s = recent_s
+        # rid -> (first arrival epoch s, replica, hash, key); insertion order == arrival order.
+        self._recent: OrderedDict[str, tuple[float, int, str, _Key]] = OrderedDict()
+        self._other: dict[str, tuple[float, int, str]] = {}
+        """Ids of no known form, remembered for the run (none of arfl's pipelines makes one)."""
+        self._floor: dict[tuple[int, int], int] = {}
+        """Channel -> the order at or below which every copy is a duplicate."""
+        self._high: dict[tuple[int, tuple[int, int]], int] = {}
+        """(replica, channel) -> the highest order it delivered there."""
+        self._last: dict[int, float] = {}
+        """Replica -> when it last delivered anything."""
+        # Per replica, in arrival order, (rid, first arrival, key) of the results the output
+        # had before that replica delivered them. Emptied for good at the first id that is not
+        # per-record (see trail_s).
+        self._owed: dict[int, deque[tuple[str, float, _Key]]] = (
             {r: deque() for r in range(replicas)} if replicas >= 2 else {}
         )
+        self._saturated: dict[int, float] = {}
+        """Replica -> the first arrival of the oldest result it owed when :data:`OWED_MAX_S`
+        made the merger stop following it (its trail is at least that old)."""
         self._data: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.evicted = 0
+        self.uncompared = 0
+        """Duplicates decided by a floor: their first copy's hash was no longer in memory."""
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._recent) + len(self._other)
 
     def __contains__(self, rid: object) -> bool:
-        return rid in self._seen
+        return rid in self._recent or rid in self._other
+
+    @property
+    def channels(self) -> int:
+        """How many channels have a floor."""
+        return len(self._floor)
 
     def offer(
         self,
@@ -112,88 +163,109 @@ class DedupState:
         content_hash: str,
         arrival_s: float,
         data: dict[str, Any] | None = None,
+        out_partition: int | None = None,
     ) -> tuple[bool, Divergence | None]:
-        """Offer one copy (``data``: its content, remembered to report a divergence).
+        """Offer one copy read from ``out_partition`` of its replica's topic (``data``: its
+        content, remembered to report a divergence).
 
         Returns:
             ``(True, None)`` for the first copy of ``rid``; ``(False, divergence)`` for a later
             copy, where ``divergence`` is set when its hash differs from the first copy's.
         """
-        prev = self._seen.get(rid)
-        bit = 1 << replica if replica >= 0 else 0
-        if prev is None:
-            self._seen[rid] = (arrival_s, replica, content_hash, bit)
-            if self._owed:
-                if PER_RECORD_RID.match(rid) is None:
-                    self._owed = {}
-                else:
-                    for r, owed in self._owed.items():
-                        if r != replica:
-                            owed.append(rid)
-            if data is not None:
-                self._data[rid] = data
-                if len(self._data) > DATA_MEMORY:
-                    self._data.popitem(last=False)
-            if len(self._seen) > self.max_entries:
-                self._seen.popitem(last=False)
-                self.evicted += 1
-            return True, None
-        if self._owed and not prev[3] & bit:
-            self._seen[rid] = (prev[0], prev[1], prev[2], prev[3] | bit)
-        if prev[2] != content_hash:
-            return False, Divergence(
-                rid, prev[1], prev[2], replica, content_hash, self._data.get(rid), data
-            )
-        return False, None
+        key = _key(rid, out_partition)
+        if replica >= 0:
+            self._last[replica] = arrival_s
+            mine = (replica, key.channel) if key is not None else None
+            if mine is not None and key is not None and key.order > self._high.get(mine, -1):
+                self._high[mine] = key.order
+        prev = self._recent.get(rid) or self._other.get(rid)
+        if prev is not None:
+            if prev[2] != content_hash:
+                return False, Divergence(
+                    rid, prev[1], prev[2], replica, content_hash, self._data.get(rid), data
+                )
+            return False, None
+        if key is None:
+            self._other[rid] = (arrival_s, replica, content_hash)
+        elif key.order <= self._floor.get(key.channel, -1):
+            self.uncompared += 1
+            return False, None
+        else:
+            self._recent[rid] = (arrival_s, replica, content_hash, key)
+        if self._owed:
+            if key is None or key.channel[0] < 0:
+                self._owed = {}
+            else:
+                for r, owed in self._owed.items():
+                    if r != replica:
+                        owed.append((rid, arrival_s, key))
+        if data is not None:
+            self._data[rid] = data
+            if len(self._data) > DATA_MEMORY:
+                self._data.popitem(last=False)
+        return True, None
 
-    def evict(self, now_s: float) -> int:
-        """Forget ids whose first copy arrived more than ``horizon_s`` before ``now_s``.
+    def expire(self, now_s: float) -> int:
+        """Move ids older than ``recent_s`` that every active replica is past out of exact
+        memory into their channels' floors.
 
         Returns:
-            How many were forgotten by this call (always 0 without a horizon).
+            How many left exact memory.
         """
-        if self.horizon_s is None:
-            return 0
-        cutoff = now_s - self.horizon_s
+        cutoff = now_s - self.recent_s
+        active = [r for r, t in self._last.items() if t >= now_s - ACTIVE_S]
+        recent = self._recent
         n = 0
-        seen = self._seen
-        while seen:
-            rid, (arrived, *_rest) = next(iter(seen.items()))
-            if arrived >= cutoff:
+        while recent:
+            rid, (arrived, _, _, key) = next(iter(recent.items()))
+            if arrived >= cutoff or not self._all_past(active, key):
                 break
-            del seen[rid]
+            del recent[rid]
             self._data.pop(rid, None)
+            if key.order > self._floor.get(key.channel, -1):
+                self._floor[key.channel] = key.order
             n += 1
-        self.evicted += n
         return n
+
+    def _all_past(self, active: list[int], key: _Key) -> bool:
+        """Every active replica delivered something beyond ``key`` in its channel (a window:
+        beyond its end by :data:`WINDOW_DISORDER_MS`), so none will send a first copy of it."""
+        margin = WINDOW_DISORDER_MS if key.channel[0] == -1 else 0
+        return all(self._high.get((r, key.channel), -1) >= key.order + margin for r in active)
 
     def trail_s(
         self, replica: int, now_s: float, passed: Callable[[str], bool] | None = None
     ) -> float | None:
         """How far ``replica`` trails the output: the age at ``now_s`` of the oldest first copy
-        (still remembered) it has not delivered a copy of and is not past (``passed(rid)``:
-        it resumed beyond it, :meth:`arfl.measure.frontier.Frontier.passed`); 0 when it owes
-        none.
+        it has not delivered a copy of and is not past (``passed(rid)``: it resumed beyond it,
+        :meth:`arfl.measure.frontier.Frontier.passed`); 0 when it owes none; at least
+        :data:`OWED_MAX_S` once it owed something older.
 
         None with fewer than two replicas (nothing to trail), for a replica index beyond those
         given at construction, and once any result was not per-record (its id not
         ``partition:offset``): a window that one replica dropped as late (its watermark moved
         at other batch ends) is never delivered by it, and nothing tells the merger so; such a
-        result would stay owed for the rest of the run. An id forgotten (``max_entries``,
-        ``horizon_s``) and offered again is owed anew by the replicas that delivered it before,
-        until they are past it."""
+        result would stay owed for the rest of the run."""
         owed = self._owed.get(replica)
         if owed is None:
             return None
-        bit = 1 << replica
-        seen = self._seen
         while owed:
-            entry = seen.get(owed[0])
-            if entry is None or entry[3] & bit or (passed is not None and passed(owed[0])):
+            rid, arrived, key = owed[0]
+            delivered = self._high.get((replica, key.channel), -1) >= key.order
+            if delivered or (passed is not None and passed(rid)):
                 owed.popleft()
                 continue
-            return max(0.0, now_s - entry[0])
-        return 0.0
+            if arrived < now_s - OWED_MAX_S:
+                self._saturated.setdefault(replica, arrived)
+                owed.popleft()
+                continue
+            break
+        oldest = self._saturated.get(replica)
+        if not owed:
+            self._saturated.pop(replica, None)
+            return 0.0 if oldest is None else max(0.0, now_s - oldest)
+        arrived = owed[0][1] if oldest is None else min(oldest, owed[0][1])
+        return max(0.0, now_s - arrived)
 
 
 @dataclass
@@ -310,20 +382,16 @@ class MergeCore:
         replicas: int,
         start_s: float,
         *,
-        horizon_s: float | None = DEFAULT_HORIZON_S,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
         percentiles: Sequence[float] = DEFAULT_PERCENTILES,
         window: InputWindow | None = None,
     ) -> None:
         """Args:
         replicas: how many replica topics (indices ``0 .. replicas-1``).
         start_s: epoch seconds of the first interval's start.
-        horizon_s: dedup horizon (see :class:`DedupState`); None: the whole run.
-        max_entries: dedup size bound.
         percentiles: shown in monitor lines and the final counts.
         window: when input flows (for gaps); updated by the caller as it learns more.
         """
-        self.dedup = DedupState(horizon_s, max_entries, replicas)
+        self.dedup = DedupState(replicas)
         self.recorder = IntervalRecorder(start_s)
         self.sent_recorder = IntervalRecorder(start_s)
         """Latency of first copies from their actual send time (those that carry one)."""
@@ -373,7 +441,9 @@ class MergeCore:
             rc.last_src_ts = rec.src_ts
         if out_partition is not None:
             self.frontier.offer(replica, out_partition, rec.rid)
-        first, div = self.dedup.offer(rec.rid, replica, rec.hash, arrival_s, rec.data)
+        first, div = self.dedup.offer(
+            rec.rid, replica, rec.hash, arrival_s, rec.data, out_partition
+        )
         if first:
             rc.wins += 1
             self.results += 1
@@ -398,7 +468,7 @@ class MergeCore:
             The closed interval histograms (for ``latency.hlog`` and ``latency-sent.hlog``)
             and the monitor line.
         """
-        self.dedup.evict(now_s)
+        self.dedup.expire(now_s)
         interval = self.recorder.roll(now_s)
         sent_interval = self.sent_recorder.roll(now_s)
         sec, self._second = self._second, _Second()
@@ -420,8 +490,9 @@ class MergeCore:
             "duplicates_total": self.duplicates,
             "divergent": self.divergent,
             "bad": self.bad,
-            "evicted": self.dedup.evicted,
             "dedup_entries": len(self.dedup),
+            "dedup_floors": self.dedup.channels,
+            "uncompared": self.dedup.uncompared,
             "replicas": self._replica_lines(now_s),
         }
         return Tick(interval, line, sent_interval)
@@ -450,7 +521,7 @@ class MergeCore:
             "duplicates": self.duplicates,
             "divergent": self.divergent,
             "bad": self.bad,
-            "evicted": self.dedup.evicted,
+            "uncompared": self.dedup.uncompared,
             "latency_ms": percentiles_ms(self.recorder.cumulative, self.percentiles),
             "latency_sent_ms": percentiles_ms(self.sent_recorder.cumulative, self.percentiles),
             "results_without_sent_ts": self.without_sent_ts,

@@ -192,8 +192,7 @@ class Merger:
         tail = InjectorStatsTail(cfg.input_stats) if cfg.input_stats else None
         self._update_window(window, tail, started)
         core = self.core = MergeCore(
-            cfg.replicas, start_s, horizon_s=cfg.horizon_s, max_entries=cfg.max_entries,
-            percentiles=cfg.percentiles, window=window,
+            cfg.replicas, start_s, percentiles=cfg.percentiles, window=window,
         )  # fmt: skip
         hlog = LatencyLogWriter(
             paths.hlog, start_s,
@@ -211,14 +210,12 @@ class Merger:
             sink=cfg.sink,
             replicas=cfg.replicas,
             topics=cfg.topics(),
-            horizon_s=cfg.horizon_s,
-            max_entries=cfg.max_entries,
+            recent_s=core.dedup.recent_s,
             owner_pid=cfg.owner_pid,
             fetch_wait_ms=cfg.fetch_wait_ms,
             linger_ms=cfg.linger_ms,
         )
         journaled = 0
-        size_evictions_journaled = False
         error_codes: set[str] = set()
         last_record: float | None = None
         consumer, producer, sink = self._consumer, self._producer, cfg.sink
@@ -283,15 +280,6 @@ class Merger:
                     monitor.flush()
                     if self._unassigned:
                         self._assign(None, 0.5)
-                    if core.dedup.evicted and not size_evictions_journaled:
-                        size_evictions_journaled = True
-                        journal.write(
-                            Event.WARNING,
-                            component="merger",
-                            message=f"dedup memory forgot result ids (horizon "
-                            f"{cfg.horizon_s} s, at most {cfg.max_entries} ids): a copy "
-                            "arriving after its id was forgotten is forwarded again",
-                        )
                 if now >= next_owner_check:
                     next_owner_check = now + OWNER_CHECK_S
                     if self._owner_gone():
@@ -327,12 +315,11 @@ class Merger:
             final["complete_output"] = final["delivery_failures"] == 0
             final["consumer_errors"] = self.consumer_errors
             final["stop_reason"] = self.stop_reason
-            final["horizon_s"] = cfg.horizon_s
-            final["max_entries"] = cfg.max_entries
+            final["recent_s"] = core.dedup.recent_s
             final["sink"] = sink
             write_json_atomic(cfg.result_path, final)
             journal.write(Event.MERGER_FINISHED, **{k: final[k] for k in (
-                "results", "duplicates", "divergent", "bad", "evicted", "longest_gap_ms",
+                "results", "duplicates", "divergent", "bad", "uncompared", "longest_gap_ms",
                 "delivery_failures", "complete_output", "stop_reason",
             )})  # fmt: skip
             if final["delivery_failures"]:
@@ -380,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dumps(
             {
                 k: final[k]
-                for k in ("results", "duplicates", "divergent", "bad", "evicted", "latency_ms")
+                for k in ("results", "duplicates", "divergent", "bad", "uncompared", "latency_ms")
             }
         ),
         flush=True,
