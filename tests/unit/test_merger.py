@@ -245,6 +245,9 @@ class FakeConsumer:
         self.assigned: list[tuple[str, int, int]] = []
         self.assign_calls: list[str] = []
         self.closed = False
+        self.commits: list[list[tuple[str, int, int]]] = []
+        self.stored: list[tuple[str, int, int]] = []
+        """Offsets committed by a merger before this one (a restart)."""
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> FakeClusterMetadata:
         assert topic is not None
@@ -282,6 +285,29 @@ class FakeConsumer:
 
     def close(self) -> None:
         self.closed = True
+
+    def assignment(self) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(t, p, o) for t, p, o in self.assigned]
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        # Where reading got to: past what was served (the fake does not count; any offset).
+        return [TopicPartition(tp.topic, tp.partition, 5) for tp in partitions]
+
+    def commit(self, *, offsets: list[Any], asynchronous: bool) -> None:
+        self.commits.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
+
+    def committed(self, partitions: list[Any], timeout: float = -1) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        stored = {(t, p): o for t, p, o in self.stored}
+        return [
+            TopicPartition(tp.topic, tp.partition, stored.get((tp.topic, tp.partition), -1001))
+            for tp in partitions
+        ]
 
 
 class FakeProducer:
@@ -785,3 +811,48 @@ def test_the_kafka_latency_settings_reach_the_clients_through_the_config_file(
     assert kafka.sink_producer_config("x", a.linger_ms)["linger.ms"] == 0.5
     with pytest.raises(DeployError, match="fetch wait and linger"):
         MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, linger_ms=-1.0)
+
+
+def test_a_restarted_merger_reads_on_from_its_commits_and_forwards_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from arfl.measure.histogram import read_latency_log
+    from arfl.measure.merger import recovery
+
+    t0 = replica_topic("s", 0)
+    now_ms = int(time.time() * 1000)
+    # The first merger forwarded 0:0 and 0:1, committed its positions, and was killed after
+    # forwarding 0:2 (in the sink, never logged).
+    first = FakeConsumer([[FakeMessage(t0, b"0:0", rec("0:0", now_ms))]], partitions=1)
+    cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, idle_s=0.3)
+    final = Merger(cfg, consumer=first, producer=FakeProducer()).run()
+    assert final["results"] == 1 and first.commits  # positions committed once acknowledged
+    logged = read_latency_log(tmp_path / "latency.hlog")
+    died_ms = int(time.time() * 1000)  # 0:1 and 0:2 were forwarded after the last interval
+    tail = [recovery.SinkRecord(0, rec("0:0", now_ms), now_ms + 5)] + [
+        recovery.SinkRecord(0, rec(rid, died_ms), died_ms + 5 + i)
+        for i, rid in enumerate(["0:1", "0:2"])
+    ]
+    monkeypatch.setattr(recovery, "sink_tail", lambda *a: tail)
+    again = FakeConsumer(
+        [[FakeMessage(t0, b"0:2", rec("0:2", now_ms)), FakeMessage(t0, b"0:3", rec("0:3", 1))]],
+        partitions=1,
+    )
+    again.stored = [(t0, 0, 7)]
+    producer = FakeProducer()
+    final = Merger(cfg, consumer=again, producer=producer).run()
+    assert again.assigned == [(t0, 0, 7)]  # on from the commit, not from the beginning
+    assert [k for _, k, _ in producer.records] == [b"0:3"]  # 0:2 was in the sink already
+    journal = [
+        e for e in read_jsonl(tmp_path / "journal.jsonl") if e["event"] == "merger-recovered"
+    ]
+    assert journal and journal[0]["tail"] == 3
+    # One log: the first merger's intervals, the never-logged 0:1 and 0:2 in the gap, then
+    # the second merger's, in time order.
+    both = read_latency_log(tmp_path / "latency.hlog")
+    assert len(both) > len(logged)
+    assert [i.start_s for i in both] == sorted(i.start_s for i in both)
+    assert final["results"] == 4  # 0:0 before, 0:1 and 0:2 taken over, 0:3 now
+    assert sum(i.count for i in both) == 4  # none counted twice, none lost

@@ -169,21 +169,34 @@ class IntervalHistogram:
 class LatencyLogWriter:
     """Writes interval histograms to an HdrHistogram interval log, flushing each line."""
 
-    def __init__(self, path: Path, start_s: float, comment: str | None = None) -> None:
+    def __init__(
+        self, path: Path, start_s: float, comment: str | None = None, *, resume: bool = False
+    ) -> None:
         """Open ``path`` (truncating it) and write the header.
 
         Args:
             path: the log file (``latency.hlog`` in a run directory).
             start_s: epoch seconds; interval timestamps are written relative to it.
             comment: an optional ``#`` comment line (e.g. what was measured).
+            resume: append to an existing log instead, relative to its own base time (a
+                restarted merger continues the one log); a torn last line is cut.
         """
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        base = _base_time_s(path) if resume else None
+        if base is not None:
+            self.base_s = base
+            text = path.read_text(encoding="utf-8")
+            if text and not text.endswith("\n"):
+                path.write_text(text[: text.rfind("\n") + 1], encoding="utf-8")
+            self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+            self._writer = HistogramLogWriter(self._file)
+            return
         # Floor to a whole millisecond: the header is written with 3 decimals, and a header
         # rounded *up* past the first interval's start makes hdrh's reader skip that interval.
         start_s = math.floor(start_s * 1000) / 1000
         self.base_s = start_s
-        self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115
+        self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115
         self._writer = HistogramLogWriter(self._file)
         if comment:
             self._writer.output_comment(comment)
@@ -219,6 +232,20 @@ class LatencyLogWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _base_time_s(path: Path) -> float | None:
+    """The ``#[BaseTime: ...]`` of an existing log, in epoch seconds (None: no such log)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("#[BaseTime:"):
+                    return float(line.split(":", 1)[1].split()[0])
+                if not line.startswith("#") and not line.startswith('"'):
+                    return None
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def iter_latency_log(path: Path) -> Iterator[IntervalHistogram]:

@@ -167,6 +167,8 @@ class Deployment:
             owner_create_time=psutil.Process().create_time(),
             fetch_wait_ms=self.ctx.spec.merger.fetch_wait_ms,
             linger_ms=self.ctx.spec.merger.linger_ms,
+            # The run's own: a restarted merger reads on from the positions committed under it.
+            group_id=f"arfl-merger-{self.ctx.run_id}",
         )
         self.merger = self._spawn(
             "merger", cfg.command(self.ctx.paths.child_config("merger"), PYTHON)

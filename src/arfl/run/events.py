@@ -61,6 +61,8 @@ class Event(StrEnum):
     """Fields: message, owner_create_time, owner_pid. Written by measure/merger/process.py."""
     MERGER_FINISHED = "merger_finished"
     """Fields: those of a record passed along. Written by measure/merger/process.py."""
+    MERGER_RECOVERED = "merger-recovered"
+    """Fields: positions, recover_s, results, tail. Written by measure/merger/process.py."""
     MERGER_STARTED = "merger_started"
     """Fields: fetch_wait_ms, linger_ms, owner_pid, recent_s, replicas, sink, topics. Written by
     measure/merger/process.py."""

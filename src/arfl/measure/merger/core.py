@@ -205,6 +205,17 @@ class DedupState:
                 self._data.popitem(last=False)
         return True, None
 
+    def remember(
+        self, rid: str, content_hash: str, arrival_s: float, out_partition: int | None
+    ) -> None:
+        """Take ``rid`` as forwarded (a restarted merger, from the sink's tail): its copies are
+        duplicates from now on."""
+        key = _key(rid, out_partition)
+        if key is None:
+            self._other.setdefault(rid, (arrival_s, -1, content_hash))
+        elif rid not in self._recent:
+            self._recent[rid] = (arrival_s, -1, content_hash, key)
+
     def expire(self, now_s: float) -> int:
         """Move ids older than ``recent_s`` that every active replica is past out of exact
         memory into their channels' floors.

@@ -40,15 +40,32 @@ class Consumer(Protocol):
         """Close the consumer."""
         ...
 
+    def assignment(self) -> list[Any]:
+        """The current assignment (``TopicPartition`` list)."""
+        ...
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        """The next offsets to read (``TopicPartition`` list)."""
+        ...
+
+    def commit(self, *, offsets: list[Any], asynchronous: bool) -> Any:
+        """Store ``offsets`` under the group (no group is joined: a manual assignment)."""
+        ...
+
+    def committed(self, partitions: list[Any], timeout: float = ...) -> list[Any]:
+        """The offsets stored under the group for ``partitions``."""
+        ...
+
 
 def consumer_config(
     bootstrap: str, group_id: str, fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
 ) -> dict[str, Any]:
-    """Low-latency consumer settings: short fetch wait, never commit.
+    """Low-latency consumer settings: short fetch wait, no automatic commit.
 
-    The merger assigns partitions itself (see :class:`Consumer`); ``group.id`` is set only
-    because librdkafka's Python client refuses to build a consumer without one. No group is
-    joined and no offset is committed under it.
+    The merger assigns partitions itself (see :class:`Consumer`): no group is joined, so no
+    rebalance. It commits its positions under ``group_id`` by hand, once what it forwarded
+    before them is acknowledged, so that a restarted merger reads on from there
+    (:mod:`arfl.measure.merger.recovery`).
     """
     return {
         "bootstrap.servers": bootstrap,

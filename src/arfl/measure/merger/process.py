@@ -4,6 +4,7 @@ arfl.measure.merger``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -18,8 +19,12 @@ from arfl.errors import DeployError
 from arfl.measure import frontier as frontier_file
 from arfl.measure.histogram import (
     INTERVAL_S,
+    IntervalHistogram,
+    IntervalRecorder,
     LatencyLogWriter,
+    read_latency_log,
 )
+from arfl.measure.merger import recovery
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import (
     MAX_JOURNALED_DIVERGENCES,
@@ -28,9 +33,11 @@ from arfl.measure.merger.core import (
     Outcome,
 )
 from arfl.measure.merger.kafka import Consumer, kafka_consumer, kafka_producer
+from arfl.measure.merger.recovery import SinkRecord, Taken
 from arfl.processes import same_process, stop_on_termination
 from arfl.run.childconfig import build_from_argv
 from arfl.run.events import Event
+from arfl.run.records import BadRecord, parse_result
 from arfl.run.rundir import Journal, RunPaths, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
 
@@ -75,12 +82,19 @@ class Merger:
         self.consumer_errors = 0
         self.stop_reason: str | None = None
         self._first_delivery_error: str | None = None
+        self._positions: dict[tuple[str, int], int] = {}
+        """Where a restarted merger reads on (:mod:`.recovery`); empty: from the beginning."""
+        self._produced = 0
+        self._acked = 0
+        self._to_commit: tuple[int, list[Any]] | None = None
+        """(results produced before it, positions): committed once all of those are acked."""
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish (thread-safe); it flushes and writes ``merger.json``."""
         self._stop.set()
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:
+        self._acked += 1
         if err is not None:
             self.delivery_failures += 1
             if self._first_delivery_error is None:
@@ -106,7 +120,10 @@ class Merger:
             if meta is None or meta.error is not None or not meta.partitions:
                 missing.append(topic)
                 continue
-            new += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(meta.partitions)]
+            new += [
+                TopicPartition(topic, p, self._positions.get((topic, p), OFFSET_BEGINNING))
+                for p in sorted(meta.partitions)
+            ]
             if self.core is not None:
                 self.core.frontier.set_partitions(self._topic_index[topic], len(meta.partitions))
         self._unassigned = missing
@@ -194,16 +211,24 @@ class Merger:
         core = self.core = MergeCore(
             cfg.replicas, start_s, percentiles=cfg.percentiles, window=window,
         )  # fmt: skip
+        taken = self._take_over(core, journal, started)
+        resume = taken.counts is not None
+        logged_until = _logged_until(paths.hlog) if resume else None
         hlog = LatencyLogWriter(
             paths.hlog, start_s,
             comment=f"arfl merger: end-to-end latency (us) of first copies from their intended "
-            f"send time, sink {cfg.sink}",
+            f"send time, sink {cfg.sink}", resume=resume,
         )  # fmt: skip
         sent_hlog = LatencyLogWriter(
             cfg.run_dir / SENT_HLOG, start_s,
             comment=f"arfl merger: end-to-end latency (us) of first copies from their actual "
-            f"send time, sink {cfg.sink}",
+            f"send time, sink {cfg.sink}", resume=resume,
         )  # fmt: skip
+        if logged_until is not None:
+            lost, lost_sent = _unlogged(taken.tail, logged_until, start_s)
+            hlog.write(lost)
+            sent_hlog.write(lost_sent)
+            core.results += lost.count
         monitor: IO[str] = open(paths.monitor, "a", encoding="utf-8")  # noqa: SIM115
         journal.write(
             Event.MERGER_STARTED,
@@ -278,6 +303,7 @@ class Merger:
                         monitor.write(json.dumps(tick.line) + "\n")
                         next_tick += INTERVAL_S
                     monitor.flush()
+                    self._commit()
                     if self._unassigned:
                         self._assign(None, 0.5)
                 if now >= next_owner_check:
@@ -309,6 +335,10 @@ class Merger:
             monitor.close()
             # Records still queued after the flush were never acknowledged: lost writes too.
             remaining = producer.flush(30.0)
+            if remaining == 0:  # everything forwarded is written: read on from here
+                self._to_commit = None
+                self._commit()
+                self._commit()
             consumer.close()
             final = core.final(end)
             final["delivery_failures"] = self.delivery_failures + remaining
@@ -331,13 +361,98 @@ class Merger:
                 )
         return final
 
+    def _commit(self) -> None:
+        """Commit the positions taken at the last tick once every result forwarded before
+        them is acknowledged by the sink, then take the current ones: a restarted merger reads
+        on from there (:mod:`.recovery`) and loses nothing that was not written."""
+        from confluent_kafka import KafkaException
+
+        if self._to_commit is not None and self._acked >= self._to_commit[0]:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._consumer.commit(offsets=self._to_commit[1], asynchronous=True)
+            self._to_commit = None
+        if self._to_commit is None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                positions = [tp for tp in self._consumer.position(self._consumer.assignment())
+                             if tp.offset >= 0]  # fmt: skip
+                if positions:
+                    self._to_commit = (self._produced, positions)
+
+    def _take_over(self, core: MergeCore, journal: Journal, started: float) -> Taken:
+        """What the merger before this one left (nothing at a run's first start): positions,
+        the sink's tail into the dedup's exact memory, its counts into the core."""
+        cfg = self.config
+        parts = [(t, p) for t in cfg.topics() for p in self._partitions(t)]
+        taken = Taken(positions=recovery.committed(self._consumer, parts, cfg.connect_timeout_s))
+        if not taken.positions:
+            return taken
+        t0 = time.monotonic()
+        taken.tail = recovery.sink_tail(cfg.bootstrap, cfg.sink, cfg.connect_timeout_s)
+        taken.counts = recovery.last_counts(cfg.paths.monitor)
+        for rec in taken.tail:
+            with contextlib.suppress(BadRecord):
+                r = parse_result(rec.value)
+                core.dedup.remember(r.rid, r.hash, started, rec.partition)
+        if taken.counts is not None:
+            core.results = taken.counts.results
+            core.duplicates = taken.counts.duplicates_total
+            core.divergent = taken.counts.divergent
+            core.bad = taken.counts.bad
+        self._positions = taken.positions
+        journal.write(
+            Event.MERGER_RECOVERED,
+            positions=len(taken.positions),
+            tail=len(taken.tail),
+            results=core.results,
+            recover_s=round(time.monotonic() - t0, 3),
+        )
+        return taken
+
+    def _partitions(self, topic: str) -> list[int]:
+        from confluent_kafka import KafkaException
+
+        try:
+            meta = self._consumer.list_topics(topic, timeout=5.0).topics.get(topic)
+        except KafkaException:
+            return []
+        return sorted(meta.partitions) if meta is not None and meta.partitions else []
+
     def _produce(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        self._produced += 1
         while True:
             try:
                 self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
                 return
             except BufferError:
                 self._producer.poll(0.005)
+
+
+def _logged_until(path: Path) -> float | None:
+    """The end of the last interval in the latency log (None: no interval yet)."""
+    try:
+        intervals = read_latency_log(path)
+    except Exception:  # a log torn by the kill: the reader's own errors vary
+        return None
+    return intervals[-1].end_s if intervals else None
+
+
+def _unlogged(
+    tail: list[SinkRecord], since: float, until: float
+) -> tuple[IntervalHistogram, IntervalHistogram]:
+    """The latencies of the sink's records the merger before this one forwarded after its last
+    logged interval (``since``) and never logged: one interval up to ``until``, the arrival
+    being the sink record's timestamp."""
+    intended, sent = IntervalRecorder(since), IntervalRecorder(since)
+    for rec in tail:
+        if rec.timestamp_ms / 1000.0 <= since:
+            continue
+        with contextlib.suppress(BadRecord):
+            r = parse_result(rec.value)
+            intended.record_ms(rec.timestamp_ms - r.src_ts)
+            if r.sent_ts is not None:
+                sent.record_ms(rec.timestamp_ms - r.sent_ts)
+    end = max(until, since + 1e-3)
+    return intended.roll(end), sent.roll(end)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -1,0 +1,133 @@
+"""What a restarted merger takes over from the one before it, from Kafka and the run directory
+alone (docs/design.md, "A merger that restarts").
+
+* **Where to read on**: the replica topics' positions the merger commits under its group once
+  every result forwarded before them is acknowledged by the sink (:func:`committed`); without a
+  commit, from the beginning.
+* **What was forwarded**: the sink topic's tail, from :data:`LOOKBACK_S` before its newest
+  record (:func:`sink_tail`). Every copy read again after the committed positions was read
+  after that commit was taken, so its first copy, if forwarded, is in that tail: the tail's ids
+  go into the dedup's exact memory, and a copy of them is a duplicate.
+* **The latency of results the dead merger forwarded but never logged** (its open interval):
+  each tail record newer than the last logged interval, at its sink timestamp.
+* **The counts so far**: the previous incarnation's last monitor line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arfl.run.streams import MonitorSnapshot
+
+LOOKBACK_S = 60.0
+"""How far before the sink's newest record the restarted merger reads it back. Commits are a
+second or two old at most while the merger runs (one per tick, after the acknowledgements)."""
+
+
+@dataclass
+class SinkRecord:
+    """One record of the sink's tail."""
+
+    partition: int
+    value: bytes
+    timestamp_ms: int
+    """The sink record's timestamp: when the merger produced it (CreateTime)."""
+
+
+@dataclass
+class Taken:
+    """What a restarted merger took over."""
+
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(replica topic, partition) -> the committed offset to read on from."""
+    tail: list[SinkRecord] = field(default_factory=list)
+    counts: MonitorSnapshot | None = None
+    """The previous incarnation's last monitor line (None: the first incarnation)."""
+
+
+def committed(
+    consumer: Any, partitions: list[tuple[str, int]], timeout_s: float
+) -> dict[tuple[str, int], int]:
+    """The offsets committed under the consumer's group for ``partitions`` (those with one)."""
+    from confluent_kafka import TopicPartition
+
+    got = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    return {(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.offset >= 0}
+
+
+def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> list[SinkRecord]:
+    """The sink's records from :data:`LOOKBACK_S` before its newest one (empty when empty)."""
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "arfl-merger-recovery",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        meta = c.list_topics(sink, timeout=timeout_s).topics.get(sink)
+        parts = sorted(meta.partitions) if meta is not None and meta.partitions else []
+        newest = 0
+        ends: dict[int, int] = {}
+        for p in parts:
+            low, high = c.get_watermark_offsets(TopicPartition(sink, p), timeout=timeout_s)
+            if high > low:
+                ends[p] = high
+                last = _read(c, [TopicPartition(sink, p, high - 1)], {p: high}, timeout_s)
+                if last:
+                    newest = max(newest, last[-1].timestamp_ms)
+        if not ends:
+            return []
+        since = newest - int(LOOKBACK_S * 1000)
+        starts = c.offsets_for_times(
+            [TopicPartition(sink, p, since) for p in ends], timeout=timeout_s
+        )
+        assign = [
+            TopicPartition(sink, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END)
+            for tp in starts
+        ]
+        return _read(c, assign, ends, timeout_s)
+    finally:
+        c.close()
+
+
+def _read(c: Any, assign: list[Any], ends: dict[int, int], timeout_s: float) -> list[SinkRecord]:
+    from arfl.processes import wait_until
+
+    c.assign(assign)
+    out: list[SinkRecord] = []
+    left = {tp.partition for tp in assign if tp.offset >= 0 and tp.offset < ends[tp.partition]}
+
+    def done() -> bool:
+        for m in c.consume(num_messages=10_000, timeout=0.2):
+            if m.error() is not None:
+                continue
+            p, off = m.partition(), m.offset()
+            out.append(SinkRecord(p, m.value() or b"", int(m.timestamp()[1])))
+            if off + 1 >= ends[p]:
+                left.discard(p)
+        return not left
+
+    wait_until(done, timeout_s=timeout_s, interval_s=0, what="the sink's tail")
+    return out
+
+
+def last_counts(monitor: Path) -> MonitorSnapshot | None:
+    """The last readable line of ``monitor.jsonl`` (None: none yet)."""
+    try:
+        lines = monitor.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            return MonitorSnapshot.from_dict(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
