@@ -48,6 +48,7 @@ from _common import Column, cpu_lock, print_table, write_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from arfl.measure.merger.config import MergerConfig
+from arfl.measure.merger.core import RECENT_S
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import JsonlTail
@@ -288,7 +289,9 @@ def analyse(
     lines = [(float(ln["t"]) - t0, ln) for ln in monitor]
     early, late = args.early * args.seconds, args.late * args.seconds
     e, la = nearest(rss, early), nearest(rss, late)
-    between = [m for s, m in rss if early <= s <= late]
+    lo = early if e is None else min(early, e[0])
+    hi = late if la is None else max(late, la[0])
+    between = [m for s, m in rss if lo <= s <= hi]
     summary: dict[str, Any] = {
         "early_s": early,
         "late_s": late,
@@ -301,6 +304,11 @@ def analyse(
     if e is not None and la is not None:
         summary["rss_ratio"] = round(la[1] / e[1], 3)
         summary["rss_growth_ok"] = la[1] / e[1] <= GROWTH_LIMIT
+    if early < RECENT_S + 10:
+        summary["note"] = (
+            f"the early point ({early:.0f} s) is within the first {RECENT_S:.0f} s the dedup "
+            "memory fills for: growth up to then is expected"
+        )
     steady = [(s, c) for s, c in cpu if 0 <= s <= args.seconds]
     if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
         (s0, c0), (s1, c1) = steady[0], steady[-1]
@@ -332,6 +340,10 @@ def _shown(row: dict[str, Any], key: str) -> Any:
     return "-" if v is None else v
 
 
+def _interrupted(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--rate", type=float, default=2500.0, help="results a second")
@@ -343,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the stack's data afterwards")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
+    # Ctrl-C and a plain kill both end in the cleanup below (merger and stack stopped by pid),
+    # also when started in the background, where SIGINT is inherited as ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupted)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="arfl-merger-memory-", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     run_dir = work / "run"
@@ -501,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{s['sink_duplicates']} duplicates, {s['sink_missing']} missing; "
         f"merger {s.get('merger_cores')} cores; run dir {run_dir}"
     )
+    if "note" in s:
+        print(f"note: {s['note']}")
     write_rows(args.out, [summary])
     ok = (
         s["sink_duplicates"] == 0

@@ -182,8 +182,11 @@ class FaultInfo:
             ``replica``, ``duration`` and ``after_boundary``; the options of ``arfl chaos
             inject``).
         kills: what the fault kills, if anything: a ``"replica"`` is back when it is ready
-            again, an ``"executor"`` when Spark runs its replacement (the report's fault window).
+            again, an ``"executor"`` when Spark runs its replacement, the ``"merger"`` when a
+            new one took over (the report's fault window).
         without_leader: the kind an experiment uses instead in a mode without a leader.
+        on: what the fault acts on: a ``"replica"`` (``replica`` names it) or the run's
+            ``"merger"`` (no replica).
     """
 
     summary: str
@@ -191,8 +194,9 @@ class FaultInfo:
     network: bool = False
     targets_leader: bool = False
     params: type[Params] = NoParams
-    kills: Literal["replica", "executor"] | None = None
+    kills: Literal["replica", "executor", "merger"] | None = None
     without_leader: str | None = None
+    on: Literal["replica", "merger"] = "replica"
 
 
 MODES: Registry[ModeInfo] = Registry("replication mode", "arfl.replica.modes")

@@ -33,6 +33,7 @@ from deploy_checks import (
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.orchestrate.lag import threshold_s
 from arfl.replica.source.decisions import Decision
+from arfl.report.build import build_report
 from arfl.run.progress import AGREED_WATERMARK, batch_ends, late_drops
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
@@ -397,17 +398,37 @@ def test_per_record_leaderless_defaults_replica_killed_output_complete(
         replicas=2,
         duration="15s",
         steps=[{"filter": "amount > 10"}],
-        chaos=[{"at": "6s", "fault": "kill-replica", "replica": 1}],
+        # The merger, which every result passes through, is killed too: a new one takes
+        # over from its commits and the sink's tail.
+        chaos=[
+            {"at": "6s", "fault": "kill-replica", "replica": 1},
+            {"at": "10s", "fault": "kill-merger"},
+        ],
     )
     assert spec.agreed_batch_interval == 0.5 and spec.replication.reader == "jvm"
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
     s = result.summary
+    killed = _events(result, "fault-injected")[-1]
+    assert killed["kind"] == "kill-merger"
+    (died,) = _events(result, "merger-died")
+    assert died["pid"] == killed["details"]["pid"] and died["exit_code"] == -9
+    (restarted,) = _events(result, "merger-restarted")
+    (recovered,) = _events(result, "merger-recovered")
+    assert recovered["positions"] > 0 and recovered["t"] > restarted["t"] > died["t"]
     restarted = [e for e in _events(result, "replica-restarted") if e["replica"] == 1]
     caught_up = [e for e in _events(result, "replica-caught-up") if e["replica"] == 1]
     assert restarted and caught_up and s["replica_restarts"] == 1, (restarted, caught_up)
     assert s["divergent"] == 0
     check_against_offline(stack, spec, result)  # nothing lost, nothing twice
     _both_replicas_agree(stack, result)
+    check = json.loads((result.run_dir / "check.json").read_text())
+    assert (check["missing"], check["duplicates"]) == (0, 0), check  # the independent check
+    # The report judges the merger's kill like any other fault.
+    faults = build_report(result.run_dir).faults
+    assert [f.kind for f in faults] == ["kill-replica", "kill-merger"]
+    merger_kill = faults[1]
+    assert merger_kill.error is None and merger_kill.verdict, merger_kill
+    assert merger_kill.restored_s is not None and merger_kill.restored_s > 0, merger_kill
     steps: set[int] = set()
     for r in (0, 1):
         busy = [

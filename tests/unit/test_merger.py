@@ -835,7 +835,7 @@ def test_a_restarted_merger_reads_on_from_its_commits_and_forwards_nothing_twice
         recovery.SinkRecord(0, rec(rid, died_ms), died_ms + 5 + i)
         for i, rid in enumerate(["0:1", "0:2"])
     ]
-    monkeypatch.setattr(recovery, "sink_tail", lambda *a: tail)
+    monkeypatch.setattr(recovery, "sink_tail", lambda *a: (tail, len(tail)))
     again = FakeConsumer(
         [[FakeMessage(t0, b"0:2", rec("0:2", now_ms)), FakeMessage(t0, b"0:3", rec("0:3", 1))]],
         partitions=1,

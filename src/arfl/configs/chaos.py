@@ -73,6 +73,8 @@ class Chaos(BaseModel):
             raise ValueError(f'{self.fault} needs duration = "..."')
         if not kind.takes_duration and self.duration is not None:
             raise ValueError(f"{self.fault} takes no duration")
+        if kind.on != "replica" and self.replica is not None:
+            raise ValueError(f"{self.fault} acts on the {kind.on}: drop replica")
         return self
 
     @model_serializer(mode="wrap")

@@ -272,7 +272,7 @@ def cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
                     "a leader exists only in mode " + ", ".join(f"'{m}'" for m in leaders),
                 )
             )
-        if kind and not kind.targets_leader and target is None:
+        if kind and kind.on == "replica" and not kind.targets_leader and target is None:
             out.append((f"chaos[{i}].replica", 'which replica? set replica = N or "leader"'))
     out.extend(_stacked_faults(chaos, _boundary_spacing_s(raw)))
     return out

@@ -170,9 +170,14 @@ class Deployment:
             # The run's own: a restarted merger reads on from the positions committed under it.
             group_id=f"arfl-merger-{self.ctx.run_id}",
         )
-        self.merger = self._spawn(
-            "merger", cfg.command(self.ctx.paths.child_config("merger"), PYTHON)
-        )
+        self._merger_argv = cfg.command(self.ctx.paths.child_config("merger"), PYTHON)
+        self.merger = self._spawn("merger", self._merger_argv)
+
+    def restart_merger(self) -> ManagedProcess:
+        """A new merger in a dead one's place; it takes over from the positions it committed
+        and the sink's tail (:mod:`arfl.measure.merger.recovery`)."""
+        self.merger = self._spawn("merger", self._merger_argv)
+        return self.merger
 
     def start_replicas(self) -> None:
         """Every replica's driver; returns once each one's query has run a batch."""
@@ -283,6 +288,7 @@ class Deployment:
             active_faults=self.active_faults,
             started_at=self.t0 or self.started_at,
             zookeeper=self.net.info.zookeeper if self.net.info is not None else None,
+            restart_merger=self.restart_merger,
         ).run(on_tick)
         self.drained = True
 

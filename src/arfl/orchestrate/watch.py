@@ -189,6 +189,11 @@ class LeaderWatch:
             self._zk.close()
 
 
+MERGER_RESTARTS = 3
+"""A merger that dies more often than this within :data:`MERGER_LOOP_S` fails the run."""
+MERGER_LOOP_S = 60.0
+
+
 class Watcher:
     """Watches one deployment; :meth:`run` returns when its output has drained."""
 
@@ -205,8 +210,11 @@ class Watcher:
         active_faults: Callable[[], list[str]],
         started_at: float,
         zookeeper: str | None = None,
+        restart_merger: Callable[[], ManagedProcess] | None = None,
     ) -> None:
         self.ctx = ctx
+        self.restart_merger = restart_merger
+        self._merger_deaths: list[float] = []
         self.kafka = kafka
         self.runner = runner
         self.merger = merger
@@ -354,13 +362,33 @@ class Watcher:
 
     def _check_alive(self, states: dict[int, Any]) -> None:
         if not self.merger.alive():
-            raise DeployError(
-                f"the merger died (exit {self.merger.returncode}); "
-                f"see {self.merger.log_path}:\n{self.merger.tail()}"
-            )
+            self._merger_died()
         dead = [s.replica for s in states.values() if s.status == "dead"]
         if dead and len(dead) == len(states):
             raise DeployError(f"every replica is dead; see {self.runner.log_of(0)} and the journal")
+
+    def _merger_died(self) -> None:
+        """Start a new merger in the dead one's place (it takes over from Kafka:
+        :mod:`arfl.measure.merger.recovery`); a merger that keeps dying fails the run."""
+        now = time.time()
+        dead = self.merger
+        self._merger_deaths = [t for t in self._merger_deaths if now - t < MERGER_LOOP_S] + [now]
+        self.ctx.journal.write(Event.MERGER_DIED, pid=dead.pid, exit_code=dead.returncode)
+        if self.restart_merger is None or len(self._merger_deaths) > MERGER_RESTARTS:
+            raise DeployError(
+                f"the merger died (exit {dead.returncode}"
+                + (
+                    f"; {len(self._merger_deaths)} times within {MERGER_LOOP_S:.0f}s"
+                    if self.restart_merger is not None
+                    else ""
+                )
+                + f"); see {dead.log_path}:\n{dead.tail()}"
+            )
+        self.merger = self.restart_merger()
+        self.ctx.journal.write(
+            Event.MERGER_RESTARTED, pid=self.merger.pid, exit_code=dead.returncode
+        )
+        self.write_state()
 
     def _note_gone(self, states: dict[int, Any], gone: set[int]) -> None:
         """Journal each replica the supervisor gave up on, once; add it to ``gone``."""

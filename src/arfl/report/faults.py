@@ -150,6 +150,14 @@ def _react(
             after = [b for b in batches.get(replica, ()) if b.start > float(died["t"])]
             if after:
                 first_batch = after[0].end - started
+    elif kills(kind) == "merger":
+        died_at = _first(journal, Event.MERGER_DIED, started - 0.5)
+        if died_at is not None:
+            died_seen = True
+            detect = max(0.0, died_at - started)
+            back = _first(journal, Event.MERGER_RECOVERED, died_at)
+            if back is not None:
+                restored = back - started
     elif kills(kind) == "executor":
         details = (rev or {}).get("details") or inj.get("details") or {}
         replaced = try_float(details.get("replacement_s"))
@@ -179,6 +187,13 @@ def _react(
     )
 
 
+def _first(journal: list[dict[str, Any]], event: Event, after: float) -> float | None:
+    """When ``event`` was first journaled at or after ``after`` (epoch seconds)."""
+    return next(
+        (float(e["t"]) for e in journal if e.get("event") == event and float(e["t"]) >= after), None
+    )
+
+
 def lifted_at(
     kind: str,
     started: float,
@@ -193,6 +208,7 @@ def lifted_at(
 
     * a killed replica: when it was ready again after dying (None: it never came back);
     * a killed executor: when its replacement ran;
+    * a killed merger: when a new one took over (None: none did);
     * a fault with a duration: its revert (else the requested end);
     * otherwise, or when the journal says nothing more: the injection.
 
@@ -200,7 +216,7 @@ def lifted_at(
     milliseconds) or in flight at a pause come from input sent before this moment, so they
     never count as health.
     """
-    if kills(kind) == "replica" and died:
+    if kills(kind) in ("replica", "merger") and died:
         return None if restored_s is None else started + restored_s
     if kills(kind) == "executor" and restored_s is not None:
         return started + restored_s

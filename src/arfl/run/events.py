@@ -61,8 +61,12 @@ class Event(StrEnum):
     """Fields: message, owner_create_time, owner_pid. Written by measure/merger/process.py."""
     MERGER_FINISHED = "merger_finished"
     """Fields: those of a record passed along. Written by measure/merger/process.py."""
+    MERGER_DIED = "merger-died"
+    """Fields: exit_code, pid. Written by orchestrate/watch.py."""
     MERGER_RECOVERED = "merger-recovered"
     """Fields: positions, recover_s, results, tail. Written by measure/merger/process.py."""
+    MERGER_RESTARTED = "merger-restarted"
+    """Fields: exit_code, pid. Written by orchestrate/watch.py."""
     MERGER_STARTED = "merger_started"
     """Fields: fetch_wait_ms, linger_ms, owner_pid, recent_s, replicas, sink, topics. Written by
     measure/merger/process.py."""

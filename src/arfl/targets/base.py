@@ -65,6 +65,10 @@ class Target(Protocol):
         """The bridge and namespaces created for this run, if any."""
         ...
 
+    def merger_pid(self) -> int:
+        """Pid of the run's merger (raises FaultError when it is not running)."""
+        ...
+
     def leader(self) -> int | None:
         """The current leader's replica index (active-leader), or None."""
         ...

@@ -140,6 +140,22 @@ class LocalTarget:
             )
         return rep.driver_pid
 
+    def merger_pid(self) -> int:
+        """The merger's pid, checked against its recorded create time (pids are reused).
+
+        Raises:
+            FaultError: the merger is not running.
+        """
+        st = self.state()
+        if st.merger_pid is None or (
+            same_process(st.merger_pid, st.merger_create_time, slack_s=1.0) is None
+        ):
+            raise FaultError(
+                f"run {self.run}: no running merger in state.json (pid {st.merger_pid}); is the "
+                "deployment still up?"
+            )
+        return st.merger_pid
+
     def replica_pids(self, replica: int) -> list[int]:
         """Driver plus descendants; on the docker target every process of its container."""
         name = self.container(replica)

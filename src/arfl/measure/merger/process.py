@@ -224,8 +224,10 @@ class Merger:
             comment=f"arfl merger: end-to-end latency (us) of first copies from their actual "
             f"send time, sink {cfg.sink}", resume=resume,
         )  # fmt: skip
-        if logged_until is not None:
-            lost, lost_sent = _unlogged(taken.tail, logged_until, start_s)
+        if logged_until is not None and taken.counts is not None:
+            # Every sink record is a first copy: those beyond the last count were never logged.
+            unlogged = max(0, taken.sink_records - taken.counts.results)
+            lost, lost_sent = _unlogged(taken.tail, unlogged, logged_until, start_s)
             hlog.write(lost)
             sent_hlog.write(lost_sent)
             core.results += lost.count
@@ -387,7 +389,9 @@ class Merger:
         if not taken.positions:
             return taken
         t0 = time.monotonic()
-        taken.tail = recovery.sink_tail(cfg.bootstrap, cfg.sink, cfg.connect_timeout_s)
+        taken.tail, taken.sink_records = recovery.sink_tail(
+            cfg.bootstrap, cfg.sink, cfg.connect_timeout_s
+        )
         taken.counts = recovery.last_counts(cfg.paths.monitor)
         for rec in taken.tail:
             with contextlib.suppress(BadRecord):
@@ -437,15 +441,14 @@ def _logged_until(path: Path) -> float | None:
 
 
 def _unlogged(
-    tail: list[SinkRecord], since: float, until: float
+    tail: list[SinkRecord], n: int, since: float, until: float
 ) -> tuple[IntervalHistogram, IntervalHistogram]:
-    """The latencies of the sink's records the merger before this one forwarded after its last
-    logged interval (``since``) and never logged: one interval up to ``until``, the arrival
-    being the sink record's timestamp."""
+    """The latencies of the ``n`` newest sink records, which the merger before this one
+    forwarded after its last logged interval (``since``) and never logged: one interval up to
+    ``until``, the arrival being the sink record's timestamp."""
     intended, sent = IntervalRecorder(since), IntervalRecorder(since)
-    for rec in tail:
-        if rec.timestamp_ms / 1000.0 <= since:
-            continue
+    newest = sorted(tail, key=lambda r: r.timestamp_ms)[max(0, len(tail) - n) :] if n else []
+    for rec in newest:
         with contextlib.suppress(BadRecord):
             r = parse_result(rec.value)
             intended.record_ms(rec.timestamp_ms - r.src_ts)

@@ -44,6 +44,8 @@ class Taken:
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     """(replica topic, partition) -> the committed offset to read on from."""
     tail: list[SinkRecord] = field(default_factory=list)
+    sink_records: int = 0
+    """How many records the sink holds: every one a first copy (the sink is the run's own)."""
     counts: MonitorSnapshot | None = None
     """The previous incarnation's last monitor line (None: the first incarnation)."""
 
@@ -58,8 +60,9 @@ def committed(
     return {(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.offset >= 0}
 
 
-def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> list[SinkRecord]:
-    """The sink's records from :data:`LOOKBACK_S` before its newest one (empty when empty)."""
+def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> tuple[list[SinkRecord], int]:
+    """The sink's records from :data:`LOOKBACK_S` before its newest one (empty when empty),
+    and how many records it holds in all."""
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
     c = Consumer(
@@ -75,16 +78,18 @@ def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> list[SinkRecord]:
         meta = c.list_topics(sink, timeout=timeout_s).topics.get(sink)
         parts = sorted(meta.partitions) if meta is not None and meta.partitions else []
         newest = 0
+        total = 0
         ends: dict[int, int] = {}
         for p in parts:
             low, high = c.get_watermark_offsets(TopicPartition(sink, p), timeout=timeout_s)
+            total += max(0, high - low)
             if high > low:
                 ends[p] = high
                 last = _read(c, [TopicPartition(sink, p, high - 1)], {p: high}, timeout_s)
                 if last:
                     newest = max(newest, last[-1].timestamp_ms)
         if not ends:
-            return []
+            return [], 0
         since = newest - int(LOOKBACK_S * 1000)
         starts = c.offsets_for_times(
             [TopicPartition(sink, p, since) for p in ends], timeout=timeout_s
@@ -93,7 +98,7 @@ def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> list[SinkRecord]:
             TopicPartition(sink, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END)
             for tp in starts
         ]
-        return _read(c, assign, ends, timeout_s)
+        return _read(c, assign, ends, timeout_s), total
     finally:
         c.close()
 

@@ -1,0 +1,43 @@
+"""``pause-merger``: SIGSTOP the run's merger for a duration, then SIGCONT."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from arfl.faults.base import FaultBase
+from arfl.registry import FAULTS, FaultInfo
+from arfl.targets import procs
+from arfl.targets.base import Target
+
+
+@FAULTS.register(
+    "pause-merger",
+    FaultInfo("SIGSTOP the merger for a duration, then SIGCONT", takes_duration=True, on="merger"),
+)
+class PauseMerger(FaultBase):
+    """Freeze the merger: no result reaches the sink meanwhile; at SIGCONT it forwards what
+    queued up in the replica topics."""
+
+    kind = "pause-merger"
+
+    def prepare(self, target: Target) -> dict[str, Any]:
+        """Record the merger (pid + create time)."""
+        pids = procs.identify([target.merger_pid()])
+        self.details = {"pids": [int(p[0]) for p in pids]}
+        self.record = {"pids": pids}
+        return self.record
+
+    def inject(self, target: Target) -> None:
+        """SIGSTOP it."""
+        procs.send(self.record["pids"], signal.SIGSTOP)
+
+    @classmethod
+    def claims(cls, record: dict[str, Any]) -> frozenset[str]:
+        """The stopped merger (pid and create time)."""
+        return frozenset(f"stopped:{int(p[0])}@{p[1]}" for p in record.get("pids", []))
+
+    @classmethod
+    def undo(cls, record: dict[str, Any]) -> None:
+        """SIGCONT it if it is still there."""
+        procs.send(record.get("pids", []), signal.SIGCONT)
