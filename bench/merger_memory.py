@@ -45,10 +45,11 @@ from typing import Any
 
 import psutil
 from _common import Column, cpu_lock, print_table, write_rows
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import RECENT_S
+from arfl.processes import wait_until
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import JsonlTail
@@ -65,6 +66,7 @@ IDLE_S = 5.0
 GROWTH_LIMIT = 1.15
 """An RSS ratio (late / early) above this is growth worth explaining."""
 MIB = 1024 * 1024
+HOST_BUSY = ("user", "nice", "system", "irq", "softirq")
 
 
 @dataclass
@@ -103,6 +105,8 @@ class RssSampler:
         self.interval_s = interval_s
         self.samples: list[tuple[float, int, float]] = []
         """``(epoch s, RSS bytes, CPU s)``."""
+        self.host: list[float] = []
+        """The whole machine's busy CPU seconds (anyone's), at the same times."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="merger-rss", daemon=True)
 
@@ -123,6 +127,8 @@ class RssSampler:
                     rss = self.proc.memory_info().rss
                     t = self.proc.cpu_times()
                 self.samples.append((time.time(), rss, t.user + t.system))
+                h = psutil.cpu_times()
+                self.host.append(sum(getattr(h, f, 0.0) for f in HOST_BUSY))
             except psutil.Error:
                 return  # it exited
             if self._stop.wait(self.interval_s):
@@ -259,6 +265,60 @@ def read_sink(bootstrap: str, topic: str, timeout_s: float = 300.0) -> tuple[int
         c.close()
 
 
+def source_version() -> dict[str, Any]:
+    """The checkout's commit, and whether the merger's sources differ from it."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*a: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *a], cwd=root, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    changed = git("status", "--porcelain", "src/arfl/measure", "src/arfl/run")
+    return {"commit": git("rev-parse", "HEAD"), "merger_sources_changed": bool(changed)}
+
+
+def warm_group_coordinator(bootstrap: str, topic: str, timeout_s: float = 60.0) -> None:
+    """Wait until the broker answers a committed-offsets request.
+
+    On a fresh broker the first one creates the offsets topic and fails with NOT_COORDINATOR
+    meanwhile; the merger asks for its committed positions once at start (to take over from a
+    merger before it), so it is asked here first.
+    """
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-merger-memory-warm-up",
+            "enable.auto.commit": False,
+        }
+    )
+
+    def answers() -> bool:
+        try:
+            c.committed([TopicPartition(topic, 0)], timeout=5.0)
+        except KafkaException:
+            return False
+        return True
+
+    try:
+        wait_until(answers, timeout_s=timeout_s, interval_s=0.5, what="the group coordinator")
+    finally:
+        c.close()
+
+
+def merger_log_tail(work: Path, lines: int = 8) -> str:
+    """The last lines of the merger's output, for an error message."""
+    try:
+        text = (work / "merger.log").read_text(errors="replace")
+    except OSError:
+        return "(no merger.log)"
+    return " | ".join(text.strip().splitlines()[-lines:])
+
+
 def stop_merger(proc: subprocess.Popen[bytes], wait_s: float) -> None:
     """Wait up to ``wait_s`` for the merger to end by itself; then SIGTERM it, then kill it."""
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -313,6 +373,9 @@ def analyse(
     if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
         (s0, c0), (s1, c1) = steady[0], steady[-1]
         summary["merger_cores"] = round((c1 - c0) / (s1 - s0), 3)
+        i0, i1 = cpu.index((s0, c0)), cpu.index((s1, c1))
+        host = sampler.host
+        summary["host_busy_cores"] = round((host[i1] - host[i0]) / (s1 - s0), 3)
     entries = [ln.get("dedup_entries") for s, ln in lines if 0 <= s <= args.seconds]
     ints = [x for x in entries if isinstance(x, int)]
     summary["dedup_entries_max"] = max(ints) if ints else None
@@ -372,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
             sink = "bench-merger-memory"
             for t in (sink, *(replica_topic(sink, r) for r in range(REPLICAS))):
                 ensure_topic(info.kafka, t, PARTITIONS)
+            warm_group_coordinator(info.kafka, sink)
+            version = source_version()
             launched = time.time()
             t0 = launched + LEAD_S
             cfg = MergerConfig(
@@ -400,16 +465,22 @@ def main(argv: list[str] | None = None) -> int:
             last_line: dict[str, Any] = {}
             next_report = t0 + 30.0
 
+            next_check = t0
+
             def progress(now: float) -> None:
-                nonlocal next_report, last_line
+                nonlocal next_report, next_check, last_line
+                if now >= next_check:
+                    next_check = now + 1.0
+                    if merger is not None and merger.poll() is not None:
+                        raise RuntimeError(
+                            f"the merger exited ({merger.returncode}): {merger_log_tail(work)}"
+                        )
                 if now < next_report:
                     return
                 next_report += 30.0
                 new = tail.read_new()
                 if new:
                     last_line = new[-1]
-                if merger is not None and merger.poll() is not None:
-                    raise RuntimeError(f"the merger exited ({merger.returncode}); see {log.name}")
                 rss = sampler.latest_mib() if sampler else None
                 print(
                     f"{now - t0:6.0f} s  results {produced.results:>9,}  merger RSS "
@@ -430,7 +501,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             stop_merger(merger, IDLE_S + 60.0)
             sampler.stop()
-            final = json.loads((run_dir / "merger.json").read_text())
+            try:
+                final = json.loads((run_dir / "merger.json").read_text())
+            except OSError:
+                raise RuntimeError(
+                    f"the merger wrote no merger.json: {merger_log_tail(work)}"
+                ) from None
             monitor = read_jsonl(run_dir / "monitor.jsonl")
             count, keys = read_sink(info.kafka, sink)
             expected = {rid_of(n) for n in range(produced.results)}
@@ -472,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
                         [round(t - t0, 1), round(b / MIB, 1)] for t, b, _ in sampler.samples
                     ],
                     "run_dir": str(run_dir),
+                    **version,
                 }
             )
         finally:
@@ -515,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"sink: {s['sink_records']:,} records, {s['sink_distinct']:,} distinct rids, "
         f"{s['sink_duplicates']} duplicates, {s['sink_missing']} missing; "
-        f"merger {s.get('merger_cores')} cores; run dir {run_dir}"
+        f"merger {s.get('merger_cores')} cores, host {s.get('host_busy_cores')} cores busy; "
+        f"run dir {run_dir}"
     )
     if "note" in s:
         print(f"note: {s['note']}")

@@ -19,8 +19,10 @@ import pytest
 
 from arfl.cli.commands.chaos import legacy_args
 from arfl.cli.main import main
+from arfl.processes import wait_until
 from arfl.registry import FAULTS
 from arfl.run.pending import PendingFaults
+from arfl.run.rundir import read_jsonl
 from arfl.targets.procs import identify
 from arfl.testing.faults import write_state
 
@@ -435,3 +437,52 @@ def test_legacy_args_rewrites_only_old_forms(args: list[str], expected: list[str
     commands = {"inject", "list", "recover", "kinds"}
     values = {"-r", "--replica", "--duration", "--runs"}
     assert legacy_args(args, commands, values) == expected
+
+
+# --- the merger -------------------------------------------------------------------------------
+
+
+def test_the_merger_is_listed_paused_and_resumed_then_killed(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    merger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        run = write_state(
+            tmp_path / "runs" / "r1", "r1", {0: {"driver_pid": sleeper.pid}}, merger=merger.pid
+        )
+        assert main(["chaos", "list", str(run)]) == 0
+        assert f"merger: pid {merger.pid}" in capsys.readouterr().out
+        # A merger fault takes no replica.
+        assert (
+            main(["chaos", "inject", str(run), "pause-merger", "-r", "0", "--duration", "1s"]) != 0
+        )
+        capsys.readouterr()
+        seen: list[str] = []
+        code = "import sys; from arfl.cli.main import main; sys.exit(main(sys.argv[1:]))"
+        inject = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                code,
+                "chaos",
+                "inject",
+                str(run),
+                "pause-merger",
+                "--duration",
+                "2s",
+            ]
+        )
+        wait_until(
+            lambda: psutil.Process(merger.pid).status() == psutil.STATUS_STOPPED, timeout_s=20
+        )
+        seen.append("stopped")
+        assert inject.wait(30) == 0
+        assert psutil.Process(merger.pid).status() != psutil.STATUS_STOPPED  # reverted
+        assert main(["chaos", "inject", str(run), "kill-merger"]) == 0
+        assert merger.wait(10) == -signal.SIGKILL
+        assert seen == ["stopped"] and psutil.Process(sleeper.pid).is_running()
+        events = [e["event"] for e in read_jsonl(run / "journal.jsonl")]
+        assert events.count("fault-injected") == 2 and events.count("fault-reverted") == 2
+    finally:
+        merger.kill()
+        merger.wait(10)

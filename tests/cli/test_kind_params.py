@@ -168,3 +168,22 @@ def test_a_run_whose_spec_lists_every_kinds_keys_still_reports(tmp_path: Path) -
     (run / "spec.json").write_text(json.dumps(raw))
     with pytest.raises(ReportError, match="not a spec this arfl version understands"):
         load_run(run)
+
+
+def test_a_fault_on_the_merger_takes_no_replica() -> None:
+    raw = {
+        "name": "m",
+        "source": {"topic": "in", "partitions": 2},
+        "sink": {"topic": "out"},
+        "replication": {"mode": "active", "replicas": 2},
+        "chaos": [
+            {"at": "5s", "fault": "kill-merger"},
+            {"at": "9s", "fault": "pause-merger", "duration": "2s", "replica": 1},
+        ],
+    }
+    with pytest.raises(SpecError) as e:
+        parse_spec(raw)
+    assert "chaos[1]" in str(e.value) and "acts on the merger" in str(e.value)
+    assert "chaos[0]" not in str(e.value)
+    with pytest.raises(FaultError, match="acts on the merger"):
+        make_fault(FaultParams("kill-merger", replica=0))

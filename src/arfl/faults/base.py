@@ -245,10 +245,15 @@ def make_fault(params: FaultParams) -> Fault:
     """Instantiate the implementation registered for ``params.kind``.
 
     Raises:
-        FaultError: the kind is unknown (the message lists the known ones), or its parameters
-            are missing one without a default.
+        FaultError: the kind is unknown (the message lists the known ones), its parameters
+            are missing one without a default, or it names a replica for a fault that acts on
+            the merger.
     """
-    fault: Fault = implementation(params.kind)(params.resolved())
+    impl = implementation(params.kind)
+    on = FAULTS.info(params.kind).on
+    if on != "replica" and params.replica is not None:
+        raise FaultError(f"{params.kind} acts on the {on}, not on a replica: drop --replica")
+    fault: Fault = impl(params.resolved())
     return fault
 
 

@@ -48,6 +48,10 @@ class TargetSummary:
     leader: int | None = None
     leader_problem: str | None = None
     standbys: list[StandbySummary] = field(default_factory=list)
+    merger: int | None = None
+    """The serving merger's pid (``kill-merger``, ``pause-merger``); None when it is not
+    running."""
+    merger_problem: str | None = None
 
 
 def resolve_run_dir(run: str, runs_root: Path = Path("runs")) -> Path:
@@ -113,7 +117,15 @@ def summarize(target: LocalTarget) -> TargetSummary:
         )
         for k, sb in sorted(state.standbys.items())
     ]
+    merger: int | None = None
+    merger_problem: str | None = None
+    try:
+        merger = target.merger_pid()
+    except FaultError as e:
+        merger_problem = str(e)
     return TargetSummary(
+        merger=merger,
+        merger_problem=merger_problem,
         run=state.run,
         run_dir=target.run_dir,
         mode=state.mode,

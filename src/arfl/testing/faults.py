@@ -181,9 +181,10 @@ def write_state(
     isolation: IsolationState | None = None,
     mode: str = "active-leaderless",
     standbys: dict[int, int] | None = None,
+    merger: int | None = None,
 ) -> Path:
     """Write a ``state.json`` as deploy would (replica dicts: driver_pid, app_id, ...;
-    ``standbys``: standby -> pid).
+    ``standbys``: standby -> pid; ``merger``: the merger's pid).
 
     ``driver_create_time`` is filled in from the live process when missing.
     """
@@ -208,6 +209,8 @@ def write_state(
                 str(k): {"pid": p, "create_time": psutil.Process(p).create_time(), "ready": True}
                 for k, p in (standbys or {}).items()
             },
+            "merger_pid": merger,
+            "merger_create_time": psutil.Process(merger).create_time() if merger else None,
         },
     ).write(run_dir)
     return run_dir

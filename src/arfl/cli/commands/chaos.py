@@ -324,7 +324,8 @@ def inject_cmd(
 
 @chaos_app.command("list")
 def list_cmd(run: RunArg, as_json: JsonOpt = False, runs: RunsOpt = Path("runs")) -> None:
-    """Show what a fault can target: replicas, pids, executors, network, the leader."""
+    """Show what a fault can target: replicas, pids, executors, network, the leader, the
+    merger."""
     s = summarize(LocalTarget.from_run_dir(resolve_run_dir(run, runs)))
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(s), indent=2, default=str))
@@ -356,6 +357,10 @@ def list_cmd(run: RunArg, as_json: JsonOpt = False, runs: RunsOpt = Path("runs")
         out.print(f"leader: unknown ({s.leader_problem})", highlight=False)
     elif s.leader is not None:
         out.print(f"leader: replica {s.leader}")
+    out.print(
+        f"merger: pid {s.merger}" if s.merger is not None else f"merger: {s.merger_problem}",
+        highlight=False,
+    )
 
 
 @chaos_app.command(
