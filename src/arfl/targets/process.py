@@ -3,7 +3,6 @@ in a network namespace of its own: signals, a cgroup, the namespace's veth and r
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 
@@ -124,10 +123,7 @@ class ProcessReach(Reach):
     @classmethod
     def kill(cls, plan: Record) -> None:
         """SIGKILL the driver (its executors die with the application)."""
-        try:
-            os.kill(int(plan["pid"]), signal.SIGKILL)
-        except ProcessLookupError as e:
-            raise FaultError(f"driver pid {plan['pid']} vanished before the kill") from e
+        procs.kill(int(plan["pid"]), "driver")
 
     # --- network: the namespace's veth and routes --------------------------------------
 

@@ -9,6 +9,7 @@ import time
 
 import psutil
 
+from arfl.errors import FaultError
 from arfl.processes import ProcessId, wait_until
 
 
@@ -56,3 +57,15 @@ def wait_status(pids: list[int], want_stopped: bool, timeout_s: float = 5.0) -> 
     except TimeoutError:
         return None
     return time.monotonic() - t0
+
+
+def kill(pid: int, what: str) -> None:
+    """SIGKILL ``pid`` (``what``: how an error names it, e.g. ``executor``).
+
+    Raises:
+        FaultError: it was gone already.
+    """
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError as e:
+        raise FaultError(f"{what} pid {pid} vanished before the kill") from e

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from typing import Any
 
@@ -14,6 +12,7 @@ from arfl.faults.base import FaultBase
 from arfl.params import Params
 from arfl.processes import wait_until
 from arfl.registry import FAULTS, FaultInfo
+from arfl.targets import procs
 from arfl.targets.base import Target
 
 REPLACEMENT_TIMEOUT_S = 30.0
@@ -77,12 +76,7 @@ class KillExecutor(FaultBase):
     def inject(self, target: Target) -> None:
         """SIGKILL the executor JVM."""
         self.details["killed_at"] = time.time()
-        try:
-            os.kill(int(self.details["pid"]), signal.SIGKILL)
-        except ProcessLookupError as e:
-            raise FaultError(
-                f"kill-executor: executor pid {self.details['pid']} vanished before the kill"
-            ) from e
+        procs.kill(int(self.details["pid"]), "kill-executor: executor")
 
     def revert(self, target: Target) -> None:
         """Wait for a replacement executor (a new pid for the same application)."""

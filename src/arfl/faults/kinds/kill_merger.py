@@ -3,14 +3,12 @@ Kafka (:mod:`arfl.measure.merger.recovery`)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from typing import Any
 
-from arfl.errors import FaultError
 from arfl.faults.base import FaultBase
 from arfl.registry import FAULTS, FaultInfo
+from arfl.targets import procs
 from arfl.targets.base import Target
 
 
@@ -36,9 +34,4 @@ class KillMerger(FaultBase):
     def inject(self, target: Target) -> None:
         """SIGKILL it."""
         self.details["killed_at"] = time.time()
-        try:
-            os.kill(int(self.details["pid"]), signal.SIGKILL)
-        except ProcessLookupError as e:
-            raise FaultError(
-                f"kill-merger: merger pid {self.details['pid']} vanished before the kill"
-            ) from e
+        procs.kill(int(self.details["pid"]), "kill-merger: merger")
