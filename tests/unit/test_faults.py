@@ -125,7 +125,8 @@ def fake_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_every_declared_kind_has_an_implementation() -> None:
     for kind in FAULTS.names():
         needed = {"delay": "50ms"} if kind == "delay" else {}
-        fault = make_fault(FaultParams.of(kind, replica=0, duration_s=1.0, **needed))
+        replica = 0 if FAULTS.info(kind).on == "replica" else None
+        fault = make_fault(FaultParams.of(kind, replica=replica, duration_s=1.0, **needed))
         assert type(fault).kind == kind
         assert fault.describe().startswith(kind)
 
