@@ -92,3 +92,11 @@ def test_live_view_context_manager_draws() -> None:
     with LiveView(console=console, refresh_per_second=20) as view:
         view.update(_snapshot(), None, {0: "running"}, [])
     assert "output 987/s" in buf.getvalue()
+
+
+def test_the_view_says_which_merger_serves() -> None:
+    text = _text(render(_snapshot(), None, {0: "running"}, [], "pid 4242, restarted 1x"))
+    assert "merger pid 4242, restarted 1x" in text
+    line = format_line(_snapshot(), None, {0: "running"}, [], "pid 4242")
+    assert line.endswith("merger pid 4242")
+    assert "merger" not in format_line(_snapshot(), None, {0: "running"}, [])

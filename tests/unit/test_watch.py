@@ -160,3 +160,27 @@ def test_the_live_view_shows_no_input_rate_once_the_input_ended(tmp_path: Path) 
     draining = [t for t in ticks if t.phase == "draining"]
     assert draining, [t.phase for t in ticks]
     assert all(t.injector is None for t in draining)
+
+
+def test_a_dead_merger_is_replaced_and_one_that_keeps_dying_fails_the_run(
+    tmp_path: Path,
+) -> None:
+    ctx = _ctx(tmp_path)
+    w = _watcher(ctx, {0: ReplicaState(0, "running", pid=1)})
+    started: list[FakeProcess] = []
+
+    def restart() -> FakeProcess:
+        started.append(FakeProcess(alive=True))
+        return started[-1]
+
+    w.restart_merger = restart  # type: ignore[assignment]
+    for n in range(1, watch.MERGER_RESTARTS + 1):
+        w.merger = FakeProcess(alive=False)  # type: ignore[assignment]
+        w._check_alive({})
+        assert w.merger is started[-1] and len(started) == n
+    assert [e["exit_code"] for e in _events(ctx, "merger-died")] == [0] * watch.MERGER_RESTARTS
+    assert len(_events(ctx, "merger-restarted")) == watch.MERGER_RESTARTS
+    assert w._merger_text().endswith(f"restarted {watch.MERGER_RESTARTS}x")
+    w.merger = FakeProcess(alive=False)  # type: ignore[assignment]
+    with pytest.raises(DeployError, match="the merger died"):
+        w._check_alive({})

@@ -31,6 +31,7 @@ class FakeProcess:
         self._alive = alive
         self.returncode = None if alive else 0
         self.log_path = Path("/nonexistent.log")
+        self.pid = 4242
 
     def alive(self) -> bool:
         return self._alive

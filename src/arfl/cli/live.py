@@ -127,6 +127,7 @@ def render(
     injector_stats: InjectorSecond | None,
     replica_states: Mapping[int, str],
     faults: Sequence[str],
+    merger: str = "",
 ) -> RenderableType:
     """One frame of the live view.
 
@@ -135,6 +136,7 @@ def render(
         injector_stats: the injector's latest per-second line (``None`` if unknown).
         replica_states: replica index -> state (``running``, ``restarting``, ``dead``, ...).
         faults: descriptions of the faults active now (empty: none).
+        merger: which merger serves (its pid; empty: unknown).
 
     Returns:
         A rich renderable (a panel).
@@ -151,6 +153,8 @@ def render(
         ft.append(", ".join(faults), style="bold red")
     else:
         ft.append("none", style="green")
+    if merger:
+        ft.append(f"   merger {merger}", style="bold red" if "restarted" in merger else "")
     parts.append(ft)
     return Panel(Group(*parts), title="arfl live", title_align="left")
 
@@ -160,6 +164,7 @@ def format_line(
     injector_stats: InjectorSecond | None,
     replica_states: Mapping[int, str],
     faults: Sequence[str],
+    merger: str = "",
 ) -> str:
     """The same information as :func:`render` on one plain-text line."""
     bits: list[str] = []
@@ -185,6 +190,8 @@ def format_line(
         bits.append(" ".join(reps))
     if faults:
         bits.append("faults: " + ", ".join(faults))
+    if merger:
+        bits.append(f"merger {merger}")
     return " | ".join(bits)
 
 
@@ -205,9 +212,10 @@ class LiveView:
         injector_stats: InjectorSecond | None,
         replica_states: Mapping[int, str],
         faults: Sequence[str],
+        merger: str = "",
     ) -> None:
         """Show new data (drawn at the next refresh)."""
-        self._live.update(render(snapshot, injector_stats, replica_states, faults))
+        self._live.update(render(snapshot, injector_stats, replica_states, faults, merger))
 
     def __enter__(self) -> LiveView:
         self._live.start()
@@ -235,6 +243,7 @@ class PlainPrinter:
         injector_stats: InjectorSecond | None,
         replica_states: Mapping[int, str],
         faults: Sequence[str],
+        merger: str = "",
     ) -> bool:
         """Print a line if ``snapshot`` is new.
 
@@ -246,7 +255,7 @@ class PlainPrinter:
             return False
         self._last_t = t
         self._console.print(
-            format_line(snapshot, injector_stats, replica_states, faults),
+            format_line(snapshot, injector_stats, replica_states, faults, merger),
             highlight=False, markup=False, soft_wrap=True,
         )  # fmt: skip
         return True

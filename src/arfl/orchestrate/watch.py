@@ -63,6 +63,8 @@ class Tick:
     injector: InjectorSecond | None
     replicas: dict[int, str]
     faults: list[str] = field(default_factory=list)
+    merger: str = ""
+    """Which merger serves: its pid, and how often one was restarted."""
 
 
 def drain_seconds(spec: Spec) -> float:
@@ -344,6 +346,7 @@ class Watcher:
                         injector=None if phase == "draining" else inj.latest,
                         replicas={i: self._state_text(i, s.status) for i, s in states.items()},
                         faults=self.active_faults(),
+                        merger=self._merger_text(),
                     )
                 )
             if input_done_at is not None and self._drained(
@@ -366,6 +369,11 @@ class Watcher:
         dead = [s.replica for s in states.values() if s.status == "dead"]
         if dead and len(dead) == len(states):
             raise DeployError(f"every replica is dead; see {self.runner.log_of(0)} and the journal")
+
+    def _merger_text(self) -> str:
+        """The live view's merger: which one serves, and how often one was restarted."""
+        restarts = len(self._merger_deaths)
+        return f"pid {self.merger.pid}" + (f", restarted {restarts}x" if restarts else "")
 
     def _merger_died(self) -> None:
         """Start a new merger in the dead one's place (it takes over from Kafka:

@@ -56,14 +56,14 @@ def deploy(
         printer = PlainPrinter(console=out)
 
         def on_tick(t: Tick) -> None:
-            printer.update(t.snapshot, t.injector, t.replicas, t.faults)
+            printer.update(t.snapshot, t.injector, t.replicas, t.faults, t.merger)
 
         result = run_deploy(spec, spec_path, options, on_tick=on_tick, on_run_dir=announce)
     else:
         with LiveView(console=out) as view:
 
             def on_live(t: Tick) -> None:
-                view.update(t.snapshot, t.injector, t.replicas, t.faults)
+                view.update(t.snapshot, t.injector, t.replicas, t.faults, t.merger)
 
             result = run_deploy(spec, spec_path, options, on_tick=on_live, on_run_dir=announce)
     s = result.summary
