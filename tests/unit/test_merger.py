@@ -856,3 +856,29 @@ def test_a_restarted_merger_reads_on_from_its_commits_and_forwards_nothing_twice
     assert [i.start_s for i in both] == sorted(i.start_s for i in both)
     assert final["results"] == 4  # 0:0 before, 0:1 and 0:2 taken over, 0:3 now
     assert sum(i.count for i in both) == 4  # none counted twice, none lost
+
+
+def test_committed_positions_are_asked_again_while_the_coordinator_comes_up() -> None:
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    from arfl.measure.merger import recovery
+
+    class Starting:
+        calls = 0
+
+        def committed(self, partitions: list[Any], timeout: float = -1) -> list[Any]:
+            self.calls += 1
+            if self.calls < 3:  # a fresh broker: no offsets topic, no coordinator yet
+                raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
+            return [TopicPartition(tp.topic, tp.partition, 12) for tp in partitions]
+
+    c = Starting()
+    assert recovery.committed(c, [("t", 0)], timeout_s=10) == {("t", 0): 12}
+    assert c.calls == 3
+
+    class Down:
+        def committed(self, partitions: list[Any], timeout: float = -1) -> list[Any]:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    with pytest.raises(DeployError, match="committed positions not readable"):
+        recovery.committed(Down(), [("t", 0)], timeout_s=1)

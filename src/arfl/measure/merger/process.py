@@ -480,7 +480,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return merger
     cfg = merger.config
     stop_on_termination(merger.stop)
-    final = merger.run()
+    try:
+        final = merger.run()
+    except DeployError as e:  # e.g. what a merger before it left cannot be read
+        print(f"error: {e}", file=sys.stderr)
+        return int(DeployError.exit_code)
     print(
         json.dumps(
             {

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from arfl.errors import DeployError
 from arfl.run.streams import MonitorSnapshot
 
 LOOKBACK_S = 60.0
@@ -53,10 +54,36 @@ class Taken:
 def committed(
     consumer: Any, partitions: list[tuple[str, int]], timeout_s: float
 ) -> dict[tuple[str, int], int]:
-    """The offsets committed under the consumer's group for ``partitions`` (those with one)."""
-    from confluent_kafka import TopicPartition
+    """The offsets committed under the consumer's group for ``partitions`` (those with one).
 
-    got = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    A broker just started has no group coordinator yet (its offsets topic is created on the
+    first request): asked again until ``timeout_s``.
+
+    Raises:
+        DeployError: no answer by then (reading from the beginning with nothing remembered
+            could forward results twice).
+    """
+    from confluent_kafka import KafkaException, TopicPartition
+
+    from arfl.processes import wait_until
+
+    asked = [TopicPartition(t, p) for t, p in partitions]
+    failed: list[str] = []
+
+    def answer() -> list[Any] | None:
+        try:
+            return list(consumer.committed(asked, timeout=min(5.0, timeout_s)))
+        except KafkaException as e:
+            failed[:] = [str(e)]
+            return None
+
+    try:
+        got = wait_until(answer, timeout_s=timeout_s, interval_s=0.5) if asked else []
+    except TimeoutError:
+        raise DeployError(
+            f"merger: its group's committed positions not readable within {timeout_s:.0f}s "
+            f"({failed[0] if failed else 'no answer'})"
+        ) from None
     return {(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.offset >= 0}
 
 
