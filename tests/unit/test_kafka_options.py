@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from arfl.configs.kafka_options import option_strings
 from arfl.configs.load import parse_spec
-from arfl.configs.spec import option_strings
 from arfl.errors import SpecError
 
 

@@ -11,7 +11,6 @@ import re
 from typing import Annotated, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -22,6 +21,7 @@ from pydantic import (
 
 from arfl.configs.chaos import Chaos
 from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
+from arfl.configs.kafka_options import KafkaOptions, keeps_partition_order
 from arfl.configs.replay import Replay
 from arfl.configs.workload import LingerDuration, Workload
 from arfl.params import Duration
@@ -110,35 +110,6 @@ def _check_topic(v: str) -> str:
     if not _TOPIC_RE.match(v):
         raise ValueError(f"bad topic name {v!r}: use letters, digits, '.', '_' or '-'")
     return v
-
-
-_ARFL_KAFKA_KEYS = frozenset({"kafka.bootstrap.servers"})
-
-
-def _check_kafka_options(
-    v: dict[str, str | int | float | bool],
-) -> dict[str, str | int | float | bool]:
-    """Kafka client settings passed to Spark as ``kafka.*`` options: only those, and not the
-    ones arfl sets itself."""
-    bad = sorted(k for k in v if not k.startswith("kafka.") or k == "kafka.")
-    if bad:
-        raise ValueError(
-            f"only Kafka client settings, spelled 'kafka.<setting>' as Spark takes them: {bad}"
-        )
-    own = sorted(k for k in v if k in _ARFL_KAFKA_KEYS)
-    if own:
-        raise ValueError(f"set by arfl (the run's Kafka): {own}")
-    return v
-
-
-KafkaOptions = Annotated[dict[str, str | int | float | bool], AfterValidator(_check_kafka_options)]
-"""``[source] options`` / ``[sink] options``: ``kafka.*`` client settings."""
-
-
-def option_strings(v: dict[str, str | int | float | bool]) -> dict[str, str]:
-    """Spec options (``[source]``/``[sink] options``, ``[spark] conf``) as the strings Spark
-    takes (TOML booleans lower-case)."""
-    return {k: str(x).lower() if isinstance(x, bool) else str(x) for k, x in v.items()}
 
 
 class _Model(BaseModel):
@@ -249,18 +220,7 @@ class Sink(_Model):
     def _ordered(
         cls, v: dict[str, str | int | float | bool]
     ) -> dict[str, str | int | float | bool]:
-        """The merger's dedup relies on each output partition keeping a replica's write order
-        (docs/design.md, "Bounded dedup"): a producer without idempotence that retries with
-        several requests in flight can reorder."""
-        idempotent = str(v.get("kafka.enable.idempotence", "true")).lower() != "false"
-        in_flight = str(v.get("kafka.max.in.flight.requests.per.connection", "5"))
-        if not idempotent and in_flight != "1":
-            raise ValueError(
-                "kafka.enable.idempotence = false keeps each partition's order only with "
-                "kafka.max.in.flight.requests.per.connection = 1 (the merger relies on it); "
-                "set that too, or drop kafka.enable.idempotence"
-            )
-        return v
+        return keeps_partition_order(v)
 
 
 class Replication(_Model):

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from arfl.configs.kafka_options import option_strings
 from arfl.configs.realtime import (
     DEFAULT_SHUFFLE_PARTITIONS,
     REALTIME,
@@ -25,7 +26,6 @@ from arfl.configs.spec import (
     ARFL_CONF_KEYS,
     ASYNC_PROGRESS_KEY,
     Spec,
-    option_strings,
 )
 from arfl.registry import MODES
 from arfl.replica import query

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from arfl.configs.kafka_options import option_strings
 from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S
-from arfl.configs.spec import Spec, option_strings
+from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.registry import MODES, UnknownKind
 
