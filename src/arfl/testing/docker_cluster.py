@@ -126,7 +126,9 @@ class DockerSparkCluster:
         self.container = dk.container(cid)
 
         def registered() -> bool:
-            if "Successfully registered with master" in self.container.logs().decode("replace"):
+            if "Successfully registered with master" in self.container.logs().decode(
+                errors="replace"
+            ):
                 return True
             self.container.reload()
             if self.container.status != "running":
