@@ -842,8 +842,12 @@ def test_a_restarted_merger_reads_on_from_its_commits_and_forwards_nothing_twice
     )
     again.stored = [(t0, 0, 7)]
     producer = FakeProducer()
+    time.sleep(0.3)  # the merger is down: no output
+    restarted = time.time()
     final = Merger(cfg, consumer=again, producer=producer).run()
     assert again.assigned == [(t0, 0, 7)]  # on from the commit, not from the beginning
+    # The gap runs from the dead merger's last forward (0:2 in the sink) over the restart.
+    assert final["longest_gap_ms"] >= (restarted - (died_ms + 6) / 1000) * 1000
     assert [k for _, k, _ in producer.records] == [b"0:3"]  # 0:2 was in the sink already
     journal = [
         e for e in read_jsonl(tmp_path / "journal.jsonl") if e["event"] == "merger-recovered"
@@ -856,6 +860,7 @@ def test_a_restarted_merger_reads_on_from_its_commits_and_forwards_nothing_twice
     assert [i.start_s for i in both] == sorted(i.start_s for i in both)
     assert final["results"] == 4  # 0:0 before, 0:1 and 0:2 taken over, 0:3 now
     assert sum(i.count for i in both) == 4  # none counted twice, none lost
+    assert final["latency_ms"]["count"] == 4  # whole-run percentiles over both mergers
 
 
 def test_committed_positions_are_asked_again_while_the_coordinator_comes_up() -> None:

@@ -213,7 +213,13 @@ class Merger:
         )  # fmt: skip
         taken = self._take_over(core, journal, started)
         resume = taken.counts is not None
-        logged_until = _logged_until(paths.hlog) if resume else None
+        logged = _logged(paths.hlog) if resume else []
+        logged_until = logged[-1].end_s if logged else None
+        if resume:  # whole-run percentiles (monitor, merger.json) over both mergers' results
+            for past in logged:
+                core.recorder.cumulative.add(past.histogram)
+            for past in _logged(cfg.run_dir / SENT_HLOG):
+                core.sent_recorder.cumulative.add(past.histogram)
         hlog = LatencyLogWriter(
             paths.hlog, start_s,
             comment=f"arfl merger: end-to-end latency (us) of first copies from their intended "
@@ -231,6 +237,8 @@ class Merger:
             hlog.write(lost)
             sent_hlog.write(lost_sent)
             core.results += lost.count
+            core.recorder.cumulative.add(lost.histogram)
+            core.sent_recorder.cumulative.add(lost_sent.histogram)
         monitor: IO[str] = open(paths.monitor, "a", encoding="utf-8")  # noqa: SIM115
         journal.write(
             Event.MERGER_STARTED,
@@ -402,6 +410,11 @@ class Merger:
             core.duplicates = taken.counts.duplicates_total
             core.divergent = taken.counts.divergent
             core.bad = taken.counts.bad
+            core.gaps.longest_s = taken.counts.longest_gap_ms / 1000.0
+            core.gaps.first_output = recovery.first_output(cfg.paths.monitor)
+        if taken.tail:
+            # The gap across the take-over runs from the dead merger's last forward.
+            core.gaps.last_output = max(r.timestamp_ms for r in taken.tail) / 1000.0
         self._positions = taken.positions
         journal.write(
             Event.MERGER_RECOVERED,
@@ -431,13 +444,12 @@ class Merger:
                 self._producer.poll(0.005)
 
 
-def _logged_until(path: Path) -> float | None:
-    """The end of the last interval in the latency log (None: no interval yet)."""
+def _logged(path: Path) -> list[IntervalHistogram]:
+    """The intervals a merger before this one logged (none when unreadable)."""
     try:
-        intervals = read_latency_log(path)
+        return read_latency_log(path) if path.exists() else []
     except Exception:  # a log torn by the kill: the reader's own errors vary
-        return None
-    return intervals[-1].end_s if intervals else None
+        return []
 
 
 def _unlogged(

@@ -163,3 +163,20 @@ def last_counts(monitor: Path) -> MonitorSnapshot | None:
         except (ValueError, KeyError, TypeError):
             continue
     return None
+
+
+def first_output(monitor: Path) -> float | None:
+    """When the first merger forwarded its first result, to its 1-s tick: the start of the
+    first interval with output (None: none yet)."""
+    try:
+        with open(monitor, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    snap = MonitorSnapshot.from_dict(json.loads(line))
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if snap.output_rate > 0:
+                    return snap.t - snap.interval_s
+    except OSError:
+        return None
+    return None
