@@ -234,35 +234,19 @@ def produce_results(
 
 def read_sink(bootstrap: str, topic: str, timeout_s: float = 300.0) -> tuple[int, set[str]]:
     """Every record of ``topic`` up to its current end: (records, distinct keys)."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-merger-memory-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
+    from arfl.errors import DeployError
+    from arfl.stack.topics import read_to_end
+
+    msgs = read_to_end(
+        bootstrap,
+        topic,
+        error=DeployError,
+        missing_hint="the bench creates it",
+        unreachable_hint="the bench's stack is down",
+        timeout_s=timeout_s,
+        group_prefix="bench-merger-memory",
     )
-    try:
-        md = c.list_topics(topic, timeout=10)
-        parts = sorted(md.topics[topic].partitions)
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        pos = dict.fromkeys(parts, 0)
-        count, keys = 0, set[str]()
-        deadline = time.time() + timeout_s
-        while any(pos[p] < ends[p] for p in parts):
-            if time.time() > deadline:
-                raise TimeoutError(f"reading {topic}: {pos} of {ends} after {timeout_s:.0f}s")
-            for m in c.consume(10_000, 1.0):
-                part, off, key = m.partition(), m.offset(), m.key()
-                if m.error() is not None or part is None or off is None or off >= ends[part]:
-                    continue
-                pos[part] = off + 1
-                count += 1
-                keys.add("" if key is None else bytes(key).decode())
-        return count, keys
-    finally:
-        c.close()
+    return len(msgs), {(m.key() or b"").decode() for m in msgs}
 
 
 def source_version() -> dict[str, Any]:

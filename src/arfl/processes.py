@@ -278,6 +278,7 @@ def wait_until(
     interval_s: float = 0.2,
     what: str = "",
     stop: threading.Event | None = None,
+    error: Callable[[], Exception] | None = None,
 ) -> T:
     """Call ``check`` until it returns a truthy value, and return that value.
 
@@ -291,9 +292,11 @@ def wait_until(
         interval_s: pause between two calls (0: call again at once, for a check that blocks).
         what: names the awaited thing in the error message.
         stop: an event that ends the wait early (:class:`Stopped`).
+        error: builds the exception raised at the timeout instead (the caller's own, with
+            what it knows then).
 
     Raises:
-        TimeoutError: ``<what> not ready after <timeout_s>s``.
+        TimeoutError: ``<what> not ready after <timeout_s>s`` (or what ``error`` builds).
         Stopped: ``stop`` was set.
     """
     deadline = time.monotonic() + timeout_s
@@ -303,6 +306,8 @@ def wait_until(
             return cast(T, value)
         left = deadline - time.monotonic()
         if left <= 0:
+            if error is not None:
+                raise error()
             raise TimeoutError(f"{what or 'condition'} not ready after {timeout_s:.0f}s")
         pause = min(interval_s, left)
         if stop is None:

@@ -363,3 +363,8 @@ def test_a_process_id_finds_its_process_and_not_a_reused_pid() -> None:
     gone = ProcessId.of(dead.pid)
     dead.wait()
     assert gone is not None and not gone.alive()
+
+
+def test_wait_until_raises_the_callers_error_at_the_timeout() -> None:
+    with pytest.raises(KeyError, match="gone"):
+        wait_until(lambda: False, timeout_s=0.05, interval_s=0.01, error=lambda: KeyError("gone"))

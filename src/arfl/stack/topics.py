@@ -101,13 +101,15 @@ def ensure_topic(
         ready = _ready_partitions(md, name)
         return ready is not None and have is not None and ready == have
 
-    try:
-        wait_until(led, timeout_s=_WAIT_S, interval_s=0.1)
-    except TimeoutError:
-        raise StackError(
+    wait_until(
+        led,
+        timeout_s=_WAIT_S,
+        interval_s=0.1,
+        error=lambda: StackError(
             f"topic {name} on kafka at {bootstrap}: partitions still without a leader after "
             f"{_WAIT_S:.0f}s; see the broker log ('arfl stack status' shows where)"
-        ) from None
+        ),
+    )
 
 
 def delete_topics(bootstrap: str, names: list[str]) -> None:
@@ -137,12 +139,14 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
         md = _metadata(admin, bootstrap)
         return not any(n in md.topics and md.topics[n].error is None for n in present)
 
-    try:
-        wait_until(gone, timeout_s=_WAIT_S, interval_s=0.1)
-    except TimeoutError:
-        raise StackError(
+    wait_until(
+        gone,
+        timeout_s=_WAIT_S,
+        interval_s=0.1,
+        error=lambda: StackError(
             f"topics {present} still listed by kafka at {bootstrap} after {_WAIT_S:.0f}s"
-        ) from None
+        ),
+    )
 
 
 def require_topic(

@@ -191,13 +191,15 @@ class DecisionLog:
             self.poll(0.05)  # blocks up to 50 ms: the wait's pause
             return False
 
-        try:
-            wait_until(at_end, timeout_s=timeout_s, interval_s=0)
-        except TimeoutError:
-            raise DeployError(
+        wait_until(
+            at_end,
+            timeout_s=timeout_s,
+            interval_s=0,
+            error=lambda: DeployError(
                 f"kafka at {self.bootstrap}: decision log {self.topic!r} not readable to its "
                 f"end ({self._position}/{target}) within {timeout_s:.0f}s"
-            ) from None
+            ),
+        )
 
     def append(self, d: Decision) -> None:
         """Append a proposal and wait for the broker's acknowledgement (all replicas in sync).
