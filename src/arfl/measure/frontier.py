@@ -56,9 +56,12 @@ class Frontier:
     def offer(self, replica: int, out_partition: int, rid: str) -> None:
         """A result ``rid`` of ``replica`` was read from its output partition ``out_partition``."""
         m = PER_RECORD_RID.match(rid)
-        if m is None:
-            return
-        p, o = int(m.group(1)), int(m.group(2))
+        if m is not None:
+            self.offer_at(replica, out_partition, int(m.group(1)), int(m.group(2)))
+
+    def offer_at(self, replica: int, out_partition: int, p: int, o: int) -> None:
+        """:meth:`offer` of the result of input offset ``o`` of partition ``p`` (its id already
+        read: the merger parses each id once)."""
         per_q = self._max.setdefault((replica, p), {})
         if o > per_q.get(out_partition, -1):
             per_q[out_partition] = o

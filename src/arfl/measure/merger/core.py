@@ -164,15 +164,18 @@ class DedupState:
         arrival_s: float,
         data: dict[str, Any] | None = None,
         out_partition: int | None = None,
+        key: _Key | None = None,
     ) -> tuple[bool, Divergence | None]:
         """Offer one copy read from ``out_partition`` of its replica's topic (``data``: its
-        content, remembered to report a divergence).
+        content, remembered to report a divergence; ``key``: :func:`_key` of the id, when the
+        caller read it already).
 
         Returns:
             ``(True, None)`` for the first copy of ``rid``; ``(False, divergence)`` for a later
             copy, where ``divergence`` is set when its hash differs from the first copy's.
         """
-        key = _key(rid, out_partition)
+        if key is None:
+            key = _key(rid, out_partition)
         if replica >= 0:
             self._last[replica] = arrival_s
             mine = (replica, key.channel) if key is not None else None
@@ -450,10 +453,12 @@ class MergeCore:
             return Outcome.BAD, None
         if rc.last_src_ts is None or rec.src_ts > rc.last_src_ts:
             rc.last_src_ts = rec.src_ts
-        if out_partition is not None:
-            self.frontier.offer(replica, out_partition, rec.rid)
+        # The id is read once per record, for the frontier and the dedup both.
+        key = _key(rec.rid, out_partition)
+        if out_partition is not None and key is not None and key.channel[0] >= 0:
+            self.frontier.offer_at(replica, out_partition, key.channel[0], key.order)
         first, div = self.dedup.offer(
-            rec.rid, replica, rec.hash, arrival_s, rec.data, out_partition
+            rec.rid, replica, rec.hash, arrival_s, rec.data, out_partition, key
         )
         if first:
             rc.wins += 1
