@@ -313,6 +313,7 @@ class FakeConsumer:
 class FakeProducer:
     def __init__(self, fail: set[bytes] | None = None, unflushed: int = 0) -> None:
         self.records: list[tuple[str, bytes | None, bytes | None]] = []
+        self.headers: list[list[tuple[str, bytes]] | None] = []
         self.fail = fail or set()
         self.unflushed = unflushed
 
@@ -321,9 +322,11 @@ class FakeProducer:
         topic: str,
         value: bytes | None = None,
         key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
         on_delivery: Callable[[Any, Any], None] | None = None,
     ) -> None:
         self.records.append((topic, key, value))
+        self.headers.append(headers)
         if on_delivery:
             on_delivery("_MSG_TIMED_OUT" if key in self.fail else None, None)
 

@@ -434,6 +434,22 @@ class Merger(_Model):
     least a second, as librdkafka asks)."""
     linger: LingerDuration = MERGER_LINGER_MS / 1000
     """Its producer's ``linger.ms`` on the final topic (after the latency is measured)."""
+    standby: int = Field(default=0, ge=0, le=1)
+    """Standby mergers (0 or 1): one follows the replica topics and the final topic, writes
+    nothing, and takes over when the serving merger dies or its lease runs out; the final topic
+    is then written in Kafka transactions, whose producer epoch fences the old merger
+    (docs/design.md, "A standby merger")."""
+    lease: Duration = 1.0
+    """How late a result the serving merger owes may be before the standby takes over (it
+    kills the serving merger first): the longest pause of the serving merger that is waited
+    out."""
+
+    @field_validator("lease")
+    @classmethod
+    def _lease(cls, v: float) -> float:
+        if not 0.05 <= v <= 60:
+            raise ValueError(f"must be from 50ms to 60s, got {format_duration(v)}")
+        return v
 
     @field_validator("fetch_wait")
     @classmethod

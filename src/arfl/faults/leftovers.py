@@ -127,6 +127,7 @@ def recorded_processes(state: RunState) -> list[Recorded]:
         add(f"replica-{i}", rep.driver_pid, rep.driver_create_time)
     for k, sb in sorted(state.standbys.items()):
         add(f"standby-{k}", sb.pid, sb.create_time)
+    add("merger-standby", state.merger_standby_pid, state.merger_standby_create_time)
     add("merger", state.merger_pid, state.merger_create_time)
     # A standby promoted since the last write is recorded twice (as the replica and the
     # standby): stop it once.

@@ -98,6 +98,8 @@ class Deployment:
         self.net = RunNetwork()
         self.runner: ReplicaRunner | None = None
         self.merger: ManagedProcess | None = None
+        self.merger_standby: ManagedProcess | None = None
+        self._standbys_started = 0
         self.injector: ManagedProcess | None = None
         self.chaos: ChaosRunner | None = None
         self.resources = ResourceSampler()
@@ -116,7 +118,9 @@ class Deployment:
 
     def write_state(self) -> None:
         """Keep ``state.json`` current (``arfl chaos`` reads it)."""
-        write_state(self.ctx, self.net, self.runner, self.merger, self.injector)
+        write_state(
+            self.ctx, self.net, self.runner, self.merger, self.injector, self.merger_standby
+        )
 
     # --- the steps, in order ----------------------------------------------------------
 
@@ -169,14 +173,47 @@ class Deployment:
             linger_ms=self.ctx.spec.merger.linger_ms,
             # The run's own: a restarted merger reads on from the positions committed under it.
             group_id=f"arfl-merger-{self.ctx.run_id}",
+            # With a standby, every merger of the run has this id: the next one fences the last.
+            transactional_id=(
+                f"arfl-merger-{self.ctx.run_id}" if self.ctx.spec.merger.standby else None
+            ),
+            lease_s=self.ctx.spec.merger.lease,
         )
+        self._merger_cfg = cfg
         self._merger_argv = cfg.command(self.ctx.paths.child_config("merger"), PYTHON)
         self.merger = self._spawn("merger", self._merger_argv)
+        self.keep_standby()
+
+    def keep_standby(self) -> str | None:
+        """Start a standby merger following the serving one when the spec asks for one and
+        none runs (at the start, after it died or took over); returns the live view's text."""
+        if not self.ctx.spec.merger.standby or self.merger is None:
+            return None
+        if self.merger_standby is None or not self.merger_standby.alive():
+            self._standbys_started += 1
+            cfg = replace(
+                self._merger_cfg,
+                standby=True,
+                serving_pid=self.merger.pid,
+                serving_create_time=self.merger.create_time,
+            )
+            name = f"merger-standby-{self._standbys_started}"
+            self.merger_standby = self._spawn(
+                name, cfg.command(self.ctx.paths.child_config(name), PYTHON)
+            )
+            self.write_state()
+        return f"standby pid {self.merger_standby.pid}"
 
     def restart_merger(self) -> ManagedProcess:
-        """A new merger in a dead one's place; it takes over from the positions it committed
-        and the sink's tail (:mod:`arfl.measure.merger.recovery`)."""
-        self.merger = self._spawn("merger", self._merger_argv)
+        """The merger in a dead one's place: the standby, which takes over by itself, or a new
+        merger, which takes over from the positions committed and the sink's tail
+        (:mod:`arfl.measure.merger.recovery`)."""
+        standby = self.merger_standby
+        if standby is not None and standby.alive():
+            self.merger, self.merger_standby = standby, None
+        else:
+            self.merger = self._spawn("merger", self._merger_argv)
+        self.keep_standby()
         return self.merger
 
     def start_replicas(self) -> None:
@@ -289,6 +326,7 @@ class Deployment:
             started_at=self.t0 or self.started_at,
             zookeeper=self.net.info.zookeeper if self.net.info is not None else None,
             restart_merger=self.restart_merger,
+            keep_standby=self.keep_standby,
         ).run(on_tick)
         self.drained = True
 
@@ -342,6 +380,9 @@ class Deployment:
                 errors.append(f"replicas: {e}")
             else:
                 self._retire_spark_home()
+        if self.merger_standby is not None:
+            # First: a standby would take the serving merger's stop for a death.
+            self.merger_standby.stop(grace_s=10.0)
         if self.merger is not None:
             # Its exit status says whether every result reached the final topic (exit 4:
             # delivery failures); the report reads it back.

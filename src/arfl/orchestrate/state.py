@@ -30,6 +30,7 @@ def write_state(
     runner: ReplicaRunner | None,
     merger: ManagedProcess | None,
     injector: ManagedProcess | None,
+    merger_standby: ManagedProcess | None = None,
 ) -> None:
     """Write ``state.json`` atomically.
 
@@ -88,6 +89,8 @@ def write_state(
         spark_home=str(runner.spark_home) if runner and runner.spark_home else None,
         merger_pid=merger.pid if merger else None,
         merger_create_time=merger.create_time if merger else None,
+        merger_standby_pid=merger_standby.pid if merger_standby else None,
+        merger_standby_create_time=merger_standby.create_time if merger_standby else None,
         injector_pid=injector.pid if injector else None,
         injector_create_time=injector.create_time if injector else None,
     ).write(ctx.dir)

@@ -213,9 +213,12 @@ class Watcher:
         started_at: float,
         zookeeper: str | None = None,
         restart_merger: Callable[[], ManagedProcess] | None = None,
+        keep_standby: Callable[[], str | None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.restart_merger = restart_merger
+        self.keep_standby = keep_standby
+        self._standby_text: str | None = None
         self._merger_deaths: list[float] = []
         self.kafka = kafka
         self.runner = runner
@@ -366,6 +369,8 @@ class Watcher:
     def _check_alive(self, states: dict[int, Any]) -> None:
         if not self.merger.alive():
             self._merger_died()
+        if self.keep_standby is not None:
+            self._standby_text = self.keep_standby()
         dead = [s.replica for s in states.values() if s.status == "dead"]
         if dead and len(dead) == len(states):
             raise DeployError(f"every replica is dead; see {self.runner.log_of(0)} and the journal")
@@ -373,7 +378,11 @@ class Watcher:
     def _merger_text(self) -> str:
         """The live view's merger: which one serves, and how often one was restarted."""
         restarts = len(self._merger_deaths)
-        return f"pid {self.merger.pid}" + (f", restarted {restarts}x" if restarts else "")
+        return (
+            f"pid {self.merger.pid}"
+            + (f", restarted {restarts}x" if restarts else "")
+            + (f", {self._standby_text}" if self._standby_text else "")
+        )
 
     def _merger_died(self) -> None:
         """Start a new merger in the dead one's place (it takes over from Kafka:

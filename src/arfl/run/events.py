@@ -63,6 +63,11 @@ class Event(StrEnum):
     """Fields: those of a record passed along. Written by measure/merger/process.py."""
     MERGER_DIED = "merger-died"
     """Fields: exit_code, pid. Written by orchestrate/watch.py."""
+    MERGER_FENCED = "merger-fenced"
+    """Fields: message. Written by measure/merger/process.py."""
+    MERGER_TOOK_OVER = "merger-took-over"
+    """Fields: detected, fenced_s, init_s, owed, pid, results, took_s, why. Written by
+    measure/merger/process.py."""
     MERGER_RECOVERED = "merger-recovered"
     """Fields: positions, recover_s, results, tail. Written by measure/merger/process.py."""
     MERGER_RESTARTED = "merger-restarted"

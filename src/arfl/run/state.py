@@ -133,6 +133,8 @@ class RunState(_Record):
     spark_home: str | None = None
     merger_pid: int | None = None
     merger_create_time: float | None = None
+    merger_standby_pid: int | None = None
+    merger_standby_create_time: float | None = None
     injector_pid: int | None = None
     injector_create_time: float | None = None
 

@@ -359,6 +359,10 @@ def read_to_end(
             "socket.timeout.ms": 10_000,
             # librdkafka logs every failed connection attempt; require_topic's error says it once.
             "log_level": 0,
+            # Everything appended, as a non-transactional reader sees it; a transactional topic
+            # (the final topic with a standby merger) may end with a marker, never delivered.
+            "isolation.level": "read_uncommitted",
+            "enable.partition.eof": True,
         }
     )
     out: list[Message] = []
@@ -379,7 +383,11 @@ def read_to_end(
         deadline = time.monotonic() + timeout_s
         while ends and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=10_000, timeout=1.0):
-                if msg.error() is not None:
+                err = msg.error()
+                if err is not None:
+                    part = msg.partition()
+                    if err.code() == KafkaError._PARTITION_EOF and part is not None:
+                        ends.pop(part, None)
                     continue
                 part, off = msg.partition(), msg.offset()
                 if part is None or off is None or part not in ends or off >= ends[part]:

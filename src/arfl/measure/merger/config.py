@@ -41,6 +41,13 @@ class MergerConfig(ChildConfig):
             mistaken for the owner.
         fetch_wait_ms: the consumer's ``fetch.wait.max.ms``.
         linger_ms: the sink producer's ``linger.ms``.
+        transactional_id: the sink producer's ``transactional.id`` (None: no transactions).
+            Every merger of a run with a standby has the same one: the next one's
+            ``init_transactions`` fences the one before (:mod:`.standby`).
+        standby: follow ``serving_pid`` and write nothing until taking over from it.
+        serving_pid: the serving merger a standby follows.
+        serving_create_time: its psutil create time (a recycled pid is not it).
+        lease_s: how late a result the serving merger owes may be before a standby takes over.
     """
 
     module = "arfl.measure.merger"
@@ -61,6 +68,11 @@ class MergerConfig(ChildConfig):
     owner_create_time: float | None = None
     fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
     linger_ms: float = MERGER_LINGER_MS
+    transactional_id: str | None = None
+    standby: bool = False
+    serving_pid: int | None = None
+    serving_create_time: float | None = None
+    lease_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -69,6 +81,12 @@ class MergerConfig(ChildConfig):
             raise DeployError("merger: an owner create time needs the owner's pid")
         if self.fetch_wait_ms < 0 or self.linger_ms < 0:
             raise DeployError("merger: fetch wait and linger must be >= 0 ms")
+        if self.standby and (self.serving_pid is None or self.transactional_id is None):
+            raise DeployError(
+                "merger: a standby needs the serving merger's pid and a transactional id"
+            )
+        if self.lease_s <= 0:
+            raise DeployError(f"merger: lease must be > 0 s, got {self.lease_s}")
         if not self.percentiles or any(not 0 < p <= 100 for p in self.percentiles):
             raise DeployError(f"merger: percentiles must be in (0, 100], got {self.percentiles}")
 

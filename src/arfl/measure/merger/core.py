@@ -422,6 +422,8 @@ class MergeCore:
         self.without_sent_ts = 0
         """First copies without ``sent_ts``: in ``latency.hlog`` but not ``latency-sent.hlog``."""
         self._second = _Second()
+        self.last_rid = ""
+        """The id of the last first copy :meth:`on_record` saw (a standby owes it)."""
         self.frontier = Frontier()
         """Where a restarted stateless replica may resume (:mod:`arfl.measure.frontier`)."""
 
@@ -462,20 +464,25 @@ class MergeCore:
         )
         if first:
             rc.wins += 1
-            self.results += 1
-            self._second.first += 1
-            self.recorder.record_ms(arrival_s * 1000.0 - rec.src_ts)
-            if rec.sent_ts is None:
-                self.without_sent_ts += 1
-            else:
-                self.sent_recorder.record_ms(arrival_s * 1000.0 - rec.sent_ts)
-            self.gaps.on_output(arrival_s, self.window)
+            self.last_rid = rec.rid
+            self.forwarded(rec.src_ts, rec.sent_ts, arrival_s)
             return Outcome.FIRST, None
         self.duplicates += 1
         self._second.duplicates += 1
         if div is not None:
             self.divergent += 1
         return Outcome.DUPLICATE, div
+
+    def forwarded(self, src_ts: float, sent_ts: float | None, t: float) -> None:
+        """Count one result forwarded at ``t`` (epoch s): its latency, the output gap."""
+        self.results += 1
+        self._second.first += 1
+        self.recorder.record_ms(t * 1000.0 - src_ts)
+        if sent_ts is None:
+            self.without_sent_ts += 1
+        else:
+            self.sent_recorder.record_ms(t * 1000.0 - sent_ts)
+        self.gaps.on_output(t, self.window)
 
     def tick(self, now_s: float) -> Tick:
         """Close the current interval at ``now_s``.

@@ -57,6 +57,49 @@ class Consumer(Protocol):
         ...
 
 
+class SinkProducer(Protocol):
+    """The part of ``confluent_kafka.Producer`` the merger uses on the final topic."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        on_delivery: Any = None,
+    ) -> None:
+        """Queue one record (``BufferError`` when the local queue is full)."""
+        ...
+
+    def list_topics(self, topic: str | None = None, timeout: float = ...) -> Any:
+        """Cluster metadata."""
+        ...
+
+    def poll(self, timeout: float = ...) -> int:
+        """Serve delivery callbacks."""
+        ...
+
+    def flush(self, timeout: float = ...) -> int:
+        """Wait for outstanding deliveries; returns how many are still queued."""
+        ...
+
+    def init_transactions(self, timeout: float = ...) -> None:
+        """Take the transactional id: fences every producer that had it before."""
+        ...
+
+    def begin_transaction(self) -> None:
+        """Open a transaction."""
+        ...
+
+    def commit_transaction(self, timeout: float = ...) -> None:
+        """Flush and commit the open transaction."""
+        ...
+
+    def abort_transaction(self, timeout: float = ...) -> None:
+        """Abort the open transaction."""
+        ...
+
+
 def consumer_config(
     bootstrap: str, group_id: str, fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
 ) -> dict[str, Any]:
@@ -77,12 +120,18 @@ def consumer_config(
         "fetch.min.bytes": 1,
         "topic.metadata.refresh.interval.ms": 1000,
         "allow.auto.create.topics": False,
+        # A standby reads the final topic too: every record appended there was forwarded,
+        # also one of a transaction its fencing aborted (docs/design.md, "A standby merger").
+        "isolation.level": "read_uncommitted",
     }
 
 
-def sink_producer_config(bootstrap: str, linger_ms: float = MERGER_LINGER_MS) -> dict[str, Any]:
-    """Producer settings for the final topic: idempotent, short linger."""
-    return {
+def sink_producer_config(
+    bootstrap: str, linger_ms: float = MERGER_LINGER_MS, transactional_id: str | None = None
+) -> dict[str, Any]:
+    """Producer settings for the final topic: idempotent, short linger; with
+    ``transactional_id``, transactional (the epoch that fences a merger taken over from)."""
+    out: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "client.id": "arfl-merger",
         "enable.idempotence": True,
@@ -92,6 +141,14 @@ def sink_producer_config(bootstrap: str, linger_ms: float = MERGER_LINGER_MS) ->
         # A missing topic is a deploy error, not something to create with broker defaults.
         "allow.auto.create.topics": False,
     }
+    if transactional_id is not None:
+        out["transactional.id"] = transactional_id
+        out["transaction.timeout.ms"] = TRANSACTION_TIMEOUT_MS
+    return out
+
+
+TRANSACTION_TIMEOUT_MS = 60_000
+"""The broker aborts a merger's transaction open this long (it commits one per second)."""
 
 
 def kafka_consumer(bootstrap: str, group_id: str, fetch_wait_ms: int) -> Any:
@@ -100,7 +157,9 @@ def kafka_consumer(bootstrap: str, group_id: str, fetch_wait_ms: int) -> Any:
     return KafkaConsumer(consumer_config(bootstrap, group_id, fetch_wait_ms))
 
 
-def kafka_producer(bootstrap: str, sink: str, timeout_s: float, linger_ms: float) -> Any:
+def kafka_producer(
+    bootstrap: str, sink: str, timeout_s: float, linger_ms: float, transactional_id: str | None
+) -> Any:
     """The sink producer, after checking the broker answers and the sink topic exists.
 
     Raises:
@@ -110,7 +169,7 @@ def kafka_producer(bootstrap: str, sink: str, timeout_s: float, linger_ms: float
 
     from arfl.stack.topics import require_topic
 
-    producer = KafkaProducer(sink_producer_config(bootstrap, linger_ms))
+    producer = KafkaProducer(sink_producer_config(bootstrap, linger_ms, transactional_id))
     require_topic(
         producer,
         bootstrap,

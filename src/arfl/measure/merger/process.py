@@ -13,18 +13,15 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from arfl.errors import DeployError
 from arfl.measure import frontier as frontier_file
 from arfl.measure.histogram import (
     INTERVAL_S,
-    IntervalHistogram,
-    IntervalRecorder,
     LatencyLogWriter,
-    read_latency_log,
 )
-from arfl.measure.merger import recovery
+from arfl.measure.merger import recovery, transactions
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import (
     MAX_JOURNALED_DIVERGENCES,
@@ -32,8 +29,10 @@ from arfl.measure.merger.core import (
     MergeCore,
     Outcome,
 )
-from arfl.measure.merger.kafka import Consumer, kafka_consumer, kafka_producer
-from arfl.measure.merger.recovery import SinkRecord, Taken
+from arfl.measure.merger.kafka import Consumer, SinkProducer, kafka_consumer, kafka_producer
+from arfl.measure.merger.recovery import SEQ_HEADER, Taken
+from arfl.measure.merger.standby import Follower, TakeOver
+from arfl.measure.merger.transactions import Fenced
 from arfl.processes import same_process, stop_on_termination
 from arfl.run.childconfig import build_from_argv
 from arfl.run.events import Event
@@ -48,9 +47,6 @@ OWNER_CHECK_S = 1.0
 STATS_STALE_S = 2.5
 """An injector stats file silent this long (and without a summary) means input stopped."""
 
-if TYPE_CHECKING:
-    from arfl.stack.clients import Producer
-
 
 class Merger:
     """Runs :class:`MergeCore` against Kafka and writes the run directory's files."""
@@ -59,7 +55,7 @@ class Merger:
         self,
         config: MergerConfig,
         consumer: Consumer | None = None,
-        producer: Producer | None = None,
+        producer: SinkProducer | None = None,
     ) -> None:
         """Args:
         config: what to merge.
@@ -72,9 +68,10 @@ class Merger:
         self._consumer: Consumer = consumer or kafka_consumer(
             config.bootstrap, group, config.fetch_wait_ms
         )
-        self._producer: Producer = producer or kafka_producer(
-            config.bootstrap, config.sink, config.connect_timeout_s, config.linger_ms
-        )
+        self._producer: SinkProducer = producer or kafka_producer(
+            config.bootstrap, config.sink, config.connect_timeout_s, config.linger_ms,
+            config.transactional_id,
+        )  # fmt: skip
         self._topic_index = {t: i for i, t in enumerate(config.topics())}
         self._unassigned: list[str] = config.topics()
         self.core: MergeCore | None = None
@@ -211,14 +208,38 @@ class Merger:
         core = self.core = MergeCore(
             cfg.replicas, start_s, percentiles=cfg.percentiles, window=window,
         )  # fmt: skip
-        taken = self._take_over(core, journal, started)
+        took: TakeOver | None = None
+        follower: Follower | None = None
+        if cfg.standby:
+            follower = self._follower(core, journal)
+            took = follower.follow(self._committed_positions())
+            if took is None:  # stopped while standing by: it wrote nothing and writes nothing
+                self.stop_reason = follower.stop_reason
+                follower.close()
+                self._consumer.close()
+                return {"stop_reason": self.stop_reason, "standby": True}
+            taken = follower.take_over(took)
+            self._producer = follower.producer  # the one whose fence succeeded
+            # The serving merger's counts: this one's own were those of a follower.
+            served = MergeCore(cfg.replicas, start_s, percentiles=cfg.percentiles, window=window)
+            served.dedup, served.frontier = core.dedup, core.frontier
+            core = self.core = served
+            recovery.apply_counts(core, taken, cfg.paths.monitor)
+            # What the merger taken over from owed goes out first; the logs can wait.
+            self._producer.begin_transaction()
+            self._forward_owed(core, follower, took, taken, journal)
+        else:
+            taken = self._take_over(core, journal, started)
+            if cfg.transactional_id is not None:
+                transactions.fence(self._producer, cfg.sink, cfg.connect_timeout_s)
+                self._producer.begin_transaction()
         resume = taken.counts is not None
-        logged = _logged(paths.hlog) if resume else []
+        logged = recovery.logged(paths.hlog) if resume else []
         logged_until = logged[-1].end_s if logged else None
         if resume:  # whole-run percentiles (monitor, merger.json) over both mergers' results
             for past in logged:
                 core.recorder.cumulative.add(past.histogram)
-            for past in _logged(cfg.run_dir / SENT_HLOG):
+            for past in recovery.logged(cfg.run_dir / SENT_HLOG):
                 core.sent_recorder.cumulative.add(past.histogram)
         hlog = LatencyLogWriter(
             paths.hlog, start_s,
@@ -232,8 +253,9 @@ class Merger:
         )  # fmt: skip
         if logged_until is not None and taken.counts is not None:
             # Every sink record is a first copy: those beyond the last count were never logged.
-            unlogged = max(0, taken.sink_records - taken.counts.results)
-            lost, lost_sent = _unlogged(taken.tail, unlogged, logged_until, start_s)
+            lost, lost_sent = recovery.unlogged(
+                taken.tail, taken.counts.results, taken.sink_records, logged_until, start_s
+            )
             hlog.write(lost)
             sent_hlog.write(lost_sent)
             core.results += lost.count
@@ -286,7 +308,7 @@ class Merger:
                     value = msg.value()
                     outcome, div = core.on_record(replica, value, arrival, msg.partition())
                     if outcome is Outcome.FIRST:
-                        self._produce(sink, msg.key(), value)
+                        self._produce(sink, msg.key(), value, core.results)
                     elif div is not None:
                         journaled += 1
                         if journaled <= MAX_JOURNALED_DIVERGENCES:
@@ -332,51 +354,81 @@ class Merger:
                 if reason is not None:
                     self.stop_reason = reason
                     break
+        except Fenced as e:
+            # Another merger took over: anything written now would count a second twice.
+            self.stop_reason = "fenced"
+            journal.write(Event.MERGER_FENCED, message=f"fenced by the merger that took over: {e}")
         finally:
-            end = time.time()
-            self._update_window(window, tail, end)
-            if end > core.recorder.interval_start_s:
-                tick = core.tick(end)
-                hlog.write(tick.interval)
-                sent_hlog.write(tick.sent_interval)
-                monitor.write(json.dumps(tick.line) + "\n")
-            hlog.close()
-            sent_hlog.close()
-            monitor.close()
-            # Records still queued after the flush were never acknowledged: lost writes too.
-            remaining = producer.flush(30.0)
-            if remaining == 0:  # everything forwarded is written: read on from here
-                self._to_commit = None
+            if self.stop_reason == "fenced":
+                for f in (hlog, sent_hlog, monitor):
+                    f.close()
+                consumer.close()
+            else:
+                final = self._finish(core, window, tail, hlog, sent_hlog, monitor, journal)
+        return {"stop_reason": "fenced"} if self.stop_reason == "fenced" else final
+
+    def _finish(
+        self,
+        core: MergeCore,
+        window: InputWindow,
+        tail: InjectorStatsTail | None,
+        hlog: LatencyLogWriter,
+        sent_hlog: LatencyLogWriter,
+        monitor: IO[str],
+        journal: Journal,
+    ) -> dict[str, Any]:
+        """The last interval, the flush, the last commit, ``merger.json``."""
+        cfg, producer, consumer = self.config, self._producer, self._consumer
+        sink = cfg.sink
+        end = time.time()
+        self._update_window(window, tail, end)
+        if end > core.recorder.interval_start_s:
+            tick = core.tick(end)
+            hlog.write(tick.interval)
+            sent_hlog.write(tick.sent_interval)
+            monitor.write(json.dumps(tick.line) + "\n")
+        hlog.close()
+        sent_hlog.close()
+        monitor.close()
+        # Records still queued after the flush were never acknowledged: lost writes too.
+        remaining = producer.flush(30.0)
+        if remaining == 0 and self.stop_reason != "fenced":
+            # Everything forwarded is written: read on from here.
+            self._to_commit = None
+            with contextlib.suppress(Fenced):
                 self._commit()
-                self._commit()
-            consumer.close()
-            final = core.final(end)
-            final["delivery_failures"] = self.delivery_failures + remaining
-            final["complete_output"] = final["delivery_failures"] == 0
-            final["consumer_errors"] = self.consumer_errors
-            final["stop_reason"] = self.stop_reason
-            final["recent_s"] = core.dedup.recent_s
-            final["sink"] = sink
-            write_json_atomic(cfg.result_path, final)
-            journal.write(Event.MERGER_FINISHED, **{k: final[k] for k in (
-                "results", "duplicates", "divergent", "bad", "uncompared", "longest_gap_ms",
-                "delivery_failures", "complete_output", "stop_reason",
-            )})  # fmt: skip
-            if final["delivery_failures"]:
-                journal.write(
-                    Event.WARNING,
-                    component="merger",
-                    message=f"{final['delivery_failures']} results not written to "
-                    f"{sink}: {self._first_delivery_error or 'flush timed out'}",
-                )
+                self._commit(last=True)
+        consumer.close()
+        final = core.final(end)
+        final["delivery_failures"] = self.delivery_failures + remaining
+        final["complete_output"] = final["delivery_failures"] == 0
+        final["consumer_errors"] = self.consumer_errors
+        final["stop_reason"] = self.stop_reason
+        final["recent_s"] = core.dedup.recent_s
+        final["sink"] = sink
+        write_json_atomic(cfg.result_path, final)
+        journal.write(Event.MERGER_FINISHED, **{k: final[k] for k in (
+            "results", "duplicates", "divergent", "bad", "uncompared", "longest_gap_ms",
+            "delivery_failures", "complete_output", "stop_reason",
+        )})  # fmt: skip
+        if final["delivery_failures"]:
+            journal.write(
+                Event.WARNING,
+                component="merger",
+                message=f"{final['delivery_failures']} results not written to "
+                f"{sink}: {self._first_delivery_error or 'flush timed out'}",
+            )
         return final
 
-    def _commit(self) -> None:
+    def _commit(self, last: bool = False) -> None:
         """Commit the positions taken at the last tick once every result forwarded before
         them is acknowledged by the sink, then take the current ones: a restarted merger reads
-        on from there (:mod:`.recovery`) and loses nothing that was not written."""
+        on from there (:mod:`.recovery`) and loses nothing that was not written. The open
+        transaction is committed first (and, unless ``last``, the next one begun)."""
         from confluent_kafka import KafkaException
 
+        if self.config.transactional_id is not None:
+            transactions.commit(self._producer, begin=not last)
         if self._to_commit is not None and self._acked >= self._to_commit[0]:
             with contextlib.suppress(KafkaException, RuntimeError):
                 self._consumer.commit(offsets=self._to_commit[1], asynchronous=True)
@@ -387,6 +439,59 @@ class Merger:
                              if tp.offset >= 0]  # fmt: skip
                 if positions:
                     self._to_commit = (self._produced, positions)
+
+    def _committed_positions(self) -> dict[tuple[str, int], int]:
+        """The serving merger's committed positions, where :meth:`_assign` reads on from."""
+        cfg = self.config
+        parts = [(t, p) for t in cfg.topics() for p in self._partitions(t)]
+        self._positions = recovery.committed(self._consumer, parts, cfg.connect_timeout_s)
+        return self._positions
+
+    def _follower(self, core: MergeCore, journal: Journal) -> Follower:
+        def assign() -> None:
+            self._assign(journal, min(self.config.connect_timeout_s, 5.0))
+
+        return Follower(
+            self.config, self._consumer, self._producer, core, journal,
+            stop=self._stop, owner_gone=self._owner_gone, assign=assign,
+            make_producer=self._new_producer,
+        )  # fmt: skip
+
+    def _new_producer(self) -> SinkProducer:
+        c = self.config
+        p: SinkProducer = kafka_producer(
+            c.bootstrap, c.sink, c.connect_timeout_s, c.linger_ms, c.transactional_id
+        )
+        return p
+
+    def _forward_owed(
+        self, core: MergeCore, follower: Follower, took: TakeOver, taken: Taken, journal: Journal
+    ) -> None:
+        """Forward what the merger taken over from owed, each at the moment it is forwarded,
+        numbered on from the highest number in the sink."""
+        n = max((r.n for r in taken.tail if r.n is not None), default=core.results)
+        for owed in follower.owed.values():
+            now = time.time()
+            try:
+                r = parse_result(owed.value)
+            except BadRecord:
+                continue
+            core.forwarded(r.src_ts, r.sent_ts, now)
+            n += 1
+            self._produce(self.config.sink, owed.key, owed.value, n)
+        self._producer.poll(0)
+        journal.write(
+            Event.MERGER_TOOK_OVER,
+            pid=self.config.serving_pid,
+            why=took.why,
+            owed=len(follower.owed),
+            detected=round(took.detected_at, 3),
+            init_s=round(took.init_s, 3),
+            fenced_s=round(took.fenced_s, 3),
+            took_s=round(time.time() - took.detected_at, 3),
+            results=core.results,
+        )
+        follower.owed.clear()
 
     def _take_over(self, core: MergeCore, journal: Journal, started: float) -> Taken:
         """What the merger before this one left (nothing at a run's first start): positions,
@@ -405,16 +510,7 @@ class Merger:
             with contextlib.suppress(BadRecord):
                 r = parse_result(rec.value)
                 core.dedup.remember(r.rid, r.hash, started, rec.partition)
-        if taken.counts is not None:
-            core.results = taken.counts.results
-            core.duplicates = taken.counts.duplicates_total
-            core.divergent = taken.counts.divergent
-            core.bad = taken.counts.bad
-            core.gaps.longest_s = taken.counts.longest_gap_ms / 1000.0
-            core.gaps.first_output = recovery.first_output(cfg.paths.monitor)
-        if taken.tail:
-            # The gap across the take-over runs from the dead merger's last forward.
-            core.gaps.last_output = max(r.timestamp_ms for r in taken.tail) / 1000.0
+        recovery.apply_counts(core, taken, cfg.paths.monitor)
         self._positions = taken.positions
         journal.write(
             Event.MERGER_RECOVERED,
@@ -434,40 +530,28 @@ class Merger:
             return []
         return sorted(meta.partitions) if meta is not None and meta.partitions else []
 
-    def _produce(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+    def _produce(self, topic: str, key: bytes | None, value: bytes | None, n: int) -> None:
+        """Forward result number ``n`` of the run (header :data:`recovery.SEQ_HEADER`).
+
+        Raises:
+            Fenced: a newer merger took over (a transactional producer's fatal error).
+        """
+        from confluent_kafka import KafkaException
+
         self._produced += 1
+        headers = [(SEQ_HEADER, str(n).encode())]
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
+                self._producer.produce(
+                    topic, value=value, key=key, headers=headers, on_delivery=self._on_delivery
+                )
                 return
             except BufferError:
                 self._producer.poll(0.005)
-
-
-def _logged(path: Path) -> list[IntervalHistogram]:
-    """The intervals a merger before this one logged (none when unreadable)."""
-    try:
-        return read_latency_log(path) if path.exists() else []
-    except Exception:  # a log torn by the kill: the reader's own errors vary
-        return []
-
-
-def _unlogged(
-    tail: list[SinkRecord], n: int, since: float, until: float
-) -> tuple[IntervalHistogram, IntervalHistogram]:
-    """The latencies of the ``n`` newest sink records, which the merger before this one
-    forwarded after its last logged interval (``since``) and never logged: one interval up to
-    ``until``, the arrival being the sink record's timestamp."""
-    intended, sent = IntervalRecorder(since), IntervalRecorder(since)
-    newest = sorted(tail, key=lambda r: r.timestamp_ms)[max(0, len(tail) - n) :] if n else []
-    for rec in newest:
-        with contextlib.suppress(BadRecord):
-            r = parse_result(rec.value)
-            intended.record_ms(rec.timestamp_ms - r.src_ts)
-            if r.sent_ts is not None:
-                sent.record_ms(rec.timestamp_ms - r.sent_ts)
-    end = max(until, since + 1e-3)
-    return intended.roll(end), sent.roll(end)
+            except KafkaException as e:
+                if e.args[0].fatal():
+                    raise Fenced(str(e.args[0])) from e
+                raise
 
 
 # --------------------------------------------------------------------------- entry point

@@ -15,12 +15,20 @@ alone (docs/design.md, "A merger that restarts").
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from arfl.errors import DeployError
+from arfl.measure.histogram import (
+    IntervalHistogram,
+    IntervalRecorder,
+    read_latency_log,
+)
+from arfl.measure.merger.core import MergeCore
+from arfl.run.records import BadRecord, parse_result
 from arfl.run.streams import MonitorSnapshot
 
 LOOKBACK_S = 10.0
@@ -28,6 +36,10 @@ LOOKBACK_S = 10.0
 second or two older than the forwards it covers (one per tick, after the acknowledgements; a
 paused merger forwards nothing either): 10 s is five times that. At 1,000 results/s reading
 60 s of tail took 3.1 s of the take-over, docs/benchmarks.md."""
+
+
+LAST_OFFSETS = 16
+"""How many of a partition's last offsets are read for its newest record."""
 
 
 @dataclass
@@ -38,6 +50,25 @@ class SinkRecord:
     value: bytes
     timestamp_ms: int
     """The sink record's timestamp: when the merger produced it (CreateTime)."""
+    n: int | None = None
+    """Its number among the run's results (header :data:`SEQ_HEADER`; None: none)."""
+
+
+SEQ_HEADER = "arfl-n"
+"""The sink record header holding a result's number in the run (1, 2, ...): which results a
+merger taken over from forwarded after its last logged interval. Offsets cannot say it once
+the sink is transactional (commit markers take offsets too)."""
+
+
+def sequence(headers: list[tuple[str, bytes]] | None) -> int | None:
+    """The :data:`SEQ_HEADER` number of a sink record's headers (None: none or unreadable)."""
+    for k, v in headers or ():
+        if k == SEQ_HEADER:
+            try:
+                return int(v)
+            except (TypeError, ValueError):
+                return None
+    return None
 
 
 @dataclass
@@ -89,50 +120,85 @@ def committed(
     return {(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.offset >= 0}
 
 
-def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> tuple[list[SinkRecord], int]:
-    """The sink's records from :data:`LOOKBACK_S` before its newest one (empty when empty),
-    and how many records it holds in all."""
-    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+def _tail_consumer(bootstrap: str) -> Any:
+    from confluent_kafka import Consumer
 
-    c = Consumer(
+    return Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "arfl-merger-recovery",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            # What was appended was forwarded, also in a transaction a standby's fence aborted.
+            "isolation.level": "read_uncommitted",
         }
     )
+
+
+def _starts(c: Any, sink: str, timeout_s: float) -> tuple[dict[int, int], dict[int, int], int]:
+    """(partition -> the offset :data:`LOOKBACK_S` before the newest record, partition -> its
+    end, the offsets below the ends) for the non-empty partitions."""
+    from confluent_kafka import TopicPartition
+
+    meta = c.list_topics(sink, timeout=timeout_s).topics.get(sink)
+    parts = sorted(meta.partitions) if meta is not None and meta.partitions else []
+    total = 0
+    ends: dict[int, int] = {}
+    lows: dict[int, int] = {}
+    for p in parts:
+        low, high = c.get_watermark_offsets(TopicPartition(sink, p), timeout=timeout_s)
+        total += max(0, high - low)
+        if high > low:
+            ends[p], lows[p] = high, low
+    if not ends:
+        return {}, {}, 0
+    # Each partition's last records, read in one go: the newest is when the merger before this
+    # one forwarded last (a transactional sink's last offsets are markers: a few more).
+    lasts = _read(
+        c, [TopicPartition(sink, p, max(lows[p], h - LAST_OFFSETS)) for p, h in ends.items()],
+        ends, timeout_s,
+    )  # fmt: skip
+    if not lasts:
+        return lows, ends, total
+    newest = max(r.timestamp_ms for r in lasts)
+    since = newest - int(LOOKBACK_S * 1000)
+    got = c.offsets_for_times([TopicPartition(sink, p, since) for p in ends], timeout=timeout_s)
+    return (
+        {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition] for tp in got},
+        ends,
+        total,
+    )
+
+
+def sink_starts(bootstrap: str, sink: str, timeout_s: float) -> dict[int, int]:
+    """Where :func:`sink_tail` starts, per non-empty partition of ``sink``."""
+    c = _tail_consumer(bootstrap)
     try:
-        meta = c.list_topics(sink, timeout=timeout_s).topics.get(sink)
-        parts = sorted(meta.partitions) if meta is not None and meta.partitions else []
-        total = 0
-        ends: dict[int, int] = {}
-        for p in parts:
-            low, high = c.get_watermark_offsets(TopicPartition(sink, p), timeout=timeout_s)
-            total += max(0, high - low)
-            if high > low:
-                ends[p] = high
+        return _starts(c, sink, timeout_s)[0]
+    finally:
+        c.close()
+
+
+def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> tuple[list[SinkRecord], int]:
+    """The sink's records from :data:`LOOKBACK_S` before its newest one (empty when empty),
+    and how many offsets it holds in all (its records, unless it is transactional)."""
+    from confluent_kafka import TopicPartition
+
+    c = _tail_consumer(bootstrap)
+    try:
+        starts, ends, total = _starts(c, sink, timeout_s)
         if not ends:
             return [], 0
-        # Each partition's last record, read in one go: the newest is when the merger before
-        # this one forwarded last.
-        lasts = _read(c, [TopicPartition(sink, p, h - 1) for p, h in ends.items()], ends, timeout_s)
-        newest = max(r.timestamp_ms for r in lasts)
-        since = newest - int(LOOKBACK_S * 1000)
-        starts = c.offsets_for_times(
-            [TopicPartition(sink, p, since) for p in ends], timeout=timeout_s
-        )
-        assign = [
-            TopicPartition(sink, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END)
-            for tp in starts
-        ]
+        assign = [TopicPartition(sink, p, off) for p, off in starts.items()]
         return _read(c, assign, ends, timeout_s), total
     finally:
         c.close()
 
 
 def _read(c: Any, assign: list[Any], ends: dict[int, int], timeout_s: float) -> list[SinkRecord]:
+    from confluent_kafka import KafkaError
+
     from arfl.processes import wait_until
 
     c.assign(assign)
@@ -141,10 +207,16 @@ def _read(c: Any, assign: list[Any], ends: dict[int, int], timeout_s: float) -> 
 
     def done() -> bool:
         for m in c.consume(num_messages=10_000, timeout=0.2):
-            if m.error() is not None:
+            err = m.error()
+            if err is not None:
+                # A transactional sink ends with a commit marker no consumer is given.
+                if err.code() == KafkaError._PARTITION_EOF:
+                    left.discard(m.partition())
                 continue
             p, off = m.partition(), m.offset()
-            out.append(SinkRecord(p, m.value() or b"", int(m.timestamp()[1])))
+            out.append(
+                SinkRecord(p, m.value() or b"", int(m.timestamp()[1]), sequence(m.headers()))
+            )
             if off + 1 >= ends[p]:
                 left.discard(p)
         return not left
@@ -182,3 +254,50 @@ def first_output(monitor: Path) -> float | None:
     except OSError:
         return None
     return None
+
+
+def logged(path: Path) -> list[IntervalHistogram]:
+    """The intervals a merger before this one logged (none when unreadable)."""
+    try:
+        return read_latency_log(path) if path.exists() else []
+    except Exception:  # a log torn by the kill: the reader's own errors vary
+        return []
+
+
+def unlogged(
+    tail: list[SinkRecord], counted: int, sink_records: int, since: float, until: float
+) -> tuple[IntervalHistogram, IntervalHistogram]:
+    """The latencies of the sink records the merger before this one forwarded after its last
+    logged interval (``since``; ``counted`` results by then) and never logged: one interval up
+    to ``until``, the arrival being the sink record's timestamp. Records numbered
+    (:data:`SEQ_HEADER`) are those numbered above ``counted``; without numbers, the
+    newest ``sink_records - counted``."""
+    intended, sent = IntervalRecorder(since), IntervalRecorder(since)
+    if tail and all(r.n is not None for r in tail):
+        newest = [r for r in tail if r.n is not None and r.n > counted]
+    else:
+        n = max(0, sink_records - counted)
+        newest = sorted(tail, key=lambda r: r.timestamp_ms)[max(0, len(tail) - n) :] if n else []
+    for rec in newest:
+        with contextlib.suppress(BadRecord):
+            r = parse_result(rec.value)
+            intended.record_ms(rec.timestamp_ms - r.src_ts)
+            if r.sent_ts is not None:
+                sent.record_ms(rec.timestamp_ms - r.sent_ts)
+    end = max(until, since + 1e-3)
+    return intended.roll(end), sent.roll(end)
+
+
+def apply_counts(core: MergeCore, taken: Taken, monitor: Path) -> None:
+    """The counts of the merger taken over from (its last monitor line), and its last forward
+    for the output gap."""
+    if taken.counts is not None:
+        core.results = taken.counts.results
+        core.duplicates = taken.counts.duplicates_total
+        core.divergent = taken.counts.divergent
+        core.bad = taken.counts.bad
+        core.gaps.longest_s = taken.counts.longest_gap_ms / 1000.0
+        core.gaps.first_output = first_output(monitor)
+    if taken.tail:
+        # The gap across the take-over runs from the dead merger's last forward.
+        core.gaps.last_output = max(r.timestamp_ms for r in taken.tail) / 1000.0

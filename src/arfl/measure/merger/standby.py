@@ -1,0 +1,346 @@
+"""A standby merger (``[merger] standby = 1``): it reads what the serving merger reads (the
+replica topics) and what it writes (the final topic), so that its dedup state is current and
+it knows which results the serving merger owes; it writes nothing. It takes over when the
+serving merger dies, or when a result it owes is later than the lease (the serving merger is
+paused or stuck: the standby kills it first). Design: docs/design.md, "A standby merger".
+
+The fence is Kafka's: every merger of such a run has the same ``transactional.id``, and the
+standby's ``init_transactions`` bumps the producer epoch, aborts the old merger's open
+transaction and makes the broker refuse anything it still sends. After that, every record the
+old merger will ever have appended is below the final topic's high watermarks: the standby
+reads up to them, and forwards exactly the results it saw that are not there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from arfl.errors import DeployError
+from arfl.measure.merger import recovery
+from arfl.measure.merger.config import MergerConfig
+from arfl.measure.merger.core import MergeCore, Outcome
+from arfl.measure.merger.recovery import SinkRecord, Taken
+from arfl.processes import ProcessId, wait_until
+from arfl.run.records import BadRecord, parse_result
+from arfl.run.rundir import Journal
+
+LIVENESS_S = 0.02
+"""How often the standby checks that the serving merger runs and pays what it owes."""
+SINK_SLACK = 2
+"""Offsets of a final topic partition past the last record read that still count as its end:
+the marker of the transaction committed last, and one record in flight."""
+FENCERS = 4
+"""Transactional producers the standby keeps for the fence (:meth:`Follower._fence`)."""
+FENCE_TRY_S = 0.04
+"""How long each but the last may wait for its ``init_transactions``."""
+FENCE_TIMEOUT_S = 30.0
+"""How long fencing (``init_transactions``) and reading the final topic to its end may take."""
+
+
+@dataclass
+class Owed:
+    """A result the standby saw first and has not seen in the final topic yet."""
+
+    key: bytes | None
+    value: bytes
+    arrival: float
+
+
+@dataclass
+class TakeOver:
+    """Why and how fast the standby took over."""
+
+    why: str
+    """``died`` (the serving merger's process ended) or ``lease`` (a result it owed was
+    later than the lease: it was killed)."""
+    detected_at: float
+    init_s: float = 0.0
+    """From detection to the end of ``init_transactions`` (a kill before it included)."""
+    fenced_s: float = 0.0
+    """From detection to the fence's end (the final topic read up to its end)."""
+
+
+class Follower:
+    """The standby's loop, until it takes over or is stopped."""
+
+    def __init__(
+        self,
+        config: MergerConfig,
+        consumer: Any,
+        producer: Any,
+        core: MergeCore,
+        journal: Journal,
+        *,
+        stop: threading.Event,
+        owner_gone: Callable[[], bool],
+        assign: Callable[[], None],
+        make_producer: Callable[[], Any],
+    ) -> None:
+        """Args:
+        config: the standby's config (``serving_pid``, ``lease_s``, ``transactional_id``).
+        consumer: the merger's consumer; it is given the final topic's partitions too.
+        producer: the transactional sink producer (used to fence, then to serve).
+        core: the merge state to keep current (its counts are the standby's own).
+        journal: the run's journal.
+        stop: set to stop following.
+        owner_gone: whether the deploy process is gone.
+        assign: assign the replica topics (from the committed positions).
+        make_producer: another transactional sink producer (the fence tries several).
+        """
+        assert config.serving_pid is not None
+        self.config = config
+        self.consumer = consumer
+        self.producer = producer
+        self.core = core
+        self.journal = journal
+        self._stop = stop
+        self._owner_gone = owner_gone
+        self._assign = assign
+        self._serving = ProcessId(config.serving_pid, config.serving_create_time or 0.0)
+        self._any_create_time = config.serving_create_time is None
+        self.owed: dict[str, Owed] = {}
+        """rid -> the copy to forward, oldest first (dicts keep insertion order)."""
+        self.tail: deque[SinkRecord] = deque()
+        """The final topic's records of the last :data:`recovery.LOOKBACK_S`."""
+        self._topic_index = {t: i for i, t in enumerate(config.topics())}
+        self._started_ms = 0
+        self._fencers: list[Any] = [make_producer() for _ in range(FENCERS - 1)]
+        """More transactional producers for :meth:`_fence`, connected ahead."""
+        self._ender: Any = None
+        """The consumer that reads the final topic to its end after the fence."""
+        self._serving_seen: float | None = None
+        """When the standby first read a record the serving merger forwarded after the
+        standby started (no lease is judged before: a merger still starting owes nothing)."""
+        self._next: dict[int, int] = {}
+        """Final topic partition -> the next offset to read."""
+        self.stop_reason: str | None = None
+
+    def _serving_alive(self) -> bool:
+        if self._any_create_time:
+            return ProcessId.of(self._serving.pid) is not None
+        return self._serving.alive(slack_s=1.0)
+
+    def _start(self, positions: dict[tuple[str, int], int]) -> None:
+        """Assign the replica topics and the final topic: from the committed positions and
+        :data:`recovery.LOOKBACK_S` before the final topic's newest record when the serving
+        merger has committed any (the argument of :mod:`.recovery`), else from the start."""
+        from confluent_kafka import TopicPartition
+
+        cfg = self.config
+        self._assign()
+        meta = self.consumer.list_topics(cfg.sink, timeout=cfg.connect_timeout_s).topics.get(
+            cfg.sink
+        )
+        parts = sorted(meta.partitions) if meta is not None and meta.partitions else []
+        for p in parts:
+            low, _ = self.consumer.get_watermark_offsets(
+                TopicPartition(cfg.sink, p), timeout=cfg.connect_timeout_s
+            )
+            self._next[p] = low
+        if parts and positions:
+            self._next.update(recovery.sink_starts(cfg.bootstrap, cfg.sink, cfg.connect_timeout_s))
+        if parts:
+            self.consumer.incremental_assign(
+                [TopicPartition(cfg.sink, p, off) for p, off in self._next.items()]
+            )
+        self._ender = self._end_reader()
+
+    def follow(self, positions: dict[tuple[str, int], int]) -> TakeOver | None:
+        """Follow until the serving merger dies or misses its lease (the take-over's cause),
+        or until stopped (None; :attr:`stop_reason` says why).
+
+        Args:
+            positions: the committed positions the replica topics are read from (empty: from
+                their start).
+        """
+        self._started_ms = int(time.time() * 1000)
+        self._start(positions)
+        cfg, core = self.config, self.core
+        next_check = 0.0
+        next_tick = time.time() + 1.0
+        while True:
+            self._consume()
+            now = time.time()
+            if now < next_check:
+                continue
+            next_check = now + LIVENESS_S
+            if not self._serving_alive():
+                return TakeOver("died", now)
+            if self.owed and self._serving_seen is not None:
+                # A result seen before the serving merger was seen forwarding is owed from then.
+                since = max(next(iter(self.owed.values())).arrival, self._serving_seen)
+                if now - since > cfg.lease_s and not self._sink_behind():
+                    return TakeOver("lease", now)
+            if now >= next_tick:
+                next_tick = now + 1.0
+                core.tick(now)  # expires the dedup's exact memory; the counts are not used
+                if self._owner_gone():
+                    self.stop_reason = "orphaned"
+                    return None
+            if self._stop.is_set():
+                self.stop_reason = "signal"
+                return None
+
+    def close(self) -> None:
+        """Close the consumer kept for the take-over (a standby stopped while following)."""
+        if self._ender is not None:
+            self._ender.close()
+            self._ender = None
+
+    def _sink_behind(self) -> bool:
+        """Whether the standby has final-topic records still to read (its own lag, not the
+        serving merger's): the lease is judged only on a final topic read up to its end, within
+        :data:`SINK_SLACK` offsets (a transaction's marker takes one and is never delivered)."""
+        from confluent_kafka import TopicPartition
+
+        sink = self.config.sink
+        for p, nxt in self._next.items():
+            _low, high = self.consumer.get_watermark_offsets(TopicPartition(sink, p), cached=True)
+            if high is not None and high >= 0 and high - nxt > SINK_SLACK:
+                return True
+        return False
+
+    def _consume(self) -> None:
+        msgs = self.consumer.consume(num_messages=1000, timeout=0)
+        if not msgs:
+            one = self.consumer.poll(LIVENESS_S)
+            msgs = [] if one is None else [one]
+        for msg in msgs:
+            if msg.error() is not None:
+                continue
+            if msg.topic() == self.config.sink:
+                self._on_sink(msg)
+            else:
+                self._on_replica(msg)
+
+    def _on_replica(self, msg: Any) -> None:
+        arrival = time.time()
+        replica = self._topic_index.get(msg.topic(), -1)
+        value = msg.value()
+        outcome, _ = self.core.on_record(replica, value, arrival, msg.partition())
+        if outcome is Outcome.FIRST and value is not None:
+            self.owed[self.core.last_rid] = Owed(msg.key(), value, arrival)
+
+    def _on_sink(self, msg: Any) -> None:
+        value = msg.value() or b""
+        ts = int(msg.timestamp()[1])
+        if self._serving_seen is None and ts >= self._started_ms:
+            self._serving_seen = time.time()
+        self._next[msg.partition()] = msg.offset() + 1
+        self.tail.append(SinkRecord(msg.partition(), value, ts, recovery.sequence(msg.headers())))
+        while self.tail and self.tail[0].timestamp_ms < ts - recovery.LOOKBACK_S * 1000:
+            self.tail.popleft()
+        try:
+            r = parse_result(value)
+        except BadRecord:
+            return
+        if self.owed.pop(r.rid, None) is None:
+            self.core.dedup.remember(r.rid, r.hash, time.time(), msg.partition())
+
+    def take_over(self, cause: TakeOver) -> Taken:
+        """Kill a serving merger that missed its lease, fence it, read the final topic up to
+        its end; afterwards :attr:`owed` holds exactly the results to forward.
+
+        Raises:
+            DeployError: the fence or the read did not finish within :data:`FENCE_TIMEOUT_S`.
+        """
+        pid = self._serving.pid
+        if cause.why == "lease" and self._serving_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(TimeoutError):
+                wait_until(lambda: not self._serving_alive(), timeout_s=5.0, interval_s=0.005)
+        self.producer = self._fence()
+        cause.init_s = time.time() - cause.detected_at
+        self._read_to_end()
+        cause.fenced_s = time.time() - cause.detected_at
+        return Taken(tail=list(self.tail), counts=recovery.last_counts(self.config.paths.monitor))
+
+    def _fence(self) -> Any:
+        """``init_transactions`` on the producers kept for it, one after the other, until one
+        succeeds (it is the one to serve with; the others are dropped before they ask again).
+
+        The first request makes the coordinator abort the old merger's open transaction and
+        answers CONCURRENT_TRANSACTIONS; librdkafka asks again only 500 ms later (a fixed
+        timer), while the abort takes a few milliseconds: a second producer asking
+        :data:`FENCE_TRY_S` later is answered at once (docs/benchmarks.md, "A standby
+        merger").
+
+        Raises:
+            DeployError: none was answered within :data:`FENCE_TIMEOUT_S`.
+        """
+        from confluent_kafka import KafkaException
+
+        tries, self._fencers = [self.producer, *self._fencers], []
+        deadline = time.monotonic() + FENCE_TIMEOUT_S
+        error: Exception | None = None
+        while tries:
+            p = tries.pop(0)
+            last = not tries
+            try:
+                p.init_transactions(max(0.0, deadline - time.monotonic()) if last else FENCE_TRY_S)
+            except KafkaException as e:
+                error = e
+                continue
+            return p
+        raise DeployError(f"merger: fencing the merger taken over from failed: {error}")
+
+    def _read_to_end(self) -> None:
+        """Read the final topic from where the follower stands up to its end, with a consumer
+        of its own that reports each partition's end (a transactional topic ends with a commit
+        or abort marker that no consumer is given, so offsets cannot say it), then leave it."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        sink = self.config.sink
+        parts = [TopicPartition(sink, p, off) for p, off in self._next.items()]
+        if parts:
+            self.consumer.incremental_unassign([TopicPartition(sink, p) for p in self._next])
+        c = self._ender or self._end_reader()
+        try:
+            c.assign(parts)
+            left = {tp.partition for tp in parts}
+
+            def done() -> bool:
+                for m in c.consume(num_messages=10_000, timeout=0.05):
+                    err = m.error()
+                    if err is None:
+                        self._on_sink(m)
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        left.discard(m.partition())
+                return not left
+
+            try:
+                wait_until(done, timeout_s=FENCE_TIMEOUT_S, interval_s=0)
+            except TimeoutError:
+                raise DeployError(
+                    f"merger: the final topic {sink} not read up to its end within "
+                    f"{FENCE_TIMEOUT_S:.0f}s after the fence"
+                ) from None
+        finally:
+            c.close()
+
+    def _end_reader(self) -> Any:
+        """The consumer :meth:`_read_to_end` reads with, connected ahead (the take-over waits
+        for it otherwise)."""
+        from confluent_kafka import Consumer
+
+        c = Consumer(
+            {
+                "bootstrap.servers": self.config.bootstrap,
+                "group.id": "arfl-merger-standby",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_uncommitted",
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        c.list_topics(self.config.sink, timeout=self.config.connect_timeout_s)
+        return c

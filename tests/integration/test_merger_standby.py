@@ -1,0 +1,175 @@
+"""A standby merger takes over for real: the serving merger SIGKILLed, then a serving merger
+paused past its lease, then a plain restart; against a real broker, the mergers run through
+their process entry points, two fake replicas writing the same results meanwhile."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from confluent_kafka import Producer
+from test_injector_merger import _hlog_count, _result, _spawn
+
+from arfl.measure.merger.config import MergerConfig
+from arfl.processes import wait_until
+from arfl.run.records import replica_topic
+from arfl.run.rundir import read_jsonl
+from arfl.stack import StackInfo
+from arfl.stack.topics import ensure_topic, read_to_end
+
+pytestmark = pytest.mark.integration
+
+RATE = 200
+"""Results a second, each written by both fake replicas."""
+
+
+class Replicas(threading.Thread):
+    """Two fake replicas writing results ``0:0, 0:1, ...`` (replica 1 a little later)."""
+
+    def __init__(self, bootstrap: str, sink: str) -> None:
+        super().__init__(daemon=True)
+        self.prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+        self.sink = sink
+        self.sent = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        t0 = time.time()
+        while not self.halt.is_set():
+            due = int((time.time() - t0) * RATE)
+            for i in range(self.sent, due):
+                now_ms = int(time.time() * 1000)
+                rid = f"{i % 2}:{i // 2}"
+                for r in (0, 1):
+                    self.prod.produce(
+                        replica_topic(self.sink, r), key=rid.encode(),
+                        value=_result(rid, now_ms, r, {"n": i}, now_ms), partition=i % 2,
+                    )  # fmt: skip
+            self.sent = max(self.sent, due)
+            self.prod.poll(0)
+            time.sleep(0.005)
+        self.prod.flush(10)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def _results(run_dir: Path) -> int:
+    path = run_dir / "monitor.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return int(json.loads(lines[-1])["results"]) if lines else 0
+
+
+def _took_over(run_dir: Path, n: int) -> list[dict[str, object]]:
+    def got() -> list[dict[str, object]] | None:
+        events = [
+            e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == "merger-took-over"
+        ]
+        return events if len(events) >= n else None
+
+    return wait_until(got, timeout_s=30, interval_s=0.05, what=f"take-over {n}")
+
+
+def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_exact(
+    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    sink = f"{topic_name}.out"
+    for t in (sink, replica_topic(sink, 0), replica_topic(sink, 1)):
+        ensure_topic(stack.kafka, t, 2)
+    run_dir = tmp_path / "run"
+    serving_cfg = MergerConfig(
+        bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir,
+        input_start=time.time(), group_id=f"arfl-merger-{topic_name}",
+        transactional_id=f"arfl-merger-{topic_name}", lease_s=0.5,
+    )  # fmt: skip
+    logs = iter(range(100))
+
+    def start(cfg: MergerConfig) -> subprocess.Popen[bytes]:
+        p = _spawn(cfg, tmp_path / f"merger-{next(logs)}.log")
+        procs.append(p)
+        return p
+
+    def standby_of(serving: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+        return start(
+            dataclasses.replace(
+                serving_cfg, standby=True, serving_pid=serving.pid,
+                serving_create_time=psutil.Process(serving.pid).create_time(),
+            )
+        )  # fmt: skip
+
+    serving = start(serving_cfg)
+    standby = standby_of(serving)
+    replicas = Replicas(stack.kafka, sink)
+    replicas.start()
+    try:
+        wait_until(lambda: _results(run_dir) > 0, timeout_s=30, interval_s=0.1, what="serving")
+        time.sleep(3)
+        # 1. The serving merger dies: the standby takes over at once (nothing to wait out).
+        serving.kill()
+        serving.wait(10)
+        (died,) = _took_over(run_dir, 1)
+        assert died["why"] == "died" and died["pid"] == serving.pid
+        assert float(died["took_s"]) < 5.0, died  # type: ignore[arg-type]
+        serving, standby = standby, standby_of(standby)
+        time.sleep(4)
+        # 2. The serving merger is paused: the standby kills it once a result it owes is
+        # later than the lease (0.5 s), and fences it.
+        os.kill(serving.pid, signal.SIGSTOP)
+        paused_at = time.time()
+        _, paused = _took_over(run_dir, 2)
+        assert paused["why"] == "lease" and paused["pid"] == serving.pid
+        assert 0.5 <= float(paused["detected"]) - paused_at < 5.0, paused  # type: ignore[arg-type]
+        assert serving.wait(10) == -signal.SIGKILL
+        serving = standby
+        time.sleep(3)
+        # 3. No standby left: a merger restarted in the dead one's place takes over from the
+        # commits and the sink's tail, and fences it as well.
+        serving.kill()
+        serving.wait(10)
+        serving = start(serving_cfg)
+        time.sleep(4)
+    finally:
+        replicas.halt.set()
+        replicas.join(30)
+    expected = replicas.sent
+
+    wait_until(
+        lambda: _results(run_dir) >= expected,
+        timeout_s=30,
+        interval_s=0.2,
+        what="every result forwarded",
+    )
+    serving.send_signal(signal.SIGTERM)
+    assert serving.wait(30) == 0, (tmp_path / "merger-4.log").read_text()
+
+    # The sink as a read_uncommitted consumer has it: every result once.
+    out = read_to_end(
+        stack.kafka, sink, error=AssertionError, missing_hint="", unreachable_hint="", timeout_s=60
+    )
+    got = [m.key().decode() for m in out]
+    want = {f"{i % 2}:{i // 2}" for i in range(expected)}
+    assert len(got) == len(set(got)), "a result written twice"
+    assert set(got) == want, f"missing {len(want - set(got))}"
+    final = json.loads((run_dir / "merger.json").read_text())
+    assert final["results"] == expected and final["stop_reason"] == "signal"
+    # The latency log across three take-overs: every result once, none counted twice.
+    total, _ = _hlog_count(run_dir / "latency.hlog")
+    assert total == expected
+    events = [e["event"] for e in read_jsonl(run_dir / "journal.jsonl")]
+    assert events.count("merger-took-over") == 2 and "merger-recovered" in events

@@ -1,0 +1,342 @@
+"""The standby merger's bookkeeping (what the serving merger owes), its take-over causes and its
+fence, against fake Kafka clients; the real take-over is in
+tests/integration/test_merger_standby.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arfl.measure.merger import recovery
+from arfl.measure.merger.config import MergerConfig
+from arfl.measure.merger.core import MergeCore
+from arfl.measure.merger.process import Merger
+from arfl.measure.merger.standby import Follower
+from arfl.run.records import replica_topic
+from arfl.run.rundir import Journal, read_jsonl
+
+SINK = "out"
+
+
+def rec(rid: str, src_ts: int, h: str = "h1") -> bytes:
+    return json.dumps({"rid": rid, "src_ts": src_ts, "replica": 0, "hash": h, "data": {}}).encode()
+
+
+class Msg:
+    def __init__(
+        self, topic: str, value: bytes, partition: int = 0, offset: int = 0, n: int | None = None
+    ) -> None:
+        self._t, self._v, self._p, self._o = topic, value, partition, offset
+        self._h = None if n is None else [(recovery.SEQ_HEADER, str(n).encode())]
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return None
+
+    def value(self) -> bytes:
+        return self._v
+
+    def error(self) -> Any:
+        return None
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, int(time.time() * 1000))
+
+    def headers(self) -> Any:
+        return self._h
+
+
+class Meta:
+    def __init__(self, topic: str) -> None:
+        part = type("P", (), {"partitions": {0: object()}, "error": None})()
+        self.topics = {topic: part}
+
+
+class Consumer:
+    def __init__(self, batches: list[list[Msg]]) -> None:
+        self.batches = batches
+        self.assigned: list[tuple[str, int, int]] = []
+        self.unassigned: list[tuple[str, int]] = []
+        self.high = 0
+
+    def list_topics(self, topic: str, timeout: float = -1) -> Meta:
+        return Meta(topic)
+
+    def get_watermark_offsets(
+        self, tp: Any, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        return (0, self.high)
+
+    def assign(self, parts: list[Any]) -> None:
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in parts]
+
+    def incremental_assign(self, parts: list[Any]) -> None:
+        self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in parts]
+
+    def incremental_unassign(self, parts: list[Any]) -> None:
+        self.unassigned += [(tp.topic, tp.partition) for tp in parts]
+
+    def consume(self, num_messages: int = 1, timeout: float = 0) -> list[Msg]:
+        return self.batches.pop(0) if self.batches else []
+
+    def poll(self, timeout: float = 0) -> Msg | None:
+        time.sleep(min(timeout, 0.005))
+        return None
+
+    def committed(self, parts: list[Any], timeout: float = -1) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(tp.topic, tp.partition, -1001) for tp in parts]
+
+    def close(self) -> None:
+        pass
+
+
+class Producer:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def init_transactions(self, timeout: float = -1) -> None:
+        self.calls.append("init_transactions")
+
+
+@pytest.fixture(autouse=True)
+def _no_end_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The consumer that reads the sink to its end after the fence is a real one.
+    monkeypatch.setattr(Follower, "_end_reader", lambda self: None)
+    monkeypatch.setattr(Merger, "_new_producer", lambda self: Producer())
+
+
+def _follower(tmp_path: Path, batches: list[list[Msg]], serving: int, lease_s: float) -> Follower:
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="arfl-t",
+        standby=True, serving_pid=serving, lease_s=lease_s,
+    )  # fmt: skip
+    consumer = Consumer(batches)
+    f = Follower(
+        cfg, consumer, Producer(), MergeCore(2, time.time()), Journal(tmp_path / "j.jsonl"),
+        stop=threading.Event(), owner_gone=lambda: False,
+        assign=lambda: consumer.assign([]), make_producer=Producer,
+    )  # fmt: skip
+    return f
+
+
+def r0(rid: str) -> Msg:
+    return Msg(replica_topic(SINK, 0), rec(rid, 1))
+
+
+def r1(rid: str) -> Msg:
+    return Msg(replica_topic(SINK, 1), rec(rid, 1))
+
+
+def test_the_standby_owes_what_the_sink_lacks_and_takes_over_when_it_is_late(
+    tmp_path: Path,
+) -> None:
+    # Serving: this test's own process (alive). 0:1 reaches the sink, 0:3 reached it before
+    # its replica copies; 0:2 never does.
+    batches = [
+        [r0("0:1"), r1("0:1"), Msg(SINK, rec("0:3", 1), offset=0, n=1)],
+        [r0("0:2"), r0("0:3"), Msg(SINK, rec("0:1", 1), offset=1, n=2), r1("0:3")],
+    ]
+    f = _follower(tmp_path, batches, serving=os.getpid(), lease_s=0.2)
+    t0 = time.time()
+    threading.Timer(10, f._stop.set).start()
+    took = f.follow({})
+    assert took is not None and took.why == "lease"
+    assert 0.2 <= time.time() - t0 < 2.0
+    assert list(f.owed) == ["0:2"]  # 0:1 and 0:3 are in the sink; their copies are duplicates
+    assert [r.n for r in f.tail] == [1, 2]
+    assert f.core.duplicates == 3  # replica 1's 0:1, and both copies of 0:3
+    # The sink is read from its start, the replica topics' assignment is the merger's.
+    assert (SINK, 0, 0) in f.consumer.assigned
+
+
+def test_the_standby_takes_over_at_once_when_the_serving_merger_dies(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    f = _follower(tmp_path, [[r0("0:1")]], serving=gone.pid, lease_s=30.0)
+    t0 = time.time()
+    took = f.follow({})
+    assert took is not None and took.why == "died" and time.time() - t0 < 1.0
+    f._read_to_end = lambda: None  # type: ignore[method-assign]
+    taken = f.take_over(took)
+    assert f.producer.calls == ["init_transactions"]  # the fence
+    assert list(f.owed) == ["0:1"] and taken.counts is None
+
+
+def test_a_late_serving_merger_is_killed_before_the_fence(tmp_path: Path) -> None:
+    serving = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # The serving merger forwarded 0:0, then stopped: 0:1 is late.
+        batches = [[Msg(SINK, rec("0:0", 1)), r0("0:0"), r0("0:1")]]
+        f = _follower(tmp_path, batches, serving=serving.pid, lease_s=0.1)
+        threading.Timer(10, f._stop.set).start()  # a hang fails, not blocks, the test
+        took = f.follow({})
+        assert took is not None and took.why == "lease"
+        f._read_to_end = lambda: None  # type: ignore[method-assign]
+        f.take_over(took)
+        assert serving.wait(timeout=5) == -9
+        assert f.producer.calls == ["init_transactions"]
+    finally:
+        serving.kill()
+
+
+def test_a_stopped_standby_writes_nothing(tmp_path: Path) -> None:
+    serving = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cfg = MergerConfig(
+            bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+            standby=True, serving_pid=serving.pid, lease_s=5.0, connect_timeout_s=1.0,
+        )  # fmt: skip
+        consumer = Consumer([[r0("0:1")]])
+        m = Merger(cfg, consumer=consumer, producer=Producer())  # type: ignore[arg-type]
+        threading.Timer(0.3, m.stop).start()
+        final = m.run()
+        assert final == {"stop_reason": "signal", "standby": True}
+        assert not (tmp_path / "merger.json").exists()
+        assert not (tmp_path / "latency.hlog").exists()
+        assert not (tmp_path / "monitor.jsonl").exists()
+    finally:
+        serving.kill()
+
+
+def test_unlogged_results_are_those_numbered_after_the_last_count() -> None:
+    now_ms = int(time.time() * 1000)
+    tail = [recovery.SinkRecord(0, rec(f"0:{i}", now_ms - 50), now_ms, n=i) for i in range(1, 6)]
+    lost, _sent = recovery.unlogged(tail, 3, 999, now_ms / 1000 - 1, now_ms / 1000)
+    assert lost.count == 2  # numbers 4 and 5 (the offsets, 999, are not used)
+
+
+def test_sequence_header() -> None:
+    assert recovery.sequence([("x", b"1"), (recovery.SEQ_HEADER, b"42")]) == 42
+    assert recovery.sequence(None) is None
+    assert recovery.sequence([(recovery.SEQ_HEADER, b"x")]) is None
+
+
+def test_a_fenced_merger_stops_and_writes_no_counts(tmp_path: Path) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    class FencedProducer(Producer):
+        def produce(self, *a: Any, **kw: Any) -> None:
+            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+
+        def begin_transaction(self) -> None:
+            self.calls.append("begin_transaction")
+
+        def poll(self, timeout: float = 0) -> int:
+            return 0
+
+        def flush(self, timeout: float = 0) -> int:
+            return 0
+
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+        connect_timeout_s=1.0,
+    )  # fmt: skip
+    consumer = Consumer([[r0("0:1")]])
+    producer = FencedProducer()
+    m = Merger(cfg, consumer=consumer, producer=producer)  # type: ignore[arg-type]
+    assert m.run() == {"stop_reason": "fenced"}
+    assert producer.calls == ["init_transactions", "begin_transaction"]
+    assert not (tmp_path / "merger.json").exists()
+    assert [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")][-1] == "merger-fenced"
+
+
+@pytest.mark.parametrize("standby", [2, -1])
+def test_the_spec_allows_one_standby_merger(standby: int) -> None:
+    from pydantic import ValidationError
+
+    from arfl.configs.spec import Merger as MergerSpec
+
+    assert MergerSpec.model_validate({"standby": 1, "lease": "500ms"}).lease == 0.5
+    with pytest.raises(ValidationError, match="standby"):
+        MergerSpec.model_validate({"standby": standby})
+    with pytest.raises(ValidationError, match="lease"):
+        MergerSpec.model_validate({"lease": "10ms"})
+
+
+def test_no_lease_is_judged_while_the_standby_still_reads_the_sink(tmp_path: Path) -> None:
+    # Its own backlog on the final topic (high watermark 100, read up to 1): what it owes may
+    # be there; only the stop ends the follow.
+    f = _follower(
+        tmp_path, [[r0("0:1"), Msg(SINK, rec("0:9", 1), offset=0)]], serving=os.getpid(),
+        lease_s=0.05,
+    )  # fmt: skip
+    f.consumer.high = 100  # type: ignore[attr-defined]
+    threading.Timer(0.4, f._stop.set).start()
+    assert f.follow({}) is None and f.stop_reason == "signal"
+    assert list(f.owed) == ["0:1"]
+
+
+def test_a_standby_reads_the_replica_topics_on_from_the_committed_positions(
+    tmp_path: Path,
+) -> None:
+    from confluent_kafka import TopicPartition
+
+    serving = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cfg = MergerConfig(
+            bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+            standby=True, serving_pid=serving.pid, lease_s=5.0, connect_timeout_s=1.0,
+        )  # fmt: skip
+        consumer = Consumer([])
+        consumer.committed = lambda parts, timeout=-1: [  # type: ignore[method-assign]
+            TopicPartition(tp.topic, tp.partition, 40) for tp in parts
+        ]
+        starts = {0: 7}
+        m = Merger(cfg, consumer=consumer, producer=Producer())  # type: ignore[arg-type]
+        threading.Timer(0.3, m.stop).start()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(recovery, "sink_starts", lambda *a: starts)
+            m.run()
+        assert sorted(consumer.assigned) == [
+            (SINK, 0, 7), (replica_topic(SINK, 0), 0, 40), (replica_topic(SINK, 1), 0, 40),
+        ]  # fmt: skip
+    finally:
+        serving.kill()
+
+
+def test_the_fence_asks_again_with_another_producer_at_once(tmp_path: Path) -> None:
+    # librdkafka asks again only 500 ms after CONCURRENT_TRANSACTIONS: the next producer asks.
+    from confluent_kafka import KafkaError, KafkaException
+
+    class Busy(Producer):
+        def init_transactions(self, timeout: float = -1) -> None:
+            self.calls.append("init_transactions")
+            raise KafkaException(KafkaError(KafkaError.CONCURRENT_TRANSACTIONS, "busy"))
+
+    made: list[Producer] = []
+
+    def make() -> Producer:
+        made.append(Busy() if not made else Producer())
+        return made[-1]
+
+    f = _follower(tmp_path, [], serving=os.getpid(), lease_s=1.0)
+    f.producer, f._fencers = Busy(), [make(), make(), make()]
+    first = f.producer
+    assert f._fence() is made[1]
+    assert first.calls == made[0].calls == made[1].calls == ["init_transactions"]
+    assert made[2].calls == [] and f._fencers == []
+
+
+def test_no_lease_is_judged_before_the_serving_merger_forwarded_anything(tmp_path: Path) -> None:
+    # A serving merger still starting owes nothing yet: only its death would end the follow.
+    f = _follower(tmp_path, [[r0("0:1")]], serving=os.getpid(), lease_s=0.05)
+    threading.Timer(0.4, f._stop.set).start()
+    assert f.follow({}) is None and list(f.owed) == ["0:1"]
