@@ -398,12 +398,13 @@ def test_per_record_leaderless_defaults_replica_killed_output_complete(
         replicas=2,
         duration="15s",
         steps=[{"filter": "amount > 10"}],
-        # The merger, which every result passes through, is killed too: a new one takes
-        # over from its commits and the sink's tail.
+        # The merger, which every result passes through, is killed too: its standby takes
+        # over (fencing it), and a new standby follows the new serving merger.
         chaos=[
             {"at": "6s", "fault": "kill-replica", "replica": 1},
             {"at": "10s", "fault": "kill-merger"},
         ],
+        merger={"standby": 1},
     )
     assert spec.agreed_batch_interval == 0.5 and spec.replication.reader == "jvm"
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
@@ -413,8 +414,12 @@ def test_per_record_leaderless_defaults_replica_killed_output_complete(
     (died,) = _events(result, "merger-died")
     assert died["pid"] == killed["details"]["pid"] and died["exit_code"] == -9
     (restarted,) = _events(result, "merger-restarted")
-    (recovered,) = _events(result, "merger-recovered")
-    assert recovered["positions"] > 0 and recovered["t"] > restarted["t"] > died["t"]
+    (took,) = _events(result, "merger-took-over")
+    assert took["why"] == "died" and took["pid"] == died["pid"], took
+    assert took["t"] - killed["t"] < 5.0, took  # the watch's restart is not waited for
+    standbys = [e for e in _events(result, "harness-priority") if "standby" in e["process"]]
+    assert [e["process"] for e in standbys] == ["merger-standby-1", "merger-standby-2"]
+    assert restarted["pid"] == standbys[0]["pid"]  # the standby serves
     restarted = [e for e in _events(result, "replica-restarted") if e["replica"] == 1]
     caught_up = [e for e in _events(result, "replica-caught-up") if e["replica"] == 1]
     assert restarted and caught_up and s["replica_restarts"] == 1, (restarted, caught_up)

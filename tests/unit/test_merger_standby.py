@@ -118,8 +118,7 @@ class Producer:
 
 @pytest.fixture(autouse=True)
 def _no_end_reader(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The consumer that reads the sink to its end after the fence is a real one.
-    monkeypatch.setattr(Follower, "_end_reader", lambda self: None)
+    # The producers the fence tries are real ones.
     monkeypatch.setattr(Merger, "_new_producer", lambda self: Producer())
 
 
@@ -340,3 +339,22 @@ def test_no_lease_is_judged_before_the_serving_merger_forwarded_anything(tmp_pat
     f = _follower(tmp_path, [[r0("0:1")]], serving=os.getpid(), lease_s=0.05)
     threading.Timer(0.4, f._stop.set).start()
     assert f.follow({}) is None and list(f.owed) == ["0:1"]
+
+
+def test_the_report_times_a_merger_kill_from_the_standbys_take_over() -> None:
+    # The standby takes over before the watch (twice a second) journals the death.
+    from arfl.report.faults import journaled_faults
+
+    t = 1_000.0
+    journal: list[dict[str, Any]] = [
+        {"t": t + 0.01, "event": "fault-injected", "kind": "kill-merger", "replica": None,
+         "started": t, "ended": t + 0.01, "details": {"pid": 7}},
+        {"t": t + 0.12, "event": "merger-took-over", "pid": 7, "why": "died",
+         "detected": t + 0.02, "owed": 3},
+        {"t": t + 0.40, "event": "merger-died", "pid": 7, "exit_code": -9},
+    ]  # fmt: skip
+    (f,) = journaled_faults(journal)
+    assert f.detect_s == pytest.approx(0.02) and f.restored_s == pytest.approx(0.12)
+    without = [e for e in journal if e["event"] != "merger-took-over"]
+    (g,) = journaled_faults(without)
+    assert g.detect_s == pytest.approx(0.40) and g.restored_s is None  # no merger took over

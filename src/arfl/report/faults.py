@@ -152,7 +152,16 @@ def _react(
                 first_batch = after[0].end - started
     elif kills(kind) == "merger":
         died_at = _first(journal, Event.MERGER_DIED, started - 0.5)
-        if died_at is not None:
+        took = next(
+            (e for e in journal
+             if e.get("event") == Event.MERGER_TOOK_OVER and float(e["t"]) >= started - 0.5),
+            None,
+        )  # fmt: skip
+        if took is not None:  # a standby took over (before the watch saw the death, often)
+            died_seen = True
+            detect = max(0.0, float(took["detected"]) - started)
+            restored = float(took["t"]) - started
+        elif died_at is not None:
             died_seen = True
             detect = max(0.0, died_at - started)
             back = _first(journal, Event.MERGER_RECOVERED, died_at)
@@ -208,7 +217,7 @@ def lifted_at(
 
     * a killed replica: when it was ready again after dying (None: it never came back);
     * a killed executor: when its replacement ran;
-    * a killed merger: when a new one took over (None: none did);
+    * a killed merger: when a standby or a new one took over (None: none did);
     * a fault with a duration: its revert (else the requested end);
     * otherwise, or when the journal says nothing more: the injection.
 

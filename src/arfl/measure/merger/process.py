@@ -224,10 +224,22 @@ class Merger:
             served = MergeCore(cfg.replicas, start_s, percentiles=cfg.percentiles, window=window)
             served.dedup, served.frontier = core.dedup, core.frontier
             core = self.core = served
-            recovery.apply_counts(core, taken, cfg.paths.monitor)
-            # What the merger taken over from owed goes out first; the logs can wait.
+            if taken.tail:  # the gap across the take-over runs from the dead one's last forward
+                core.gaps.last_output = max(r.timestamp_ms for r in taken.tail) / 1000.0
+            # What the merger taken over from owed goes out first; files can wait.
             self._producer.begin_transaction()
-            self._forward_owed(core, follower, took, taken, journal)
+            owed = follower.forward(
+                core, taken, lambda key, value, n: self._produce(cfg.sink, key, value, n)
+            )
+            self._producer.poll(0)
+            taken.counts = recovery.last_counts(cfg.paths.monitor)
+            recovery.apply_counts(core, taken, cfg.paths.monitor)
+            journal.write(
+                Event.MERGER_TOOK_OVER, pid=cfg.serving_pid, why=took.why, owed=owed,
+                detected=round(took.detected_at, 3), init_s=round(took.init_s, 3),
+                fenced_s=round(took.fenced_s, 3), took_s=round(took.took_s, 3),
+                results=core.results,
+            )  # fmt: skip
         else:
             taken = self._take_over(core, journal, started)
             if cfg.transactional_id is not None:
@@ -463,35 +475,6 @@ class Merger:
             c.bootstrap, c.sink, c.connect_timeout_s, c.linger_ms, c.transactional_id
         )
         return p
-
-    def _forward_owed(
-        self, core: MergeCore, follower: Follower, took: TakeOver, taken: Taken, journal: Journal
-    ) -> None:
-        """Forward what the merger taken over from owed, each at the moment it is forwarded,
-        numbered on from the highest number in the sink."""
-        n = max((r.n for r in taken.tail if r.n is not None), default=core.results)
-        for owed in follower.owed.values():
-            now = time.time()
-            try:
-                r = parse_result(owed.value)
-            except BadRecord:
-                continue
-            core.forwarded(r.src_ts, r.sent_ts, now)
-            n += 1
-            self._produce(self.config.sink, owed.key, owed.value, n)
-        self._producer.poll(0)
-        journal.write(
-            Event.MERGER_TOOK_OVER,
-            pid=self.config.serving_pid,
-            why=took.why,
-            owed=len(follower.owed),
-            detected=round(took.detected_at, 3),
-            init_s=round(took.init_s, 3),
-            fenced_s=round(took.fenced_s, 3),
-            took_s=round(time.time() - took.detected_at, 3),
-            results=core.results,
-        )
-        follower.owed.clear()
 
     def _take_over(self, core: MergeCore, journal: Journal, started: float) -> Taken:
         """What the merger before this one left (nothing at a run's first start): positions,

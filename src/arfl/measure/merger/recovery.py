@@ -289,15 +289,16 @@ def unlogged(
 
 
 def apply_counts(core: MergeCore, taken: Taken, monitor: Path) -> None:
-    """The counts of the merger taken over from (its last monitor line), and its last forward
-    for the output gap."""
+    """Add the counts of the merger taken over from (its last monitor line) to ``core``'s
+    (a fresh core's, or one that has counted only what it forwarded at the take-over), and its
+    last forward for the output gap, unless set."""
     if taken.counts is not None:
-        core.results = taken.counts.results
-        core.duplicates = taken.counts.duplicates_total
-        core.divergent = taken.counts.divergent
-        core.bad = taken.counts.bad
-        core.gaps.longest_s = taken.counts.longest_gap_ms / 1000.0
+        core.results += taken.counts.results
+        core.duplicates += taken.counts.duplicates_total
+        core.divergent += taken.counts.divergent
+        core.bad += taken.counts.bad
+        core.gaps.longest_s = max(core.gaps.longest_s, taken.counts.longest_gap_ms / 1000.0)
         core.gaps.first_output = first_output(monitor)
-    if taken.tail:
+    if taken.tail and core.gaps.last_output is None:
         # The gap across the take-over runs from the dead merger's last forward.
         core.gaps.last_output = max(r.timestamp_ms for r in taken.tail) / 1000.0

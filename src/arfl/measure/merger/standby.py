@@ -65,6 +65,8 @@ class TakeOver:
     init_s: float = 0.0
     """From detection to the end of ``init_transactions`` (a kill before it included)."""
     fenced_s: float = 0.0
+    took_s: float = 0.0
+    """From detection to the last owed result produced."""
     """From detection to the fence's end (the final topic read up to its end)."""
 
 
@@ -114,14 +116,14 @@ class Follower:
         self._started_ms = 0
         self._fencers: list[Any] = [make_producer() for _ in range(FENCERS - 1)]
         """More transactional producers for :meth:`_fence`, connected ahead."""
-        self._ender: Any = None
-        """The consumer that reads the final topic to its end after the fence."""
         self._serving_seen: float | None = None
         """When the standby first read a record the serving merger forwarded after the
         standby started (no lease is judged before: a merger still starting owes nothing)."""
         self._next: dict[int, int] = {}
         """Final topic partition -> the next offset to read."""
         self.stop_reason: str | None = None
+        self.took: TakeOver | None = None
+        """The take-over, once :meth:`take_over` ran."""
 
     def _serving_alive(self) -> bool:
         if self._any_create_time:
@@ -151,7 +153,6 @@ class Follower:
             self.consumer.incremental_assign(
                 [TopicPartition(cfg.sink, p, off) for p, off in self._next.items()]
             )
-        self._ender = self._end_reader()
 
     def follow(self, positions: dict[tuple[str, int], int]) -> TakeOver | None:
         """Follow until the serving merger dies or misses its lease (the take-over's cause),
@@ -190,10 +191,8 @@ class Follower:
                 return None
 
     def close(self) -> None:
-        """Close the consumer kept for the take-over (a standby stopped while following)."""
-        if self._ender is not None:
-            self._ender.close()
-            self._ender = None
+        """Drop the producers kept for the fence (a standby stopped while following)."""
+        self._fencers = []
 
     def _sink_behind(self) -> bool:
         """Whether the standby has final-topic records still to read (its own lag, not the
@@ -262,7 +261,35 @@ class Follower:
         cause.init_s = time.time() - cause.detected_at
         self._read_to_end()
         cause.fenced_s = time.time() - cause.detected_at
-        return Taken(tail=list(self.tail), counts=recovery.last_counts(self.config.paths.monitor))
+        self.took = cause
+        return Taken(tail=list(self.tail))
+
+    def forward(
+        self, core: MergeCore, taken: Taken, produce: Callable[[bytes | None, bytes, int], None]
+    ) -> int:
+        """Forward (``produce(key, value, number)``) what the merger taken over from owed,
+        each counted at the moment it is forwarded, numbered on from the highest number in the
+        final topic; returns how many."""
+        numbered = [r.n for r in taken.tail if r.n is not None]
+        if numbered:
+            n = max(numbered)
+        else:  # nothing forwarded lately: number on from the last count
+            counts = recovery.last_counts(self.config.paths.monitor)
+            n = counts.results if counts is not None else 0
+        forwarded = 0
+        for owed in self.owed.values():
+            try:
+                r = parse_result(owed.value)
+            except BadRecord:
+                continue
+            core.forwarded(r.src_ts, r.sent_ts, time.time())
+            n += 1
+            forwarded += 1
+            produce(owed.key, owed.value, n)
+        if self.took is not None:
+            self.took.took_s = time.time() - self.took.detected_at
+        self.owed.clear()
+        return forwarded
 
     def _fence(self) -> Any:
         """``init_transactions`` on the producers kept for it, one after the other, until one
@@ -294,53 +321,31 @@ class Follower:
         raise DeployError(f"merger: fencing the merger taken over from failed: {error}")
 
     def _read_to_end(self) -> None:
-        """Read the final topic from where the follower stands up to its end, with a consumer
-        of its own that reports each partition's end (a transactional topic ends with a commit
-        or abort marker that no consumer is given, so offsets cannot say it), then leave it."""
-        from confluent_kafka import KafkaError, TopicPartition
+        """Read the final topic up to the high watermarks it has after the fence, then leave
+        it. A transactional topic ends with a commit or abort marker that no consumer is given,
+        but librdkafka moves the position past it: the position, not the last offset read,
+        says when the end is reached."""
+        from confluent_kafka import TopicPartition
 
         sink = self.config.sink
-        parts = [TopicPartition(sink, p, off) for p, off in self._next.items()]
-        if parts:
-            self.consumer.incremental_unassign([TopicPartition(sink, p) for p in self._next])
-        c = self._ender or self._end_reader()
+        ends = {
+            p: self.consumer.get_watermark_offsets(
+                TopicPartition(sink, p), timeout=FENCE_TIMEOUT_S
+            )[1]
+            for p in self._next
+        }
+
+        def done() -> bool:
+            self._consume()
+            pos = self.consumer.position([TopicPartition(sink, p) for p in ends])
+            return all(max(tp.offset, self._next[tp.partition]) >= ends[tp.partition] for tp in pos)
+
         try:
-            c.assign(parts)
-            left = {tp.partition for tp in parts}
-
-            def done() -> bool:
-                for m in c.consume(num_messages=10_000, timeout=0.05):
-                    err = m.error()
-                    if err is None:
-                        self._on_sink(m)
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        left.discard(m.partition())
-                return not left
-
-            try:
-                wait_until(done, timeout_s=FENCE_TIMEOUT_S, interval_s=0)
-            except TimeoutError:
-                raise DeployError(
-                    f"merger: the final topic {sink} not read up to its end within "
-                    f"{FENCE_TIMEOUT_S:.0f}s after the fence"
-                ) from None
-        finally:
-            c.close()
-
-    def _end_reader(self) -> Any:
-        """The consumer :meth:`_read_to_end` reads with, connected ahead (the take-over waits
-        for it otherwise)."""
-        from confluent_kafka import Consumer
-
-        c = Consumer(
-            {
-                "bootstrap.servers": self.config.bootstrap,
-                "group.id": "arfl-merger-standby",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_uncommitted",
-                "fetch.wait.max.ms": 5,
-            }
-        )
-        c.list_topics(self.config.sink, timeout=self.config.connect_timeout_s)
-        return c
+            wait_until(done, timeout_s=FENCE_TIMEOUT_S, interval_s=0)
+        except TimeoutError:
+            raise DeployError(
+                f"merger: the final topic {sink} not read up to its end within "
+                f"{FENCE_TIMEOUT_S:.0f}s after the fence"
+            ) from None
+        if ends:
+            self.consumer.incremental_unassign([TopicPartition(sink, p) for p in ends])
