@@ -5,6 +5,7 @@ their process entry points, two fake replicas writing the same results meanwhile
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -171,5 +172,9 @@ def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_e
     # The latency log across three take-overs: every result once, none counted twice.
     total, _ = _hlog_count(run_dir / "latency.hlog")
     assert total == expected
+    # One monitor line a second across the take-overs: none repeats a second already logged.
+    ts = [line["t"] for line in read_jsonl(run_dir / "monitor.jsonl")]
+    assert all(b > a for a, b in itertools.pairwise(ts)), ts
+    assert sum(line["output_rate"] for line in read_jsonl(run_dir / "monitor.jsonl")) == expected
     events = [e["event"] for e in read_jsonl(run_dir / "journal.jsonl")]
     assert events.count("merger-took-over") == 2 and "merger-recovered" in events

@@ -484,6 +484,12 @@ class MergeCore:
             self.sent_recorder.record_ms(t * 1000.0 - sent_ts)
         self.gaps.on_output(t, self.window)
 
+    def took_over(self, forwarded: int) -> None:
+        """Count results the merger taken over from forwarded and never logged: in the
+        current interval's output (its monitor line), as the sink has them."""
+        self.results += forwarded
+        self._second.first += forwarded
+
     def tick(self, now_s: float) -> Tick:
         """Close the current interval at ``now_s``.
 

@@ -220,7 +220,10 @@ class Merger:
                 return {"stop_reason": self.stop_reason, "standby": True}
             taken = follower.take_over(took)
             self._producer = follower.producer  # the one whose fence succeeded
-            # The serving merger's counts: this one's own were those of a follower.
+            # The serving merger's counts and intervals start now: those of the follower were
+            # not its own.
+            started = start_s = next_owner_check = next_frontier = took.detected_at
+            next_tick = math.floor(started) + INTERVAL_S
             served = MergeCore(cfg.replicas, start_s, percentiles=cfg.percentiles, window=window)
             served.dedup, served.frontier = core.dedup, core.frontier
             core = self.core = served
@@ -270,7 +273,7 @@ class Merger:
             )
             hlog.write(lost)
             sent_hlog.write(lost_sent)
-            core.results += lost.count
+            core.took_over(lost.count)
             core.recorder.cumulative.add(lost.histogram)
             core.sent_recorder.cumulative.add(lost_sent.histogram)
         monitor: IO[str] = open(paths.monitor, "a", encoding="utf-8")  # noqa: SIM115
