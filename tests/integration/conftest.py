@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,3 +47,14 @@ def _offline_session_per_module() -> Iterator[None]:
     checks = sys.modules.get("deploy_checks")  # imported by the module's tests, if at all
     if checks is not None:
         checks.close_offline_session()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts; any still running at the end are killed by pid."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +40,6 @@ def _spawn(config: ChildConfig, log: Path) -> subprocess.Popen[bytes]:
         config.command(log.with_suffix(".json")), stdout=out, stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts; any still running at the end are killed by pid."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
 
 
 def read_topic(
@@ -212,12 +200,18 @@ def _group(bootstrap: str, group: str, topics: list[str]) -> tuple[int, dict[str
     return len(desc.result().members), committed
 
 
-def test_merger_keeps_first_copies_of_two_replicas(
-    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
-) -> None:
+def merger_topics(stack: StackInfo, topic_name: str) -> str:
+    """A sink topic and its two replica topics, 2 partitions each; returns the sink's name."""
     sink = f"{topic_name}.out"
     for t in (sink, replica_topic(sink, 0), replica_topic(sink, 1)):
         ensure_topic(stack.kafka, t, 2)
+    return sink
+
+
+def test_merger_keeps_first_copies_of_two_replicas(
+    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    sink = merger_topics(stack, topic_name)
     run_dir = tmp_path / "run"
     group = f"arfl-merger-{topic_name}"
     merger = _spawn(MergerConfig(

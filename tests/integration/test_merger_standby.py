@@ -12,20 +12,19 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 from confluent_kafka import Producer
-from test_injector_merger import _hlog_count, _result, _spawn
+from test_injector_merger import _hlog_count, _result, _spawn, merger_topics
 
 from arfl.measure.merger.config import MergerConfig
 from arfl.processes import wait_until
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
-from arfl.stack.topics import ensure_topic, read_to_end
+from arfl.stack.topics import read_to_end
 
 pytestmark = pytest.mark.integration
 
@@ -61,16 +60,6 @@ class Replicas(threading.Thread):
         self.prod.flush(10)
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
-
-
 def _results(run_dir: Path) -> int:
     path = run_dir / "monitor.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []
@@ -90,9 +79,7 @@ def _took_over(run_dir: Path, n: int) -> list[dict[str, object]]:
 def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_exact(
     stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
-    sink = f"{topic_name}.out"
-    for t in (sink, replica_topic(sink, 0), replica_topic(sink, 1)):
-        ensure_topic(stack.kafka, t, 2)
+    sink = merger_topics(stack, topic_name)
     run_dir = tmp_path / "run"
     serving_cfg = MergerConfig(
         bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir,

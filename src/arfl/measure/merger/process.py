@@ -229,6 +229,7 @@ class Merger:
             core = self.core = served
             if taken.tail:  # the gap across the take-over runs from the dead one's last forward
                 core.gaps.last_output = max(r.timestamp_ms for r in taken.tail) / 1000.0
+            self._update_window(window, tail, time.time())  # a follower never reads it
             # What the merger taken over from owed goes out first; files can wait.
             self._producer.begin_transaction()
             owed = follower.forward(

@@ -196,13 +196,17 @@ def test_a_late_serving_merger_is_killed_before_the_fence(tmp_path: Path) -> Non
         serving.kill()
 
 
+def _standby_config(run_dir: Path, serving: int) -> MergerConfig:
+    return MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=run_dir, transactional_id="t",
+        standby=True, serving_pid=serving, lease_s=5.0, connect_timeout_s=1.0,
+    )  # fmt: skip
+
+
 def test_a_stopped_standby_writes_nothing(tmp_path: Path) -> None:
     serving = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        cfg = MergerConfig(
-            bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
-            standby=True, serving_pid=serving.pid, lease_s=5.0, connect_timeout_s=1.0,
-        )  # fmt: skip
+        cfg = _standby_config(tmp_path, serving.pid)
         consumer = Consumer([[r0("0:1")]])
         m = Merger(cfg, consumer=consumer, producer=Producer())  # type: ignore[arg-type]
         threading.Timer(0.3, m.stop).start()
@@ -290,10 +294,7 @@ def test_a_standby_reads_the_replica_topics_on_from_the_committed_positions(
 
     serving = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        cfg = MergerConfig(
-            bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
-            standby=True, serving_pid=serving.pid, lease_s=5.0, connect_timeout_s=1.0,
-        )  # fmt: skip
+        cfg = _standby_config(tmp_path, serving.pid)
         consumer = Consumer([])
         consumer.committed = lambda parts, timeout=-1: [  # type: ignore[method-assign]
             TopicPartition(tp.topic, tp.partition, 40) for tp in parts
