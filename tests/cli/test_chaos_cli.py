@@ -448,10 +448,12 @@ def test_the_merger_is_listed_paused_and_resumed_then_killed(
     merger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         run = write_state(
-            tmp_path / "runs" / "r1", "r1", {0: {"driver_pid": sleeper.pid}}, merger=merger.pid
-        )
+            tmp_path / "runs" / "r1", "r1", {0: {"driver_pid": sleeper.pid}}, merger=merger.pid,
+            merger_standby=sleeper.pid,
+        )  # fmt: skip
         assert main(["chaos", "list", str(run)]) == 0
-        assert f"merger: pid {merger.pid}" in capsys.readouterr().out
+        # The serving merger is the one merger faults act on; its standby is listed beside it.
+        assert f"merger: pid {merger.pid}, standby pid {sleeper.pid}" in capsys.readouterr().out
         # A merger fault takes no replica.
         assert (
             main(["chaos", "inject", str(run), "pause-merger", "-r", "0", "--duration", "1s"]) != 0

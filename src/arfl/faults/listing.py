@@ -52,6 +52,15 @@ class TargetSummary:
     """The serving merger's pid (``kill-merger``, ``pause-merger``); None when it is not
     running."""
     merger_problem: str | None = None
+    merger_standby: int | None = None
+    """The standby merger's pid (``[merger] standby``); None: none runs."""
+
+
+def _alive(pid: int | None, create_time: float | None) -> int | None:
+    """``pid`` when it is still the process recorded, else None."""
+    if pid is None or same_process(pid, create_time, slack_s=1.0) is None:
+        return None
+    return pid
 
 
 def resolve_run_dir(run: str, runs_root: Path = Path("runs")) -> Path:
@@ -126,6 +135,14 @@ def summarize(target: LocalTarget) -> TargetSummary:
     return TargetSummary(
         merger=merger,
         merger_problem=merger_problem,
+        merger_standby=(
+            state.merger_standby_pid
+            if state.merger_standby_pid is not None
+            and same_process(
+                state.merger_standby_pid, state.merger_standby_create_time, slack_s=1.0
+            )
+            else None
+        ),
         run=state.run,
         run_dir=target.run_dir,
         mode=state.mode,

@@ -182,6 +182,7 @@ def write_state(
     mode: str = "active-leaderless",
     standbys: dict[int, int] | None = None,
     merger: int | None = None,
+    merger_standby: int | None = None,
 ) -> Path:
     """Write a ``state.json`` as deploy would (replica dicts: driver_pid, app_id, ...;
     ``standbys``: standby -> pid; ``merger``: the merger's pid).
@@ -211,6 +212,10 @@ def write_state(
             },
             "merger_pid": merger,
             "merger_create_time": psutil.Process(merger).create_time() if merger else None,
+            "merger_standby_pid": merger_standby,
+            "merger_standby_create_time": (
+                psutil.Process(merger_standby).create_time() if merger_standby else None
+            ),
         },
     ).write(run_dir)
     return run_dir

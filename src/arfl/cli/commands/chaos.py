@@ -358,7 +358,8 @@ def list_cmd(run: RunArg, as_json: JsonOpt = False, runs: RunsOpt = Path("runs")
     elif s.leader is not None:
         out.print(f"leader: replica {s.leader}")
     out.print(
-        f"merger: pid {s.merger}" if s.merger is not None else f"merger: {s.merger_problem}",
+        (f"merger: pid {s.merger}" if s.merger is not None else f"merger: {s.merger_problem}")
+        + (f", standby pid {s.merger_standby}" if s.merger_standby is not None else ""),
         highlight=False,
     )
 
