@@ -1,0 +1,116 @@
+"""What a merger kill costs, with and without a standby merger: the demo's pipeline
+(configs/clicks.toml), its fault replaced by a ``kill-merger``, ``[merger] standby`` 0 and 1
+alternating in one invocation.
+
+    .venv/bin/python bench/merger_takeover.py [--rounds 2] [--at 85s] [--runs /tmp/takeover]
+                                              [--out takeover.json]
+
+Per run it prints how the merger was replaced (``restart``: a new process from the commits and
+the sink's tail; ``standby``: the standby's take-over), the detection and the take-over
+(journal: ``merger-took-over`` or ``merger-recovered``), the merger's longest output gap, the
+report's verdict on the fault (window p99 against its bar), and the independent check's missing
+and duplicate results. The stack must be up (``arfl stack up``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from _common import Column, print_table, write_rows
+
+from arfl.configs.load import parse_spec
+from arfl.configs.spec import Spec
+from arfl.errors import ArflError
+from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.report.build import build_report
+from arfl.run.rundir import read_jsonl
+
+DEMO = Path(__file__).resolve().parent.parent / "configs" / "clicks.toml"
+
+
+def spec_for(standby: int, at: str) -> Spec:
+    """The demo's spec with one ``kill-merger`` at ``at`` and ``standby`` standby mergers."""
+    raw: dict[str, Any] = tomllib.loads(DEMO.read_text())
+    raw["name"] = f"takeover-s{standby}"
+    raw["chaos"] = [{"at": at, "fault": "kill-merger"}]
+    raw["merger"] = {**raw.get("merger", {}), "standby": standby}
+    return parse_spec(raw, "merger_takeover")
+
+
+def analyse(run_dir: Path) -> dict[str, Any]:
+    """The take-over, the gap, the verdict and the check of one run."""
+    journal = read_jsonl(run_dir / "journal.jsonl")
+    injected = next(e for e in journal if e["event"] == "fault-injected")
+    kill_t = float(injected["ended"])
+    took = next((e for e in journal if e["event"] == "merger-took-over"), None)
+    recovered = next((e for e in journal if e["event"] == "merger-recovered"), None)
+    died = next((e for e in journal if e["event"] == "merger-died"), None)
+    row: dict[str, Any] = {}
+    if took is not None:
+        row["detect_ms"] = (float(took["detected"]) - kill_t) * 1000
+        row["serving_ms"] = (float(took["detected"]) + float(took["took_s"]) - kill_t) * 1000
+    elif recovered is not None and died is not None:
+        row["detect_ms"] = (float(died["t"]) - kill_t) * 1000
+        row["serving_ms"] = (float(recovered["t"]) - kill_t) * 1000
+    merger = json.loads((run_dir / "merger.json").read_text())
+    check = json.loads((run_dir / "check.json").read_text())
+    (fault,) = build_report(run_dir).faults
+    row.update(
+        gap_ms=merger["longest_gap_ms"],
+        p99_ms=fault.p99_ms,
+        bar_ms=None if fault.steady_p99_ms is None else 1.1 * fault.steady_p99_ms,
+        masked=fault.masked,
+        verdict=fault.verdict,
+        missing=check.get("missing"),
+        duplicates=check.get("duplicates"),
+        results=merger["results"],
+    )
+    return row
+
+
+def _num(v: Any) -> float:
+    return float("nan") if v is None else float(v)
+
+
+COLUMNS = [
+    Column("detect ms", 10, ".0f", lambda r: _num(r.get("detect_ms"))),
+    Column("serving ms", 11, ".0f", lambda r: _num(r.get("serving_ms"))),
+    Column("gap ms", 8, ".0f", lambda r: _num(r.get("gap_ms"))),
+    Column("window p99", 11, ".1f", lambda r: _num(r.get("p99_ms"))),
+    Column("bar", 7, ".1f", lambda r: _num(r.get("bar_ms"))),
+    Column("masked", 7, "", lambda r: str(r.get("masked"))),
+    Column("missing", 8, "", lambda r: str(r.get("missing"))),
+    Column("dups", 5, "", lambda r: str(r.get("duplicates"))),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the variants, alternating, and print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--at", default="85s", help="when the merger is killed (from input start)")
+    ap.add_argument("--runs", type=Path, default=Path("/tmp/takeover"))
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    for rnd in range(args.rounds):
+        for standby in (0, 1):
+            name = f"{'standby' if standby else 'restart'} #{rnd + 1}"
+            print(f"--- {name}", file=sys.stderr, flush=True)
+            try:
+                res = deploy(spec_for(standby, args.at), None, DeployOptions(runs_root=args.runs))
+                rows.append({"variant": name, "run": str(res.run_dir), **analyse(res.run_dir)})
+            except (ArflError, OSError, StopIteration, ValueError) as e:
+                rows.append({"variant": name, "error": str(e)})
+            write_rows(args.out, rows)
+    print_table(rows, Column("merger kill", 12, "", lambda r: r["variant"], True), COLUMNS)
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
