@@ -249,6 +249,9 @@ class ResultReader:
                 "bootstrap.servers": bootstrap,
                 "group.id": f"arfl-test-{topic}-{time.time_ns()}",
                 "enable.auto.commit": False,
+                # arfl's sinks are read uncommitted (with a standby merger the final topic is
+                # transactional, and the transactions are its fence, not its delivery unit).
+                "isolation.level": "read_uncommitted",
             }
         )
         md = self._consumer.list_topics(topic, timeout=10)
