@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from arfl.errors import DeployError
 from arfl.measure.histogram import (
     IntervalHistogram,
     IntervalRecorder,
+    LatencyLogWriter,
     read_latency_log,
 )
 from arfl.measure.merger.core import MergeCore
@@ -302,3 +304,44 @@ def apply_counts(core: MergeCore, taken: Taken, monitor: Path) -> None:
     if taken.tail and core.gaps.last_output is None:
         # The gap across the take-over runs from the dead merger's last forward.
         core.gaps.last_output = max(r.timestamp_ms for r in taken.tail) / 1000.0
+
+
+class Past:
+    """The interval logs of the merger taken over from, read in a thread of their own."""
+
+    def __init__(self, hlog: Path, sent_hlog: Path) -> None:
+        self._logged: list[IntervalHistogram] = []
+        self._sent: list[IntervalHistogram] = []
+        self._thread = threading.Thread(target=self._read, args=(hlog, sent_hlog), daemon=True)
+        self._thread.start()
+
+    def _read(self, hlog: Path, sent_hlog: Path) -> None:
+        self._logged = logged(hlog)
+        self._sent = logged(sent_hlog)
+
+    def stitch(
+        self,
+        core: MergeCore,
+        taken: Taken,
+        start_s: float,
+        hlog: LatencyLogWriter,
+        sent_hlog: LatencyLogWriter,
+    ) -> None:
+        """Whole-run percentiles over both mergers' results, and one interval, up to this
+        merger's start, of the results the one before forwarded and never logged: every sink
+        record is a first copy, those beyond its last count were never logged."""
+        self._thread.join()
+        for past in self._logged:
+            core.recorder.cumulative.add(past.histogram)
+        for past in self._sent:
+            core.sent_recorder.cumulative.add(past.histogram)
+        if not self._logged or taken.counts is None:
+            return
+        lost, lost_sent = unlogged(
+            taken.tail, taken.counts.results, taken.sink_records, self._logged[-1].end_s, start_s
+        )
+        hlog.write(lost)
+        sent_hlog.write(lost_sent)
+        core.took_over(lost.count)
+        core.recorder.cumulative.add(lost.histogram)
+        core.sent_recorder.cumulative.add(lost_sent.histogram)
