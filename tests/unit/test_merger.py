@@ -834,11 +834,12 @@ def test_a_restarted_merger_reads_on_from_its_commits_and_forwards_nothing_twice
     assert final["results"] == 1 and first.commits  # positions committed once acknowledged
     logged = read_latency_log(tmp_path / "latency.hlog")
     died_ms = int(time.time() * 1000)  # 0:1 and 0:2 were forwarded after the last interval
-    tail = [recovery.SinkRecord(0, rec("0:0", now_ms), now_ms + 5)] + [
-        recovery.SinkRecord(0, rec(rid, died_ms), died_ms + 5 + i)
+    # Every sink record carries its number in the run (0:0 was the first).
+    tail = [recovery.SinkRecord(0, rec("0:0", now_ms), now_ms + 5, n=1)] + [
+        recovery.SinkRecord(0, rec(rid, died_ms), died_ms + 5 + i, n=2 + i)
         for i, rid in enumerate(["0:1", "0:2"])
     ]
-    monkeypatch.setattr(recovery, "sink_tail", lambda *a: (tail, len(tail)))
+    monkeypatch.setattr(recovery, "sink_tail", lambda *a: tail)
     again = FakeConsumer(
         [[FakeMessage(t0, b"0:2", rec("0:2", now_ms)), FakeMessage(t0, b"0:3", rec("0:3", 1))]],
         partitions=1,

@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
+from arfl.errors import DeployError
 from arfl.measure.merger import recovery
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import MergeCore
 from arfl.measure.merger.process import Merger
 from arfl.measure.merger.standby import Follower
 from arfl.run.records import replica_topic
-from arfl.run.rundir import Journal, read_jsonl
+from arfl.run.rundir import read_jsonl
 
 SINK = "out"
 
@@ -129,9 +130,8 @@ def _follower(tmp_path: Path, batches: list[list[Msg]], serving: int, lease_s: f
     )  # fmt: skip
     consumer = Consumer(batches)
     f = Follower(
-        cfg, consumer, Producer(), MergeCore(2, time.time()), Journal(tmp_path / "j.jsonl"),
-        stop=threading.Event(), owner_gone=lambda: False,
-        assign=lambda: consumer.assign([]), make_producer=Producer,
+        cfg, consumer, Producer(), MergeCore(2, time.time()), stop=threading.Event(),
+        owner_gone=lambda: False, assign=lambda: consumer.assign([]), make_producer=Producer,
     )  # fmt: skip
     return f
 
@@ -176,7 +176,7 @@ def test_the_standby_takes_over_at_once_when_the_serving_merger_dies(tmp_path: P
     f._read_to_end = lambda: None  # type: ignore[method-assign]
     taken = f.take_over(took)
     assert f.producer.calls == ["init_transactions"]  # the fence
-    assert list(f.owed) == ["0:1"] and taken.counts is None
+    assert list(f.owed) == ["0:1"] and taken.tail == []
 
 
 def test_a_late_serving_merger_is_killed_before_the_fence(tmp_path: Path) -> None:
@@ -222,8 +222,8 @@ def test_a_stopped_standby_writes_nothing(tmp_path: Path) -> None:
 def test_unlogged_results_are_those_numbered_after_the_last_count() -> None:
     now_ms = int(time.time() * 1000)
     tail = [recovery.SinkRecord(0, rec(f"0:{i}", now_ms - 50), now_ms, n=i) for i in range(1, 6)]
-    lost, _sent = recovery.unlogged(tail, 3, 999, now_ms / 1000 - 1, now_ms / 1000)
-    assert lost.count == 2  # numbers 4 and 5 (the offsets, 999, are not used)
+    lost, _sent = recovery.unlogged(tail, 3, now_ms / 1000 - 1, now_ms / 1000)
+    assert lost.count == 2  # numbers 4 and 5
 
 
 def test_sequence_header() -> None:
@@ -312,27 +312,22 @@ def test_a_standby_reads_the_replica_topics_on_from_the_committed_positions(
         serving.kill()
 
 
-def test_the_fence_asks_again_with_another_producer_at_once(tmp_path: Path) -> None:
+def test_the_fence_asks_again_with_another_producer_at_once() -> None:
     # librdkafka asks again only 500 ms after CONCURRENT_TRANSACTIONS: the next producer asks.
     from confluent_kafka import KafkaError, KafkaException
+
+    from arfl.measure.merger import transactions
 
     class Busy(Producer):
         def init_transactions(self, timeout: float = -1) -> None:
             self.calls.append("init_transactions")
             raise KafkaException(KafkaError(KafkaError.CONCURRENT_TRANSACTIONS, "busy"))
 
-    made: list[Producer] = []
-
-    def make() -> Producer:
-        made.append(Busy() if not made else Producer())
-        return made[-1]
-
-    f = _follower(tmp_path, [], serving=os.getpid(), lease_s=1.0)
-    f.producer, f._fencers = Busy(), [make(), make(), make()]
-    first = f.producer
-    assert f._fence() is made[1]
-    assert first.calls == made[0].calls == made[1].calls == ["init_transactions"]
-    assert made[2].calls == [] and f._fencers == []
+    tries = [Busy(), Busy(), Producer(), Producer()]
+    assert transactions.fence(tries, SINK, 5.0) is tries[2]  # type: ignore[arg-type]
+    assert [p.calls for p in tries] == [["init_transactions"]] * 3 + [[]]
+    with pytest.raises(DeployError, match="init_transactions"):
+        transactions.fence([Busy(), Busy()], SINK, 0.1)  # type: ignore[list-item]
 
 
 def test_no_lease_is_judged_before_the_serving_merger_forwarded_anything(tmp_path: Path) -> None:

@@ -3,10 +3,12 @@ subscribed) and the sink producer, with their settings."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
 from arfl.errors import DeployError
+from arfl.stack.clients import Producer
 
 
 class Consumer(Protocol):
@@ -57,30 +59,20 @@ class Consumer(Protocol):
         ...
 
 
-class SinkProducer(Protocol):
-    """The part of ``confluent_kafka.Producer`` the merger uses on the final topic."""
+class SinkProducer(Producer, Protocol):
+    """The part of ``confluent_kafka.Producer`` the merger uses on the final topic: headers
+    and transactions besides the injector's part."""
 
     def produce(
         self,
         topic: str,
         value: bytes | None = None,
         key: bytes | None = None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+        partition: int = ...,
         headers: list[tuple[str, bytes]] | None = None,
-        on_delivery: Any = None,
     ) -> None:
         """Queue one record (``BufferError`` when the local queue is full)."""
-        ...
-
-    def list_topics(self, topic: str | None = None, timeout: float = ...) -> Any:
-        """Cluster metadata."""
-        ...
-
-    def poll(self, timeout: float = ...) -> int:
-        """Serve delivery callbacks."""
-        ...
-
-    def flush(self, timeout: float = ...) -> int:
-        """Wait for outstanding deliveries; returns how many are still queued."""
         ...
 
     def init_transactions(self, timeout: float = ...) -> None:

@@ -191,6 +191,8 @@ class Merger:
         Returns:
             The final counts (also written to ``merger.json``).
         """
+        from confluent_kafka import KafkaException
+
         cfg = self.config
         paths = cfg.paths
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
@@ -247,7 +249,13 @@ class Merger:
         else:
             taken = self._take_over(core, journal, started)
             if cfg.transactional_id is not None:
-                transactions.fence(self._producer, cfg.sink, cfg.connect_timeout_s)
+                # A merger before this one left a transaction open: the next producer asks at
+                # once where one would wait 500 ms (transactions.fence).
+                n = transactions.FENCERS - 1 if taken.positions else 0
+                more = [self._new_producer() for _ in range(n)]
+                self._producer = transactions.fence(
+                    [self._producer, *more], cfg.sink, cfg.connect_timeout_s
+                )
                 self._producer.begin_transaction()
         resume = taken.counts is not None
         # The logs of the merger before this one are read beside the loop (a take-over's
@@ -366,7 +374,9 @@ class Merger:
                     self.stop_reason = reason
                     break
             stitch()
-        except Fenced as e:
+        except (Fenced, KafkaException) as e:
+            if isinstance(e, KafkaException) and not e.args[0].fatal():
+                raise
             # Another merger took over: anything written now would count a second twice.
             self.stop_reason = "fenced"
             journal.write(Event.MERGER_FENCED, message=f"fenced by the merger that took over: {e}")
@@ -464,7 +474,7 @@ class Merger:
             self._assign(journal, min(self.config.connect_timeout_s, 5.0))
 
         return Follower(
-            self.config, self._consumer, self._producer, core, journal,
+            self.config, self._consumer, self._producer, core,
             stop=self._stop, owner_gone=self._owner_gone, assign=assign,
             make_producer=self._new_producer,
         )  # fmt: skip
@@ -485,9 +495,7 @@ class Merger:
         if not taken.positions:
             return taken
         t0 = time.monotonic()
-        taken.tail, taken.sink_records = recovery.sink_tail(
-            cfg.bootstrap, cfg.sink, cfg.connect_timeout_s
-        )
+        taken.tail = recovery.sink_tail(cfg.bootstrap, cfg.sink, cfg.connect_timeout_s)
         taken.counts = recovery.last_counts(cfg.paths.monitor)
         for rec in taken.tail:
             with contextlib.suppress(BadRecord):
@@ -517,10 +525,8 @@ class Merger:
         """Forward result number ``n`` of the run (header :data:`recovery.SEQ_HEADER`).
 
         Raises:
-            Fenced: a newer merger took over (a transactional producer's fatal error).
+            KafkaException: fatal when a newer merger fenced this one (:meth:`run` stops).
         """
-        from confluent_kafka import KafkaException
-
         self._produced += 1
         headers = [(SEQ_HEADER, str(n).encode())]
         while True:
@@ -531,10 +537,6 @@ class Merger:
                 return
             except BufferError:
                 self._producer.poll(0.005)
-            except KafkaException as e:
-                if e.args[0].fatal():
-                    raise Fenced(str(e.args[0])) from e
-                raise
 
 
 # --------------------------------------------------------------------------- entry point

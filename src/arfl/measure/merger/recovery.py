@@ -80,8 +80,6 @@ class Taken:
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     """(replica topic, partition) -> the committed offset to read on from."""
     tail: list[SinkRecord] = field(default_factory=list)
-    sink_records: int = 0
-    """How many records the sink holds: every one a first copy (the sink is the run's own)."""
     counts: MonitorSnapshot | None = None
     """The previous incarnation's last monitor line (None: the first incarnation)."""
 
@@ -138,23 +136,21 @@ def _tail_consumer(bootstrap: str) -> Any:
     )
 
 
-def _starts(c: Any, sink: str, timeout_s: float) -> tuple[dict[int, int], dict[int, int], int]:
+def _starts(c: Any, sink: str, timeout_s: float) -> tuple[dict[int, int], dict[int, int]]:
     """(partition -> the offset :data:`LOOKBACK_S` before the newest record, partition -> its
-    end, the offsets below the ends) for the non-empty partitions."""
+    end) for the non-empty partitions."""
     from confluent_kafka import TopicPartition
 
     meta = c.list_topics(sink, timeout=timeout_s).topics.get(sink)
     parts = sorted(meta.partitions) if meta is not None and meta.partitions else []
-    total = 0
     ends: dict[int, int] = {}
     lows: dict[int, int] = {}
     for p in parts:
         low, high = c.get_watermark_offsets(TopicPartition(sink, p), timeout=timeout_s)
-        total += max(0, high - low)
         if high > low:
             ends[p], lows[p] = high, low
     if not ends:
-        return {}, {}, 0
+        return {}, {}
     # Each partition's last records, read in one go: the newest is when the merger before this
     # one forwarded last (a transactional sink's last offsets are markers: a few more).
     lasts = _read(
@@ -162,14 +158,13 @@ def _starts(c: Any, sink: str, timeout_s: float) -> tuple[dict[int, int], dict[i
         ends, timeout_s,
     )  # fmt: skip
     if not lasts:
-        return lows, ends, total
+        return lows, ends
     newest = max(r.timestamp_ms for r in lasts)
     since = newest - int(LOOKBACK_S * 1000)
     got = c.offsets_for_times([TopicPartition(sink, p, since) for p in ends], timeout=timeout_s)
     return (
         {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition] for tp in got},
         ends,
-        total,
     )
 
 
@@ -182,18 +177,17 @@ def sink_starts(bootstrap: str, sink: str, timeout_s: float) -> dict[int, int]:
         c.close()
 
 
-def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> tuple[list[SinkRecord], int]:
-    """The sink's records from :data:`LOOKBACK_S` before its newest one (empty when empty),
-    and how many offsets it holds in all (its records, unless it is transactional)."""
+def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> list[SinkRecord]:
+    """The sink's records from :data:`LOOKBACK_S` before its newest one (empty when empty)."""
     from confluent_kafka import TopicPartition
 
     c = _tail_consumer(bootstrap)
     try:
-        starts, ends, total = _starts(c, sink, timeout_s)
+        starts, ends = _starts(c, sink, timeout_s)
         if not ends:
-            return [], 0
+            return []
         assign = [TopicPartition(sink, p, off) for p, off in starts.items()]
-        return _read(c, assign, ends, timeout_s), total
+        return _read(c, assign, ends, timeout_s)
     finally:
         c.close()
 
@@ -267,19 +261,14 @@ def logged(path: Path) -> list[IntervalHistogram]:
 
 
 def unlogged(
-    tail: list[SinkRecord], counted: int, sink_records: int, since: float, until: float
+    tail: list[SinkRecord], counted: int, since: float, until: float
 ) -> tuple[IntervalHistogram, IntervalHistogram]:
     """The latencies of the sink records the merger before this one forwarded after its last
-    logged interval (``since``; ``counted`` results by then) and never logged: one interval up
-    to ``until``, the arrival being the sink record's timestamp. Records numbered
-    (:data:`SEQ_HEADER`) are those numbered above ``counted``; without numbers, the
-    newest ``sink_records - counted``."""
+    logged interval (``since``; ``counted`` results by then) and never logged, those numbered
+    (:data:`SEQ_HEADER`) above ``counted``: one interval up to ``until``, the arrival being the
+    sink record's timestamp."""
     intended, sent = IntervalRecorder(since), IntervalRecorder(since)
-    if tail and all(r.n is not None for r in tail):
-        newest = [r for r in tail if r.n is not None and r.n > counted]
-    else:
-        n = max(0, sink_records - counted)
-        newest = sorted(tail, key=lambda r: r.timestamp_ms)[max(0, len(tail) - n) :] if n else []
+    newest = [r for r in tail if r.n is not None and r.n > counted]
     for rec in newest:
         with contextlib.suppress(BadRecord):
             r = parse_result(rec.value)
@@ -338,7 +327,7 @@ class Past:
         if not self._logged or taken.counts is None:
             return
         lost, lost_sent = unlogged(
-            taken.tail, taken.counts.results, taken.sink_records, self._logged[-1].end_s, start_s
+            taken.tail, taken.counts.results, self._logged[-1].end_s, start_s
         )
         hlog.write(lost)
         sent_hlog.write(lost_sent)

@@ -14,8 +14,6 @@ reads up to them, and forwards exactly the results it saw that are not there.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import threading
 import time
 from collections import deque
@@ -23,24 +21,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 from arfl.errors import DeployError
-from arfl.measure.merger import recovery
+from arfl.measure.merger import recovery, transactions
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import MergeCore, Outcome
 from arfl.measure.merger.recovery import SinkRecord, Taken
-from arfl.processes import ProcessId, wait_until
+from arfl.processes import same_process, wait_until
 from arfl.run.records import BadRecord, parse_result
-from arfl.run.rundir import Journal
 
 LIVENESS_S = 0.02
 """How often the standby checks that the serving merger runs and pays what it owes."""
 SINK_SLACK = 2
 """Offsets of a final topic partition past the last record read that still count as its end:
 the marker of the transaction committed last, and one record in flight."""
-FENCERS = 4
-"""Transactional producers the standby keeps for the fence (:meth:`Follower._fence`)."""
-FENCE_TRY_S = 0.04
-"""How long each but the last may wait for its ``init_transactions``."""
 FENCE_TIMEOUT_S = 30.0
 """How long fencing (``init_transactions``) and reading the final topic to its end may take."""
 
@@ -65,9 +60,9 @@ class TakeOver:
     init_s: float = 0.0
     """From detection to the end of ``init_transactions`` (a kill before it included)."""
     fenced_s: float = 0.0
+    """From detection to the fence's end (the final topic read up to its end)."""
     took_s: float = 0.0
     """From detection to the last owed result produced."""
-    """From detection to the fence's end (the final topic read up to its end)."""
 
 
 class Follower:
@@ -79,7 +74,6 @@ class Follower:
         consumer: Any,
         producer: Any,
         core: MergeCore,
-        journal: Journal,
         *,
         stop: threading.Event,
         owner_gone: Callable[[], bool],
@@ -91,7 +85,6 @@ class Follower:
         consumer: the merger's consumer; it is given the final topic's partitions too.
         producer: the transactional sink producer (used to fence, then to serve).
         core: the merge state to keep current (its counts are the standby's own).
-        journal: the run's journal.
         stop: set to stop following.
         owner_gone: whether the deploy process is gone.
         assign: assign the replica topics (from the committed positions).
@@ -102,19 +95,17 @@ class Follower:
         self.consumer = consumer
         self.producer = producer
         self.core = core
-        self.journal = journal
         self._stop = stop
         self._owner_gone = owner_gone
         self._assign = assign
-        self._serving = ProcessId(config.serving_pid, config.serving_create_time or 0.0)
-        self._any_create_time = config.serving_create_time is None
+        self._serving = (config.serving_pid, config.serving_create_time)
         self.owed: dict[str, Owed] = {}
         """rid -> the copy to forward, oldest first (dicts keep insertion order)."""
         self.tail: deque[SinkRecord] = deque()
         """The final topic's records of the last :data:`recovery.LOOKBACK_S`."""
         self._topic_index = {t: i for i, t in enumerate(config.topics())}
         self._started_ms = 0
-        self._fencers: list[Any] = [make_producer() for _ in range(FENCERS - 1)]
+        self._fencers: list[Any] = [make_producer() for _ in range(transactions.FENCERS - 1)]
         """More transactional producers for :meth:`_fence`, connected ahead."""
         self._serving_seen: float | None = None
         """When the standby first read a record the serving merger forwarded after the
@@ -126,9 +117,7 @@ class Follower:
         """The take-over, once :meth:`take_over` ran."""
 
     def _serving_alive(self) -> bool:
-        if self._any_create_time:
-            return ProcessId.of(self._serving.pid) is not None
-        return self._serving.alive(slack_s=1.0)
+        return same_process(*self._serving, slack_s=1.0) is not None
 
     def _start(self, positions: dict[tuple[str, int], int]) -> None:
         """Assign the replica topics and the final topic: from the committed positions and
@@ -182,7 +171,7 @@ class Follower:
                     return TakeOver("lease", now)
             if now >= next_tick:
                 next_tick = now + 1.0
-                core.tick(now)  # expires the dedup's exact memory; the counts are not used
+                core.dedup.expire(now)
                 if self._owner_gone():
                     self.stop_reason = "orphaned"
                     return None
@@ -251,13 +240,14 @@ class Follower:
         Raises:
             DeployError: the fence or the read did not finish within :data:`FENCE_TIMEOUT_S`.
         """
-        pid = self._serving.pid
-        if cause.why == "lease" and self._serving_alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        serving = same_process(*self._serving, slack_s=1.0)
+        if cause.why == "lease" and serving is not None:
+            with contextlib.suppress(psutil.Error):
+                serving.kill()
             with contextlib.suppress(TimeoutError):
                 wait_until(lambda: not self._serving_alive(), timeout_s=5.0, interval_s=0.005)
-        self.producer = self._fence()
+        producers, self._fencers = [self.producer, *self._fencers], []
+        self.producer = transactions.fence(producers, self.config.sink, FENCE_TIMEOUT_S)
         cause.init_s = time.time() - cause.detected_at
         self._read_to_end()
         cause.fenced_s = time.time() - cause.detected_at
@@ -290,35 +280,6 @@ class Follower:
             self.took.took_s = time.time() - self.took.detected_at
         self.owed.clear()
         return forwarded
-
-    def _fence(self) -> Any:
-        """``init_transactions`` on the producers kept for it, one after the other, until one
-        succeeds (it is the one to serve with; the others are dropped before they ask again).
-
-        The first request makes the coordinator abort the old merger's open transaction and
-        answers CONCURRENT_TRANSACTIONS; librdkafka asks again only 500 ms later (a fixed
-        timer), while the abort takes a few milliseconds: a second producer asking
-        :data:`FENCE_TRY_S` later is answered at once (docs/benchmarks.md, "A standby
-        merger").
-
-        Raises:
-            DeployError: none was answered within :data:`FENCE_TIMEOUT_S`.
-        """
-        from confluent_kafka import KafkaException
-
-        tries, self._fencers = [self.producer, *self._fencers], []
-        deadline = time.monotonic() + FENCE_TIMEOUT_S
-        error: Exception | None = None
-        while tries:
-            p = tries.pop(0)
-            last = not tries
-            try:
-                p.init_transactions(max(0.0, deadline - time.monotonic()) if last else FENCE_TRY_S)
-            except KafkaException as e:
-                error = e
-                continue
-            return p
-        raise DeployError(f"merger: fencing the merger taken over from failed: {error}")
 
     def _read_to_end(self) -> None:
         """Read the final topic up to the high watermarks it has after the fence, then leave
