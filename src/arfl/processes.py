@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -209,6 +210,36 @@ def wait_gone(
     except TimeoutError:
         return running
     return []
+
+
+def await_exit(pid: int, create_time: float | None, stop: threading.Event) -> bool:
+    """Block until the recorded process ``pid`` exits (True) or ``stop`` is set (False).
+
+    A pidfd (Linux 5.3+) turns readable the moment the process exits, whoever its parent is
+    and whether or not it is reaped; elsewhere the process is polled every 5 ms. The pidfd is
+    opened before the identity is checked, so a pid reused later can never be waited on.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        if same_process(pid, create_time) is None:
+            return True
+        if fd is None:
+            while same_process(pid, create_time) is not None:
+                if stop.wait(0.005):
+                    return False
+            return True
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while not poller.poll(100):
+            if stop.is_set():
+                return False
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def kill_all(procs: Iterable[psutil.Process], wait_s: float = _KILL_WAIT_S) -> list[psutil.Process]:

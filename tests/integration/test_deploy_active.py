@@ -30,6 +30,7 @@ from deploy_checks import (
     windowed_spec,
 )
 
+from arfl.orchestrate import deploy as deploy_module
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.orchestrate.lag import threshold_s
 from arfl.replica.source.decisions import Decision
@@ -387,7 +388,7 @@ def test_nondeterministic_transform_is_caught_as_divergence(
 
 
 def test_per_record_leaderless_defaults_replica_killed_output_complete(
-    stack: StackInfo, tmp_path: Path
+    stack: StackInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A filter pipeline on the defaults: 500-ms agreed batches (one epoch), read by arfl's JVM
     # reader, and asynchronous progress tracking, so a restarted replica may replay batches its
@@ -407,6 +408,8 @@ def test_per_record_leaderless_defaults_replica_killed_output_complete(
         merger={"standby": 1},
     )
     assert spec.agreed_batch_interval == 0.5 and spec.replication.reader == "jvm"
+    # The next standby merger starts within the run, not 10 s after the take-over.
+    monkeypatch.setattr(deploy_module, "STANDBY_RESPAWN_S", 1.0)
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
     s = result.summary
     killed = _events(result, "fault-injected")[-1]

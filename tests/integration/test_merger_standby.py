@@ -5,6 +5,7 @@ their process entry points, two fake replicas writing the same results meanwhile
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import json
 import os
@@ -19,6 +20,7 @@ import pytest
 from confluent_kafka import Producer
 from test_injector_merger import _hlog_count, _result, _spawn, merger_topics
 
+from arfl.measure.merger import transactions
 from arfl.measure.merger.config import MergerConfig
 from arfl.processes import wait_until
 from arfl.run.records import replica_topic
@@ -165,3 +167,33 @@ def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_e
     assert sum(line["output_rate"] for line in read_jsonl(run_dir / "monitor.jsonl")) == expected
     events = [e["event"] for e in read_jsonl(run_dir / "journal.jsonl")]
     assert events.count("merger-took-over") == 2 and "merger-recovered" in events
+
+
+def test_the_producers_a_fence_refused_are_closed_before_they_would_ask_again(
+    stack: StackInfo, topic_name: str
+) -> None:
+    # A producer refused while the old transaction is aborted asks again after librdkafka's
+    # fixed 500 ms: alive then, it would fence the producer that won. The garbage collector
+    # is held off, so that nothing but the fence itself can close them in time.
+    sink = merger_topics(stack, topic_name)
+    conf = {"bootstrap.servers": stack.kafka, "transactional.id": f"t-{topic_name}",
+            "linger.ms": 1, "log_level": 0}  # fmt: skip
+    old = Producer(conf)
+    old.init_transactions(10)
+    old.begin_transaction()
+    for i in range(50):
+        old.produce(sink, b"x", partition=i % 2)
+    old.flush(10)
+    tries = [Producer(conf) for _ in range(transactions.FENCERS)]
+    for p in tries:
+        p.list_topics(sink, timeout=10)
+    gc.disable()
+    try:
+        winner = transactions.fence(tries, sink, 30.0)
+        del tries
+        time.sleep(1.5)  # every refused producer's retry is due by now
+        winner.begin_transaction()
+        winner.produce(sink, b"y", partition=0)
+        winner.commit_transaction(10)  # raises (fenced) if a refused producer asked again
+    finally:
+        gc.enable()

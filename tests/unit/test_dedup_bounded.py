@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arfl.measure.merger import core
-from arfl.measure.merger.core import DedupState
+from arfl.measure.merger.core import DedupState, MergeCore
 
 T0 = 1_700_000_000.0
 DT = 0.05
@@ -223,3 +223,15 @@ def test_a_replica_silent_for_long_holds_nothing() -> None:
 def test_exact_memory_must_last(recent_s: float) -> None:
     with pytest.raises(ValueError):
         DedupState(2, recent_s=recent_s)
+
+
+def test_the_loop_expires_in_small_steps_that_keep_pace_with_the_input() -> None:
+    c = MergeCore(2, T0)
+    for i in range(1000):
+        c.dedup.offer(f"0:{i}", 0, "h", T0 + i / 1000, None, 0)
+        c.dedup.offer(f"0:{i}", 1, "h", T0 + i / 1000, None, 0)
+    now = T0 + core.RECENT_S + 2  # all 1,000 may leave
+    assert c.dedup.expire(now, limit=10) == 10 and len(c.dedup) == 990
+    c.housekeep(now, arrived=5)  # twice what came in, and a little
+    assert len(c.dedup) == 990 - (2 * 5 + core.EXPIRE_SLACK)
+    assert c.dedup.expire(now) == 990 - 26 and len(c.dedup) == 0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from pathlib import Path
 
 import pytest
@@ -224,3 +226,50 @@ def test_jsonl_tail_from_end_reads_only_what_is_appended_later(tmp_path: Path) -
         f.write('}\n{"a": 3}\n')
     assert tail.read_new() == [{"a": 3}]  # the cut line is skipped, not misread
     assert JsonlTail(p).read_new() == [{"a": 1}, {"a": 2}, {"a": 3}]
+
+
+def test_a_log_tail_reads_whole_interval_lines_as_the_log_grows(tmp_path: Path) -> None:
+    path = tmp_path / "latency.hlog"
+    tail = H.LatencyLogTail(path)
+    assert tail.read() == []  # not written yet
+    written = _write_log(path)
+    assert [iv.count for iv in tail.read()] == [iv.count for iv in written]
+    assert tail.read() == []
+    # A line being written is left for the next read, then read whole.
+    r = H.IntervalRecorder(T0 + 4)
+    r.record_ms(7)
+    with H.LatencyLogWriter(tmp_path / "one.hlog", T0) as w:
+        w.write(r.roll(T0 + 5))
+    line = (tmp_path / "one.hlog").read_text().splitlines()[-1] + "\n"
+    with path.open("a") as f:
+        f.write(line[:20])
+    assert tail.read() == []
+    with path.open("a") as f:
+        f.write(line[20:])
+    (iv,) = tail.read()
+    assert iv.count == 1 and iv.start_s == pytest.approx(T0 + 4, abs=1e-3)
+    tail.close()
+
+
+def test_histograms_are_freed_by_their_last_reference_without_a_garbage_collection(
+    tmp_path: Path,
+) -> None:
+    # The merger runs with automatic collection off: a histogram in a reference cycle (hdrh's
+    # own, with its encoder) would stay until the process ends, ~190 KB a second.
+    path = tmp_path / "latency.hlog"
+    _write_log(path)
+    gc.disable()
+    try:
+        made = [
+            H.new_histogram(),
+            H.decode(H.encode(H.new_histogram())),
+            *H.LatencyLogTail(path).read(),
+        ]
+        made = [m.histogram if isinstance(m, H.IntervalHistogram) else m for m in made]
+        refs = [weakref.ref(h) for h in made]
+        made[0].add(made[1])  # the encoder still works through its weak reference
+        assert made[0].get_total_count() == 0
+        del made
+        assert [r() for r in refs] == [None] * len(refs)
+    finally:
+        gc.enable()

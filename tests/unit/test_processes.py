@@ -19,6 +19,7 @@ from arfl.processes import (
     ManagedProcess,
     ProcessId,
     Stopped,
+    await_exit,
     process_tree,
     same_process,
     stop_pid,
@@ -368,3 +369,31 @@ def test_a_process_id_finds_its_process_and_not_a_reused_pid() -> None:
 def test_wait_until_raises_the_callers_error_at_the_timeout() -> None:
     with pytest.raises(KeyError, match="gone"):
         wait_until(lambda: False, timeout_s=0.05, interval_s=0.01, error=lambda: KeyError("gone"))
+
+
+def test_await_exit_sees_a_process_end_at_once_or_returns_when_stopped() -> None:
+    stop = threading.Event()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ident = ProcessId.of(child.pid)
+        assert ident is not None
+        seen: list[float] = []
+        t = threading.Thread(
+            target=lambda: seen.append(
+                await_exit(child.pid, ident.create_time, stop) and time.time()
+            )
+        )
+        t.start()
+        time.sleep(0.3)
+        assert not seen  # still running
+        killed = time.time()
+        child.kill()  # not reaped: a zombie has exited all the same
+        t.join(timeout=5)
+        assert seen and seen[0] - killed < 0.1
+        assert await_exit(child.pid, ident.create_time, stop)  # gone already
+    finally:
+        child.kill()
+        child.wait()
+    # A stop ends the wait on a process that still runs (this one).
+    stop.set()
+    assert await_exit(os.getpid(), None, stop) is False

@@ -116,6 +116,10 @@ class Producer:
     def init_transactions(self, timeout: float = -1) -> None:
         self.calls.append("init_transactions")
 
+    def close(self) -> bool:
+        self.calls.append("close")
+        return True
+
 
 @pytest.fixture(autouse=True)
 def _no_end_reader(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -323,9 +327,14 @@ def test_the_fence_asks_again_with_another_producer_at_once() -> None:
             self.calls.append("init_transactions")
             raise KafkaException(KafkaError(KafkaError.CONCURRENT_TRANSACTIONS, "busy"))
 
-    tries = [Busy(), Busy(), Producer(), Producer()]
-    assert transactions.fence(tries, SINK, 5.0) is tries[2]  # type: ignore[arg-type]
-    assert [p.calls for p in tries] == [["init_transactions"]] * 3 + [[]]
+    # Four ask while the old transaction is aborted; then the four servers ask.
+    assert transactions.SERVERS == 4
+    tries = [Busy(), Busy(), Producer(), Producer(), Busy(), Producer(), Producer(), Producer()]
+    assert transactions.fence(tries, SINK, 5.0) is tries[5]  # type: ignore[arg-type]
+    asked, closed = ["init_transactions", "close"], ["close"]
+    # All but the server are closed: a refused one would ask again 500 ms later and fence it.
+    assert [p.calls for p in tries] == [asked, asked, asked, closed, asked, ["init_transactions"],
+                                        closed, closed]  # fmt: skip
     with pytest.raises(DeployError, match="init_transactions"):
         transactions.fence([Busy(), Busy()], SINK, 0.1)  # type: ignore[list-item]
 
@@ -354,3 +363,19 @@ def test_the_report_times_a_merger_kill_from_the_standbys_take_over() -> None:
     without = [e for e in journal if e["event"] != "merger-took-over"]
     (g,) = journaled_faults(without)
     assert g.detect_s == pytest.approx(0.40) and g.restored_s is None  # no merger took over
+
+
+def test_a_following_standby_keeps_no_trail_of_what_both_replicas_delivered(
+    tmp_path: Path,
+) -> None:
+    # Its merge core never ticks; were the replicas' trails not trimmed each second, they
+    # would hold every result of the follow, and the first tick after a take-over would walk
+    # them all at once.
+    batches = [
+        [r0(f"0:{i}"), r1(f"0:{i}"), Msg(SINK, rec(f"0:{i}", 1), offset=i)] for i in range(50)
+    ]
+    f = _follower(tmp_path, batches, serving=os.getpid(), lease_s=30.0)
+    threading.Timer(1.5, f._stop.set).start()
+    assert f.follow({}) is None
+    assert f.core.duplicates == 50 and not f.owed
+    assert all(len(trail) == 0 for trail in f.core.dedup._owed.values())

@@ -19,6 +19,7 @@ import bisect
 import itertools
 import math
 import os
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,9 +42,17 @@ DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
 _US_PER_MS = 1000.0
 
 
+def acyclic(histogram: Any) -> Any:
+    """``histogram``, freed by its last reference going away: hdrh's histogram and its encoder
+    refer to each other, so that each histogram (~190 KB) otherwise waits for a full garbage
+    collection, which the merger does not run (``arfl.measure.merger.process.main``)."""
+    histogram.encoder.histogram = weakref.proxy(histogram)
+    return histogram
+
+
 def new_histogram() -> Any:
     """An empty latency histogram (microseconds, 1 us .. 1 h, 3 significant digits)."""
-    return HdrHistogram(LOWEST_TRACKABLE_US, HIGHEST_TRACKABLE_US, SIGNIFICANT_DIGITS)
+    return acyclic(HdrHistogram(LOWEST_TRACKABLE_US, HIGHEST_TRACKABLE_US, SIGNIFICANT_DIGITS))
 
 
 def record_ms(histogram: Any, latency_ms: float) -> None:
@@ -268,11 +277,72 @@ def iter_latency_log(path: Path) -> Iterator[IntervalHistogram]:
                 raise ReportError(f"latency log {path}: unreadable interval line: {e}") from e
             if hist is None:
                 return
+            acyclic(hist)
             start = hist.get_start_time_stamp() / 1000.0
             end = hist.get_end_time_stamp() / 1000.0
             yield IntervalHistogram(start, end, hist)
     finally:
         reader.close()
+
+
+class _WholeLines:
+    """A log file for hdrh's reader that hands out whole lines only: a line still being
+    written is left for a later read."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115
+
+    def readline(self) -> str:
+        pos = self._file.tell()
+        line = self._file.readline()
+        if not line.endswith(b"\n"):
+            self._file.seek(pos)
+            return ""
+        return line.decode("utf-8")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class LatencyLogTail:
+    """An interval log read as it grows: each :meth:`read` returns the intervals written, in
+    whole lines, since the one before."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._reader: HistogramLogReader | None = None
+
+    def read(self) -> list[IntervalHistogram]:
+        """The new intervals (none while the file does not exist).
+
+        Raises:
+            ReportError: a line is not a valid interval.
+        """
+        if self._reader is None:
+            if not self.path.exists():
+                return []
+            self._reader = HistogramLogReader(str(self.path), new_histogram())
+            self._reader.input_file.close()
+            self._reader.input_file = _WholeLines(self.path)
+        out: list[IntervalHistogram] = []
+        while True:
+            try:
+                hist = self._reader.get_next_interval_histogram()
+            except (ValueError, TypeError) as e:
+                raise ReportError(f"latency log {self.path}: unreadable interval line: {e}") from e
+            if hist is None:
+                return out
+            acyclic(hist)
+            out.append(
+                IntervalHistogram(
+                    hist.get_start_time_stamp() / 1000.0, hist.get_end_time_stamp() / 1000.0, hist
+                )
+            )
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._reader is not None:
+            self._reader.close()
 
 
 def read_latency_log(path: Path) -> list[IntervalHistogram]:
@@ -301,4 +371,4 @@ def encode(histogram: Any) -> str:
 
 def decode(payload: str) -> Any:
     """Inverse of :func:`encode`."""
-    return HdrHistogram.decode(payload.encode("ascii"))
+    return acyclic(HdrHistogram.decode(payload.encode("ascii")))

@@ -36,6 +36,8 @@ replica that was given up must not make the memory grow for the rest of the run)
 WINDOW_DISORDER_MS = 60_000
 """How far back of its newest window end (event time) a replica may still emit a window in one
 output partition: within one batch, windows come out in no particular order."""
+EXPIRE_SLACK = 16
+"""Ids :meth:`MergeCore.housekeep` may expire beyond twice the copies just read."""
 OWED_MAX_S = 600.0
 """How far back a replica's trail is followed; one that owes older results trails by at
 least this much (the memory of what it owes stays bounded while it is down)."""
@@ -219,9 +221,9 @@ class DedupState:
         elif rid not in self._recent:
             self._recent[rid] = (arrival_s, -1, content_hash, key)
 
-    def expire(self, now_s: float) -> int:
+    def expire(self, now_s: float, limit: int | None = None) -> int:
         """Move ids older than ``recent_s`` that every active replica is past out of exact
-        memory into their channels' floors.
+        memory into their channels' floors, at most ``limit`` of them (None: all).
 
         Returns:
             How many left exact memory.
@@ -230,7 +232,7 @@ class DedupState:
         active = [r for r, t in self._last.items() if t >= now_s - ACTIVE_S]
         recent = self._recent
         n = 0
-        while recent:
+        while recent and (limit is None or n < limit):
             rid, (arrived, _, _, key) = next(iter(recent.items()))
             if arrived >= cutoff or not self._all_past(active, key):
                 break
@@ -489,6 +491,18 @@ class MergeCore:
         current interval's output (its monitor line), as the sink has them."""
         self.results += forwarded
         self._second.first += forwarded
+
+    def housekeep(self, now_s: float, arrived: int) -> None:
+        """Expire from the dedup's exact memory a little more than ``arrived`` (the copies
+        just read), so that its memory keeps pace with the input in small steps: a second's
+        worth at once (~1,000 ids at 1,000 results/s) stalled the loop 5-10 ms at every tick
+        (docs/benchmarks.md)."""
+        self.dedup.expire(now_s, limit=2 * arrived + EXPIRE_SLACK)
+
+    def keep_trails(self, now_s: float) -> None:
+        """Drop from each replica's trail what it delivered since (:meth:`tick` does it too):
+        a standby merger, which never ticks, would keep every result of its follow there."""
+        self._replica_lines(now_s)
 
     def tick(self, now_s: float) -> Tick:
         """Close the current interval at ``now_s``.

@@ -91,6 +91,10 @@ class SinkProducer(Producer, Protocol):
         """Abort the open transaction."""
         ...
 
+    def close(self) -> bool:
+        """Shut the producer down now (its pending requests with it)."""
+        ...
+
 
 def consumer_config(
     bootstrap: str, group_id: str, fetch_wait_ms: int = MERGER_FETCH_WAIT_MS

@@ -5,6 +5,7 @@ arfl.measure.merger``."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import sys
@@ -258,10 +259,17 @@ class Merger:
                 )
                 self._producer.begin_transaction()
         resume = taken.counts is not None
-        # The logs of the merger before this one are read beside the loop (a take-over's
-        # results flow meanwhile: reading them first stalled the output ~0.3 s,
-        # docs/benchmarks.md) and stitched in before the first interval is written.
-        past = recovery.Past(paths.hlog, cfg.run_dir / SENT_HLOG) if resume else None
+        # The logs of the merger before this one were read by the standby as they grew, or
+        # are read beside the loop (a take-over's results flow meanwhile: reading them first
+        # stalled the output ~0.3 s, docs/benchmarks.md); stitched in before the first
+        # interval is written.
+        past = None
+        if resume:
+            past = (
+                follower.past
+                if follower is not None
+                else recovery.Past(paths.hlog, paths.hlog_sent, thread=True)
+            )
         hlog = LatencyLogWriter(
             paths.hlog, start_s,
             comment=f"arfl merger: end-to-end latency (us) of first copies from their intended "
@@ -337,9 +345,10 @@ class Merger:
                                 message=f"more than {MAX_JOURNALED_DIVERGENCES} divergent "
                                 "copies; only counting from now on (see merger.json)",
                             )
+                now = time.time()
                 if msgs:
                     producer.poll(0)
-                now = time.time()
+                    core.housekeep(now, len(msgs))
                 if now >= next_frontier and core.frontier.changed:
                     next_frontier = now + frontier_file.WRITE_INTERVAL_S
                     core.frontier.changed = False
@@ -355,6 +364,7 @@ class Merger:
                         next_tick += INTERVAL_S
                     monitor.flush()
                     self._commit()
+                    gc.collect(1)
                     if self._unassigned:
                         self._assign(None, 0.5)
                 if now >= next_owner_check:
@@ -561,6 +571,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return merger
     cfg = merger.config
     stop_on_termination(merger.stop)
+    # Python's full collections walk the dedup's memory (a minute of results) with the loop
+    # stopped: 70-190 ms, every few seconds to minutes (docs/benchmarks.md). The loop collects
+    # the young generations at each tick instead; it makes no lasting cycles.
+    gc.disable()
     try:
         final = merger.run()
     except DeployError as e:  # e.g. what a merger before it left cannot be read

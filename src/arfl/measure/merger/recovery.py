@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arfl.errors import DeployError
+from arfl.errors import DeployError, ReportError
 from arfl.measure.histogram import (
     IntervalHistogram,
     IntervalRecorder,
+    LatencyLogTail,
     LatencyLogWriter,
-    read_latency_log,
+    new_histogram,
 )
 from arfl.measure.merger.core import MergeCore
 from arfl.run.records import BadRecord, parse_result
@@ -252,14 +253,6 @@ def first_output(monitor: Path) -> float | None:
     return None
 
 
-def logged(path: Path) -> list[IntervalHistogram]:
-    """The intervals a merger before this one logged (none when unreadable)."""
-    try:
-        return read_latency_log(path) if path.exists() else []
-    except Exception:  # a log torn by the kill: the reader's own errors vary
-        return []
-
-
 def unlogged(
     tail: list[SinkRecord], counted: int, since: float, until: float
 ) -> tuple[IntervalHistogram, IntervalHistogram]:
@@ -296,17 +289,38 @@ def apply_counts(core: MergeCore, taken: Taken, monitor: Path) -> None:
 
 
 class Past:
-    """The interval logs of the merger taken over from, read in a thread of their own."""
+    """The interval logs of the merger taken over from, added up as they are read: beside the
+    loop (a restarted merger, ``thread``) or while they grow (a standby calls :meth:`read` once
+    a second while it follows), so that a take-over decodes at most the last interval or two
+    (decoding a whole run's logs at once stalled the output, docs/benchmarks.md)."""
 
-    def __init__(self, hlog: Path, sent_hlog: Path) -> None:
-        self._logged: list[IntervalHistogram] = []
-        self._sent: list[IntervalHistogram] = []
-        self._thread = threading.Thread(target=self._read, args=(hlog, sent_hlog), daemon=True)
-        self._thread.start()
+    def __init__(self, hlog: Path, sent_hlog: Path, *, thread: bool = False) -> None:
+        self._tails = (LatencyLogTail(hlog), LatencyLogTail(sent_hlog))
+        self._sums = (new_histogram(), new_histogram())
+        self._last_end_s: float | None = None
+        self._broken = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        if thread:
+            self._thread = threading.Thread(target=self.read, daemon=True)
+            self._thread.start()
 
-    def _read(self, hlog: Path, sent_hlog: Path) -> None:
-        self._logged = logged(hlog)
-        self._sent = logged(sent_hlog)
+    def read(self) -> None:
+        """Add the intervals logged since the last read (a log torn or unreadable: the rest of
+        it is not read)."""
+        with self._lock:
+            if self._broken:
+                return
+            for i, (tail, total) in enumerate(zip(self._tails, self._sums, strict=True)):
+                try:
+                    intervals = tail.read()
+                except ReportError:
+                    self._broken = True
+                    return
+                for iv in intervals:
+                    total.add(iv.histogram)
+                    if i == 0:
+                        self._last_end_s = iv.end_s
 
     def stitch(
         self,
@@ -319,16 +333,16 @@ class Past:
         """Whole-run percentiles over both mergers' results, and one interval, up to this
         merger's start, of the results the one before forwarded and never logged: every sink
         record is a first copy, those beyond its last count were never logged."""
-        self._thread.join()
-        for past in self._logged:
-            core.recorder.cumulative.add(past.histogram)
-        for past in self._sent:
-            core.sent_recorder.cumulative.add(past.histogram)
-        if not self._logged or taken.counts is None:
+        if self._thread is not None:
+            self._thread.join()
+        self.read()
+        for tail in self._tails:
+            tail.close()
+        core.recorder.cumulative.add(self._sums[0])
+        core.sent_recorder.cumulative.add(self._sums[1])
+        if self._last_end_s is None or taken.counts is None:
             return
-        lost, lost_sent = unlogged(
-            taken.tail, taken.counts.results, self._logged[-1].end_s, start_s
-        )
+        lost, lost_sent = unlogged(taken.tail, taken.counts.results, self._last_end_s, start_s)
         hlog.write(lost)
         sent_hlog.write(lost_sent)
         core.took_over(lost.count)

@@ -9,11 +9,17 @@ standby's ``init_transactions`` bumps the producer epoch, aborts the old merger'
 transaction and makes the broker refuse anything it still sends. After that, every record the
 old merger will ever have appended is below the final topic's high watermarks: the standby
 reads up to them, and forwards exactly the results it saw that are not there.
+
+Every millisecond of a take-over is a result late, so a thread waits on the serving merger's
+exit (a pidfd: no polling delay) and fences at once, while the loop goes on reading what the
+replicas send: the fence (10-60 ms) overlaps the reading instead of following it
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
 from collections import deque
@@ -28,11 +34,12 @@ from arfl.measure.merger import recovery, transactions
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import MergeCore, Outcome
 from arfl.measure.merger.recovery import SinkRecord, Taken
-from arfl.processes import same_process, wait_until
+from arfl.processes import await_exit, same_process, wait_until
 from arfl.run.records import BadRecord, parse_result
 
 LIVENESS_S = 0.02
-"""How often the standby checks that the serving merger runs and pays what it owes."""
+"""How often the standby checks that the serving merger pays what it owes (its exit is seen
+at once, :func:`arfl.processes.await_exit`)."""
 SINK_SLACK = 2
 """Offsets of a final topic partition past the last record read that still count as its end:
 the marker of the transaction committed last, and one record in flight."""
@@ -115,9 +122,30 @@ class Follower:
         self.stop_reason: str | None = None
         self.took: TakeOver | None = None
         """The take-over, once :meth:`take_over` ran."""
+        self._gone_at: float | None = None
+        """When the serving merger's exit was seen."""
+        self._gone = threading.Event()
+        self._fenced = threading.Event()
+        self._fence_error: Exception | None = None
+        self._watch = threading.Thread(target=self._watch_serving, daemon=True)
+        self.past = recovery.Past(config.paths.hlog, config.paths.hlog_sent)
+        """The serving merger's interval logs, read as they grow (stitched in after a
+        take-over)."""
 
-    def _serving_alive(self) -> bool:
-        return same_process(*self._serving, slack_s=1.0) is not None
+    def _watch_serving(self) -> None:
+        """Wait for the serving merger's exit, then fence at once (unless stopped)."""
+        pid, create_time = self._serving
+        if not await_exit(pid, create_time, self._stop) or self._stop.is_set():
+            return  # stopped: deploy stops the standby before the serving merger
+        self._gone_at = time.time()
+        self._gone.set()
+        try:
+            producers, self._fencers = [self.producer, *self._fencers], []
+            self.producer = transactions.fence(producers, self.config.sink, FENCE_TIMEOUT_S)
+        except Exception as e:  # raised by take_over, in the merger's thread
+            self._fence_error = e
+        finally:
+            self._fenced.set()
 
     def _start(self, positions: dict[tuple[str, int], int]) -> None:
         """Assign the replica topics and the final topic: from the committed positions and
@@ -153,17 +181,19 @@ class Follower:
         """
         self._started_ms = int(time.time() * 1000)
         self._start(positions)
+        self._watch.start()
         cfg, core = self.config, self.core
         next_check = 0.0
         next_tick = time.time() + 1.0
         while True:
             self._consume()
+            if self._gone.is_set():
+                assert self._gone_at is not None
+                return TakeOver("died", self._gone_at)
             now = time.time()
             if now < next_check:
                 continue
             next_check = now + LIVENESS_S
-            if not self._serving_alive():
-                return TakeOver("died", now)
             if self.owed and self._serving_seen is not None:
                 # A result seen before the serving merger was seen forwarding is owed from then.
                 since = max(next(iter(self.owed.values())).arrival, self._serving_seen)
@@ -172,6 +202,9 @@ class Follower:
             if now >= next_tick:
                 next_tick = now + 1.0
                 core.dedup.expire(now)
+                core.keep_trails(now)
+                self.past.read()
+                gc.collect(1)  # automatic collection is off in a merger (Merger.run)
                 if self._owner_gone():
                     self.stop_reason = "orphaned"
                     return None
@@ -244,10 +277,18 @@ class Follower:
         if cause.why == "lease" and serving is not None:
             with contextlib.suppress(psutil.Error):
                 serving.kill()
-            with contextlib.suppress(TimeoutError):
-                wait_until(lambda: not self._serving_alive(), timeout_s=5.0, interval_s=0.005)
-        producers, self._fencers = [self.producer, *self._fencers], []
-        self.producer = transactions.fence(producers, self.config.sink, FENCE_TIMEOUT_S)
+        # The watch fences once the serving merger is gone; what the replicas send meanwhile
+        # is read, and owed.
+        deadline = time.time() + FENCE_TIMEOUT_S
+        while not self._fenced.is_set():
+            if time.time() > deadline:
+                raise DeployError(
+                    f"merger: the serving merger (pid {self._serving[0]}) did not exit, or the "
+                    f"fence did not finish, within {FENCE_TIMEOUT_S:.0f}s"
+                )
+            self._consume()
+        if self._fence_error is not None:
+            raise self._fence_error
         cause.init_s = time.time() - cause.detected_at
         self._read_to_end()
         cause.fenced_s = time.time() - cause.detected_at

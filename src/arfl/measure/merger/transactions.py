@@ -4,15 +4,21 @@ a merger taken over from (docs/design.md, "A standby merger")."""
 from __future__ import annotations
 
 import time
+import warnings
 
 from arfl.errors import DeployError
 from arfl.measure.merger.kafka import SinkProducer
 
-FENCERS = 4
-"""Producers a fence may try (:func:`fence`): one refused while the abort runs is not enough
-(docs/benchmarks.md)."""
-TRY_S = 0.04
-"""How long each producer but the last may wait for its ``init_transactions``."""
+FENCERS = 12
+"""Producers a fence uses (:func:`fence`). Twelve idle producers cost ~9 MB and ~0.002 cores."""
+SERVERS = 4
+"""Of the :data:`FENCERS`, those that ask once the old transaction is aborted (one serves)."""
+TRY_S = 0.005
+"""How long each producer that asks while the old transaction is aborted may wait: the first
+to ask after the abort (~5-50 ms, docs/benchmarks.md) is answered within milliseconds."""
+SERVE_TRY_S = 0.02
+"""How long each server may wait: long enough for a refusal to come back, so that no request
+of a closed server can still be on its way when the next one is answered."""
 COMMIT_TIMEOUT_S = 10.0
 """How long committing a transaction may take (once a tick)."""
 
@@ -22,32 +28,59 @@ class Fenced(Exception):
 
 
 def fence(producers: list[SinkProducer], sink: str, timeout_s: float) -> SinkProducer:
-    """``init_transactions`` on ``producers`` (the same ``transactional.id``), one after the
-    other, until one succeeds: from then on the merger before this one, if any, is fenced (its
-    open transaction aborted, its epoch refused). Returns the producer to serve with; drop the
-    others before they ask again (they would fence it).
+    """Take the ``transactional.id`` that ``producers`` share (none asked yet): from then on
+    the merger before this one, if any, is fenced (its open transaction aborted, its epoch
+    refused). Returns the producer to serve with; the others are closed.
 
-    The first request makes the coordinator abort the old merger's open transaction and is
-    answered CONCURRENT_TRANSACTIONS; librdkafka asks again only after a fixed 500 ms, while
-    the abort takes milliseconds: the next producer, asking at once, is answered
-    (docs/benchmarks.md, "A standby merger takes over a killed one").
+    The first ``init_transactions`` makes the coordinator abort the old merger's open
+    transaction and is answered CONCURRENT_TRANSACTIONS, and librdkafka asks again only after a
+    fixed 500 ms, while the abort takes milliseconds. So all producers but the last
+    :data:`SERVERS` ask :data:`TRY_S` apart until one is answered: the abort is over then. They
+    are closed (before their 500 ms are up: a refused one would ask again and fence the
+    winner), and the servers ask :data:`SERVE_TRY_S` apart; the one answered serves. Measured
+    in docs/benchmarks.md, "A standby merger takes over a killed one".
 
     Raises:
-        DeployError: none was answered within ``timeout_s``.
+        DeployError: no answer within ``timeout_s``.
     """
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + timeout_s
-    error: Exception | None = None
-    for i, p in enumerate(producers):
-        last = i == len(producers) - 1
+
+    def ask(p: SinkProducer, wait_s: float) -> str:
         try:
-            p.init_transactions(max(0.0, deadline - time.monotonic()) if last else TRY_S)
+            p.init_transactions(max(0.0, min(wait_s, deadline - time.monotonic())))
         except KafkaException as e:
-            error = e
-            continue
-        return p
-    raise DeployError(f"merger: init_transactions on {sink}: {error}")
+            return str(e)  # a message, not the exception: its traceback would keep p alive
+        return ""
+
+    def race(asking: list[SinkProducer], try_s: float) -> tuple[SinkProducer | None, str]:
+        """The first of ``asking`` to be answered, each asking ``try_s`` after the one before
+        (the last until the deadline); the others are closed."""
+        winner: SinkProducer | None = None
+        error = ""
+        for i, p in enumerate(asking):
+            error = ask(p, try_s if i < len(asking) - 1 else timeout_s)
+            if not error:
+                winner = p
+                break
+        with warnings.catch_warnings():  # "abort_transaction failed during close": none open
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for p in asking:
+                if p is not winner:
+                    p.close()
+        asking.clear()
+        return winner, error
+
+    racers, servers = producers[:-SERVERS], producers[-SERVERS:]
+    if racers:
+        first, _ = race(racers, TRY_S)
+        if first is not None:
+            first.close()
+    server, error = race(servers, SERVE_TRY_S)
+    if server is None:
+        raise DeployError(f"merger: init_transactions on {sink}: {error}")
+    return server
 
 
 def commit(producer: SinkProducer, begin: bool = True) -> None:
