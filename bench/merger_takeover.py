@@ -9,12 +9,16 @@ Per run it prints how the merger was replaced (``restart``: a new process from t
 the sink's tail; ``standby``: the standby's take-over), the detection and the take-over
 (journal: ``merger-took-over`` or ``merger-recovered``), the merger's longest output gap, the
 report's verdict on the fault (window p99 against its bar), and the independent check's missing
-and duplicate results. The stack must be up (``arfl stack up``).
+and duplicate results, and the final topic's gaps around the kill (``gaps``: each pause of
+more than :data:`GAP_MS` between consecutive sink records' timestamps from 2 s before the kill
+to 15 s after it, as ``<start after the kill>+<length>`` in ms: where a take-over's time goes,
+and whether the output stalls again after it). The stack must be up (``arfl stack up``).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tomllib
@@ -29,6 +33,10 @@ from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.report.build import build_report
 from arfl.run.rundir import read_jsonl
+from arfl.stack.topics import read_to_end
+
+GAP_MS = 25
+"""The shortest pause between two sink records listed in ``gaps``."""
 
 DEMO = Path(__file__).resolve().parent.parent / "configs" / "clicks.toml"
 
@@ -40,6 +48,19 @@ def spec_for(standby: int, at: str) -> Spec:
     raw["chaos"] = [{"at": at, "fault": "kill-merger"}]
     raw["merger"] = {**raw.get("merger", {}), "standby": standby}
     return parse_spec(raw, "merger_takeover")
+
+
+def sink_gaps(run_dir: Path, kill_t: float) -> str:
+    """The final topic's pauses near the kill (see the module docstring)."""
+    cfg = json.loads((run_dir / "config" / "merger.json").read_text())
+    msgs = read_to_end(
+        cfg["bootstrap"], cfg["sink"], error=ArflError, missing_hint="", unreachable_hint="",
+        timeout_s=30.0,
+    )  # fmt: skip
+    kill_ms = kill_t * 1000
+    ts = sorted(t for m in msgs if kill_ms - 2000 <= (t := m.timestamp()[1]) <= kill_ms + 15000)
+    gaps = [f"{a - kill_ms:+.0f}+{b - a}" for a, b in itertools.pairwise(ts) if b - a > GAP_MS]
+    return " ".join(gaps) or "-"
 
 
 def analyse(run_dir: Path) -> dict[str, Any]:
@@ -69,6 +90,7 @@ def analyse(run_dir: Path) -> dict[str, Any]:
         missing=check.get("missing"),
         duplicates=check.get("duplicates"),
         results=merger["results"],
+        gaps=sink_gaps(run_dir, kill_t),
     )
     return row
 
@@ -86,6 +108,7 @@ COLUMNS = [
     Column("masked", 7, "", lambda r: str(r.get("masked"))),
     Column("missing", 8, "", lambda r: str(r.get("missing"))),
     Column("dups", 5, "", lambda r: str(r.get("duplicates"))),
+    Column("gaps", 30, "", lambda r: str(r.get("gaps"))),
 ]
 
 
@@ -96,10 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--at", default="85s", help="when the merger is killed (from input start)")
     ap.add_argument("--runs", type=Path, default=Path("/tmp/takeover"))
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--standby", default="0,1", help="the [merger] standby values to alternate (0,1; 1)"
+    )
     args = ap.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for rnd in range(args.rounds):
-        for standby in (0, 1):
+        for standby in [int(v) for v in args.standby.split(",")]:
             name = f"{'standby' if standby else 'restart'} #{rnd + 1}"
             print(f"--- {name}", file=sys.stderr, flush=True)
             try:
