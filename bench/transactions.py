@@ -1,8 +1,8 @@
 """What the final topic's transactions cost a merger with a standby: the fence's
-``init_transactions`` against a dead merger's open transaction, with one producer and with a
-the merger's :data:`~arfl.measure.merger.transactions.FENCERS`, each asking after the one
-before is refused (:func:`arfl.measure.merger.transactions.fence`),
-and the per-tick commit at 1,000 records/s. The stack must be up (``arfl stack up``).
+``init_transactions`` against a dead merger's open transaction, with one producer and with the
+merger's :data:`~arfl.measure.merger.transactions.FENCERS` (:func:`arfl.measure.merger.
+transactions.fence`: some ask 5 ms apart until the abort is over, then the servers), and the
+per-tick commit at 1,000 records/s. The stack must be up (``arfl stack up``).
 
     .venv/bin/python bench/transactions.py [--bootstrap 127.0.0.1:9092] [--rounds 3]
 """

@@ -258,7 +258,8 @@ def _base_time_s(path: Path) -> float | None:
 
 
 def iter_latency_log(path: Path) -> Iterator[IntervalHistogram]:
-    """Read an interval log with hdrh's ``HistogramLogReader``.
+    """Read an interval log with hdrh's ``HistogramLogReader`` (:class:`LatencyLogTail`: a
+    last line without its newline, torn by a kill, is left out).
 
     Yields:
         Intervals in file order with absolute epoch-second start/end times.
@@ -268,21 +269,11 @@ def iter_latency_log(path: Path) -> Iterator[IntervalHistogram]:
     """
     if not path.exists():
         raise ReportError(f"latency log {path} not found; was the merger running for this run?")
-    reader = HistogramLogReader(str(path), new_histogram())
+    tail = LatencyLogTail(path)
     try:
-        while True:
-            try:
-                hist = reader.get_next_interval_histogram()
-            except (ValueError, TypeError) as e:
-                raise ReportError(f"latency log {path}: unreadable interval line: {e}") from e
-            if hist is None:
-                return
-            acyclic(hist)
-            start = hist.get_start_time_stamp() / 1000.0
-            end = hist.get_end_time_stamp() / 1000.0
-            yield IntervalHistogram(start, end, hist)
+        yield from tail.read()
     finally:
-        reader.close()
+        tail.close()
 
 
 class _WholeLines:

@@ -113,7 +113,8 @@ class Follower:
         self._topic_index = {t: i for i, t in enumerate(config.topics())}
         self._started_ms = 0
         self._fencers: list[Any] = [make_producer() for _ in range(transactions.FENCERS - 1)]
-        """More transactional producers for :meth:`_fence`, connected ahead."""
+        """More transactional producers for the fence (:func:`transactions.fence`), connected
+        ahead."""
         self._serving_seen: float | None = None
         """When the standby first read a record the serving merger forwarded after the
         standby started (no lease is judged before: a merger still starting owes nothing)."""
