@@ -33,9 +33,11 @@ from arfl.priority import set_group_nice
 
 T = TypeVar("T")
 
-CREATE_TIME_SLACK_S = 0.05
-"""How far two create times may differ and still name the same process. psutil derives the
-value from /proc ticks and two reads agree exactly; the slack absorbs rounding through JSON."""
+CREATE_TIME_SLACK_S = 3.0
+"""How far two create times may differ and still name the same process. psutil adds the boot
+time (/proc/stat ``btime``, whole seconds) to the start's ticks, and every step of the wall clock
+moves ``btime``: reads before and after a step differ by a second or so. A reused pid would need
+the pid space to wrap within the slack."""
 
 _KILL_WAIT_S = 10.0  # how long a SIGKILLed process may take to disappear
 _POLL_S = 0.05
@@ -53,6 +55,12 @@ def is_running(p: psutil.Process) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE or p.num_threads() > 1
     except psutil.Error:
         return False
+
+
+def start_key(p: psutil.Process) -> tuple[int, float]:
+    """``p``'s pid and start in seconds since boot: the same key for the same process whatever
+    steps the wall clock takes between two reads (its create time moves with them)."""
+    return p.pid, round(p.create_time() - psutil.boot_time(), 2)
 
 
 def process_tree(pid: int) -> list[psutil.Process]:

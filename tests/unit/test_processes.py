@@ -155,6 +155,23 @@ def test_same_process_refuses_a_reused_pid() -> None:
     assert same_process(me.pid, me.create_time() + 0.01) == me  # JSON rounding is tolerated
 
 
+def test_a_step_of_the_wall_clock_leaves_a_recorded_process_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """psutil adds the boot time (/proc/stat ``btime``, whole seconds, moved by every step of
+    the wall clock) to a process's start: a clock step after a pid was recorded shifts its
+    create time by a second or so, and the process is still the one recorded."""
+    from psutil import _pslinux
+
+    recorded = ProcessId.of(os.getpid())
+    assert recorded is not None
+    stepped = _pslinux.boot_time() + 1.0
+    monkeypatch.setattr(_pslinux, "boot_time", lambda: stepped)
+    assert psutil.Process().create_time() == pytest.approx(recorded.create_time + 1.0)
+    assert same_process(recorded.pid, recorded.create_time) is not None
+    assert recorded.alive()
+
+
 def test_same_process_refuses_a_zombie_and_a_gone_pid() -> None:
     child = psutil.Popen([sys.executable, "-c", "pass"])
     created = child.create_time()

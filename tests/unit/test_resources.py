@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.slots import ReplicaState
@@ -35,3 +36,20 @@ def test_resources_count_a_standby_apart_until_it_becomes_a_replica() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_step_of_the_wall_clock_does_not_count_a_process_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A create time moves with every step of the wall clock (psutil adds /proc/stat's
+    ``btime``): keyed by it, one process sampled before and after a step counted twice."""
+    from psutil import _pslinux
+
+    r = ResourceSampler()
+    me = psutil.Process()
+    r.sample({0: ReplicaState(replica=0, status="running", pid=me.pid)}, [])
+    before = r.cpu_seconds()[0]
+    stepped = _pslinux.boot_time() + 1.0
+    monkeypatch.setattr(_pslinux, "boot_time", lambda: stepped)
+    r.sample({0: ReplicaState(replica=0, status="running", pid=me.pid)}, [])
+    assert before <= r.cpu_seconds()[0] < 2 * before

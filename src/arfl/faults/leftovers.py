@@ -55,7 +55,6 @@ GRACE_S = 15.0
 """How long a recorded process may take to exit after SIGTERM (a driver stops its query)."""
 TREE_GRACE_S = 5.0
 """Then how long its descendants (JVMs exit once their Python parent is gone) may take."""
-_SLACK_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -149,12 +148,12 @@ def deployer_alive(state: RunState, state_mtime: float) -> bool:
     pid, create_time = state.pid, state.pid_create_time
     if pid is None:
         return False
-    proc = same_process(pid, create_time, slack_s=_SLACK_S)
+    proc = same_process(pid, create_time)
     if proc is None:
         return False
     if create_time is None:
         with contextlib.suppress(psutil.Error):
-            return proc.create_time() <= state_mtime + _SLACK_S
+            return proc.create_time() <= state_mtime + CREATE_TIME_SLACK_S
     return True
 
 
@@ -206,11 +205,11 @@ def find(
         if rec.pid in protected:  # nor is anything below it: that would include its other work
             continue
         try:
-            if abs(psutil.Process(rec.pid).create_time() - rec.create_time) > _SLACK_S:
+            if abs(psutil.Process(rec.pid).create_time() - rec.create_time) > CREATE_TIME_SLACK_S:
                 continue  # the pid belongs to another process now, and so does its session
         except psutil.Error:
             pass  # gone: what it orphaned may still run in its session
-        root = same_process(rec.pid, rec.create_time, slack_s=_SLACK_S)  # None if a zombie
+        root = same_process(rec.pid, rec.create_time)  # None if a zombie
         procs: dict[int, psutil.Process] = {}
         if root is not None:
             procs.update((p.pid, p) for p in process_tree(rec.pid))

@@ -58,7 +58,7 @@ class TargetSummary:
 
 def _alive(pid: int | None, create_time: float | None) -> int | None:
     """``pid`` when it is still the process recorded, else None."""
-    if pid is None or same_process(pid, create_time, slack_s=1.0) is None:
+    if pid is None or same_process(pid, create_time) is None:
         return None
     return pid
 
@@ -122,7 +122,7 @@ def summarize(target: LocalTarget) -> TargetSummary:
         StandbySummary(
             index=k,
             pid=sb.pid,
-            pids=tree_pids(sb.pid) if same_process(sb.pid, sb.create_time, slack_s=1.0) else [],
+            pids=tree_pids(sb.pid) if same_process(sb.pid, sb.create_time) else [],
         )
         for k, sb in sorted(state.standbys.items())
     ]
@@ -138,9 +138,7 @@ def summarize(target: LocalTarget) -> TargetSummary:
         merger_standby=(
             state.merger_standby_pid
             if state.merger_standby_pid is not None
-            and same_process(
-                state.merger_standby_pid, state.merger_standby_create_time, slack_s=1.0
-            )
+            and same_process(state.merger_standby_pid, state.merger_standby_create_time)
             else None
         ),
         run=state.run,

@@ -11,7 +11,7 @@ import psutil
 
 from arfl.errors import FaultError
 from arfl.orchestrate.slots import ReplicaState
-from arfl.processes import process_tree
+from arfl.processes import process_tree, start_key
 from arfl.targets import docker as dk
 
 
@@ -54,7 +54,7 @@ class ResourceSampler:
         for pid in standbys:
             for p in process_tree(pid):
                 try:
-                    key = (p.pid, p.create_time())
+                    key = start_key(p)
                     t = p.cpu_times()
                 except psutil.Error:
                     continue
@@ -66,7 +66,7 @@ class ResourceSampler:
             for p in [*process_tree(st.pid), *self._container_processes(i)]:
                 try:
                     t = p.cpu_times()
-                    key = (p.pid, p.create_time())
+                    key = start_key(p)
                 except psutil.Error:
                     continue
                 self._cpu[key] = (i, t.user + t.system)

@@ -116,4 +116,4 @@ def injector_alive(entry: dict[str, Any]) -> bool:
         owner = ProcessId(int(entry["owner_pid"]), float(entry["owner_create_time"]))
     except (KeyError, ValueError, TypeError):
         return False
-    return owner.alive(slack_s=0.5)
+    return owner.alive()

@@ -133,7 +133,7 @@ class LocalTarget:
                 f"replica {replica} of run {self.run} has no driver pid in state.json "
                 f"(state {rep.state!r}); wait until it is running"
             )
-        if same_process(rep.driver_pid, rep.driver_create_time, slack_s=1.0) is None:
+        if same_process(rep.driver_pid, rep.driver_create_time) is None:
             raise FaultError(
                 f"replica {replica} of run {self.run}: driver pid {rep.driver_pid} is not running "
                 f"(state {rep.state!r}); is the deployment still up?"
@@ -148,7 +148,7 @@ class LocalTarget:
         """
         st = self.state()
         if st.merger_pid is None or (
-            same_process(st.merger_pid, st.merger_create_time, slack_s=1.0) is None
+            same_process(st.merger_pid, st.merger_create_time) is None
         ):
             raise FaultError(
                 f"run {self.run}: no running merger in state.json (pid {st.merger_pid}); is the "
@@ -202,7 +202,7 @@ class LocalTarget:
                     with contextlib.suppress(FaultError):
                         theirs.update(self.replica_pids(other))
             for sb in st.standbys.values():
-                if same_process(sb.pid, sb.create_time, slack_s=1.0) is not None:
+                if same_process(sb.pid, sb.create_time) is not None:
                     theirs.update(tree_pids(sb.pid))
             return executors_of_app(rep.app_id, keep=lambda pid: pid not in theirs)
         matches: dict[int, tuple[str, int]] = {}

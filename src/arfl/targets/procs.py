@@ -24,7 +24,7 @@ def send(records: list[list[float]], sig: signal.Signals) -> list[int]:
     signalled."""
     done: list[int] = []
     for rec in records:
-        if not ProcessId.from_pair(rec).alive(slack_s=0.5):
+        if not ProcessId.from_pair(rec).alive():
             continue
         try:
             os.kill(int(rec[0]), sig)

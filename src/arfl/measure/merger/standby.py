@@ -274,7 +274,7 @@ class Follower:
         Raises:
             DeployError: the fence or the read did not finish within :data:`FENCE_TIMEOUT_S`.
         """
-        serving = same_process(*self._serving, slack_s=1.0)
+        serving = same_process(*self._serving)
         if cause.why == "lease" and serving is not None:
             with contextlib.suppress(psutil.Error):
                 serving.kill()
