@@ -436,6 +436,7 @@ def analyse(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         **boundary_ms(run_dir, report, steady),
         "survivor_boundary_s": survivor_boundary_s(run_dir, journal),
         **takeover(run_dir),
+        **hop_ms(report),
     }
     if report.faults:
         f = report.faults[0]
@@ -455,6 +456,17 @@ def analyse(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
             verdict=f.verdict,
         )
     return row
+
+
+def hop_ms(report: Report) -> dict[str, float | None]:
+    """The independent check's merge and end-to-end hops (p50, p99; Kafka timestamps, whole
+    ms, after the warm-up): ``merge`` is the delivered copy's send minus the first replica's."""
+    out: dict[str, float | None] = {}
+    for hop in ("merge", "e2e"):
+        stats = report.hops.hops.get(hop) if report.hops is not None else None
+        for q in ("p50", "p99"):
+            out[f"{hop}_hop_{q}"] = getattr(stats, q, None) if stats is not None else None
+    return out
 
 
 TAKEOVER_RE = re.compile(

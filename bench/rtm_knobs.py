@@ -93,6 +93,10 @@ def variant_spec(base: Spec, knobs: Knobs) -> Spec:
     return Spec.model_validate(copied.model_dump(mode="json", by_alias=True))
 
 
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
 def _name(row: dict[str, Any], rounds: int) -> str:
     return f"{row['variant']} #{row['round'] + 1}" if rounds > 1 else row["variant"]
 
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nactive RTM R=2 {args.pipeline}, {args.rate} ev/s, after a {args.warmup} warm-up")
     print(
         f"{'variant':30} {'p50 ms':>7} {'p99 ms':>8} {'host':>5} {'kafka':>6} "
-        f"{'executors':>9} {'merger':>6} {'inject':>6} {'miss':>4}"
+        f"{'executors':>9} {'merger':>6} {'inject':>6} {'miss':>4} {'merge hop p50/p99':>17}"
     )
     for r in rows:
         if "error" in r:
@@ -167,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{_name(r, args.rounds):30} {r['overall_p50']:7.1f} {r['overall_p99']:8.1f} "
             f"{r.get('host_cores_busy', float('nan')):5.2f} {pc.get('kafka', float('nan')):6.2f} "
             f"{execs:9.2f} {pc.get('merger', float('nan')):6.2f} "
-            f"{pc.get('injector', float('nan')):6.2f} {r['missing']:4}"
+            f"{pc.get('injector', float('nan')):6.2f} {r['missing']:4} "
+            f"{_ms(r.get('merge_hop_p50')):>8}/{_ms(r.get('merge_hop_p99')):<8}"
         )
     return 0
 
