@@ -40,6 +40,26 @@ def _our_java(base: Path, me: psutil.Process) -> list[psutil.Process]:
     return out
 
 
+REQUIRE_ROOT = "ARFL_REQUIRE_ROOT"
+"""Set to 1 (``.ci/run`` does): a test that needs root or a cgroup controller fails without
+it instead of skipping, so CI never passes by skipping what it should have run."""
+
+
+def skip_unless_required(reason: str) -> None:
+    """Skip the running test for ``reason`` (something this host lacks), or fail it under
+    ``ARFL_REQUIRE_ROOT=1``."""
+    if os.environ.get(REQUIRE_ROOT) == "1":
+        pytest.fail(f"{REQUIRE_ROOT}=1 but {reason}")
+    pytest.skip(reason)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.needs_root(reason=...)``: run as root, else skip (or fail, above)."""
+    mark = item.get_closest_marker("needs_root")
+    if mark is not None and os.geteuid() != 0:
+        skip_unless_required(f"not root: {mark.kwargs.get('reason', 'needs root')}")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_java_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Fail the session if a JVM it started still runs at the end (and stop it, by pid)."""

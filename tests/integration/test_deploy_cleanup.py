@@ -220,7 +220,7 @@ def test_recover_stops_the_run_stack_of_a_dead_isolated_deployment(tmp_path: Pat
         harness.stop()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+@pytest.mark.needs_root(reason="network namespaces need root")
 def test_recover_after_kill_9_while_the_isolated_stack_starts(tmp_path: Path) -> None:
     # A partition fault isolates the replicas: namespaces + bridge first, then the run's own
     # ZooKeeper + Kafka (seconds). arfl is killed before that stack answers; 'recover' over the

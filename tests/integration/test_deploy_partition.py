@@ -4,7 +4,6 @@ and cutting the replica off stops its output until the partition heals."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
 from arfl.targets import netns
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+pytestmark = pytest.mark.needs_root(reason="network namespaces need root")
 
 
 def _event(journal: list[dict[str, Any]], name: str) -> dict[str, Any]:

@@ -332,7 +332,7 @@ def test_a_killed_windowed_replica_resumes_from_its_peers_fresher_checkpoint(
     assert 0 in caught_up
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="partition needs network namespaces (root)")
+@pytest.mark.needs_root(reason="partition needs network namespaces (root)")
 def test_pause_slow_partition_show_their_effect_and_revert(
     stack: StackInfo, tmp_path: Path
 ) -> None:

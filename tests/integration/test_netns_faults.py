@@ -30,7 +30,7 @@ from arfl.targets.local import LocalTarget
 from arfl.testing import EmbeddedStack
 from arfl.testing.faults import write_state
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+pytestmark = pytest.mark.needs_root(reason="network namespaces need root")
 
 RUN = f"nettest{os.getpid()}"
 

@@ -304,12 +304,12 @@ def test_niceing_a_child_of_this_session_leaves_this_process_alone() -> None:
         child.wait()
 
 
-@pytest.mark.parametrize("nice", [5, -5])
+@pytest.mark.parametrize(
+    "nice", [5, pytest.param(-5, marks=pytest.mark.needs_root(reason="a negative niceness"))]
+)
 def test_started_at_a_niceness_its_threads_and_its_session_group_have_it(
     tmp_path: Path, nice: int
 ) -> None:
-    if nice < 0 and os.geteuid() != 0:
-        pytest.skip("a negative niceness needs root")
     # A child that starts a thread after a moment: the thread inherits the niceness too.
     code = (
         "import threading, time; time.sleep(0.3); "

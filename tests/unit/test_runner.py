@@ -521,7 +521,7 @@ def _monitor_line(run: Path, replica: int, lag_ms: float, trail_ms: float | None
         f.write(json.dumps(line) + "\n")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a niceness needs root")
+@pytest.mark.needs_root(reason="lowering a niceness needs root")
 def test_a_standby_that_does_not_yield_gets_full_priority_at_once(tmp_path: Path) -> None:
     spec = _standby_spec()
     spec = spec.model_copy(
@@ -540,7 +540,7 @@ def test_a_standby_that_does_not_yield_gets_full_priority_at_once(tmp_path: Path
         assert not _events(r.paths.root, "replica-reniced")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a niceness needs root")
+@pytest.mark.needs_root(reason="lowering a niceness needs root")
 def _windowed(spec: Spec) -> Spec:
     steps = parse_spec(
         {
@@ -591,7 +591,7 @@ def test_a_standby_that_replays_does_not_yield(
         assert took["reniced"] is True and "yielding" not in took
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a niceness needs root")
+@pytest.mark.needs_root(reason="lowering a niceness needs root")
 def test_a_yielding_standby_gets_full_priority_after_the_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
