@@ -194,3 +194,19 @@ def test_a_pipeline_on_fields_the_workload_never_produces_exits_2(
     assert f"orders.toml: steps[1].window.key: unknown column 'sku' {known}" in err
     assert "[workload.fields]" in err
     assert "Traceback" not in err
+
+
+def test_a_fault_too_late_for_its_window_to_close_is_a_warning_naming_the_latest_at(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "late.toml"
+    text = (ROOT / "configs" / "clicks-passive.toml").read_text()
+    spec.write_text(
+        text + '\n[[chaos]]\nat = "58s"\nfault = "pause"\nreplica = 0\nduration = "3s"\n'
+    )
+    assert main(["validate", str(spec)]) == 0
+    captured = capsys.readouterr()
+    late = [line for line in captured.err.splitlines() if "unjudged" in line]
+    assert len(late) == 1, captured.err
+    assert "chaos[1] (pause at 58s): its impact window needs at least 8 s" in late[0]
+    assert "set at <= 52s" in late[0]

@@ -44,8 +44,9 @@ def _run(
     """A run whose second k (from T0) delivered ``per_second`` results of ``latency_ms[k]``
     (None: no result that second).
 
-    Two replicas; each delivers results from the events of the second it is in, except that a
-    faulted replica delivers nothing from its fault's ``started`` until its ``healthy`` time.
+    Two replicas; each delivers results from the events of the second it is in (its newest
+    ``src_ts`` 0.9 s into it: 100 ms before the tick), except that a faulted replica
+    delivers nothing from its fault's ``started`` until its ``healthy`` time.
     """
     intervals = []
     monitor = []
@@ -58,7 +59,7 @@ def _run(
                 f["replica"] == r and f["started"] <= T0 + k < f["healthy"] for f in faults or []
             )
             if lat is not None and not frozen:
-                src_ts[r] = int((T0 + k) * 1000)
+                src_ts[r] = int((T0 + k + 0.9) * 1000)
         h = new_histogram()
         if lat is not None:
             for _ in range(per_second):
@@ -362,7 +363,7 @@ def test_the_lag_watch_warnings_reach_the_report() -> None:
     ]
     rep = analyse(RunData(data.root, data.spec, journal, data.intervals, data.monitor))
     assert message in rep.warnings
-    assert "something else" not in rep.warnings
+    assert "something else" in rep.warnings  # every journal warning reaches the report
     (end,) = [w for w in rep.warnings if "when the run stopped" in w]
     assert end.startswith("replica 1 was still 78 s behind the input") and "95 s" in end
     assert not [w for w in analyse(data).warnings if "behind" in w]
@@ -592,3 +593,109 @@ def test_recovery_holds_each_second_to_the_steady_states_worst_second() -> None:
     (f,) = analyse(_run(lat, [_pause(120.0, 1.0)])).faults
     assert f.steady_interval_p99_ms == pytest.approx(100.0, rel=1e-3)
     assert f.recovery_s == pytest.approx(3.0)
+
+
+def _slow(at: float, duration: float, replica: int = 1) -> dict[str, Any]:
+    """A timed fault that leaves the replica's output as it was (say, a CPU quota above what
+    it uses): it never stops delivering."""
+    return {**_pause(at, duration, replica), "kind": "slow", "healthy": T0 + at,
+            "description": "slow"}  # fmt: skip
+
+
+def test_a_fault_that_did_not_hurt_its_replica_is_no_effect_not_masked() -> None:
+    lat = [100.0] * 30
+    (f,) = analyse(_with_lag(_run(lat, [_slow(10.0, 5.0)]))).faults
+    assert f.masked is None and f.outcome == "no effect", f.verdict
+    assert f.verdict.startswith("no effect: replica 1 stayed within")
+    assert f.effect_seen is False
+    # The same window with the replica silent for the 5 s: the effect shows, the output was
+    # as good as steady: masked.
+    (g,) = analyse(_with_lag(_run(lat, [_pause(10.0, 5.0)]))).faults
+    assert g.effect_seen is True and g.effect.startswith("replica 1 fell 5.1 s behind")
+    assert g.masked is True, g.verdict
+    # A masked = true SLO fails on "no effect", naming it.
+    slo = analyse(_with_lag(_run(lat, [_slow(10.0, 5.0)], spec=_spec(slo={"masked": True}))))
+    (check,) = slo.slo.checks
+    assert check.passed is False and "no effect" in check.line
+
+
+def test_without_what_the_merger_saw_of_the_replica_the_effect_and_masking_are_unknown() -> None:
+    data = _run([100.0] * 30, [_pause(10.0, 5.0)])
+    for snap in data.monitor:
+        snap.replicas.clear()
+    (f,) = analyse(data).faults
+    assert f.effect_seen is None
+    assert f.masked is None and f.outcome == "unknown"
+    assert f.verdict.startswith("unknown: the fault's effect cannot be seen")
+
+
+def test_a_fault_whose_window_meets_the_input_end_is_unjudged_and_its_tail_counts() -> None:
+    # Replica 1 killed at 26 s of a 30-s input, never back: its impact window cannot close
+    # while input comes. The output looks steady up to the input's end, so the verdict is
+    # unjudged, never masked.
+    lat = [100.0] * 30
+    kill = {"healthy": T0 + 99.0, "kind": "kill-replica", "replica": 1, "started": T0 + 26.0,
+            "description": "kill-replica"}  # fmt: skip
+    (f,) = analyse(_with_lag(_run(lat, [kill]))).faults
+    assert f.window_ended_by == "end of input"
+    assert f.masked is None and f.outcome == "unjudged", f.verdict
+    assert f.verdict.startswith("unjudged: the input ended first")
+    # Results still in flight at the input's end land after it: 20 s late, they make the
+    # window "not masked" (the window runs on to the output's end).
+    data = _with_lag(_run([*lat, None, 20_000.0], [kill]))
+    for e in data.journal:
+        if e["event"] == "workload-finished":
+            e["t"] = T0 + 30.0
+    late = analyse(data).faults[0]
+    assert late.masked is False and late.p99_ms is not None and late.p99_ms > 19_000
+
+
+def test_a_merger_fault_has_an_effect_when_the_merger_was_replaced() -> None:
+    lat = [100.0] * 30
+    kill = {"healthy": T0 + 10.0, "kind": "kill-merger", "replica": None, "started": T0 + 10.0,
+            "description": "kill-merger"}  # fmt: skip
+    data = _with_lag(_run(lat, [kill]))
+    (f,) = analyse(data).faults
+    assert f.effect_seen is False and f.outcome == "no effect", f.verdict
+    data.journal.append({"t": T0 + 10.05, "event": "merger-took-over", "detected": T0 + 10.01})
+    data.journal.sort(key=lambda e: e["t"])
+    (g,) = analyse(data).faults
+    assert g.effect_seen is True and "a standby took over" in g.effect
+    assert g.masked is True, g.verdict
+
+
+def test_a_corrupt_journal_line_is_an_error_naming_it_and_a_torn_last_line_a_warning(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    from arfl.report import build_report
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "sim-active-kill", run)
+    journal = run / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    faults = [n for n, line in enumerate(lines) if '"fault-injected"' in line]
+    assert faults
+    # A whole line that does not parse would have taken its fault out of the report unseen.
+    broken = [*lines]
+    broken[faults[0]] = broken[faults[0]][:30] + "\n"
+    journal.write_text("".join(broken))
+    with pytest.raises(ReportError, match=rf"journal.jsonl:{faults[0] + 1}: not JSON"):
+        build_report(run)
+    # A last line cut off (its writer killed mid-line) is left out, and the report says so.
+    journal.write_text("".join(lines) + '{"t": 1, "event": "fault-inj')
+    rep = build_report(run)
+    assert any("its last line is torn" in w for w in rep.warnings)
+    assert len(rep.faults) == len(build_report(FIXTURES / "sim-active-kill").faults)
+
+
+def test_a_check_that_failed_at_deploy_leaves_completeness_unknown_with_its_reason() -> None:
+    data = _run([100.0] * 10)
+    assert analyse(data).correctness.missing == 0
+    data.journal.append({"t": T0 + 11, "event": "warning", "kind": "check-failed",
+                         "message": "independent check not run: broker gone"})  # fmt: skip
+    rep = analyse(data)
+    assert rep.correctness.missing is None and rep.correctness.complete is None
+    assert rep.correctness.notes[0].startswith("complete unknown: independent check not run")
+    assert "independent check not run: broker gone" in rep.warnings

@@ -85,3 +85,28 @@ class Chaos(BaseModel):
             own = out.pop("params", None)
             out.update(own or {})
         return out
+
+
+def unjudgeable(chaos: list[Chaos], input_s: float, settle_s: float) -> list[str]:
+    """The faults whose impact window cannot close before the input ends, in words: the window
+    lasts at least the fault's own duration plus ``report.settle`` (a kill's restart and
+    catch-up come on top), and one the input's end cuts is judged "unjudged", never masked
+    (docs/design.md §4)."""
+    out = []
+    for i, c in enumerate(chaos):
+        needs = (c.duration or 0.0) + settle_s
+        start = c.at + (c.after_boundary or 0.0)
+        if start + needs > input_s:
+            latest = input_s - needs - (c.after_boundary or 0.0)
+            out.append(
+                f"chaos[{i}] ({c.fault} at {c.at:g}s): its impact window needs at least "
+                f"{needs:g} s (duration + report.settle) and the input ends at {input_s:g} s, "
+                "so its verdict will be 'unjudged'; "
+                + (
+                    f"set at <= {latest:g}s (a kill needs its restart and catch-up on top) "
+                    "or a longer workload.duration"
+                    if latest > 0
+                    else "set a longer workload.duration"
+                )
+            )
+    return out

@@ -53,7 +53,7 @@ from arfl.priority import priority_of
 from arfl.processes import ManagedProcess
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.replica.sparkenv import run_spark_home
-from arfl.run.events import Event
+from arfl.run.events import CHECK_FAILED, Event
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.run.sparkhome import retire_unless_used
@@ -347,7 +347,9 @@ class Deployment:
         try:
             result = check_run(self.ctx.dir)
         except ArflError as e:
-            self.ctx.journal.write(Event.WARNING, message=f"independent check not run: {e}")
+            self.ctx.journal.write(
+                Event.WARNING, kind=CHECK_FAILED, message=f"independent check not run: {e}"
+            )
             return
         write_json_atomic(self.ctx.paths.check, result.to_dict())
         self.ctx.journal.write(

@@ -38,6 +38,7 @@ from arfl.measure.histogram import (
     new_histogram,
     values_at_percentiles,
 )
+from arfl.registry import FAULTS
 from arfl.report import correctness as corr
 from arfl.report import verdicts
 from arfl.report.faults import JournaledFault, journaled_faults
@@ -351,12 +352,16 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
 
 
 def lag_warnings(data: RunData) -> list[str]:
-    """What the deploy's lag watch journaled (``orchestrate/lag.py``): a replica that was not
-    catching up, and one still behind the input when the run stopped."""
-    out: list[str] = []
+    """Every warning the run journaled (the lag watch's, the merger's, deploy's: once each, with
+    how often it came), and a replica still behind the input when the run stopped."""
+    counts: dict[str, int] = {}
     for ev in data.events(Event.WARNING):
-        if ev.get("kind") == NOT_CATCHING_UP:
-            out.append(str(ev["message"]))
+        text = str(ev.get("message") or ev.get("kind") or "warning")
+        if ev.get("component") and ev.get("kind") != NOT_CATCHING_UP:
+            text = f"{ev['component']}: {text}"
+        counts[text] = counts.get(text, 0) + 1
+    out = [t if n == 1 else f"{t} ({n} times)" for t, n in counts.items()]
+    out += data.notes
     for ev in data.events(Event.REPLICA_BEHIND_AT_END):
         out.append(
             f"replica {ev.get('replica')} was still {float(ev.get('lag_s', 0)):.0f} s behind the "
@@ -434,14 +439,24 @@ def _fault_phases(
         window = verdicts.impact_window(
             jf.started, healthy, caught_up, allowance is not None, settle, nxt, b.t_end
         )
-        win_end = min(max(window.end, win_start), limit)
+        closed = window.ended_by != "end of input"
+        # An unclosed window takes in the drain: results in flight at the input's end count.
+        win_end = min(max(window.end, win_start), limit) if closed else max(limit, win_start)
         fphase = b.stats(f"fault-{i}", "fault", win_start, win_end, fault=i)
         phases.append(fphase)
         whole = overlapping(b.gaps, win_start, win_end)
         fault_gap = None if whole is None else round(whole.length_ms, 3)
         fp99 = fphase.percentiles_ms.get("p99") if fphase.count else None
         held_to = verdicts.stretch_p99(ref, win_end - win_start, span, b.p99_over)
-        verdict = verdicts.masked(fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start)
+        hit = (jf.started, win_end)
+        effect = (
+            verdicts.merger_effect(data.journal, hit)
+            if jf.kind in FAULTS and FAULTS.info(jf.kind).on == "merger"
+            else verdicts.replica_effect(data.monitor, jf.replica, hit, span)
+        )
+        verdict = verdicts.masked(
+            fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start, closed, effect
+        )
         rec_at = verdicts.recovery_at(
             ivs, b.gaps, jf.started, limit, ref, tol, settle, per_iv, win_end
         )
@@ -476,6 +491,8 @@ def _fault_phases(
                 verdict=verdict.reason,
                 steady_p99_ms=held_to,
                 steady_interval_p99_ms=per_iv,
+                effect=effect.text,
+                effect_seen=effect.seen,
             )
         )
     return phases, fstats

@@ -38,7 +38,7 @@ from arfl.coerce import try_int
 from arfl.errors import ArflError, ReportError
 from arfl.report.model import Correctness
 from arfl.report.rundata import RunData
-from arfl.run.events import Event
+from arfl.run.events import CHECK_FAILED, Event
 from arfl.run.records import BadRecord, Result, final_values, parse_result
 
 FINAL_VALUES_HINT = (
@@ -134,9 +134,28 @@ def default(data: RunData) -> Correctness:
     """The run's correctness without services: the independent check deploy ran and wrote to
     ``check.json`` when it could model the pipeline, else the merger's counters."""
     base = from_merger(data)
-    if not data.check:
+    if data.check:
+        return from_check(data.check, base)
+    failed = next(
+        (
+            str(e.get("message"))
+            for e in data.events(Event.WARNING)
+            if e.get("kind") == CHECK_FAILED
+        ),
+        None,
+    )
+    if failed is None:
         return base
-    return from_check(data.check, base)
+    # The check was meant to judge this run: the merger's own counts are no stand-in for it.
+    return dataclasses.replace(
+        base,
+        missing=None,
+        notes=[
+            f"complete unknown: {failed}; 'arfl report --check' runs it again "
+            f"(the merger's counts: {base.results} results)",
+            *base.notes,
+        ],
+    )
 
 
 def from_check(doc: Mapping[str, object], base: Correctness) -> Correctness:

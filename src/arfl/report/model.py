@@ -148,6 +148,9 @@ class FaultStats:
         window_ended_by: what ended the impact window: ``caught-up+settle``,
             ``healthy+settle`` (caught up unknown), ``next fault`` or ``end of input``.
         verdict: the masked verdict in words, with the figure that decided it.
+        effect: what the fault did to what it hit, as the merger saw it
+            (:func:`arfl.report.verdicts.replica_effect`); ``effect_seen`` says whether it
+            showed (None: it cannot be seen).
         description: what the chaos runner said it did.
         error: why the fault failed (then no window and no verdict).
     """
@@ -174,6 +177,22 @@ class FaultStats:
     verdict: str = ""
     steady_p99_ms: float | None = None
     steady_interval_p99_ms: float | None = None
+    effect: str = ""
+    effect_seen: bool | None = None
+
+    @property
+    def outcome(self) -> str:
+        """The verdict in a word: ``masked``, ``not masked``, ``no effect`` (the fault did not
+        visibly hurt what it hit), ``unjudged`` (the input ended first), ``unknown`` or
+        ``failed``."""
+        if self.error is not None:
+            return "failed"
+        if self.masked is not None:
+            return "masked" if self.masked else "not masked"
+        for word in ("no effect", "unjudged"):
+            if self.verdict.startswith(word):
+                return word
+        return "unknown"
 
     def to_dict(self) -> dict[str, Any]:
         """The ``faults[]`` entry of the JSON output."""
@@ -191,7 +210,10 @@ class FaultStats:
             "caught_up_lag_ms": _r(self.caught_up_lag_ms),
             "recovery_s": _r(self.recovery_s),
             "masked": self.masked,
+            "outcome": self.outcome,
             "verdict": self.verdict,
+            "effect": self.effect,
+            "effect_seen": self.effect_seen,
             "healthy_s": _r(self.healthy_s),
             "window_ended_by": self.window_ended_by,
             "p99_ms": self.p99_ms,

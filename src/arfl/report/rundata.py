@@ -18,7 +18,7 @@ from arfl.errors import ReportError
 from arfl.measure.histogram import IntervalHistogram, read_latency_log
 from arfl.run.events import Event
 from arfl.run.progress import LateDrop, batch_timing, from_journal, late_drops
-from arfl.run.rundir import RunPaths, read_jsonl
+from arfl.run.rundir import RunPaths, read_journal, read_jsonl
 from arfl.run.streams import InjectorSummary, MonitorSnapshot
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class RunData:
         check: ``check.json``, the independent check deploy ran (empty dict when missing).
         sent_intervals: the 1-s intervals of ``latency-sent.hlog`` (latency from the actual
             send time; empty when missing).
+        notes: what loading left out (a torn last journal line), for the report's warnings.
     """
 
     root: Path
@@ -57,6 +58,7 @@ class RunData:
     progress: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     check: dict[str, Any] = field(default_factory=dict)
     sent_intervals: list[IntervalHistogram] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def replica_batches(self) -> dict[int, list[Batch]]:
         """Replica index -> its micro-batches (see :func:`batches`)."""
@@ -205,7 +207,10 @@ def load_run(root: Path) -> RunData:
         ) from e
     if not paths.journal.exists():
         raise ReportError(f"{root} has no journal.jsonl: not a run directory")
-    journal = read_jsonl(paths.journal)
+    try:
+        journal, torn = read_journal(paths.journal)
+    except ValueError as e:
+        raise ReportError(f"{e}; mend or remove that line to report on the run") from e
     intervals = read_latency_log(paths.hlog) if paths.hlog.exists() else []
     monitor: list[MonitorSnapshot] = []
     for d in read_jsonl(paths.monitor):
@@ -252,4 +257,5 @@ def load_run(root: Path) -> RunData:
         progress=progress,
         check=_read_json(paths.check),
         sent_intervals=read_latency_log(paths.hlog_sent) if paths.hlog_sent.exists() else [],
+        notes=[torn] if torn else [],
     )

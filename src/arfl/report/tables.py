@@ -66,7 +66,7 @@ def _fault_row(f: FaultStats) -> list[str]:
     if f.error is not None:
         return [str(f.index), f.kind, str(f.target), fmt(f.at_s, nd=1), "-", "-", "-", "-",
                 "-", "-", "-", "-", "-", f"no effect: {f.error}"]  # fmt: skip
-    masked = "unknown" if f.masked is None else ("yes" if f.masked else "NO")
+    masked = {"masked": "yes", "not masked": "NO"}.get(f.outcome, f.outcome)
     recovery = "never" if f.recovery_s is None and f.masked is not None else fmt(f.recovery_s, nd=2)
     return [
         str(f.index), f.kind, "-" if f.target is None else str(f.target), fmt(f.at_s, nd=1),

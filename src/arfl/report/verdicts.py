@@ -33,6 +33,17 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   fault's impact. When caught up is unknown (no lag allowance, or no known target) the window
   ends at healthy again plus ``report.settle``; a replica that was healthy but did not catch up
   before the cap keeps the window open to the cap.
+* **Effect** (:func:`replica_effect`, :func:`merger_effect`): masking is a claim about two
+  things, that the faulted replica was hurt and the user's output was not. Hurt, as the merger
+  saw it: the faulted replica's ``behind_ms`` (trail, else lag) rose during the impact window
+  above twice its steady maximum and at least :data:`CAUGHT_UP_FLOOR_MS` above it (a kill,
+  pause or partition stops its output; a slow or delayed replica falls behind); for a fault on
+  the merger, a merger died or a standby took over. A window without harm whose fault had no
+  visible effect is **no effect**, not masked; one whose effect cannot be seen (no target, no
+  steady lag) is unknown.
+* **Unjudged**: an impact window cut by the end of the input (``end of input``) runs on to the
+  output's end (the results still in flight count) and can show harm ("not masked"), never
+  its absence: a window without harm is *unjudged: the input ended first*, not masked.
 * **Masked** (:func:`masked`): over the whole impact window, p99 <= tolerance x the steady
   p99 **at the window's length** (:func:`stretch_p99`), longest gap <= tolerance x reference
   gap (floored at the gap resolution, 1 s), and no result missing from the run. Otherwise not
@@ -58,12 +69,14 @@ Every figure is measured on the **user-visible output** (the merger's first copi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from arfl.measure.check.hops import nearest_rank
 from arfl.measure.histogram import INTERVAL_S
 from arfl.report.gaps import Gap
+from arfl.run.events import Event
 from arfl.run.streams import MonitorSnapshot
 
 MIN_STEADY_RESULTS = 100
@@ -315,6 +328,82 @@ def stretch_p99(
 
 
 @dataclass(frozen=True)
+class Effect:
+    """What a fault did to what it hit (module docstring, "Effect").
+
+    Attributes:
+        seen: True when the effect showed, False when it did not, None when it cannot be seen.
+        text: the evidence in words (the report's fault line and the verdict name it).
+        peak_ms: the faulted replica's highest ``behind_ms`` in the window (replica faults).
+        steady_ms: its highest over the steady phase.
+    """
+
+    seen: bool | None
+    text: str
+    peak_ms: float | None = None
+    steady_ms: float | None = None
+
+
+def replica_effect(
+    monitor: Sequence[MonitorSnapshot],
+    replica: int | None,
+    window: tuple[float, float],
+    steady: tuple[float, float],
+) -> Effect:
+    """Whether ``replica`` fell behind the output during ``window`` beyond anything its steady
+    phase showed (module docstring, "Effect").
+
+    Args:
+        monitor: the merger's 1-s lines.
+        replica: the faulted replica (None: unknown, so no effect can be seen).
+        window: the impact window (epoch seconds).
+        steady: the steady phase the lag allowances come from.
+    """
+    if replica is None:
+        return Effect(None, "the faulted replica is unknown")
+
+    def behind(a: float, b: float, flowing: bool) -> list[float]:
+        out = []
+        for tick in monitor:
+            snap = tick.replicas.get(replica)
+            if not (a <= tick.t <= b and (tick.input_flowing or not flowing)) or snap is None:
+                continue
+            lag = snap.behind_ms
+            if lag is None and snap.last_src_ts is not None:  # the lag, as the merger takes it
+                lag = tick.t * 1000.0 - snap.last_src_ts
+            if lag is not None:
+                out.append(lag)
+        return out
+
+    base = behind(steady[0], steady[1], flowing=True)
+    during = behind(window[0], window[1], flowing=False)
+    if len(base) < MIN_LAG_SAMPLES or not during:
+        return Effect(None, f"replica {replica}'s lag was not recorded (steady or in the window)")
+    peak, most = max(during), max(base)
+    seen = peak > max(2.0 * most, most + CAUGHT_UP_FLOOR_MS)
+    if seen:
+        text = f"replica {replica} fell {_dur(peak)} behind (steady at most {_dur(most)})"
+    else:
+        text = f"replica {replica} stayed within {_dur(peak)} (steady at most {_dur(most)})"
+    return Effect(seen, text, peak, most)
+
+
+def merger_effect(journal: Sequence[Mapping[str, Any]], window: tuple[float, float]) -> Effect:
+    """Whether the serving merger died or a standby took over during ``window``."""
+    for e in journal:
+        if e.get("event") in (Event.MERGER_DIED, Event.MERGER_TOOK_OVER) and (
+            window[0] - 0.5 <= float(e.get("t", 0.0)) <= window[1]
+        ):
+            what = "a standby took over" if e.get("event") == Event.MERGER_TOOK_OVER else "died"
+            return Effect(True, f"the serving merger was replaced ({what})")
+    return Effect(False, "the serving merger was neither replaced nor seen to die")
+
+
+def _dur(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+@dataclass(frozen=True)
 class Verdict:
     """A verdict with the figure that decided it."""
 
@@ -330,6 +419,8 @@ def masked(
     missing: int | None,
     held_to_ms: float | None,
     window_s: float,
+    closed: bool = True,
+    effect: Effect | None = None,
 ) -> Verdict:
     """Masked over an impact window (see the module docstring).
 
@@ -342,7 +433,37 @@ def masked(
         held_to_ms: the steady p99 at the window's length (:func:`stretch_p99`; None only
             when the reference is unusable).
         window_s: the window's length (named in the verdict).
+        closed: False when the input ended before the window did (:func:`impact_window`
+            ``end of input``): a window that shows harm is still "not masked", one that does
+            not is **unjudged** (None): the replica was not restored while input still came.
+        effect: what the fault did (:func:`replica_effect`, :func:`merger_effect`); a window
+            without harm is masked only when the effect showed (None: not judged, as before).
     """
+    verdict = _masked(p99_ms, gap_ms, ref, tolerance, missing, held_to_ms, window_s)
+    if verdict.value is not True:
+        return verdict
+    if effect is not None and effect.seen is not True:
+        if effect.seen is False:
+            return Verdict(None, f"no effect: {effect.text}; the output was as good as steady")
+        return Verdict(None, f"unknown: the fault's effect cannot be seen ({effect.text})")
+    if closed:
+        return verdict
+    return Verdict(
+        None,
+        "unjudged: the input ended first (the faulted replica was not back before it; "
+        f"{verdict.reason.removeprefix('masked: ')} over the {window_s:.0f} s to the output's end)",
+    )
+
+
+def _masked(
+    p99_ms: float | None,
+    gap_ms: float | None,
+    ref: Reference,
+    tolerance: float,
+    missing: int | None,
+    held_to_ms: float | None,
+    window_s: float,
+) -> Verdict:
     if not ref.usable:
         return Verdict(None, f"unknown: {ref.problem or 'no steady p99'}")
     assert ref.p99_ms is not None and held_to_ms is not None

@@ -155,3 +155,8 @@ class Event(StrEnum):
     """Fields: exit_code. Written by orchestrate/watch.py."""
     WORKLOAD_STARTED = "workload-started"
     """Fields: duration_s, rate, replay. Written by orchestrate/deploy.py."""
+
+
+CHECK_FAILED = "check-failed"
+"""The ``kind`` of the :attr:`Event.WARNING` deploy writes when the independent check could not
+run: the report's completeness is then unknown, not the merger's counts."""

@@ -87,6 +87,37 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def read_journal(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """Parse a journal strictly: every whole line must be a JSON object.
+
+    Returns:
+        The events, and a note when the last line is torn (no newline: its writer was killed
+        mid-line), which is left out.
+
+    Raises:
+        ValueError: a whole line that is not a JSON object, naming the file and line.
+    """
+    if not path.exists():
+        return [], None
+    out: list[dict[str, Any]] = []
+    torn = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError as e:
+                if not line.endswith("\n"):
+                    torn = f"{path}:{n}: its last line is torn (the writer was killed): left out"
+                    continue
+                raise ValueError(f"{path}:{n}: not JSON ({e.msg}): {line.strip()[:80]!r}") from e
+            if not isinstance(event, dict):
+                raise ValueError(f"{path}:{n}: not a JSON object: {line.strip()[:80]!r}")
+            out.append(event)
+    return out, torn
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to ``path`` via a temp file and rename, so readers never see half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

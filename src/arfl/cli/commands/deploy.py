@@ -110,9 +110,15 @@ def report_lines(report: Report) -> list[str]:
     for f in report.faults:
         where = f" on replica {f.target}" if f.target is not None else ""
         at = f" at {f.at_s:.1f}s" if f.at_s is not None else ""
-        word = {True: "[green]masked[/]", False: "[red]NOT masked[/]", None: "masking unknown"}
+        word = {
+            "masked": "[green]masked[/]",
+            "not masked": "[red]NOT masked[/]",
+            "no effect": "[yellow]no effect[/]",
+            "unjudged": "[yellow]unjudged[/]",
+        }
         if f.error:
             lines.append(f"fault {f.index} {f.kind}{where}{at}: [red]failed[/]: {escape(f.error)}")
             continue
-        lines.append(f"fault {f.index} {f.kind}{where}{at}: {word[f.masked]} ({escape(f.verdict)})")
+        said = word.get(f.outcome, "masking unknown")
+        lines.append(f"fault {f.index} {f.kind}{where}{at}: {said} ({escape(f.verdict)})")
     return lines

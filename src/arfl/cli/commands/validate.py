@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from arfl.cli.app import app
 from arfl.cli.console import err, out
+from arfl.configs.chaos import unjudgeable
 from arfl.configs.load import load_spec
 from arfl.configs.realtime import host_cores, plan_slots
 from arfl.errors import SpecError
@@ -22,7 +23,8 @@ def validate(
     """Check spec files and report every problem at once (exit 2 on any).
 
     For each valid spec, also say what it will ask of this host: replicas, the master each one
-    uses and its task slots; a warning when they oversubscribe the host (exit code unchanged).
+    uses and its task slots; a warning when they oversubscribe the host, or when a fault comes
+    too late for its impact window to close before the input ends (exit code unchanged).
     """
     failed: list[SpecError] = []
     cores = host_cores()
@@ -51,9 +53,11 @@ def validate(
             out.print(
                 f"{escape(path.name)}: note: {escape(plan.note)}", highlight=False, soft_wrap=True
             )
-        if plan.warning:
+        warnings = [plan.warning] if plan.warning else []
+        warnings += unjudgeable(spec.chaos, spec.workload.duration, spec.report.settle)
+        for warning in warnings:
             err.print(
-                f"[yellow]warning:[/] {escape(path.name)}: {escape(plan.warning)}",
+                f"[yellow]warning:[/] {escape(path.name)}: {escape(warning)}",
                 highlight=False,
                 soft_wrap=True,
             )
