@@ -699,3 +699,14 @@ def test_a_check_that_failed_at_deploy_leaves_completeness_unknown_with_its_reas
     assert rep.correctness.missing is None and rep.correctness.complete is None
     assert rep.correctness.notes[0].startswith("complete unknown: independent check not run")
     assert "independent check not run: broker gone" in rep.warnings
+
+
+def test_caught_up_says_what_it_was_judged_on_and_a_masked_verdict_on_the_lag_says_so() -> None:
+    lat = [100.0] * 30
+    (f,) = analyse(_with_lag(_run(lat, [_pause(10.0, 3.0)]))).faults
+    assert f.caught_up_on == "lag" and f.masked is True, f.verdict
+    assert f.verdict.endswith("; caught up judged on the lag (no trail kept)")
+    trail = {1: {11: 1000.0, 12: 2000.0, 13: 3000.0}}  # behind while paused, else 0
+    (g,) = analyse(_with_lag(_run(lat, [_pause(10.0, 3.0)]), trail_ms=trail)).faults
+    assert g.caught_up_on == "trail" and g.masked is True, g.verdict
+    assert "judged on the lag" not in g.verdict

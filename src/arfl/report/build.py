@@ -436,6 +436,13 @@ def _fault_phases(
             else verdicts.lag_allowance(data.monitor, jf.replica, warm_stop, steady_end)
         )
         caught_up = verdicts.caught_up_at(data.monitor, jf.replica, healthy, allowance, limit)
+        caught_up_on = (
+            None
+            if allowance is None or jf.replica is None
+            else "trail"
+            if verdicts.trail_kept(data.monitor, jf.replica, warm_stop, steady_end)
+            else "lag"
+        )
         window = verdicts.impact_window(
             jf.started, healthy, caught_up, allowance is not None, settle, nxt, b.t_end
         )
@@ -457,6 +464,12 @@ def _fault_phases(
         verdict = verdicts.masked(
             fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start, closed, effect
         )
+        if verdict.value and caught_up_on == "lag" and window.ended_by == "caught-up+settle":
+            # The window's end rests on the lag: current on one partition, a replica may still
+            # replay another (docs/design.md §4, "Caught up").
+            verdict = verdicts.Verdict(
+                True, verdict.reason + "; caught up judged on the lag (no trail kept)"
+            )
         rec_at = verdicts.recovery_at(
             ivs, b.gaps, jf.started, limit, ref, tol, settle, per_iv, win_end
         )
@@ -493,6 +506,7 @@ def _fault_phases(
                 steady_interval_p99_ms=per_iv,
                 effect=effect.text,
                 effect_seen=effect.seen,
+                caught_up_on=caught_up_on,
             )
         )
     return phases, fstats

@@ -151,6 +151,10 @@ class FaultStats:
         effect: what the fault did to what it hit, as the merger saw it
             (:func:`arfl.report.verdicts.replica_effect`); ``effect_seen`` says whether it
             showed (None: it cannot be seen).
+        caught_up_on: what ``caught_up_s`` was judged on: ``trail`` (what the replica owes the
+            output) or ``lag`` (its newest result's age, where no trail was kept: one replica,
+            window results; a replica can be current on one partition and still replay
+            another), None without an allowance.
         description: what the chaos runner said it did.
         error: why the fault failed (then no window and no verdict).
     """
@@ -179,6 +183,7 @@ class FaultStats:
     steady_interval_p99_ms: float | None = None
     effect: str = ""
     effect_seen: bool | None = None
+    caught_up_on: str | None = None
 
     @property
     def outcome(self) -> str:
@@ -214,6 +219,7 @@ class FaultStats:
             "verdict": self.verdict,
             "effect": self.effect,
             "effect_seen": self.effect_seen,
+            "caught_up_on": self.caught_up_on,
             "healthy_s": _r(self.healthy_s),
             "window_ended_by": self.window_ended_by,
             "p99_ms": self.p99_ms,

@@ -205,6 +205,19 @@ def lag_allowance(
     return max(CAUGHT_UP_FLOOR_MS, nearest_rank(lags, CAUGHT_UP_QUANTILE))
 
 
+def trail_kept(
+    monitor: Sequence[MonitorSnapshot], replica: int, start: float, end: float
+) -> bool:
+    """Whether the merger kept ``replica``'s trail over ``[start, end)`` (else caught up is
+    judged on its lag: :attr:`arfl.run.streams.ReplicaSnapshot.behind_ms`)."""
+    return any(
+        start <= tick.t < end
+        and (snap := tick.replicas.get(replica)) is not None
+        and snap.trail_ms is not None
+        for tick in monitor
+    )
+
+
 def caught_up_at(
     monitor: Sequence[MonitorSnapshot],
     replica: int | None,
