@@ -210,3 +210,24 @@ def test_a_fault_too_late_for_its_window_to_close_is_a_warning_naming_the_latest
     assert len(late) == 1, captured.err
     assert "chaos[1] (pause at 58s): its impact window needs at least 8 s" in late[0]
     assert "set at <= 52s" in late[0]
+
+
+def test_a_spec_that_asks_for_masking_it_will_likely_not_get_is_told_what_to_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(validate_cmd, "host_cores", lambda: 2)
+    # The demo's settings: nothing to say.
+    assert main(["validate", str(ROOT / "configs" / "clicks.toml")]) == 0
+    assert "will likely not mask" not in capsys.readouterr().err
+    # The same pipeline as the README teaches it, with the defaults, at 1,500 ev/s.
+    text = (ROOT / "configs" / "clicks.toml").read_text()
+    for line in ('trigger_interval = "30s"', "standby = 1", 'after_boundary = "5s"'):
+        text = "\n".join(x for x in text.splitlines() if not x.startswith(line))
+    spec = tmp_path / "plain.toml"
+    spec.write_text(text.replace("rate = 1000", "rate = 1500"))
+    assert main(["validate", str(spec)]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "will likely not mask" in line]
+    assert len(err) == 3, err
+    assert "set replication.standby = 1" in err[0]
+    assert 'set trigger_interval = "30s"' in err[1]
+    assert "workload.rate 1,500 ev/s x 2 replicas" in err[2]

@@ -474,3 +474,48 @@ def _positive_int(v: Any) -> int | None:
     if isinstance(v, str) and v.strip().isdigit() and int(v) > 0:
         return int(v)
     return None
+
+
+MASKING_RATE_PER_CORE = 500
+"""Input events a second per host core at which two real-time replicas still kept p99 under
+100 ms on a 2-core host (1,000 ev/s; 2,500 saturated it: docs/benchmarks.md, "The replicas'
+sink batches for 5 ms"): above it a fault's extra work has no CPU to run on."""
+MASKING_INTERVAL_S = 30.0
+"""The real-time interval the demo masks its kills at: a survivor's boundary (~0.3-1.4 s of
+stall) then rarely falls inside a newcomer's catch-up (docs/benchmarks.md)."""
+
+
+def masking_problems(spec: Spec, cores: int) -> list[str]:
+    """Why ``spec``, which asks for masking (a kill among its faults, or ``slo.masked``), will
+    most likely not get it on this host, each with what to set; empty when nothing stands out.
+    Only replicated real-time specs (micro-batch stalls a batch at every boundary anyway)."""
+    from arfl.registry import FAULTS
+
+    kills = [c for c in spec.chaos if FAULTS.info(c.fault).kills in ("replica", "executor")]
+    asked = bool(kills) or spec.report.slo.get("masked") is True
+    rep = spec.replication
+    if not asked or rep.replicas < 2 or rep.trigger != REALTIME:
+        return []
+    out = []
+    if rep.standby == 0 and spec.spark.target == "local":
+        out.append(
+            "replication.standby = 0: a killed replica comes back as a new Spark application "
+            "(20-40 s here), and a survivor's batch boundary in that time stalls the output; "
+            "set replication.standby = 1"
+        )
+    interval = rep.trigger_interval or RTM_MIN_BATCH_S
+    if interval < MASKING_INTERVAL_S and not spec.has_window:
+        out.append(
+            f"replication.trigger_interval {format_duration(interval)}: a survivor's boundary "
+            "comes that often and falls inside a newcomer's catch-up (1.5-4 s) most of the "
+            "time; a stateless pipeline resumes at the output frontier and replays nothing, so "
+            f'set trigger_interval = "{MASKING_INTERVAL_S:g}s"'
+        )
+    limit = MASKING_RATE_PER_CORE * cores
+    if spec.workload.rate * rep.replicas > limit * 2:
+        out.append(
+            f"workload.rate {spec.workload.rate:,} ev/s x {rep.replicas} replicas: above the "
+            f"~{limit:,} ev/s that two real-time replicas carry on {cores} core"
+            f"{'s' if cores != 1 else ''} with room for a fault; lower the rate"
+        )
+    return out

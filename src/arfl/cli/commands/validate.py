@@ -12,7 +12,7 @@ from arfl.cli.app import app
 from arfl.cli.console import err, out
 from arfl.configs.chaos import unjudgeable
 from arfl.configs.load import load_spec
-from arfl.configs.realtime import host_cores, plan_slots
+from arfl.configs.realtime import host_cores, masking_problems, plan_slots
 from arfl.errors import SpecError
 
 
@@ -23,8 +23,9 @@ def validate(
     """Check spec files and report every problem at once (exit 2 on any).
 
     For each valid spec, also say what it will ask of this host: replicas, the master each one
-    uses and its task slots; a warning when they oversubscribe the host, or when a fault comes
-    too late for its impact window to close before the input ends (exit code unchanged).
+    uses and its task slots; a warning when they oversubscribe the host, when a fault comes
+    too late for its impact window to close before the input ends, or when a spec that asks
+    for masking will likely not get it, with what to set (exit code unchanged).
     """
     failed: list[SpecError] = []
     cores = host_cores()
@@ -55,6 +56,7 @@ def validate(
             )
         warnings = [plan.warning] if plan.warning else []
         warnings += unjudgeable(spec.chaos, spec.workload.duration, spec.report.settle)
+        warnings += [f"will likely not mask: {w}" for w in masking_problems(spec, cores)]
         for warning in warnings:
             err.print(
                 f"[yellow]warning:[/] {escape(path.name)}: {escape(warning)}",

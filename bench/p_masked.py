@@ -1,0 +1,180 @@
+"""P(masked): how often a fault is masked when it falls at a moment nobody chose.
+
+    .venv/bin/python bench/p_masked.py [--spec F.toml] [--faults kill-replica,kill-executor]
+        [--placements 10] [--from 35s] [--to 65s] [--seed N] [--runs DIR] [--out F]
+
+Each fault kind is injected once per run, on replica 0, at ``--placements`` moments spread
+uniformly over ``[--from, --to]`` of the input: the span is cut into that many equal strata and
+each run draws its moment uniformly inside its own (``--seed``, by default the clock: the
+moments are not chosen, and the seed is printed to repeat them). Kinds alternate run by run,
+so drift on the host falls on every kind alike.
+
+The spec (``--spec``) is a user's; without one, the one the README teaches with the defaults:
+per-record (filter + select), ``mode = "active"``, 2 replicas, ``trigger = "realtime"``, 2
+partitions, 1,000 ev/s for 110 s, a 30-s warm-up, nothing else set. Its own ``[[chaos]]``
+entries are replaced, and ``after_boundary`` is never set.
+
+Per run, from the report (:mod:`arfl.report.verdicts`): the outcome (masked, not masked, no
+effect, unjudged, unknown), the impact window's p99 against what it was held to, its length and
+what ended it, when the faulted replica caught up, and when the survivor's next batch boundary
+came (its progress). An unmasked run is put down to the first of: **survivor boundary** (the
+survivor's boundary fell inside the impact window, before the faulted replica caught up), **not
+caught up** (it was not back within its allowance before the window's cap), **gap** or
+**p99** (neither of those: the output was slower than steady all the same, e.g. the host), or
+the outcome itself when it is not a verdict. The table gives P(masked) per kind: masked runs ÷
+runs whose fault took effect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from realtime import run, survivor_boundary_s
+
+from arfl.configs.load import load_spec, parse_spec
+from arfl.configs.spec import Spec
+from arfl.errors import ArflError
+from arfl.report.build import build_report
+from arfl.run.rundir import read_jsonl
+from arfl.units import parse_duration
+
+DEFAULT_SPEC: dict[str, Any] = {
+    "name": "pmasked",
+    "source": {"topic": "pm", "partitions": 2},
+    "steps": [{"filter": "amount > 10"}, {"select": ["user", "amount", "ts"]}],
+    "sink": {"topic": "pm-out"},
+    "replication": {"mode": "active", "replicas": 2, "trigger": "realtime"},
+    "spark": {"master": "local-cluster[1,2,1024]"},
+    "workload": {"rate": 1000, "duration": "110s", "keys": 100, "warmup": "30s"},
+}
+
+
+def placements(n: int, start: float, end: float, seed: int) -> list[float]:
+    """One uniform draw in each of ``n`` equal strata of ``[start, end]``, in time order."""
+    rng = random.Random(seed)
+    width = (end - start) / n
+    return [round(start + (k + rng.random()) * width, 1) for k in range(n)]
+
+
+def with_fault(base: dict[str, Any], fault: str, at: float, k: int) -> Spec:
+    raw = json.loads(json.dumps(base))
+    raw["name"] = f"{base.get('name', 'pm')}-{fault}-{k}"
+    raw["chaos"] = [{"at": f"{at:g}s", "fault": fault, "replica": 0}]
+    return parse_spec(raw, "p_masked")
+
+
+def cause(row: dict[str, Any]) -> str:
+    """Why a run was not masked (module docstring); empty when it was."""
+    if row["outcome"] == "masked":
+        return ""
+    if row["outcome"] != "not masked":
+        return row["outcome"]
+    boundary, caught = row.get("survivor_boundary_s"), row.get("caught_up_s")
+    window = row.get("window_s") or 0.0
+    if boundary is not None and boundary < window and (caught is None or boundary < caught):
+        return "survivor boundary"
+    if caught is None:
+        return "not caught up"
+    return "gap" if str(row.get("verdict", "")).startswith("not masked: output gap") else "p99"
+
+
+def analyse(run_dir: Path) -> dict[str, Any]:
+    report = build_report(run_dir)
+    f = report.faults[0]
+    journal = read_jsonl(run_dir / "journal.jsonl")
+    row: dict[str, Any] = {
+        "run": str(run_dir),
+        "outcome": f.outcome,
+        "verdict": f.verdict,
+        "at_s": f.at_s,
+        "window_s": f.window_s,
+        "window_ended_by": f.window_ended_by,
+        "p99_ms": f.p99_ms,
+        "held_to_ms": None if f.steady_p99_ms is None else f.steady_p99_ms * report.tolerance,
+        "max_gap_ms": f.max_gap_ms,
+        "caught_up_s": f.caught_up_s,
+        "healthy_s": f.healthy_s,
+        "effect": f.effect,
+        "survivor_boundary_s": survivor_boundary_s(run_dir, journal),
+        "missing": report.correctness.missing,
+        "duplicates": report.correctness.duplicates,
+    }
+    row["cause"] = cause(row)
+    return row
+
+
+def _f(v: float | None, nd: int = 1) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--spec", type=Path, help="a spec file (default: the README's defaults)")
+    ap.add_argument("--faults", default="kill-replica,kill-executor")
+    ap.add_argument("--placements", type=int, default=10)
+    ap.add_argument("--from", dest="start", default="35s", help="earliest moment (input time)")
+    ap.add_argument("--to", dest="end", default="65s", help="latest moment (input time)")
+    ap.add_argument("--seed", type=int, default=None, help="default: the clock")
+    ap.add_argument("--runs", type=Path, default=Path("runs/bench/p_masked"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/p_masked.json"))
+    args = ap.parse_args(argv)
+    if args.placements < 1:
+        ap.error("--placements: at least 1")
+    base = (
+        json.loads(load_spec(args.spec).model_dump_json(exclude={"chaos"}))
+        if args.spec
+        else DEFAULT_SPEC
+    )
+    start, end = parse_duration(args.start), parse_duration(args.end)
+    seed = args.seed if args.seed is not None else int(time.time())
+    faults = args.faults.split(",")
+    moments = {f: placements(args.placements, start, end, seed + i) for i, f in enumerate(faults)}
+    print(f"seed {seed}; moments: {json.dumps(moments)}", flush=True)
+    args.runs.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for k in range(args.placements):
+        for fault in faults:
+            at = moments[fault][k]
+            row: dict[str, Any] = {"fault": fault, "placement": k, "at": at, "seed": seed}
+            try:
+                run_dir, _, _, _ = run(with_fault(base, fault, at, k), args.runs)
+                row.update(analyse(run_dir))
+            except ArflError as e:
+                row.update(outcome="failed", cause="failed", error=str(e))
+                print(f"{fault} at {at}s: failed: {e}", file=sys.stderr)
+            rows.append(row)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(rows, indent=1, default=str))
+            print(f"{fault} at {at:g}s: {row['outcome']} {row.get('cause', '')}", flush=True)
+    print(f"\nP(masked), seed {seed}, {args.placements} placements in [{start:g}, {end:g}] s")
+    print(
+        f"{'fault':14} {'at s':>6} {'outcome':11} {'p99 ms':>8} {'held to':>8} {'window s':>8} "
+        f"{'caught up':>9} {'boundary':>8}  cause"
+    )
+    for r in rows:
+        print(
+            f"{r['fault']:14} {r['at']:6.1f} {r['outcome']:11} {_f(r.get('p99_ms')):>8} "
+            f"{_f(r.get('held_to_ms')):>8} {_f(r.get('window_s')):>8} "
+            f"{_f(r.get('caught_up_s')):>9} {_f(r.get('survivor_boundary_s')):>8}  "
+            f"{r.get('cause', '')}"
+        )
+    for fault in faults:
+        took = [r for r in rows if r["fault"] == fault and r["outcome"] != "failed"]
+        masked = sum(r["outcome"] == "masked" for r in took)
+        causes: dict[str, int] = {}
+        for r in took:
+            if r["cause"]:
+                causes[r["cause"]] = causes.get(r["cause"], 0) + 1
+        share = f"{masked / len(took):.2f}" if took else "-"
+        print(f"{fault}: P(masked) = {masked}/{len(took)} = {share}; not masked: {causes or '-'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
