@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from arfl.processes import process_tree
+from arfl.processes import process_tree, start_key
 
 Row = dict[str, Any]
 
@@ -202,7 +202,7 @@ class ProcessCpu:
 
     def _record(self, p: psutil.Process, label: str) -> None:
         t = p.cpu_times()
-        self._last[(p.pid, p.create_time())] = (label, t.user + t.system)
+        self._last[start_key(p)] = (label, t.user + t.system)
 
     def _state(self) -> dict[str, Any]:
         if self.run_dir is None:

@@ -57,7 +57,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """``@pytest.mark.needs_root(reason=...)``: run as root, else skip (or fail, above)."""
     mark = item.get_closest_marker("needs_root")
     if mark is not None and os.geteuid() != 0:
-        skip_unless_required(f"not root: {mark.kwargs.get('reason', 'needs root')}")
+        reason = mark.kwargs.get("reason") or (mark.args[0] if mark.args else "needs root")
+        skip_unless_required(f"not root: {reason}")
 
 
 @pytest.fixture(scope="session", autouse=True)

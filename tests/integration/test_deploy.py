@@ -19,6 +19,7 @@ from deploy_checks import (
 )
 
 from arfl.orchestrate.deploy import DeployOptions, Tick, deploy
+from arfl.report import build_report
 from arfl.stack import StackInfo
 
 pytestmark = pytest.mark.integration
@@ -44,3 +45,8 @@ def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
     (rev,) = journal_events(result.run_dir, "fault-reverted")
     check_silent_then_resumed(result.run_dir, 0, float(inj["ended"]), float(rev["started"]))
     assert result.summary["replica_restarts"] == 0
+    # The report saw the pause's effect in what the merger saw of the replica (it fell seconds
+    # behind), and a lone replica's pause is never masked.
+    (fault,) = build_report(result.run_dir).faults
+    assert fault.effect_seen is True, fault.effect
+    assert fault.masked is not True and fault.outcome != "no effect", fault.verdict

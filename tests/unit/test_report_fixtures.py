@@ -327,7 +327,9 @@ def test_real_kill_executor_phases_start_at_the_injection(
 ) -> None:
     for rep, at, replaced in ((real_passive, 39.530, 0.197), (real_leaderless, 38.590, 0.012)):
         names = [p.name for p in rep.phases]
-        assert names == ["warmup", "steady", "fault-1", "recovery-1", "tail"]
+        # The leaderless run's window was cut by the input's end: it runs to the last result.
+        tail = ["recovery-1", "tail"] if rep is real_passive else []
+        assert names == ["warmup", "steady", "fault-1", *tail]
         assert rep.phase("steady").start_s == 25.0  # the spec's warm-up
         f = rep.faults[0]
         assert (f.kind, f.target) == ("kill-executor", 0)

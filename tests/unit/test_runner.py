@@ -540,7 +540,6 @@ def test_a_standby_that_does_not_yield_gets_full_priority_at_once(tmp_path: Path
         assert not _events(r.paths.root, "replica-reniced")
 
 
-@pytest.mark.needs_root(reason="lowering a niceness needs root")
 def _windowed(spec: Spec) -> Spec:
     steps = parse_spec(
         {
@@ -562,6 +561,7 @@ def _as_is(spec: Spec) -> Spec:
     return spec
 
 
+@pytest.mark.needs_root(reason="lowering a niceness needs root")
 @pytest.mark.parametrize(
     ("variant", "frontier"),
     [(_windowed, True), (_resuming_from_own_checkpoint, True), (_as_is, False)],

@@ -90,10 +90,13 @@ class Chaos(BaseModel):
 def unjudgeable(chaos: list[Chaos], input_s: float, settle_s: float) -> list[str]:
     """The faults whose impact window cannot close before the input ends, in words: the window
     lasts at least the fault's own duration plus ``report.settle`` (a kill's restart and
-    catch-up come on top), and one the input's end cuts is judged "unjudged", never masked
-    (docs/design.md §4)."""
+    catch-up come on top), and one the input's end cuts is never judged masked (docs/design.md
+    §4). Only the last fault: an earlier one's window ends at the next fault."""
     out = []
+    last = max((c.at for c in chaos), default=None)
     for i, c in enumerate(chaos):
+        if c.at != last:  # an earlier fault's window ends at the next one
+            continue
         needs = (c.duration or 0.0) + settle_s
         start = c.at + (c.after_boundary or 0.0)
         if start + needs > input_s:
@@ -101,7 +104,7 @@ def unjudgeable(chaos: list[Chaos], input_s: float, settle_s: float) -> list[str
             out.append(
                 f"chaos[{i}] ({c.fault} at {c.at:g}s): its impact window needs at least "
                 f"{needs:g} s (duration + report.settle) and the input ends at {input_s:g} s, "
-                "so its verdict will be 'unjudged'; "
+                "so it cannot be judged masked (unjudged unless the output shows harm); "
                 + (
                     f"set at <= {latest:g}s (a kill needs its restart and catch-up on top) "
                     "or a longer workload.duration"

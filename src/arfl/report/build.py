@@ -322,7 +322,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
                 "Spark's progress report): rows dropped behind the watermark there are unknown, "
                 f"its late-drop count ({d.rows:,}) is a lower bound"
             )
-    warnings += lag_warnings(data)
+    warnings += journal_warnings(data)
     slo = check_slos(_spec_slo(data), phases, overall, fstats, correct)
     longest = data.merger.get("longest_gap_ms")
     return Report(
@@ -351,7 +351,7 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
     )
 
 
-def lag_warnings(data: RunData) -> list[str]:
+def journal_warnings(data: RunData) -> list[str]:
     """Every warning the run journaled (the lag watch's, the merger's, deploy's: once each, with
     how often it came), and a replica still behind the input when the run stopped."""
     counts: dict[str, int] = {}
@@ -459,7 +459,7 @@ def _fault_phases(
         effect = (
             verdicts.merger_effect(data.journal, hit)
             if jf.kind in FAULTS and FAULTS.info(jf.kind).on == "merger"
-            else verdicts.replica_effect(data.monitor, jf.replica, hit, span)
+            else verdicts.replica_effect(data.monitor, jf.replica, hit, span, jf.killed)
         )
         verdict = verdicts.masked(
             fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start, closed, effect
@@ -475,8 +475,10 @@ def _fault_phases(
         )
         recovery_s = None if rec_at is None else max(0.0, rec_at - jf.started)
         rec_end = limit if rec_at is None else min(max(rec_at, win_end), limit)
-        phases.append(b.stats(f"recovery-{i}", "recovery", win_end, rec_end, fault=i))
-        if rec_end < limit or nxt is None:
+        # A window cut by the input's end runs to the output's end: no recovery or tail after.
+        if closed:
+            phases.append(b.stats(f"recovery-{i}", "recovery", win_end, rec_end, fault=i))
+        if closed and (rec_end < limit or nxt is None):
             if nxt is None:
                 phases.append(b.stats("tail", "tail", rec_end, t_end))
             else:

@@ -58,6 +58,9 @@ class JournaledFault:
     error: str | None = None
     first_batch_s: float | None = None
     lifted: float | None = None
+    killed: str | None = None
+    """What the journal saw the fault kill (``its driver``, ``an executor``, ``the merger``);
+    None when it saw no death (or the fault kills nothing)."""
 
 
 def journaled_faults(
@@ -117,6 +120,7 @@ def _react(
     duration = try_float(inj.get("duration_s"))
     rev_end = None if rev is None else try_float(rev.get("ended") or rev.get("t"))
     died_seen = False
+    executor_died = False
     detect: float | None = None
     restored: float | None = None
     first_batch: float | None = None
@@ -171,6 +175,7 @@ def _react(
         details = (rev or {}).get("details") or inj.get("details") or {}
         replaced = try_float(details.get("replacement_s"))
         detect = restored = replaced
+        executor_died = replaced is not None
     elif rev_end is not None:
         restored = rev_end - started
     takes_duration = FAULTS.info(kind).takes_duration if kind in FAULTS else bool(duration)
@@ -193,6 +198,13 @@ def _react(
         description=str(inj.get("description") or kind),
         first_batch_s=first_batch,
         lifted=lifted_at(kind, started, died_seen, restored, rev_end, takes_duration, duration),
+        killed=(
+            {"replica": "its driver", "merger": "the merger"}.get(kills(kind) or "")
+            if died_seen
+            else "an executor"
+            if executor_died
+            else None
+        ),
     )
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     # spec validator's import of arfl.report.slo must not (a cycle).
     from arfl.measure.check.hops import HopLatency
 
-JSON_VERSION = 5
+JSON_VERSION = 6
 """Bumped when a field of the ``--json`` output changes meaning or is removed. 5:
 ``faults[].recovery_s`` requires the output good through the impact window too (was: for
 ``settle`` from T only, so an effect later than settle after the injection gave 0 s). 4:

@@ -34,13 +34,14 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   ends at healthy again plus ``report.settle``; a replica that was healthy but did not catch up
   before the cap keeps the window open to the cap.
 * **Effect** (:func:`replica_effect`, :func:`merger_effect`): masking is a claim about two
-  things, that the faulted replica was hurt and the user's output was not. Hurt, as the merger
-  saw it: the faulted replica's ``behind_ms`` (trail, else lag) rose during the impact window
-  above twice its steady maximum and at least :data:`CAUGHT_UP_FLOOR_MS` above it (a kill,
-  pause or partition stops its output; a slow or delayed replica falls behind); for a fault on
-  the merger, a merger died or a standby took over. A window without harm whose fault had no
-  visible effect is **no effect**, not masked; one whose effect cannot be seen (no target, no
-  steady lag) is unknown.
+  things, that the faulted replica was hurt and the user's output was not. Hurt: what a kill
+  aimed at died (the journal's ``replica-died``, a replaced executor), or, as the merger saw
+  it, the faulted replica's ``behind_ms`` (trail, else lag) rose while input flowed to more
+  than twice its steady p90 (at least :data:`CAUGHT_UP_FLOOR_MS`): a pause or partition stops
+  its output, a slow or delayed replica falls behind; for a fault on the merger, a merger died
+  or a standby took over. A closed window without harm whose fault had no visible effect is
+  **no effect**, not masked; one whose effect cannot be seen (no target, no steady lag) is
+  unknown.
 * **Unjudged**: an impact window cut by the end of the input (``end of input``) runs on to the
   output's end (the results still in flight count) and can show harm ("not masked"), never
   its absence: a window without harm is *unjudged: the input ended first*, not masked.
@@ -205,9 +206,7 @@ def lag_allowance(
     return max(CAUGHT_UP_FLOOR_MS, nearest_rank(lags, CAUGHT_UP_QUANTILE))
 
 
-def trail_kept(
-    monitor: Sequence[MonitorSnapshot], replica: int, start: float, end: float
-) -> bool:
+def trail_kept(monitor: Sequence[MonitorSnapshot], replica: int, start: float, end: float) -> bool:
     """Whether the merger kept ``replica``'s trail over ``[start, end)`` (else caught up is
     judged on its lag: :attr:`arfl.run.streams.ReplicaSnapshot.behind_ms`)."""
     return any(
@@ -362,24 +361,28 @@ def replica_effect(
     replica: int | None,
     window: tuple[float, float],
     steady: tuple[float, float],
+    killed: str | None = None,
 ) -> Effect:
-    """Whether ``replica`` fell behind the output during ``window`` beyond anything its steady
-    phase showed (module docstring, "Effect").
+    """Whether the fault hurt ``replica`` during ``window`` (module docstring, "Effect"): the
+    journal saw what it killed die (``killed``), or it fell behind the output, while input
+    flowed, to more than twice its steady p90 (at least :data:`CAUGHT_UP_FLOOR_MS`).
 
     Args:
         monitor: the merger's 1-s lines.
         replica: the faulted replica (None: unknown, so no effect can be seen).
         window: the impact window (epoch seconds).
         steady: the steady phase the lag allowances come from.
+        killed: what the journal saw die (``its driver``, ``an executor``), None: nothing.
     """
     if replica is None:
         return Effect(None, "the faulted replica is unknown")
 
-    def behind(a: float, b: float, flowing: bool) -> list[float]:
+    def behind(a: float, b: float) -> list[float]:
         out = []
         for tick in monitor:
             snap = tick.replicas.get(replica)
-            if not (a <= tick.t <= b and (tick.input_flowing or not flowing)) or snap is None:
+            # After the input's end every lag grows: only ticks while input flowed count.
+            if not (a <= tick.t <= b and tick.input_flowing) or snap is None:
                 continue
             lag = snap.behind_ms
             if lag is None and snap.last_src_ts is not None:  # the lag, as the merger takes it
@@ -388,17 +391,25 @@ def replica_effect(
                 out.append(lag)
         return out
 
-    base = behind(steady[0], steady[1], flowing=True)
-    during = behind(window[0], window[1], flowing=False)
+    base = sorted(behind(steady[0], steady[1]))
+    during = behind(window[0], window[1])
     if len(base) < MIN_LAG_SAMPLES or not during:
+        if killed:
+            return Effect(True, f"replica {replica}: {killed} died (journal)")
         return Effect(None, f"replica {replica}'s lag was not recorded (steady or in the window)")
-    peak, most = max(during), max(base)
-    seen = peak > max(2.0 * most, most + CAUGHT_UP_FLOOR_MS)
-    if seen:
-        text = f"replica {replica} fell {_dur(peak)} behind (steady at most {_dur(most)})"
+    peak = max(during)
+    usual = max(CAUGHT_UP_FLOOR_MS, nearest_rank(base, CAUGHT_UP_QUANTILE))
+    fell = peak > 2.0 * usual
+    steady_text = f"steady p90 {_dur(usual)}"
+    if fell:
+        text = f"replica {replica} fell {_dur(peak)} behind ({steady_text})"
     else:
-        text = f"replica {replica} stayed within {_dur(peak)} (steady at most {_dur(most)})"
-    return Effect(seen, text, peak, most)
+        text = f"replica {replica} stayed within {_dur(peak)} ({steady_text})"
+    if killed:
+        text = f"replica {replica}: {killed} died (journal); " + text.removeprefix(
+            f"replica {replica} "
+        )
+    return Effect(fell or killed is not None, text, peak, usual)
 
 
 def merger_effect(journal: Sequence[Mapping[str, Any]], window: tuple[float, float]) -> Effect:
@@ -455,17 +466,18 @@ def masked(
     verdict = _masked(p99_ms, gap_ms, ref, tolerance, missing, held_to_ms, window_s)
     if verdict.value is not True:
         return verdict
+    if not closed:
+        return Verdict(
+            None,
+            "unjudged: the input ended first (the faulted replica was not back before it; "
+            f"{verdict.reason.removeprefix('masked: ')} over the {window_s:.0f} s to the "
+            "output's end)",
+        )
     if effect is not None and effect.seen is not True:
         if effect.seen is False:
             return Verdict(None, f"no effect: {effect.text}; the output was as good as steady")
         return Verdict(None, f"unknown: the fault's effect cannot be seen ({effect.text})")
-    if closed:
-        return verdict
-    return Verdict(
-        None,
-        "unjudged: the input ended first (the faulted replica was not back before it; "
-        f"{verdict.reason.removeprefix('masked: ')} over the {window_s:.0f} s to the output's end)",
-    )
+    return verdict
 
 
 def _masked(

@@ -60,8 +60,9 @@ class ProcessReach(Reach):
 
     @classmethod
     def freeze_claims(cls, record: Record) -> frozenset[str]:
-        """Each stopped process."""
-        return frozenset(f"stopped:{int(p[0])}@{p[1]}" for p in record.get("pids", []))
+        """Each stopped process, by pid: a stopped process keeps its pid while the pause holds
+        it (its recorded create time moves with a step of the wall clock)."""
+        return frozenset(f"stopped:{int(p[0])}" for p in record.get("pids", []))
 
     # --- slow: a cgroup with a CPU quota -----------------------------------------------
 

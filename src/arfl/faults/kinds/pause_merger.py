@@ -34,8 +34,9 @@ class PauseMerger(FaultBase):
 
     @classmethod
     def claims(cls, record: dict[str, Any]) -> frozenset[str]:
-        """The stopped merger (pid and create time)."""
-        return frozenset(f"stopped:{int(p[0])}@{p[1]}" for p in record.get("pids", []))
+        """The stopped merger, by pid: a stopped process keeps its pid while the pause holds it
+        (its recorded create time moves with a step of the wall clock)."""
+        return frozenset(f"stopped:{int(p[0])}" for p in record.get("pids", []))
 
     @classmethod
     def undo(cls, record: dict[str, Any]) -> None:
