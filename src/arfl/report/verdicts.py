@@ -463,7 +463,40 @@ def masked(
         effect: what the fault did (:func:`replica_effect`, :func:`merger_effect`); a window
             without harm is masked only when the effect showed (None: not judged, as before).
     """
-    verdict = _masked(p99_ms, gap_ms, ref, tolerance, missing, held_to_ms, window_s)
+
+    def judged() -> Verdict:
+        """p99, gap and completeness (the module docstring's three conditions)."""
+        if not ref.usable:
+            return Verdict(None, f"unknown: {ref.problem or 'no steady p99'}")
+        assert ref.p99_ms is not None and held_to_ms is not None
+        p99_limit, gap_limit = tolerance * held_to_ms, tolerance * ref.gap_ms
+        stretch = held_to_ms > ref.p99_ms
+        steady = f"steady {held_to_ms:.1f} ms"
+        if stretch:
+            steady += f" (its worst {window_s:.0f}-s stretch; whole steady {ref.p99_ms:.1f} ms)"
+        if p99_ms is None:
+            return Verdict(False, "not masked: no result in the impact window")
+        if p99_ms > p99_limit:
+            return Verdict(False, f"not masked: p99 {p99_ms:.1f} ms > {tolerance:g} x {steady}")
+        if gap_ms is not None and gap_ms > gap_limit:
+            return Verdict(
+                False,
+                f"not masked: output gap {gap_ms / 1000:.2f} s > {tolerance:g} x steady "
+                f"{ref.gap_ms / 1000:.2f} s",
+            )
+        if missing is None:
+            return Verdict(None, "unknown: latency and gaps within tolerance, completeness unknown")
+        if missing > 0:
+            return Verdict(False, f"not masked: {missing} result(s) missing from the run")
+        return Verdict(
+            True,
+            f"masked: p99 {p99_ms:.1f} ms <= {p99_limit:.1f} ms"
+            + (f" = {tolerance:g} x {steady}" if stretch else "")
+            + ", longest gap "
+            f"{(gap_ms or 0) / 1000:.2f} s <= {gap_limit / 1000:.2f} s, nothing missing",
+        )
+
+    verdict = judged()
     if verdict.value is not True:
         return verdict
     if not closed:
@@ -478,46 +511,6 @@ def masked(
             return Verdict(None, f"no effect: {effect.text}; the output was as good as steady")
         return Verdict(None, f"unknown: the fault's effect cannot be seen ({effect.text})")
     return verdict
-
-
-def _masked(
-    p99_ms: float | None,
-    gap_ms: float | None,
-    ref: Reference,
-    tolerance: float,
-    missing: int | None,
-    held_to_ms: float | None,
-    window_s: float,
-) -> Verdict:
-    if not ref.usable:
-        return Verdict(None, f"unknown: {ref.problem or 'no steady p99'}")
-    assert ref.p99_ms is not None and held_to_ms is not None
-    p99_limit, gap_limit = tolerance * held_to_ms, tolerance * ref.gap_ms
-    stretch = held_to_ms > ref.p99_ms
-    steady = f"steady {held_to_ms:.1f} ms"
-    if stretch:
-        steady += f" (its worst {window_s:.0f}-s stretch; whole steady {ref.p99_ms:.1f} ms)"
-    if p99_ms is None:
-        return Verdict(False, "not masked: no result in the impact window")
-    if p99_ms > p99_limit:
-        return Verdict(False, f"not masked: p99 {p99_ms:.1f} ms > {tolerance:g} x {steady}")
-    if gap_ms is not None and gap_ms > gap_limit:
-        return Verdict(
-            False,
-            f"not masked: output gap {gap_ms / 1000:.2f} s > {tolerance:g} x steady "
-            f"{ref.gap_ms / 1000:.2f} s",
-        )
-    if missing is None:
-        return Verdict(None, "unknown: latency and gaps within tolerance, completeness unknown")
-    if missing > 0:
-        return Verdict(False, f"not masked: {missing} result(s) missing from the run")
-    return Verdict(
-        True,
-        f"masked: p99 {p99_ms:.1f} ms <= {p99_limit:.1f} ms"
-        + (f" = {tolerance:g} x {steady}" if stretch else "")
-        + ", longest gap "
-        f"{(gap_ms or 0) / 1000:.2f} s <= {gap_limit / 1000:.2f} s, nothing missing",
-    )
 
 
 @dataclass(frozen=True)
