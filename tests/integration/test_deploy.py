@@ -45,8 +45,9 @@ def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
     (rev,) = journal_events(result.run_dir, "fault-reverted")
     check_silent_then_resumed(result.run_dir, 0, float(inj["ended"]), float(rev["started"]))
     assert result.summary["replica_restarts"] == 0
-    # The report saw the pause's effect in what the merger saw of the replica (it fell seconds
-    # behind), and a lone replica's pause is never masked.
+    # A lone replica's pause is never masked: its output stopped. (Its lag, a windowed
+    # micro-batch replica's, swings by seconds in the steady state too: the report names it as
+    # the effect's evidence, not judged here.)
     (fault,) = build_report(result.run_dir).faults
-    assert fault.effect_seen is True, fault.effect
-    assert fault.masked is not True and fault.outcome != "no effect", fault.verdict
+    assert fault.masked is False and fault.outcome == "not masked", fault.verdict
+    assert fault.effect.startswith("replica 0 "), fault.effect
