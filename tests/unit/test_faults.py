@@ -197,6 +197,30 @@ def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
             FaultParams.of("slow", replica=1, duration_s=1.0, cpu=cpu)
 
 
+def test_slow_plans_without_a_process_that_ended_since_the_listing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A replica's tree can hold a short-lived child: gone before its group is read, it is left
+    out of the plan (CI saw the slow fault fail on its missing /proc/PID/cgroup)."""
+    from arfl.targets import cgroups
+    from arfl.targets.process import ProcessReach
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    me = os.getpid()
+    monkeypatch.setattr(cgroups, "detect", lambda: cgroups.CpuHierarchy(1, tmp_path))
+
+    class Local:
+        run = "r"
+
+        def replica_pids(self, replica: int) -> list[int]:
+            return [me, gone.pid]
+
+    record, details = ProcessReach(Local(), 0).cpu_plan(5.0)  # type: ignore[arg-type]
+    assert record["pids"] == [me] and list(record["originals"]) == [str(me)]
+    assert details["pids"] == [me]
+
+
 def test_schedule_order_is_by_time_then_spec_order() -> None:
     ps = [FaultParams("pause", replica=i, at_s=t) for i, t in enumerate([5.0, 1.0, 5.0, 0.0])]
     assert [p.replica for p in schedule_order(ps)] == [3, 1, 0, 2]

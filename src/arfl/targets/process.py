@@ -74,7 +74,17 @@ class ProcessReach(Reach):
             raise FaultError(
                 f"slow: replica {self.replica} of run {self.target.run} has no processes"
             )
-        originals = {str(pid): h.cgroup_of(pid) for pid in pids}
+        originals: dict[str, str] = {}
+        for pid in pids:
+            try:
+                originals[str(pid)] = h.cgroup_of(pid)
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # it ended since the listing (a short-lived child): nothing to slow
+        pids = [pid for pid in pids if str(pid) in originals]
+        if not pids:
+            raise FaultError(
+                f"slow: replica {self.replica} of run {self.target.run} has no processes left"
+            )
         group = h.group(f"{self.target.run}-r{self.replica}")
         record = {
             "via": self.via,
