@@ -8,11 +8,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import psutil
 import pytest
 
+from arfl.errors import FaultError
 from arfl.stack import StackInfo, down
+from arfl.targets.cgroups import CpuHierarchy, detect
 from arfl.testing import EmbeddedStack
 
 
@@ -45,12 +48,21 @@ REQUIRE_ROOT = "ARFL_REQUIRE_ROOT"
 it instead of skipping, so CI never passes by skipping what it should have run."""
 
 
-def skip_unless_required(reason: str) -> None:
+def skip_unless_required(reason: str) -> NoReturn:
     """Skip the running test for ``reason`` (something this host lacks), or fail it under
     ``ARFL_REQUIRE_ROOT=1``."""
     if os.environ.get(REQUIRE_ROOT) == "1":
         pytest.fail(f"{REQUIRE_ROOT}=1 but {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture
+def cpu_hierarchy() -> CpuHierarchy:
+    """The host's cgroup cpu controller (skipped without one, or failed: above)."""
+    try:
+        return detect()
+    except FaultError as e:
+        skip_unless_required(str(e))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

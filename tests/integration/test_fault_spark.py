@@ -5,7 +5,6 @@ One app is shared by the module; kill-replica runs last because it ends the app.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -14,13 +13,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from arfl.errors import FaultError
 from arfl.faults.base import FaultParams
 from arfl.faults.runner import ChaosRunner
 from arfl.processes import tree_pids
 from arfl.run.pending import PendingFaults
 from arfl.run.rundir import read_jsonl
-from arfl.targets.cgroups import CpuHierarchy, detect
+from arfl.targets.cgroups import CpuHierarchy
 from arfl.targets.local import LocalTarget, restart_suppressed
 from arfl.testing.faults import SparkApp, start_busy_loop, start_spark_app, stop_tree, write_state
 
@@ -124,28 +122,16 @@ def _cpu_share(pid: int, seconds: float) -> float:
     return (sum(proc.cpu_times()[:2]) - c0) / (time.monotonic() - t0)
 
 
-def _no_cgroups(e: FaultError) -> None:
-    """Skip without a usable cgroup controller; fail under ARFL_REQUIRE_ROOT=1 (CI), which must
-    run what it can."""
-    if os.environ.get("ARFL_REQUIRE_ROOT") == "1":
-        pytest.fail(f"ARFL_REQUIRE_ROOT=1 but {e}")
-    pytest.skip(str(e))
-
-
 @pytest.mark.parametrize(("cpu", "cap"), [(None, 0.13), (25.0, 0.28)])
 def test_slow_throttles_cpu_of_a_busy_process(
-    tmp_path: Path, cpu: float | None, cap: float
+    tmp_path: Path, cpu: float | None, cap: float, cpu_hierarchy: CpuHierarchy
 ) -> None:
-    try:
-        detect()
-    except FaultError as e:
-        _no_cgroups(e)
     proc, _ = start_busy_loop(tmp_path / "busy")
     control, _ = start_busy_loop(tmp_path / "control")  # same load, never throttled
     try:
         run_dir = write_state(tmp_path / "busy-run", "busy-run", {0: {"driver_pid": proc.pid}})
         free = _cpu_share(proc.pid, 1.5)
-        original = detect().cgroup_of(proc.pid)
+        original = cpu_hierarchy.cgroup_of(proc.pid)
         runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))
         shares: list[float] = []
         cgroup_procs: list[str] = []
@@ -180,7 +166,7 @@ def test_slow_throttles_cpu_of_a_busy_process(
         assert quotas == [int(100_000 * (cpu or 10) / 100)], quotas
         assert stats[0]["nr_throttled"] > 0, stats  # the kernel actually enforced the quota
         # and lifted it: the process is back where it was, the group is gone
-        assert detect().cgroup_of(proc.pid) == original
+        assert cpu_hierarchy.cgroup_of(proc.pid) == original
         assert not Path(out.details["cgroup"]).exists()
         assert not PendingFaults(run_dir).path.exists()
     finally:
@@ -201,11 +187,10 @@ def _groups(h: CpuHierarchy, pids: list[int]) -> dict[int, str]:
     return out
 
 
-def test_slow_moves_a_spark_replica_and_back(app: SparkApp, run_dir: Path) -> None:
-    try:
-        h = detect()
-    except FaultError as e:
-        _no_cgroups(e)
+def test_slow_moves_a_spark_replica_and_back(
+    app: SparkApp, run_dir: Path, cpu_hierarchy: CpuHierarchy
+) -> None:
+    h = cpu_hierarchy
     pids = tree_pids(app.driver_pid)
     before = _groups(h, pids)
     runner = ChaosRunner(LocalTarget.from_run_dir(run_dir))

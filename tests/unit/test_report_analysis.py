@@ -123,6 +123,23 @@ def _pause(
     }
 
 
+def _kill(
+    at: float, replica: int | None, healthy: float, kind: str = "kill-replica"
+) -> dict[str, Any]:
+    """A kill; the replica delivers again ``healthy`` s after T0."""
+    return {"healthy": T0 + healthy, "kind": kind, "replica": replica, "started": T0 + at,
+            "description": kind}  # fmt: skip
+
+
+def _died(data: RunData, replica: int, at: float, ready: float) -> None:
+    """The runner journaled ``replica``'s driver dead at ``at`` and ready again at ``ready``."""
+    data.journal.extend([
+        {"t": T0 + at, "event": "replica-died", "replica": replica},
+        {"t": T0 + ready, "event": "replica-ready", "replica": replica},
+    ])  # fmt: skip
+    data.journal.sort(key=lambda e: e["t"])
+
+
 def test_no_fault_gives_warmup_and_steady_only() -> None:
     rep = analyse(_run([100.0] * 10))
     assert [p.name for p in rep.phases] == ["warmup", "steady"]
@@ -183,9 +200,9 @@ def test_a_short_dip_does_not_count_as_recovered() -> None:
 
 def test_latency_within_tolerance_is_masked_with_zero_recovery() -> None:
     lat = [100.0] * 10 + [108.0] * 3 + [100.0] * 10
-    rep = analyse(_run(lat, [_pause(10.0, 3.0)]))
+    rep = analyse(_with_lag(_run(lat, [_pause(10.0, 3.0)])))
     (f,) = rep.faults
-    assert f.masked is True
+    assert f.masked is True, f.verdict
     assert f.recovery_s == 0.0
     assert rep.phase("recovery-1").count == 0  # empty: nothing to recover from
 
@@ -195,7 +212,7 @@ def test_latency_beyond_tolerance_is_not_masked() -> None:
     rep = analyse(_run(lat, [_pause(10.0, 3.0)]))
     assert rep.faults[0].masked is False
     # Tolerance from the spec decides: 1.2 accepts +15 %.
-    rep = analyse(_run(lat, [_pause(10.0, 3.0)], spec=_spec(tolerance=1.2)))
+    rep = analyse(_with_lag(_run(lat, [_pause(10.0, 3.0)], spec=_spec(tolerance=1.2))))
     assert rep.faults[0].masked is True
 
 
@@ -326,14 +343,9 @@ def test_a_killed_replica_is_healthy_only_with_input_sent_after_its_restart() ->
     # 11 ms later before it died (the bench saw this under real-time mode). The runner saw it
     # die at 10.1 s and ready again at 14 s; it delivers again from second 15 on.
     lat = [100.0] * 25
-    kill = {"healthy": T0 + 15.0, "kind": "kill-replica", "replica": 1, "started": T0 + 10.0,
-            "description": "kill-replica"}  # fmt: skip
+    kill = _kill(10.0, 1, healthy=15.0)
     data = _in_flight(_run(lat, [kill]), 1, 10.011, range(11, 16))
-    data.journal.extend([
-        {"t": T0 + 10.1, "event": "replica-died", "replica": 1},
-        {"t": T0 + 14.0, "event": "replica-ready", "replica": 1},
-    ])  # fmt: skip
-    data.journal.sort(key=lambda e: e["t"])
+    _died(data, 1, 10.1, ready=14.0)
     (f,) = analyse(data).faults
     assert f.restored_s == pytest.approx(4.0)
     assert f.healthy_s == pytest.approx(6.0)  # second 15, seen at the 16 s tick
@@ -341,8 +353,7 @@ def test_a_killed_replica_is_healthy_only_with_input_sent_after_its_restart() ->
 
 def test_a_killed_replica_that_never_came_back_is_never_healthy() -> None:
     lat = [100.0] * 25
-    kill = {"healthy": T0 + 99.0, "kind": "kill-replica", "replica": 1, "started": T0 + 10.0,
-            "description": "kill-replica"}  # fmt: skip
+    kill = _kill(10.0, 1, healthy=99.0)
     data = _in_flight(_run(lat, [kill]), 1, 10.011, range(11, 26))
     data.journal.append({"t": T0 + 10.1, "event": "replica-died", "replica": 1})
     data.journal.sort(key=lambda e: e["t"])
@@ -534,7 +545,7 @@ def test_a_window_is_held_to_the_steady_p99_at_its_own_length() -> None:
     lat = [100.0] * 130
     lat[60] = 300.0  # in the steady phase
     lat[123] = 300.0  # in the fault's window
-    rep = analyse(_run(lat, [_pause(120.0, 3.0)]))
+    rep = analyse(_with_lag(_run(lat, [_pause(120.0, 3.0)])))
     (f,) = rep.faults
     assert rep.phase("steady").percentiles_ms["p99"] == pytest.approx(100.0, rel=1e-3)
     assert rep.phase("fault-1").end_s - rep.phase("fault-1").start_s == pytest.approx(9.0)
@@ -635,8 +646,7 @@ def test_a_fault_whose_window_meets_the_input_end_is_unjudged_and_its_tail_count
     # while input comes. The output looks steady up to the input's end, so the verdict is
     # unjudged, never masked.
     lat = [100.0] * 30
-    kill = {"healthy": T0 + 99.0, "kind": "kill-replica", "replica": 1, "started": T0 + 26.0,
-            "description": "kill-replica"}  # fmt: skip
+    kill = _kill(26.0, 1, healthy=99.0)
     (f,) = analyse(_with_lag(_run(lat, [kill]))).faults
     assert f.window_ended_by == "end of input"
     assert f.masked is None and f.outcome == "unjudged", f.verdict
@@ -653,8 +663,7 @@ def test_a_fault_whose_window_meets_the_input_end_is_unjudged_and_its_tail_count
 
 def test_a_merger_fault_has_an_effect_when_the_merger_was_replaced() -> None:
     lat = [100.0] * 30
-    kill = {"healthy": T0 + 10.0, "kind": "kill-merger", "replica": None, "started": T0 + 10.0,
-            "description": "kill-merger"}  # fmt: skip
+    kill = _kill(10.0, None, healthy=10.0, kind="kill-merger")
     data = _with_lag(_run(lat, [kill]))
     (f,) = analyse(data).faults
     assert f.effect_seen is False and f.outcome == "no effect", f.verdict
@@ -724,16 +733,11 @@ def test_repeated_journal_warnings_are_counted_once_with_their_source() -> None:
 def test_a_kill_the_journal_saw_land_has_an_effect_however_little_the_lag_rose() -> None:
     # The standby took the killed driver's place within the second: the lag never rose.
     lat = [100.0] * 30
-    kill = {"healthy": T0 + 10.0, "kind": "kill-replica", "replica": 1, "started": T0 + 10.0,
-            "description": "kill-replica"}  # fmt: skip
+    kill = _kill(10.0, 1, healthy=10.0)
     data = _with_lag(_run(lat, [kill]))
     (f,) = analyse(data).faults
     assert f.effect_seen is False and f.outcome == "no effect", f.verdict
-    data.journal.extend([
-        {"t": T0 + 10.1, "event": "replica-died", "replica": 1},
-        {"t": T0 + 10.4, "event": "replica-ready", "replica": 1},
-    ])  # fmt: skip
-    data.journal.sort(key=lambda e: e["t"])
+    _died(data, 1, 10.1, ready=10.4)
     (g,) = analyse(data).faults
     assert g.effect_seen is True and g.effect.startswith("replica 1: its driver died (journal)")
     assert g.masked is True, g.verdict

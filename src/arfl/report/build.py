@@ -436,13 +436,10 @@ def _fault_phases(
             else verdicts.lag_allowance(data.monitor, jf.replica, warm_stop, steady_end)
         )
         caught_up = verdicts.caught_up_at(data.monitor, jf.replica, healthy, allowance, limit)
-        caught_up_on = (
-            None
-            if allowance is None or jf.replica is None
-            else "trail"
-            if verdicts.trail_kept(data.monitor, jf.replica, warm_stop, steady_end)
-            else "lag"
-        )
+        caught_up_on = None
+        if allowance is not None and jf.replica is not None:
+            kept = verdicts.trail_kept(data.monitor, jf.replica, warm_stop, steady_end)
+            caught_up_on = "trail" if kept else "lag"
         window = verdicts.impact_window(
             jf.started, healthy, caught_up, allowance is not None, settle, nxt, b.t_end
         )
@@ -459,7 +456,7 @@ def _fault_phases(
         effect = (
             verdicts.merger_effect(data.journal, hit)
             if jf.kind in FAULTS and FAULTS.info(jf.kind).on == "merger"
-            else verdicts.replica_effect(data.monitor, jf.replica, hit, span, jf.killed)
+            else verdicts.replica_effect(data.monitor, jf.replica, hit, allowance, jf.killed)
         )
         verdict = verdicts.masked(
             fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start, closed, effect

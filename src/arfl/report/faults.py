@@ -59,8 +59,8 @@ class JournaledFault:
     first_batch_s: float | None = None
     lifted: float | None = None
     killed: str | None = None
-    """What the journal saw the fault kill (``its driver``, ``an executor``, ``the merger``);
-    None when it saw no death (or the fault kills nothing)."""
+    """What the journal saw a kill on a replica kill (``its driver``, ``an executor``); None
+    when it saw no death (or the fault kills no part of a replica)."""
 
 
 def journaled_faults(
@@ -120,7 +120,7 @@ def _react(
     duration = try_float(inj.get("duration_s"))
     rev_end = None if rev is None else try_float(rev.get("ended") or rev.get("t"))
     died_seen = False
-    executor_died = False
+    killed: str | None = None
     detect: float | None = None
     restored: float | None = None
     first_batch: float | None = None
@@ -136,7 +136,7 @@ def _react(
             None,
         )
         if died is not None:
-            died_seen = True
+            died_seen, killed = True, "its driver"
             detect = max(0.0, float(died["t"]) - started)
             ready = next(
                 (
@@ -175,7 +175,7 @@ def _react(
         details = (rev or {}).get("details") or inj.get("details") or {}
         replaced = try_float(details.get("replacement_s"))
         detect = restored = replaced
-        executor_died = replaced is not None
+        killed = None if replaced is None else "an executor"
     elif rev_end is not None:
         restored = rev_end - started
     takes_duration = FAULTS.info(kind).takes_duration if kind in FAULTS else bool(duration)
@@ -198,13 +198,7 @@ def _react(
         description=str(inj.get("description") or kind),
         first_batch_s=first_batch,
         lifted=lifted_at(kind, started, died_seen, restored, rev_end, takes_duration, duration),
-        killed=(
-            {"replica": "its driver", "merger": "the merger"}.get(kills(kind) or "")
-            if died_seen
-            else "an executor"
-            if executor_died
-            else None
-        ),
+        killed=killed,
     )
 
 

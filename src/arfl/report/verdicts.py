@@ -346,70 +346,50 @@ class Effect:
     Attributes:
         seen: True when the effect showed, False when it did not, None when it cannot be seen.
         text: the evidence in words (the report's fault line and the verdict name it).
-        peak_ms: the faulted replica's highest ``behind_ms`` in the window (replica faults).
-        steady_ms: its highest over the steady phase.
     """
 
     seen: bool | None
     text: str
-    peak_ms: float | None = None
-    steady_ms: float | None = None
 
 
 def replica_effect(
     monitor: Sequence[MonitorSnapshot],
     replica: int | None,
     window: tuple[float, float],
-    steady: tuple[float, float],
+    allowance_ms: float | None,
     killed: str | None = None,
 ) -> Effect:
     """Whether the fault hurt ``replica`` during ``window`` (module docstring, "Effect"): the
     journal saw what it killed die (``killed``), or it fell behind the output, while input
-    flowed, to more than twice its steady p90 (at least :data:`CAUGHT_UP_FLOOR_MS`).
+    flowed, to more than twice its lag allowance (:func:`lag_allowance`: its steady p90).
 
     Args:
         monitor: the merger's 1-s lines.
         replica: the faulted replica (None: unknown, so no effect can be seen).
         window: the impact window (epoch seconds).
-        steady: the steady phase the lag allowances come from.
+        allowance_ms: :func:`lag_allowance` over the steady phase (None: too few samples).
         killed: what the journal saw die (``its driver``, ``an executor``), None: nothing.
     """
-    if replica is None:
-        return Effect(None, "the faulted replica is unknown")
-
-    def behind(a: float, b: float) -> list[float]:
-        out = []
-        for tick in monitor:
-            snap = tick.replicas.get(replica)
-            # After the input's end every lag grows: only ticks while input flowed count.
-            if not (a <= tick.t <= b and tick.input_flowing) or snap is None:
-                continue
-            lag = snap.behind_ms
-            if lag is None and snap.last_src_ts is not None:  # the lag, as the merger takes it
-                lag = tick.t * 1000.0 - snap.last_src_ts
-            if lag is not None:
-                out.append(lag)
-        return out
-
-    base = sorted(behind(steady[0], steady[1]))
-    during = behind(window[0], window[1])
-    if len(base) < MIN_LAG_SAMPLES or not during:
-        if killed:
-            return Effect(True, f"replica {replica}: {killed} died (journal)")
+    died = None if killed is None else f"replica {replica}: {killed} died (journal)"
+    # After the input's end every lag grows: only ticks while input flowed count.
+    during = [
+        lag
+        for tick in monitor
+        if window[0] <= tick.t <= window[1] and tick.input_flowing
+        and replica is not None and (snap := tick.replicas.get(replica)) is not None
+        and (lag := snap.behind_ms) is not None
+    ]  # fmt: skip
+    if replica is None or allowance_ms is None or not during:
+        if died is not None:
+            return Effect(True, died)
         return Effect(None, f"replica {replica}'s lag was not recorded (steady or in the window)")
     peak = max(during)
-    usual = max(CAUGHT_UP_FLOOR_MS, nearest_rank(base, CAUGHT_UP_QUANTILE))
-    fell = peak > 2.0 * usual
-    steady_text = f"steady p90 {_dur(usual)}"
-    if fell:
-        text = f"replica {replica} fell {_dur(peak)} behind ({steady_text})"
-    else:
-        text = f"replica {replica} stayed within {_dur(peak)} ({steady_text})"
-    if killed:
-        text = f"replica {replica}: {killed} died (journal); " + text.removeprefix(
-            f"replica {replica} "
-        )
-    return Effect(fell or killed is not None, text, peak, usual)
+    fell = peak > 2.0 * allowance_ms
+    how = "fell" if fell else "stayed within"
+    text = f"{how} {_dur(peak)} behind (steady p90 {_dur(allowance_ms)})"
+    return Effect(
+        fell or died is not None, f"{died}; {text}" if died else f"replica {replica} {text}"
+    )
 
 
 def merger_effect(journal: Sequence[Mapping[str, Any]], window: tuple[float, float]) -> Effect:
@@ -443,8 +423,8 @@ def masked(
     missing: int | None,
     held_to_ms: float | None,
     window_s: float,
-    closed: bool = True,
-    effect: Effect | None = None,
+    closed: bool,
+    effect: Effect,
 ) -> Verdict:
     """Masked over an impact window (see the module docstring).
 
@@ -461,7 +441,7 @@ def masked(
             ``end of input``): a window that shows harm is still "not masked", one that does
             not is **unjudged** (None): the replica was not restored while input still came.
         effect: what the fault did (:func:`replica_effect`, :func:`merger_effect`); a window
-            without harm is masked only when the effect showed (None: not judged, as before).
+            without harm is masked only when the effect showed.
     """
 
     def judged() -> Verdict:
@@ -506,7 +486,7 @@ def masked(
             f"{verdict.reason.removeprefix('masked: ')} over the {window_s:.0f} s to the "
             "output's end)",
         )
-    if effect is not None and effect.seen is not True:
+    if effect.seen is not True:
         if effect.seen is False:
             return Verdict(None, f"no effect: {effect.text}; the output was as good as steady")
         return Verdict(None, f"unknown: the fault's effect cannot be seen ({effect.text})")
