@@ -28,6 +28,7 @@ runs whose fault took effect.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import random
 import sys
@@ -63,7 +64,7 @@ def placements(n: int, start: float, end: float, seed: int) -> list[float]:
 
 
 def with_fault(base: dict[str, Any], fault: str, at: float, k: int) -> Spec:
-    raw = json.loads(json.dumps(base))
+    raw = copy.deepcopy(base)
     raw["name"] = f"{base.get('name', 'pm')}-{fault}-{k}"
     raw["chaos"] = [{"at": f"{at:g}s", "fault": fault, "replica": 0}]
     return parse_spec(raw, "p_masked")
