@@ -50,4 +50,4 @@ def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
     # the effect's evidence, not judged here.)
     (fault,) = build_report(result.run_dir).faults
     assert fault.masked is False and fault.outcome == "not masked", fault.verdict
-    assert fault.effect.startswith("replica 0 "), fault.effect
+    assert fault.effect.startswith("replica 0"), fault.effect
