@@ -11,8 +11,9 @@ so drift on the host falls on every kind alike.
 
 The spec (``--spec``) is a user's; without one, the one the README teaches with the defaults:
 per-record (filter + select), ``mode = "active"``, 2 replicas, ``trigger = "realtime"``, 2
-partitions, 1,000 ev/s for 110 s, a 30-s warm-up, nothing else set. Its own ``[[chaos]]``
-entries are replaced, and ``after_boundary`` is never set.
+partitions, 1,000 ev/s for 110 s, a 30-s warm-up, nothing else set (arfl then sets a standby
+and a 30-s interval itself: :mod:`arfl.configs.masking`). Its own ``[[chaos]]`` entries are
+replaced, and ``after_boundary`` is never set.
 
 Per run, from the report (:mod:`arfl.report.verdicts`): the outcome (masked, not masked, no
 effect, unjudged, unknown), the impact window's p99 against what it was held to, its length and

@@ -99,9 +99,11 @@ def test_valid_spec_says_what_it_asks_for(
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     assert (
-        "rtm.toml: 2 replicas \u00d7 local-cluster[1,4,1024] "
+        "rtm.toml: 2 replicas + 1 standby \u00d7 local-cluster[1,4,1024] "
         "(RTM: 2 partitions + 2 shuffle partitions = 4 task slots each) on 2 cores"
     ) in lines
+    # the standby and the interval are arfl's masking defaults, said as such
+    assert sum("rtm.toml: arfl sets replication." in line for line in lines) == 2, lines
     # why the master is not the spec's, on one line of its own
     [note] = [line for line in lines if line.startswith("rtm.toml: note: ")]
     assert "local-cluster[1,1,1024] has 1 task slot" in note
@@ -219,15 +221,31 @@ def test_a_spec_that_asks_for_masking_it_will_likely_not_get_is_told_what_to_set
     # The demo's settings: nothing to say.
     assert main(["validate", str(ROOT / "configs" / "clicks.toml")]) == 0
     assert "will likely not mask" not in capsys.readouterr().err
-    # The same pipeline as the README teaches it, with the defaults, at 1,500 ev/s.
+    # The same pipeline as the README teaches it, with the defaults, at 1,500 ev/s: arfl sets
+    # the standby and the interval itself and says so; only the rate is left to warn about.
     text = (ROOT / "configs" / "clicks.toml").read_text()
     for line in ('trigger_interval = "30s"', "standby = 1", 'after_boundary = "5s"'):
         text = "\n".join(x for x in text.splitlines() if not x.startswith(line))
     spec = tmp_path / "plain.toml"
     spec.write_text(text.replace("rate = 1000", "rate = 1500"))
     assert main(["validate", str(spec)]) == 0
-    err = [line for line in capsys.readouterr().err.splitlines() if "will likely not mask" in line]
-    assert len(err) == 3, err
+    captured = capsys.readouterr()
+    chosen = [line for line in captured.out.splitlines() if "arfl sets" in line]
+    assert len(chosen) == 2, captured.out
+    assert "replication.trigger_interval = '30s'" in chosen[0]
+    assert "replication.standby = 1" in chosen[1]
+    err = [line for line in captured.err.splitlines() if "will likely not mask" in line]
+    assert len(err) == 1 and "workload.rate 1,500 ev/s x 2 replicas" in err[0], err
+    # Written out against masking, each is named with what to set.
+    spec.write_text(
+        text.replace(
+            'trigger = "realtime"', 'trigger = "realtime"\nstandby = 0\ntrigger_interval = "5s"'
+        )
+    )
+    assert main(["validate", str(spec)]) == 0
+    captured = capsys.readouterr()
+    assert "arfl sets" not in captured.out
+    err = [line for line in captured.err.splitlines() if "will likely not mask" in line]
+    assert len(err) == 2, err
     assert "set replication.standby = 1" in err[0]
     assert 'set trigger_interval = "30s"' in err[1]
-    assert "workload.rate 1,500 ev/s x 2 replicas" in err[2]

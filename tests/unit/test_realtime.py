@@ -372,8 +372,8 @@ def test_no_slots_warning_for_a_cluster_master(free_mode: str) -> None:
 def test_plan_describes_what_a_spec_asks_for(free_mode: str) -> None:
     spec = _spec(mode=free_mode, replicas=2, trigger="realtime", steps=[WINDOW])
     plan = plan_slots(spec, 2)
-    assert plan.describe() == (
-        "2 replicas \u00d7 local-cluster[1,4,1024] "
+    assert plan.describe() == (  # the standby is arfl's masking default (configs/masking)
+        "2 replicas + 1 standby \u00d7 local-cluster[1,4,1024] "
         "(RTM: 2 partitions + 2 shuffle partitions = 4 task slots each) on 2 cores"
     )
     assert plan.note is not None and plan.warning is None

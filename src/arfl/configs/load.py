@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from arfl.configs.checks import cross_checks, network_privilege_problems, raw_key
+from arfl.configs.masking import with_chosen_defaults
 from arfl.configs.schema import schema_problems
 from arfl.configs.slo import validate_slo
 from arfl.configs.spec import Spec
@@ -122,6 +123,7 @@ def parse_spec(raw: dict[str, Any], origin: str = "<spec>") -> Spec:
     """
     problems: list[tuple[str, str]] = []
     spec: Spec | None = None
+    raw, chosen = with_chosen_defaults(raw)
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as err:
@@ -143,6 +145,7 @@ def parse_spec(raw: dict[str, Any], origin: str = "<spec>") -> Spec:
                 lines.append(f"{origin}: {loc}: {msg}")
         raise SpecError(f"{origin}: {len(lines)} problem(s)", lines)
     assert spec is not None
+    spec._chosen = tuple(chosen)
     return spec
 
 

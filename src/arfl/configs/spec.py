@@ -8,13 +8,14 @@ path.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -27,6 +28,9 @@ from arfl.configs.workload import LingerDuration, Workload
 from arfl.params import Duration
 from arfl.registry import MODES, UnknownKind
 from arfl.units import format_duration
+
+if TYPE_CHECKING:
+    from arfl.configs.masking import Chosen
 
 MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout", "batch_interval", "catch_up"})
 """``[replication]`` keys that only some modes take (each mode lists its own in ``ModeInfo``)."""
@@ -489,6 +493,13 @@ class Spec(_Model):
     merger: Merger = Merger()
     chaos: list[Chaos] = Field(default_factory=list)
     report: Report = Report()
+    _chosen: tuple[Chosen, ...] = PrivateAttr(default=())
+
+    @property
+    def chosen_defaults(self) -> tuple[Chosen, ...]:
+        """Keys the user left out and arfl set so that the spec can mask a fault
+        (:func:`arfl.configs.masking.chosen_defaults`; set by ``parse_spec``)."""
+        return self._chosen
 
     @field_validator("name")
     @classmethod

@@ -474,9 +474,11 @@ class Deployment:
                 "local-cluster in its container; a spark:// cluster needs spark.target = 'local'"
             )
         if spec.replication.standby and not master.startswith("local"):
+            chosen = any(c.key == "replication.standby" for c in spec.chosen_defaults)
             raise DeployError(
                 f"--master {master}: replication.standby keeps spare Spark applications warm on "
                 "this host and needs a local master (local-cluster[...] or local[...])"
+                + ("; arfl set it for masking: write replication.standby = 0" if chosen else "")
             )
         warning = slots_warning(spec, host_cores(), master)
         if note or warning:

@@ -12,7 +12,8 @@ from arfl.cli.app import app
 from arfl.cli.console import err, out
 from arfl.configs.chaos import unjudgeable
 from arfl.configs.load import load_spec
-from arfl.configs.realtime import host_cores, masking_problems, plan_slots
+from arfl.configs.masking import masking_problems
+from arfl.configs.realtime import host_cores, plan_slots
 from arfl.errors import SpecError
 
 
@@ -49,6 +50,12 @@ def validate(
         if spec.restart_plan:
             out.print(
                 f"{escape(path.name)}: {escape(spec.restart_plan)}", highlight=False, soft_wrap=True
+            )
+        for chosen in spec.chosen_defaults:
+            out.print(
+                f"{escape(path.name)}: arfl sets {escape(chosen.describe())}",
+                highlight=False,
+                soft_wrap=True,
             )
         if plan.note:
             out.print(

@@ -1,0 +1,149 @@
+"""What a spec needs to mask a fault on real-time mode: the defaults arfl chooses for it, and
+why a spec will likely not mask (``arfl validate``).
+
+A coordination-free replica set on Spark's real-time mode masks a kill when the killed
+replica is back before a survivor's batch boundary stalls the output alone (docs/design.md,
+"Masking on real-time mode"). Two settings carry that, so arfl sets them where the user did not
+(:func:`chosen_defaults`, applied to the raw spec before validation so that every reader of the
+spec, the run directory's ``spec.json`` included, sees the same values):
+
+* ``replication.standby = 1``: a warm spare driver takes a killed replica's place in seconds
+  instead of a new Spark application's 20-40 s. Only where a standby can run (a local master,
+  not the docker target, restarts on, no network fault).
+* ``replication.trigger_interval = "30s"``: a survivor's boundary then comes every 30 s instead
+  of every 5 s. A stateless pipeline resumes at the output frontier and replays nothing, so the
+  longer interval costs it nothing; a windowed one replays at most interval / R from a peer's
+  checkpoint.
+
+P(masked) with and without them: docs/benchmarks.md, "P(masked)".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S
+from arfl.registry import FAULTS, MODES
+from arfl.units import format_duration
+
+if TYPE_CHECKING:
+    from arfl.configs.spec import Spec
+
+MASKING_RATE_PER_CORE = 500
+"""Input events a second per host core at which two real-time replicas still kept p99 under
+100 ms on a 2-core host (1,000 ev/s; 2,500 saturated it: docs/benchmarks.md, "The replicas'
+sink batches for 5 ms"): above it a fault's extra work has no CPU to run on."""
+MASKING_INTERVAL_S = 30.0
+"""The real-time interval arfl chooses for a coordination-free replica set: a survivor's
+boundary (~0.3-1.4 s of stall) then rarely falls inside a newcomer's catch-up
+(docs/benchmarks.md, "P(masked)")."""
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A key the user did not write and arfl set so that the spec can mask a fault."""
+
+    key: str
+    value: Any
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.key} = {self.value!r} ({self.why})"
+
+
+def chosen_defaults(raw: dict[str, Any]) -> list[Chosen]:
+    """The masking defaults for a raw spec (module docstring); empty unless it replicates
+    without coordination on real-time mode. A malformed section chooses nothing: its own
+    problem is the one to report."""
+    repl = raw.get("replication")
+    if not isinstance(repl, dict) or repl.get("trigger") != REALTIME:
+        return []
+    mode = repl.get("mode")
+    if not isinstance(mode, str) or mode not in MODES or not MODES.info(mode).coordination_free:
+        return []
+    out: list[Chosen] = []
+    if "trigger_interval" not in repl:
+        out.append(
+            Chosen(
+                "replication.trigger_interval",
+                f"{MASKING_INTERVAL_S:g}s",
+                "a survivor's batch boundary rarely falls inside a killed replica's catch-up",
+            )
+        )
+    if "standby" not in repl and _standby_allowed(raw):
+        out.append(
+            Chosen(
+                "replication.standby",
+                1,
+                "a warm driver takes a killed replica's place in seconds, not a new "
+                "application's 20-40 s",
+            )
+        )
+    return out
+
+
+def with_chosen_defaults(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Chosen]]:
+    """``raw`` with :func:`chosen_defaults` filled in (a new dict; ``raw`` is left alone)."""
+    chosen = chosen_defaults(raw)
+    if not chosen:
+        return raw, []
+    repl = dict(raw["replication"])
+    for c in chosen:
+        repl[c.key.split(".", 1)[1]] = c.value
+    return {**raw, "replication": repl}, chosen
+
+
+def _standby_allowed(raw: dict[str, Any]) -> bool:
+    """Where ``replication.standby`` is accepted (``configs/checks``' standby rules)."""
+    spark = raw.get("spark") if isinstance(raw.get("spark"), dict) else {}
+    assert isinstance(spark, dict)
+    if spark.get("target", "local") != "local":
+        return False
+    master = spark.get("master")
+    if master is not None and not (isinstance(master, str) and master.startswith("local")):
+        return False
+    repl = raw["replication"]
+    if repl.get("restart", True) is not True:
+        return False
+    chaos = raw.get("chaos") if isinstance(raw.get("chaos"), list) else []
+    assert isinstance(chaos, list)
+    for c in chaos:
+        kind = c.get("fault") if isinstance(c, dict) else None
+        if isinstance(kind, str) and kind in FAULTS and FAULTS.info(kind).network:
+            return False
+    return True
+
+
+def masking_problems(spec: Spec, cores: int) -> list[str]:
+    """Why ``spec``, which asks for masking (a kill among its faults, or ``slo.masked``), will
+    most likely not get it on this host, each with what to set; empty when nothing stands out.
+    Only replicated real-time specs (micro-batch stalls a batch at every boundary anyway)."""
+    kills = [c for c in spec.chaos if FAULTS.info(c.fault).kills in ("replica", "executor")]
+    asked = bool(kills) or spec.report.slo.get("masked") is True
+    rep = spec.replication
+    if not asked or rep.replicas < 2 or rep.trigger != REALTIME:
+        return []
+    out = []
+    if rep.standby == 0 and spec.spark.target == "local":
+        out.append(
+            "replication.standby = 0: a killed replica comes back as a new Spark application "
+            "(20-40 s here), and a survivor's batch boundary in that time stalls the output; "
+            "set replication.standby = 1 (or leave it out: arfl sets it)"
+        )
+    interval = rep.trigger_interval or RTM_MIN_BATCH_S
+    if interval < MASKING_INTERVAL_S and not spec.has_window:
+        out.append(
+            f"replication.trigger_interval {format_duration(interval)}: a survivor's boundary "
+            "comes that often and falls inside a newcomer's catch-up (1.5-4 s) most of the "
+            "time; a stateless pipeline resumes at the output frontier and replays nothing, so "
+            f'set trigger_interval = "{MASKING_INTERVAL_S:g}s" (or leave it out: arfl sets it)'
+        )
+    limit = MASKING_RATE_PER_CORE * cores
+    if spec.workload.rate * rep.replicas > limit * 2:
+        out.append(
+            f"workload.rate {spec.workload.rate:,} ev/s x {rep.replicas} replicas: above the "
+            f"~{limit:,} ev/s that two real-time replicas carry on {cores} core"
+            f"{'s' if cores != 1 else ''} with room for a fault; lower the rate"
+        )
+    return out

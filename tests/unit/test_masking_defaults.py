@@ -1,0 +1,75 @@
+"""The masking defaults arfl sets for a coordination-free real-time spec (configs/masking)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from arfl.configs.load import parse_spec, saved_spec
+from arfl.configs.masking import MASKING_INTERVAL_S, chosen_defaults
+
+
+def _raw(**replication: Any) -> dict[str, Any]:
+    return {
+        "name": "m",
+        "source": {"topic": "in", "partitions": 2},
+        "steps": [{"filter": "amount > 10"}],
+        "sink": {"topic": "out"},
+        "replication": {"mode": "active", "replicas": 2, "trigger": "realtime", **replication},
+        "chaos": [{"at": "20s", "fault": "kill-replica", "replica": 0}],
+    }
+
+
+def test_an_active_realtime_spec_without_the_keys_gets_a_standby_and_a_long_interval() -> None:
+    spec = parse_spec(_raw())
+    assert spec.replication.standby == 1
+    assert spec.replication.trigger_interval == MASKING_INTERVAL_S
+    keys = [c.key for c in spec.chosen_defaults]
+    assert keys == ["replication.trigger_interval", "replication.standby"]
+    # The resolved spec (the run directory's spec.json) carries them: a replica reading it back
+    # runs with the same values.
+    again = saved_spec(spec.model_dump(mode="json", by_alias=True))
+    assert again.replication.standby == 1 and again.replication.trigger_interval == 30.0
+
+
+def test_what_the_user_wrote_is_kept() -> None:
+    spec = parse_spec(_raw(standby=0, trigger_interval="5s"))
+    assert spec.replication.standby == 0 and spec.replication.trigger_interval == 5.0
+    assert spec.chosen_defaults == ()
+
+
+@pytest.mark.parametrize(
+    ("change", "standby"),
+    [
+        ({"spark": {"target": "docker"}}, False),
+        ({"spark": {"master": "spark://h:7077"}}, False),
+        ({"replication": {"restart": False}}, False),
+        ({"chaos": [{"at": "20s", "fault": "partition", "replica": 0, "duration": "2s"}]}, False),
+        ({"spark": {"master": "local-cluster[1,2,1024]"}}, True),
+    ],
+)
+def test_a_standby_only_where_one_can_run(change: dict[str, Any], standby: bool) -> None:
+    raw = _raw()
+    for section, value in change.items():
+        raw[section] = {**raw.get(section, {}), **value} if isinstance(value, dict) else value
+    keys = [c.key for c in chosen_defaults(raw)]
+    expected = ["replication.trigger_interval"] + (["replication.standby"] if standby else [])
+    assert keys == expected
+
+
+@pytest.mark.parametrize(
+    "replication",
+    [
+        {"mode": "active", "replicas": 2},  # micro-batch
+        {"mode": "passive", "replicas": 1, "trigger": "realtime"},
+        {"mode": "none", "trigger": "realtime"},
+    ],
+)
+def test_nothing_is_chosen_outside_coordination_free_realtime(replication: dict[str, Any]) -> None:
+    raw = _raw()
+    raw["replication"] = replication
+    raw["chaos"] = []
+    spec = parse_spec(raw)
+    assert spec.chosen_defaults == () and spec.replication.standby == 0
+    assert spec.replication.trigger_interval == 0.0
