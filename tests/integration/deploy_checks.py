@@ -73,7 +73,8 @@ def _merged(raw: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 def realtime_spec(name: str, duration: str = "15s", interval_s: float = 5.0, **extra: Any) -> Spec:
     """Filter per record, active R=2 on Spark's real-time mode, 300 events/s over 2 partitions
-    (one task slot each: ``local-cluster[1,2,1024]``); sections in ``extra`` merge in."""
+    (one task slot each: ``local-cluster[1,2,1024]``), no standby (arfl's masking default is
+    one: a test of a take-over asks for it); sections in ``extra`` merge in."""
     raw: dict[str, Any] = {
         "name": name,
         "source": {"topic": "clicks", "partitions": 2},
@@ -84,6 +85,7 @@ def realtime_spec(name: str, duration: str = "15s", interval_s: float = 5.0, **e
             "replicas": 2,
             "trigger": "realtime",
             "trigger_interval": f"{interval_s:g}s",
+            "standby": 0,
         },
         "spark": {"master": "local-cluster[1,2,1024]"},
         "workload": {"rate": 300, "duration": duration, "keys": 20, "warmup": "10s"},

@@ -168,7 +168,7 @@ def test_window_updates_fault_free_match_offline(stack: StackInfo, tmp_path: Pat
         mode="active",
         replicas=2,
         duration="15s",
-        replication={"trigger": "realtime", "trigger_interval": f"{INTERVAL_S:g}s"},
+        replication={"trigger": "realtime", "trigger_interval": f"{INTERVAL_S:g}s", "standby": 0},
     )
     # The spec's master declares 1 slot: deploy gives each replica one per partition and
     # shuffle partition (without, Spark refuses every real-time batch).

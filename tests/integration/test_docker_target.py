@@ -521,6 +521,10 @@ def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path:
         # Complete and exact although the restarted driver re-emitted some results.
         assert result.summary["divergent"] == 0
         check_against_offline(cluster.stack, spec, result)
+        # A lone replica's kill is judged for real and never masked: its output stopped until
+        # the restarted driver's first batch.
+        kill = next(f for f in build_report(run).faults if f.kind == "kill-replica")
+        assert kill.outcome == "not masked" and kill.masked is False, kill.verdict
     # The restarted query continued the same checkpoint: one query id, two runs, and its first
     # batch after the restart did not start from offset 0 again.
     ckpt = run / "checkpoints" / "replica-0"
