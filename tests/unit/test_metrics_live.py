@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 from rich.console import Console
 
-from arfl.cli.live import LiveView, PlainPrinter, format_line, render
+from arfl.cli.live import LiveView, PlainPrinter, effect_lines, format_line, render
 from arfl.run.streams import InjectorSecond, MonitorSnapshot, ReplicaSnapshot
 
 T0 = 1_764_106_200.0
@@ -100,3 +101,24 @@ def test_the_view_says_which_merger_serves() -> None:
     line = format_line(_snapshot(), None, {0: "running"}, [], "pid 4242")
     assert line.endswith("merger pid 4242")
     assert "merger" not in format_line(_snapshot(), None, {0: "running"}, [])
+
+
+def test_the_view_shows_a_faults_effect_as_the_merger_sees_it() -> None:
+    # Replica 1 delivered nothing for 9 s while replica 0 delivered at once: called out, in
+    # the frame and in the plain line.
+    snap = _snapshot()
+    assert effect_lines(snap) == ["replica 1: no output for 9.0 s"]
+    assert "seen: replica 1: no output for 9.0 s" in _text(render(snap, None, {}, []))
+    assert "seen: replica 1: no output for 9.0 s" in format_line(snap, None, {}, [])
+    # Delivering again but still behind (its trail): called behind instead.
+    back = replace(snap, replicas={**snap.replicas, 1: replace(snap.replicas[1], last_seen_t=T0)})
+    assert effect_lines(back) == ["replica 1: 6.8 s behind"]
+    # Nothing to say once it has caught up, or while no input flows (silence is no effect).
+    caught = replace(back, replicas={**back.replicas, 1: replace(back.replicas[1], trail_ms=3.0)})
+    assert effect_lines(caught) == []
+    assert "seen:" not in format_line(caught, None, {}, [])
+    assert effect_lines(replace(snap, input_flowing=False)) == []
+    # Both silent alike (a host-wide stall, or micro-batches between batches): nobody stands out.
+    both = replace(snap, replicas={r: replace(rs, last_seen_t=T0 - 3, trail_ms=0.0)
+                                   for r, rs in snap.replicas.items()})  # fmt: skip
+    assert effect_lines(both) == []

@@ -122,6 +122,38 @@ def _replica_table(snap: MonitorSnapshot | None, states: Mapping[int, str]) -> T
     return t
 
 
+EFFECT_S = 1.0
+"""How long a replica must be silent, or behind, before the live view calls it out: a
+steady real-time replica delivers every few ms; a micro-batch replica every batch, so one
+longer than this is called out between batches too (true, and visible as such)."""
+
+
+def effect_lines(snapshot: MonitorSnapshot | None) -> list[str]:
+    """What the merger sees a fault do as it happens: a replica that delivered nothing for
+    :data:`EFFECT_S` or more longer than the least silent replica (``no output for 3.2 s``),
+    else one whose trail (or lag) is over :data:`EFFECT_S` (``2.1 s behind``); only while
+    input flows. The report's verdicts judge the effect with the run's own steady state
+    (docs/design.md §4); this line only shows it."""
+    if snapshot is None or not snapshot.input_flowing:
+        return []
+    silent = {
+        r: max(0.0, snapshot.t - rs.last_seen_t)
+        for r, rs in snapshot.replicas.items()
+        if rs.last_seen_t is not None
+    }
+    out = []
+    for r in sorted(snapshot.replicas):
+        others = [s for o, s in silent.items() if o != r]
+        floor = min(others) if others else 0.0
+        quiet = silent.get(r)
+        behind = snapshot.replicas[r].behind_ms
+        if quiet is not None and quiet >= EFFECT_S and quiet >= floor + EFFECT_S:
+            out.append(f"replica {r}: no output for {quiet:.1f} s")
+        elif behind is not None and behind >= EFFECT_S * 1000:
+            out.append(f"replica {r}: {behind / 1000:.1f} s behind")
+    return out
+
+
 def render(
     snapshot: MonitorSnapshot | None,
     injector_stats: InjectorSecond | None,
@@ -156,6 +188,9 @@ def render(
     if merger:
         ft.append(f"   merger {merger}", style="bold red" if "restarted" in merger else "")
     parts.append(ft)
+    effects = effect_lines(snapshot)
+    if effects:
+        parts.append(Text("seen: " + "; ".join(effects), style="yellow"))
     return Panel(Group(*parts), title="arfl live", title_align="left")
 
 
@@ -190,6 +225,9 @@ def format_line(
         bits.append(" ".join(reps))
     if faults:
         bits.append("faults: " + ", ".join(faults))
+    effects = effect_lines(snapshot)
+    if effects:
+        bits.append("seen: " + "; ".join(effects))
     if merger:
         bits.append(f"merger {merger}")
     return " | ".join(bits)
