@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import random
 import sys
 import time
@@ -115,6 +116,17 @@ def analyse(run_dir: Path) -> dict[str, Any]:
     return row
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a share ``k / n`` (95% by default): what ten placements can
+    say about P(masked) (0/0: the whole range)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def _f(v: float | None, nd: int = 1) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
@@ -178,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             if r["cause"]:
                 causes[r["cause"]] = causes.get(r["cause"], 0) + 1
         share = f"{masked / len(took):.2f}" if took else "-"
-        print(f"{fault}: P(masked) = {masked}/{len(took)} = {share}; not masked: {causes or '-'}")
+        lo, hi = wilson(masked, len(took))
+        print(
+            f"{fault}: P(masked) = {masked}/{len(took)} = {share} (95% interval {lo:.2f}-"
+            f"{hi:.2f}); not masked: {causes or '-'}"
+        )
     return 0
 
 

@@ -356,3 +356,15 @@ def test_rtm_knobs_sets_the_injectors_linger_and_the_mergers_fetch_wait() -> Non
     # a variant value the spec refuses is refused here too, with its key path
     with pytest.raises(ValidationError, match=r"merger\.fetch_wait"):
         rtm_knobs.variant_spec(base, rtm_knobs.Knobs({}, {}, {}, merger={"fetch_wait": 120.0}))
+
+
+def test_p_masked_places_one_moment_per_stratum_and_bounds_its_share() -> None:
+    import p_masked
+
+    moments = p_masked.placements(10, 70.0, 100.0, seed=7)
+    assert len(moments) == 10 and moments == sorted(moments)
+    assert all(70.0 + 3 * k <= m <= 70.0 + 3 * (k + 1) for k, m in enumerate(moments))
+    # The Wilson interval: what 10 placements can say (9/10 is not "at least 0.95").
+    lo, hi = p_masked.wilson(9, 10)
+    assert lo == pytest.approx(0.596, abs=0.001) and hi == pytest.approx(0.982, abs=0.001)
+    assert p_masked.wilson(10, 10)[1] == 1.0 and p_masked.wilson(0, 0) == (0.0, 1.0)
