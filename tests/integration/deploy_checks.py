@@ -71,22 +71,22 @@ def _merged(raw: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def realtime_spec(name: str, duration: str = "15s", interval_s: float = 5.0, **extra: Any) -> Spec:
+def realtime_spec(
+    name: str, duration: str = "15s", interval_s: float | None = 5.0, **extra: Any
+) -> Spec:
     """Filter per record, active R=2 on Spark's real-time mode, 300 events/s over 2 partitions
-    (one task slot each: ``local-cluster[1,2,1024]``), no standby (arfl's masking default is
-    one: a test of a take-over asks for it); sections in ``extra`` merge in."""
+    (one task slot each: ``local-cluster[1,2,1024]``), an interval of ``interval_s`` and no
+    standby; ``interval_s = None`` writes neither key, so arfl sets its masking defaults (a
+    standby, a 30-s interval: ``configs/masking``). Sections in ``extra`` merge in."""
+    keys: dict[str, Any] = {}
+    if interval_s is not None:
+        keys = {"trigger_interval": f"{interval_s:g}s", "standby": 0}
     raw: dict[str, Any] = {
         "name": name,
         "source": {"topic": "clicks", "partitions": 2},
         "steps": [{"filter": "amount > 10"}],
         "sink": {"topic": "clicks-out"},
-        "replication": {
-            "mode": "active",
-            "replicas": 2,
-            "trigger": "realtime",
-            "trigger_interval": f"{interval_s:g}s",
-            "standby": 0,
-        },
+        "replication": {"mode": "active", "replicas": 2, "trigger": "realtime", **keys},
         "spark": {"master": "local-cluster[1,2,1024]"},
         "workload": {"rate": 300, "duration": duration, "keys": 20, "warmup": "10s"},
     }
