@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         row = {
             "mode": mode,
             "run": str(res.run_dir),
-            **analyse(res.run_dir, spec.workload.warmup, parse_duration(args.fault_at)),
+            **analyse(res.run_dir, spec.workload.least_warmup_s, parse_duration(args.fault_at)),
         }
         rows.append(row)
         print(json.dumps(row), flush=True)

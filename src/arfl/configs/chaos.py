@@ -113,3 +113,23 @@ def unjudgeable(chaos: list[Chaos], input_s: float, settle_s: float) -> list[str
                 )
             )
     return out
+
+
+def in_warmup(chaos: list[Chaos], warmup_s: float, auto: bool) -> list[str]:
+    """The faults that come before the warm-up ends (about, for an automatic one): no steady
+    state precedes them, so none of them can be judged masked (docs/design.md §4)."""
+    out = []
+    for i, c in enumerate(chaos):
+        if c.at < warmup_s:
+            how = (
+                f"with workload.warmup unset it lasts until every replica has passed its first "
+                f"batch boundary, about {warmup_s:g} s here"
+                if auto
+                else f"workload.warmup is {warmup_s:g} s"
+            )
+            out.append(
+                f"chaos[{i}] ({c.fault} at {c.at:g}s) comes in the warm-up ({how}), with no "
+                f"steady state before it to judge it by; set at >= {warmup_s:g}s and a longer "
+                "workload.duration" + ("" if auto else ", or a shorter workload.warmup")
+            )
+    return out

@@ -13,3 +13,7 @@ MERGER_FETCH_WAIT_MS = 5
 MERGER_LINGER_MS = 1.0
 """The merger producer's ``linger.ms`` on the final topic (``[merger] linger``;
 ``linger_ms``)."""
+
+AUTO_WARMUP_FLOOR_S = 5.0
+"""The shortest automatic warm-up (``workload.warmup`` unset): the injector's late events
+start after it (``configs/lateness``), and the report's steady state never starts earlier."""

@@ -45,9 +45,10 @@ def late_lag_ms(spec: Spec) -> int | None:
 
 def late_from_seq(spec: Spec) -> int:
     """The first event that may be late: the first one due after the warm-up (by then the
-    replicas have run a batch with data, whose events set the watermark)."""
+    replicas have run a batch with data, whose events set the watermark); an automatic
+    warm-up is not known before the run, so its floor."""
     wl = spec.workload
-    return math.ceil(wl.warmup * wl.rate)
+    return math.ceil(wl.least_warmup_s * wl.rate)
 
 
 def is_late(ts_ms: int, event_ms: int, lag_ms: int | None) -> bool:

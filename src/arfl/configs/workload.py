@@ -32,10 +32,11 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    field_validator,
     model_validator,
 )
 
-from arfl.configs.defaults import INJECTOR_LINGER_MS
+from arfl.configs.defaults import AUTO_WARMUP_FLOOR_S, INJECTOR_LINGER_MS
 from arfl.units import format_duration, parse_duration
 
 _Duration = Annotated[
@@ -165,7 +166,11 @@ class Workload(_Model):
     keys: int = Field(100, ge=1)
     """Distinct ``user`` keys of the default shape (ignored when ``fields`` is given)."""
     seed: int = 1
-    warmup: _Duration = 5.0
+    warmup: _Duration | None = None
+    """The start of the input excluded from the steady state (and so from every verdict's
+    bar). None (unset, or ``"auto"``): until every replica has passed its first batch boundary
+    after the input started, at least :data:`~arfl.configs.defaults.AUTO_WARMUP_FLOOR_S`
+    (:func:`arfl.run.steady.resolve_warmup`)."""
     fields: dict[str, FieldDecl] = Field(default_factory=dict)
     """Declared event fields (empty: the default shape)."""
     disorder: _Duration = 0.0
@@ -176,15 +181,25 @@ class Workload(_Model):
     """The injector's (or replayer's) producer ``linger.ms``: an event waits up to this long
     for others to share its produce request."""
 
+    @field_validator("warmup", mode="before")
+    @classmethod
+    def _auto(cls, v: object) -> object:
+        return None if v == "auto" else v
+
     @model_validator(mode="after")
     def _positive(self) -> Workload:
         if self.duration <= 0:
             raise ValueError("duration must be positive")
-        if self.warmup >= self.duration:
+        if self.warmup is not None and self.warmup >= self.duration:
             raise ValueError("warmup must be shorter than duration")
         if self.disorder < 0:
             raise ValueError("disorder must be >= 0")
         return self
+
+    @property
+    def least_warmup_s(self) -> float:
+        """The warm-up as known before the run: ``warmup``, or the automatic one's floor."""
+        return self.warmup if self.warmup is not None else AUTO_WARMUP_FLOOR_S
 
     @property
     def linger_ms(self) -> float:

@@ -2,7 +2,8 @@
 
 Phases (times relative to the input start ``T0``, the injector's event-0 intended send time):
 
-* ``warmup``: ``[T0, T0 + workload.warmup)``, excluded from every verdict;
+* ``warmup``: ``[T0, T0 + warm-up)``, excluded from every verdict (``workload.warmup``, or
+  automatic: :func:`arfl.run.steady.resolve_warmup`);
 * ``steady``: from the end of the warm-up to the first fault;
 * ``fault-N``: the fault's **impact window** (injection until the faulted replica has caught
   up plus ``report.settle``, capped by the next fault and the end of the input; see
@@ -60,6 +61,7 @@ from arfl.run.progress import (
     peer_batches,
     unreported_batches,
 )
+from arfl.run.steady import resolve_warmup
 from arfl.units import percentile_key
 
 CONTRACT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -260,7 +262,8 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
     if data.monitor == []:
         warnings.append("no monitor.jsonl: no output gaps or rates")
     b = _Builder(data, t0, t_end)
-    warm_end = min(t0 + data.spec.workload.warmup, t_end)
+    warm = resolve_warmup(data.spec, t0, data.progress)
+    warm_end = min(t0 + warm.seconds, t_end)
     replica_batches = data.replica_batches()
     all_faults = journaled_faults(data.journal, replica_batches)
     jfaults = [f for f in all_faults if f.started is not None and f.started < t_end]
@@ -332,7 +335,8 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
         replicas=data.spec.replication.replicas,
         input_start=t0,
         input_end_s=t_end - t0,
-        warmup_s=data.spec.workload.warmup,
+        warmup_s=warm.seconds,
+        warmup_rule=warm.why,
         tolerance=tol,
         percentiles=b.percentiles,
         phases=phases,

@@ -336,7 +336,8 @@ def report_body(report: Report, first_plot: bool = True, id_suffix: str = "") ->
     parts = [
         f"<h1>arfl report: {html.escape(report.run)}</h1>",
         f"<p>mode <b>{html.escape(report.mode)}</b>, {report.replicas} replica(s); "
-        f"input {fmt(report.input_end_s, ' s')}, warm-up {report.warmup_s:g} s (excluded), "
+        f"input {fmt(report.input_end_s, ' s')}, warm-up {report.warmup_s:g} s (excluded; "
+        f"{html.escape(report.warmup_rule)}), "
         f"tolerance {report.tolerance:g}x</p>",
     ]
     parts += [f"<p class='bad'>{html.escape(w)}</p>" for w in report.warnings]

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     # spec validator's import of arfl.report.slo must not (a cycle).
     from arfl.measure.check.hops import HopLatency
 
-JSON_VERSION = 6
+JSON_VERSION = 7
 """Bumped when a field of the ``--json`` output changes meaning or is removed. 5:
 ``faults[].recovery_s`` requires the output good through the impact window too (was: for
 ``settle`` from T only, so an effect later than settle after the injection gave 0 s). 4:
@@ -382,6 +382,8 @@ class Report:
         input_start: epoch seconds of the input start (time 0 of every ``*_s`` field).
         input_end_s: input end, seconds after the input start.
         warmup_s: the warm-up excluded from steady state.
+        warmup_rule: where ``warmup_s`` comes from: ``workload.warmup``, or ``auto: ...``
+            (:func:`arfl.run.steady.resolve_warmup`).
         tolerance: the ratio used for recovery and masking.
         percentiles: the percentiles shown.
         phases: in time order.
@@ -423,6 +425,7 @@ class Report:
     late_drops: LateDrops = field(default_factory=LateDrops)
     workload: WorkloadSkew | None = None
     hops: HopLatency | None = None
+    warmup_rule: str = "workload.warmup"
 
     def phase(self, name: str) -> PhaseStats:
         """A phase by name (``overall`` included).
@@ -448,6 +451,7 @@ class Report:
             "input_start": self.input_start,
             "input_end_s": _r(self.input_end_s),
             "warmup_s": self.warmup_s,
+            "warmup_rule": self.warmup_rule,
             "tolerance": self.tolerance,
             "percentiles": list(self.percentiles),
             "phases": [p.to_dict() for p in self.phases],

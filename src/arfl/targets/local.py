@@ -147,9 +147,7 @@ class LocalTarget:
             FaultError: the merger is not running.
         """
         st = self.state()
-        if st.merger_pid is None or (
-            same_process(st.merger_pid, st.merger_create_time) is None
-        ):
+        if st.merger_pid is None or (same_process(st.merger_pid, st.merger_create_time) is None):
             raise FaultError(
                 f"run {self.run}: no running merger in state.json (pid {st.merger_pid}); is the "
                 "deployment still up?"

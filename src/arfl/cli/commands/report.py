@@ -104,7 +104,8 @@ def _print_report(rep: Report) -> None:
 
     out.print(
         f"[bold]{escape(rep.run)}[/]  mode {rep.mode}, {rep.replicas} replica(s), "
-        f"input {rep.input_end_s or 0:.1f} s, warm-up {rep.warmup_s:g} s excluded, "
+        f"input {rep.input_end_s or 0:.1f} s, warm-up {rep.warmup_s:g} s excluded"
+        f"{' (' + escape(rep.warmup_rule) + ')' if rep.warmup_rule.startswith('auto') else ''}, "
         f"tolerance {rep.tolerance:g}x",
         highlight=False,
     )

@@ -10,11 +10,12 @@ from rich.markup import escape
 
 from arfl.cli.app import app
 from arfl.cli.console import err, out
-from arfl.configs.chaos import unjudgeable
+from arfl.configs.chaos import in_warmup, unjudgeable
 from arfl.configs.load import load_spec
 from arfl.configs.masking import masking_problems
 from arfl.configs.realtime import host_cores, plan_slots
 from arfl.errors import SpecError
+from arfl.run.steady import expected_warmup_s
 
 
 @app.command()
@@ -63,6 +64,8 @@ def validate(
             )
         warnings = [plan.warning] if plan.warning else []
         warnings += unjudgeable(spec.chaos, spec.workload.duration, spec.report.settle)
+        auto = spec.workload.warmup is None
+        warnings += in_warmup(spec.chaos, expected_warmup_s(spec), auto)
         warnings += [f"will likely not mask: {w}" for w in masking_problems(spec, cores)]
         for warning in warnings:
             err.print(

@@ -80,9 +80,22 @@ def check_run(run_dir: Path, timeout_s: float = 120.0) -> IndependentCheck:
     out_records = read_records(bootstrap, sink, timeout_s)
     result = check(spec, inputs, delivered(out_records))
     start = input_start_ms(run_dir)
-    from_ms = None if start is None else start + round(spec.workload.warmup * 1000)
+    from_ms = None if start is None else start + round(_warmup_s(run_dir, spec, start) * 1000)
     # A window's result names no input record: its replicas' topics are not worth reading.
     topics = [] if spec.has_window else replica_topics(run_dir)
     replicas = [read_records(bootstrap, t, timeout_s) for t in topics]
     hops = hop_latency(inputs, replicas, out_records, from_ms=from_ms)
     return dataclasses.replace(result, hops=hops)
+
+
+def _warmup_s(run_dir: Path, spec: Spec, start_ms: int) -> float:
+    """The run's warm-up, as the report takes it (:func:`arfl.run.steady.resolve_warmup`, from
+    the replicas' progress files): the hops are measured over what the report calls steady."""
+    from arfl.run.rundir import read_jsonl
+    from arfl.run.steady import resolve_warmup
+
+    progress = {
+        r: read_jsonl(run_dir / "progress" / f"replica-{r}.jsonl")
+        for r in range(spec.replication.replicas)
+    }
+    return resolve_warmup(spec, start_ms / 1000, progress).seconds

@@ -1,0 +1,110 @@
+"""Where a run's steady state starts: the warm-up, fixed (``workload.warmup``) or automatic.
+
+A replica's first batch boundary after the input started is no steady-state event: the
+query's first batch with data ends (a real-time replica's first long batch lasted 44 s against
+31.5-33.6 s after it at a 30-s interval, docs/design.md §2.5), and before every replica has
+passed one the replicas' boundaries are not yet staggered against each other's. So with
+``workload.warmup`` unset the warm-up lasts until every replica has passed its first boundary
+after the input started (the next batch has started: its stall is over), plus
+:data:`AUTO_MARGIN_S`, and at least :data:`~arfl.configs.defaults.AUTO_WARMUP_FLOOR_S`; a
+replica that passed none leaves half the input as warm-up. The report's phases and the
+independent check's hop latencies both take it from :func:`resolve_warmup`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from arfl.configs.defaults import AUTO_WARMUP_FLOOR_S
+from arfl.run.progress import batch_ends, batch_timing
+
+if TYPE_CHECKING:
+    from arfl.configs.spec import Spec
+
+AUTO_MARGIN_S = 1.0
+"""After the last replica's first boundary, how long before the steady state starts (a new
+batch's first records, and a boundary's progress line comes after it)."""
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """The warm-up of one run.
+
+    Attributes:
+        seconds: from the input's start.
+        auto: decided by the run (``workload.warmup`` unset), not written in the spec.
+        why: in words, for the report.
+    """
+
+    seconds: float
+    auto: bool
+    why: str
+
+
+def first_boundary_passed(lines: Iterable[Mapping[str, Any]], t0: float) -> float | None:
+    """When a replica had passed its first batch boundary after ``t0`` (epoch s): the start of
+    the batch after the first one that ended after ``t0`` (the boundary's stall is over), or
+    that end when no later batch is known; None when no batch ended after ``t0``."""
+    lines = list(lines)
+    end = next((e for e in batch_ends(lines) if e > t0), None)
+    if end is None:
+        return None
+    starts = sorted(t[0] for t in map(batch_timing, lines) if t is not None)
+    return next((s for s in starts if s >= end - 0.001), end)
+
+
+def resolve_warmup(
+    spec: Spec, t0: float | None, progress: Mapping[int, Iterable[Mapping[str, Any]]]
+) -> WarmUp:
+    """The run's warm-up (module docstring).
+
+    Args:
+        spec: the run's spec.
+        t0: when the input started (epoch s), None if unknown.
+        progress: replica index -> its progress lines.
+    """
+    wl = spec.workload
+    if wl.warmup is not None:
+        return WarmUp(wl.warmup, False, "workload.warmup")
+    half = wl.duration / 2
+    if t0 is None:
+        return WarmUp(AUTO_WARMUP_FLOOR_S, True, "auto: the input's start is unknown, the floor")
+    passed: list[float] = []
+    for r in range(spec.replication.replicas):
+        t = first_boundary_passed(progress.get(r, ()), t0)
+        if t is None:
+            return WarmUp(
+                half, True, f"auto: replica {r} passed no batch boundary after the input started"
+            )
+        passed.append(t)
+    seconds = max(passed) - t0 + AUTO_MARGIN_S
+    if seconds > half:
+        return WarmUp(
+            half, True, "auto: half the input (the replicas' first batch boundaries came later)"
+        )
+    if seconds <= AUTO_WARMUP_FLOOR_S:
+        return WarmUp(AUTO_WARMUP_FLOOR_S, True, "auto: the floor")
+    return WarmUp(round(seconds, 3), True, "auto: every replica past its first batch boundary")
+
+
+def expected_warmup_s(spec: Spec) -> float:
+    """About how long an automatic warm-up will be, before the run (``arfl validate``): on
+    real-time mode the last replica's first boundary comes about one interval after the input
+    starts (staggered replicas start their queries before the input does), plus its stall;
+    micro-batches end within seconds, so the floor."""
+    from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S
+
+    wl = spec.workload
+    if wl.warmup is not None:
+        return wl.warmup
+    if spec.replication.trigger != REALTIME:
+        return AUTO_WARMUP_FLOOR_S
+    interval = spec.replication.trigger_interval or RTM_MIN_BATCH_S
+    guess = interval + BOUNDARY_STALL_S + AUTO_MARGIN_S
+    return min(max(guess, AUTO_WARMUP_FLOOR_S), wl.duration / 2)
+
+
+BOUNDARY_STALL_S = 2.0
+"""A real-time boundary's stall, about (0.3-2.8 s measured, docs/design.md §2.5)."""

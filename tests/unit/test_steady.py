@@ -1,0 +1,74 @@
+"""The warm-up: fixed, or decided by the run (run/steady)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from arfl.configs.load import parse_spec
+from arfl.run.steady import AUTO_MARGIN_S, expected_warmup_s, first_boundary_passed, resolve_warmup
+
+T0 = 1_796_000_000.0
+
+
+def _line(start: float, ms: float) -> dict[str, Any]:
+    ts = datetime.fromtimestamp(start, UTC).isoformat().replace("+00:00", "Z")
+    return {"timestamp": ts, "batchDuration": ms, "durationMs": {"triggerExecution": ms}}
+
+
+def _spec(**workload: Any) -> Any:
+    return parse_spec(
+        {
+            "name": "w",
+            "source": {"topic": "in", "partitions": 2},
+            "steps": [{"filter": "amount > 10"}],
+            "sink": {"topic": "out"},
+            "replication": {"mode": "active", "replicas": 2, "trigger": "realtime"},
+            "workload": {"duration": "120s", **workload},
+        }
+    )
+
+
+def test_a_written_warmup_is_kept() -> None:
+    w = resolve_warmup(_spec(warmup="12s"), T0, {})
+    assert (w.seconds, w.auto, w.why) == (12.0, False, "workload.warmup")
+
+
+def test_auto_waits_for_every_replicas_first_boundary_after_the_input_started() -> None:
+    # Replica 0's query started 15 s before the input, replica 1's just before it (the stagger);
+    # both on 30-s batches, each boundary's stall about 1 s.
+    r0 = [_line(T0 - 15, 30_000), _line(T0 + 16, 30_000), _line(T0 + 47, 30_000)]
+    r1 = [_line(T0 - 0.5, 30_500), _line(T0 + 31, 30_000)]
+    w = resolve_warmup(_spec(), T0, {0: r0, 1: r1})
+    assert w.auto and w.seconds == pytest.approx(31.0 + AUTO_MARGIN_S)
+    assert w.why == "auto: every replica past its first batch boundary"
+    # The same with "auto" written.
+    assert resolve_warmup(_spec(warmup="auto"), T0, {0: r0, 1: r1}) == w
+    # A boundary seen, its next batch not (yet): its end counts.
+    assert first_boundary_passed(r1[:1], T0) == pytest.approx(T0 + 30.0)
+    # Micro-batches end at once: the floor.
+    quick = [_line(T0 - 1, 1500), _line(T0 + 0.6, 400)]
+    assert resolve_warmup(_spec(), T0, {0: quick, 1: quick}).seconds == 5.0
+
+
+def test_auto_without_a_boundary_or_past_half_the_input_keeps_half() -> None:
+    late = [_line(T0 - 1, 90_000), _line(T0 + 90, 30_000)]
+    w = resolve_warmup(_spec(), T0, {0: late, 1: late})
+    assert w.seconds == 60.0 and "half the input" in w.why
+    w = resolve_warmup(_spec(), T0, {0: late})
+    assert w.seconds == 60.0 and w.why == "auto: replica 1 passed no batch boundary after the input started"
+
+
+def test_validate_expects_about_one_interval_on_real_time_mode() -> None:
+    # arfl's 30-s interval for an active real-time spec, plus a stall and the margin.
+    assert expected_warmup_s(_spec()) == pytest.approx(33.0)
+    assert expected_warmup_s(_spec(warmup="4s")) == 4.0
+
+
+def test_the_injectors_late_events_start_after_the_floor_of_an_automatic_warmup() -> None:
+    from arfl.configs.lateness import late_from_seq
+
+    assert late_from_seq(_spec(rate=100)) == 500
+    assert late_from_seq(_spec(rate=100, warmup="20s")) == 2000
