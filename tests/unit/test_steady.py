@@ -72,3 +72,12 @@ def test_the_injectors_late_events_start_after_the_floor_of_an_automatic_warmup(
 
     assert late_from_seq(_spec(rate=100)) == 500
     assert late_from_seq(_spec(rate=100, warmup="20s")) == 2000
+
+
+def test_a_written_warmup_shorter_than_the_first_boundaries_is_named() -> None:
+    from arfl.run.steady import short_warmup
+
+    said = short_warmup(_spec(warmup="15s"))
+    assert said is not None and "workload.warmup 15s ends before" in said
+    assert "about 33 s here" in said and "at least 33s" in said
+    assert short_warmup(_spec(warmup="35s")) is None and short_warmup(_spec()) is None

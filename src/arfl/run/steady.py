@@ -108,3 +108,26 @@ def expected_warmup_s(spec: Spec) -> float:
 
 BOUNDARY_STALL_S = 2.0
 """A real-time boundary's stall, about (0.3-2.8 s measured, docs/design.md §2.5)."""
+
+
+def short_warmup(spec: Spec) -> str | None:
+    """A written ``workload.warmup`` that ends before the replicas' first real-time batch
+    boundaries will likely have passed (:func:`expected_warmup_s` of the same spec without
+    it): the steady state then holds those first boundaries, which stall longer than later
+    ones, and every verdict's bar with them. None when it does not, or off real-time mode."""
+    from arfl.configs.realtime import REALTIME
+
+    wl = spec.workload
+    if wl.warmup is None or spec.replication.trigger != REALTIME:
+        return None
+    auto = expected_warmup_s(
+        spec.model_copy(update={"workload": wl.model_copy(update={"warmup": None})})
+    )
+    if wl.warmup >= auto:
+        return None
+    return (
+        f"workload.warmup {wl.warmup:g}s ends before every replica has passed its first batch "
+        f"boundary (about {auto:g} s here), which stalls longer than later ones: the steady "
+        "state, every verdict's bar, would hold it; leave workload.warmup out (arfl then waits "
+        f"for those boundaries) or set it to at least {auto:g}s"
+    )

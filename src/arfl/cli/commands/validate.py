@@ -15,7 +15,7 @@ from arfl.configs.load import load_spec
 from arfl.configs.masking import masking_problems
 from arfl.configs.realtime import host_cores, plan_slots
 from arfl.errors import SpecError
-from arfl.run.steady import expected_warmup_s
+from arfl.run.steady import expected_warmup_s, short_warmup
 
 
 @app.command()
@@ -66,6 +66,8 @@ def validate(
         warnings += unjudgeable(spec.chaos, spec.workload.duration, spec.report.settle)
         auto = spec.workload.warmup is None
         warnings += in_warmup(spec.chaos, expected_warmup_s(spec), auto)
+        short = short_warmup(spec)
+        warnings += [short] if short else []
         warnings += [f"will likely not mask: {w}" for w in masking_problems(spec, cores)]
         for warning in warnings:
             err.print(
