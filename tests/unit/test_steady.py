@@ -58,7 +58,8 @@ def test_auto_without_a_boundary_or_past_half_the_input_keeps_half() -> None:
     w = resolve_warmup(_spec(), T0, {0: late, 1: late})
     assert w.seconds == 60.0 and "half the input" in w.why
     w = resolve_warmup(_spec(), T0, {0: late})
-    assert w.seconds == 60.0 and w.why == "auto: replica 1 passed no batch boundary after the input started"
+    assert w.seconds == 60.0
+    assert w.why == "auto: replica 1 passed no batch boundary after the input started"
 
 
 def test_validate_expects_about_one_interval_on_real_time_mode() -> None:
