@@ -368,3 +368,25 @@ def test_p_masked_places_one_moment_per_stratum_and_bounds_its_share() -> None:
     lo, hi = p_masked.wilson(9, 10)
     assert lo == pytest.approx(0.596, abs=0.001) and hi == pytest.approx(0.982, abs=0.001)
     assert p_masked.wilson(10, 10)[1] == 1.0 and p_masked.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_boundary_costs_splits_a_boundary_into_sparks_own_parts(tmp_path: Path) -> None:
+    import json
+
+    import boundary_costs
+
+    (tmp_path / "progress").mkdir()
+    (tmp_path / "spec.json").write_text(json.dumps({"replication": {"trigger_interval": "30s"}}))
+    dur = {"addBatch": 30_120, "queryPlanning": 170, "latestOffset": 20, "walCommit": 1,
+           "commitOffsets": 2, "triggerExecution": 30_330}  # fmt: skip
+    lines = [
+        {"timestamp": "2026-12-04T19:00:00.000Z", "runId": "a", "durationMs": dur},
+        {"timestamp": "2026-12-04T19:00:30.370Z", "runId": "a", "durationMs": dur},
+        {"timestamp": "2026-12-04T19:01:10.000Z", "runId": "b", "durationMs": dur},
+    ]
+    (tmp_path / "progress" / "replica-0.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    rows = boundary_costs.rows(tmp_path)
+    assert [r["first"] for r in rows] == [True, False, True]
+    assert rows[1]["gap"] == pytest.approx(40.0, abs=1.0)  # 30.370 s - 30.330 s
+    assert rows[1]["addBatch overrun"] == 120.0 and rows[1]["whole overrun"] == 330.0
+    assert rows[1]["queryPlanning"] == 170.0 and rows[2]["gap"] is None
