@@ -217,8 +217,7 @@ def spec_for(
         },
     }
     raw["replication"]["stagger"] = stagger
-    if standby:
-        raw["replication"]["standby"] = standby
+    raw["replication"]["standby"] = standby  # 0 written: arfl's masking default is 1
     if resume != "auto":
         raw["replication"]["resume"] = resume
     if standby and not standby_yield:
