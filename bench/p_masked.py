@@ -62,6 +62,17 @@ DEFAULT_SPEC: dict[str, Any] = {
 }
 
 
+def base_of(path: Path) -> dict[str, Any]:
+    """A user's spec file as the raw document each run's spec is made from: what it sets
+    (arfl's chosen defaults included), without its faults; the keys at their defaults are left
+    out, as the user left them (a full dump would set keys another mode refuses)."""
+    spec = load_spec(path)
+    raw: dict[str, Any] = json.loads(
+        spec.model_dump_json(exclude={"chaos"}, exclude_defaults=True, by_alias=True)
+    )
+    return raw
+
+
 def placements(n: int, start: float, end: float, seed: int) -> list[float]:
     """One uniform draw in each of ``n`` equal strata of ``[start, end]``, in time order."""
     rng = random.Random(seed)
@@ -144,11 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.placements < 1:
         ap.error("--placements: at least 1")
-    base = (
-        json.loads(load_spec(args.spec).model_dump_json(exclude={"chaos"}))
-        if args.spec
-        else DEFAULT_SPEC
-    )
+    base = base_of(args.spec) if args.spec else DEFAULT_SPEC
     start, end = parse_duration(args.start), parse_duration(args.end)
     seed = args.seed if args.seed is not None else int(time.time())
     faults = args.faults.split(",")

@@ -390,3 +390,15 @@ def test_boundary_costs_splits_a_boundary_into_sparks_own_parts(tmp_path: Path) 
     assert rows[1]["gap"] == pytest.approx(40.0, abs=1.0)  # 30.370 s - 30.330 s
     assert rows[1]["addBatch overrun"] == 120.0 and rows[1]["whole overrun"] == 330.0
     assert rows[1]["queryPlanning"] == 170.0 and rows[2]["gap"] is None
+
+
+def test_p_masked_runs_a_users_spec_file_with_its_faults_replaced() -> None:
+    import p_masked
+
+    base = p_masked.base_of(ROOT / "configs" / "clicks.toml")
+    spec = p_masked.with_fault(base, "kill-executor", 77.5, 3)
+    assert [(c.fault, c.at, c.after_boundary) for c in spec.chaos] == [
+        ("kill-executor", 77.5, None)
+    ]
+    assert spec.name == "clicks-kill-executor-3" and spec.workload.rate == 1000
+    assert spec.replication.standby == 1 and spec.replication.trigger_interval == 30.0
