@@ -122,3 +122,9 @@ def test_the_view_shows_a_faults_effect_as_the_merger_sees_it() -> None:
     both = replace(snap, replicas={r: replace(rs, last_seen_t=T0 - 3, trail_ms=0.0)
                                    for r, rs in snap.replicas.items()})  # fmt: skip
     assert effect_lines(both) == []
+
+
+def test_a_lone_replicas_lag_between_micro_batches_is_not_called_behind() -> None:
+    snap = _snapshot()
+    lone = replace(snap, replicas={0: replace(snap.replicas[0], lag_ms=2500.0)})
+    assert effect_lines(lone) == []

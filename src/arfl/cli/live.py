@@ -131,7 +131,8 @@ longer than this is called out between batches too (true, and visible as such)."
 def effect_lines(snapshot: MonitorSnapshot | None) -> list[str]:
     """What the merger sees a fault do as it happens: a replica that delivered nothing for
     :data:`EFFECT_S` or more longer than the least silent replica (``no output for 3.2 s``),
-    else one whose trail (or lag) is over :data:`EFFECT_S` (``2.1 s behind``); only while
+    else one whose trail of the output is over :data:`EFFECT_S` (``2.1 s behind``; a lone
+    replica has no trail, and its lag is seconds between micro-batches anyway); only while
     input flows. The report's verdicts judge the effect with the run's own steady state
     (docs/design.md §4); this line only shows it."""
     if snapshot is None or not snapshot.input_flowing:
@@ -146,7 +147,7 @@ def effect_lines(snapshot: MonitorSnapshot | None) -> list[str]:
         others = [s for o, s in silent.items() if o != r]
         floor = min(others) if others else 0.0
         quiet = silent.get(r)
-        behind = snapshot.replicas[r].behind_ms
+        behind = snapshot.replicas[r].trail_ms
         if quiet is not None and quiet >= EFFECT_S and quiet >= floor + EFFECT_S:
             out.append(f"replica {r}: no output for {quiet:.1f} s")
         elif behind is not None and behind >= EFFECT_S * 1000:

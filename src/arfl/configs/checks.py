@@ -63,7 +63,7 @@ def _docker_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def _standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+def standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """A standby driver runs on this host, outside any replica's network namespace or
     container, and takes a dead driver's place."""
     standby = raw_key(raw, "replication", "standby")
@@ -211,7 +211,7 @@ def cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
         )
     out.extend(realtime_problems(raw))
     out.extend(_docker_problems(raw))
-    out.extend(_standby_problems(raw))
+    out.extend(standby_problems(raw))
     out.extend(_resume_problems(raw))
     generated = workload_problems(
         raw.get("workload", {}), raw_key(raw, "source", "key"), raw_key(raw, "source", "event_time")

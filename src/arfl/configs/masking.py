@@ -2,8 +2,8 @@
 why a spec will likely not mask (``arfl validate``).
 
 A coordination-free replica set on Spark's real-time mode masks a kill when the killed
-replica is back before a survivor's batch boundary stalls the output alone (docs/design.md,
-"Masking on real-time mode"). Two settings carry that, so arfl sets them where the user did not
+replica is back before a survivor's batch boundary stalls the output alone (docs/design.md
+§2.6, "Masking defaults"). Two settings carry that, so arfl sets them where the user did not
 (:func:`chosen_defaults`, applied to the raw spec before validation so that every reader of the
 spec, the run directory's ``spec.json`` included, sees the same values):
 
@@ -95,24 +95,12 @@ def with_chosen_defaults(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Chos
 
 
 def _standby_allowed(raw: dict[str, Any]) -> bool:
-    """Where ``replication.standby`` is accepted (``configs/checks``' standby rules)."""
-    spark = raw.get("spark") if isinstance(raw.get("spark"), dict) else {}
-    assert isinstance(spark, dict)
-    if spark.get("target", "local") != "local":
-        return False
-    master = spark.get("master")
-    if master is not None and not (isinstance(master, str) and master.startswith("local")):
-        return False
-    repl = raw["replication"]
-    if repl.get("restart", True) is not True:
-        return False
-    chaos = raw.get("chaos") if isinstance(raw.get("chaos"), list) else []
-    assert isinstance(chaos, list)
-    for c in chaos:
-        kind = c.get("fault") if isinstance(c, dict) else None
-        if isinstance(kind, str) and kind in FAULTS and FAULTS.info(kind).network:
-            return False
-    return True
+    """Whether ``replication.standby = 1`` would be accepted here (the spec's own standby rules,
+    :func:`arfl.configs.checks.standby_problems`)."""
+    from arfl.configs.checks import standby_problems
+
+    repl = {**raw["replication"], "standby": 1}
+    return not standby_problems({**raw, "replication": repl})
 
 
 def masking_problems(spec: Spec, cores: int) -> list[str]:

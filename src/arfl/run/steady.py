@@ -89,40 +89,42 @@ def resolve_warmup(
     return WarmUp(round(seconds, 3), True, "auto: every replica past its first batch boundary")
 
 
-def expected_warmup_s(spec: Spec) -> float:
-    """About how long an automatic warm-up will be, before the run (``arfl validate``): on
-    real-time mode the last replica's first boundary comes about one interval after the input
-    starts (staggered replicas start their queries before the input does), plus its stall;
-    micro-batches end within seconds, so the floor."""
-    from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S
-
-    wl = spec.workload
-    if wl.warmup is not None:
-        return wl.warmup
-    if spec.replication.trigger != REALTIME:
-        return AUTO_WARMUP_FLOOR_S
-    interval = spec.replication.trigger_interval or RTM_MIN_BATCH_S
-    guess = interval + BOUNDARY_STALL_S + AUTO_MARGIN_S
-    return min(max(guess, AUTO_WARMUP_FLOOR_S), wl.duration / 2)
-
-
 BOUNDARY_STALL_S = 2.0
 """A real-time boundary's stall, about (0.3-2.8 s measured, docs/design.md §2.5)."""
 
 
+def _auto_guess_s(spec: Spec) -> float:
+    """About how long an automatic warm-up of ``spec`` will be: on real-time mode the last
+    replica's first boundary comes about one interval after the input starts (staggered
+    replicas start their queries before the input does), plus its stall; micro-batches end
+    within seconds, so the floor."""
+    from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S
+
+    if spec.replication.trigger != REALTIME:
+        return AUTO_WARMUP_FLOOR_S
+    interval = spec.replication.trigger_interval or RTM_MIN_BATCH_S
+    guess = interval + BOUNDARY_STALL_S + AUTO_MARGIN_S
+    return min(max(guess, AUTO_WARMUP_FLOOR_S), spec.workload.duration / 2)
+
+
+def expected_warmup_s(spec: Spec) -> float:
+    """The warm-up as ``arfl validate`` expects it before the run: ``workload.warmup``, or
+    about the automatic one (:func:`_auto_guess_s`)."""
+    wl = spec.workload
+    return wl.warmup if wl.warmup is not None else _auto_guess_s(spec)
+
+
 def short_warmup(spec: Spec) -> str | None:
     """A written ``workload.warmup`` that ends before the replicas' first real-time batch
-    boundaries will likely have passed (:func:`expected_warmup_s` of the same spec without
-    it): the steady state then holds those first boundaries, which stall longer than later
-    ones, and every verdict's bar with them. None when it does not, or off real-time mode."""
+    boundaries will likely have passed (:func:`_auto_guess_s`): the steady state then holds
+    those first boundaries, which stall longer than later ones, and every verdict's bar with
+    them. None when it does not, or off real-time mode."""
     from arfl.configs.realtime import REALTIME
 
     wl = spec.workload
     if wl.warmup is None or spec.replication.trigger != REALTIME:
         return None
-    auto = expected_warmup_s(
-        spec.model_copy(update={"workload": wl.model_copy(update={"warmup": None})})
-    )
+    auto = _auto_guess_s(spec)
     if wl.warmup >= auto:
         return None
     return (

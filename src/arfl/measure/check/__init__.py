@@ -91,11 +91,9 @@ def check_run(run_dir: Path, timeout_s: float = 120.0) -> IndependentCheck:
 def _warmup_s(run_dir: Path, spec: Spec, start_ms: int) -> float:
     """The run's warm-up, as the report takes it (:func:`arfl.run.steady.resolve_warmup`, from
     the replicas' progress files): the hops are measured over what the report calls steady."""
-    from arfl.run.rundir import read_jsonl
+    from arfl.run.rundir import RunPaths, read_jsonl
     from arfl.run.steady import resolve_warmup
 
-    progress = {
-        r: read_jsonl(run_dir / "progress" / f"replica-{r}.jsonl")
-        for r in range(spec.replication.replicas)
-    }
+    paths = RunPaths(run_dir)
+    progress = {r: read_jsonl(paths.progress(r)) for r in range(spec.replication.replicas)}
     return resolve_warmup(spec, start_ms / 1000, progress).seconds
