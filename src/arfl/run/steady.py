@@ -86,7 +86,7 @@ def resolve_warmup(
         )
     if seconds <= AUTO_WARMUP_FLOOR_S:
         return WarmUp(AUTO_WARMUP_FLOOR_S, True, "auto: the floor")
-    return WarmUp(round(seconds, 3), True, "auto: every replica past its first batch boundary")
+    return WarmUp(round(seconds, 1), True, "auto: every replica past its first batch boundary")
 
 
 BOUNDARY_STALL_S = 2.0
