@@ -146,6 +146,7 @@ def _hops_measured(
     the whole run the topics' end-to-end latency is the merger's histogram's."""
     hops = check["hops"]
     assert hops["unsupported"] is None and hops["input_timestamps"] == "LogAppendTime", hops
+    assert hops["replica_timestamps"] == "LogAppendTime", "the replicas' topics' broker clock"
     h = hops["hops"]
     assert list(h) == ["late", "append", "replica 0", "replica 1", "merge", "e2e"], h
     assert h["e2e"]["count"] == hops["results"] > 0

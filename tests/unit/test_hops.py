@@ -65,6 +65,22 @@ def test_warm_up_duplicates_and_unknown_ids_are_left_out() -> None:
     assert h.from_ms == 2000
 
 
+def test_broker_timestamped_copies_move_the_replicas_linger_out_of_the_merge_hop() -> None:
+    # Replica 0 sends at 1010 and its producer lingers 5 ms: with CreateTime its copy says
+    # 1010, with LogAppendTime 1015; the merger delivers at 1016.
+    inputs = [_input(0, 0, 1000, 1000, 1002)]
+    out = [_copy("0:0", 1000, 1016)]
+    sent = hop_latency(inputs, [[_copy("0:0", 1000, 1010)]], out)
+    appended = _copy("0:0", 1000, 1015)
+    appended = InputRecord(0, 0, 1015, appended.value, log_append_time=True)
+    broker = hop_latency(inputs, [[appended]], out)
+    assert (sent.replica_timestamps, sent.hops["merge"].p50) == ("CreateTime", 6)
+    assert (broker.replica_timestamps, broker.hops["merge"].p50) == ("LogAppendTime", 1)
+    assert broker.hops["replica 0"].p50 == 13 and broker.hops["e2e"] == sent.hops["e2e"]
+    assert HopLatency.from_dict(broker.to_dict()) == broker
+    assert HopLatency.from_dict(sent.to_dict()) == sent
+
+
 def test_percentiles_are_nearest_rank() -> None:
     st = HopStats.of([float(v) for v in range(1, 201)])
     assert (st.count, st.p50, st.p99, st.max) == (200, 100, 198, 200)

@@ -152,12 +152,16 @@ class Deployment:
         self.write_state()
 
     def create_topics(self) -> None:
-        """The run's input topic (``LogAppendTime``), one output topic per replica, the final
-        output topic."""
+        """The run's input topic and one output topic per replica (``LogAppendTime``: the
+        independent check's hops then start where a record became readable, so a replica's
+        producer linger counts in its own hop, not the merger's; :mod:`arfl.measure.check.hops`),
+        the final output topic."""
         src, sink = self.ctx.rspec.source, self.ctx.rspec.sink
         stack.topics.ensure_topic(self.kafka, src.topic, src.partitions, log_append_time=True)
         for i in range(self.ctx.spec.replication.replicas):
-            stack.topics.ensure_topic(self.kafka, replica_topic(sink.topic, i), src.partitions)
+            stack.topics.ensure_topic(
+                self.kafka, replica_topic(sink.topic, i), src.partitions, log_append_time=True
+            )
         stack.topics.ensure_topic(self.kafka, sink.topic, src.partitions)
         self._start_offsets = self._starting_offsets()
 

@@ -154,8 +154,9 @@ def hop_rows(report: Report) -> tuple[list[str], list[list[str]]]:
 
 HOPS_NOTE = (
     "late: the injector's send minus the event's intended time; append: the broker's append "
-    "of the input minus the send; replica i: its copy's send minus the input's append; merge: "
-    "the delivered copy's send minus the earliest replica's; e2e: delivered minus intended. "
+    "of the input minus the send; replica i: the broker's append of its copy (its send on a "
+    "CreateTime topic) minus the input's append; merge: the delivered copy's send minus the "
+    "earliest replica copy's; e2e: delivered minus intended. "
     "From the topics' Kafka timestamps (1 ms), not from the merger."
 )
 

@@ -1,22 +1,25 @@
 """Latency hop by hop, from the Kafka timestamps of a run's topics (no code shared with the
 merger's measurement).
 
-Every hop of a run writes a Kafka record: the injector the input record (its topic uses
-``LogAppendTime``: the broker's clock at the append), each replica's Kafka sink its copy
-(``CreateTime``: the producer's clock at the send), the merger the delivered copy (likewise).
-Joining them by result id (``partition:offset`` of the input record, per-record pipelines only)
-gives, for every result delivered at or after ``from_ms`` (the report's phases select by
-delivery too):
+Every hop of a run writes a Kafka record: the injector the input record, each replica's Kafka
+sink its copy, the merger the delivered copy. The input topic and the replicas' topics use
+``LogAppendTime`` (the broker's clock at the append: a copy counts from when the merger could
+read it, after its replica's producer batched it for ``linger.ms``); the final topic uses
+``CreateTime`` (the merger's clock at its send). Joining them by result id (``partition:offset``
+of the input record, per-record pipelines only) gives, for every result delivered at or after
+``from_ms`` (the report's phases select by delivery too):
 
 * ``late``: the injector's send time (the event's ``sent_ms``) minus its intended time
   (``src_ts``): the injector behind its schedule;
 * ``append``: the input record's broker timestamp minus ``sent_ms``: the injector's producer and
   the broker's append (only when the input topic uses ``LogAppendTime``);
-* ``replica <i>``: replica i's send of its copy minus the input record's timestamp: the broker
-  to Spark, the pipeline, the sink's producer. A replica's own stalls (a real-time batch
-  boundary, a restart) show here and, while another replica delivers, nowhere else;
-* ``merge``: the delivered copy's send minus the earliest replica send of that result: the
-  broker, the merger's fetch and its work;
+* ``replica <i>``: replica i's copy's timestamp minus the input record's: the broker to Spark,
+  the pipeline, the sink's producer (its linger included when the replica's topic uses
+  ``LogAppendTime``; a topic made with ``CreateTime`` stamps the copy at the send, before the
+  linger, which then counts in ``merge``). A replica's own stalls (a real-time batch boundary,
+  a restart) show here and, while another replica delivers, nowhere else;
+* ``merge``: the delivered copy's send minus the earliest replica copy's timestamp: the
+  merger's fetch and its work (and the broker's append, with ``CreateTime`` replica topics);
 * ``e2e``: the delivered copy's send minus ``src_ts``: what the merger's HdrHistogram records
   (arrival minus intended time), to the millisecond, from the other side.
 
@@ -70,6 +73,8 @@ class HopLatency:
         from_ms: results delivered before this (the warm-up) are left out.
         results: delivered results joined with their input record.
         input_timestamps: the input topic's timestamp type (``LogAppendTime``/``CreateTime``).
+        replica_timestamps: the replicas' topics' (``LogAppendTime`` when every copy has the
+            broker's timestamp; else ``CreateTime``, the replicas' linger counted in ``merge``).
         hops: hop name -> its latency, in the order of the module docstring.
         unsupported: why no hop could be measured (window updates have no input record).
     """
@@ -79,6 +84,7 @@ class HopLatency:
     input_timestamps: str = "LogAppendTime"
     hops: dict[str, HopStats] = field(default_factory=dict)
     unsupported: str | None = None
+    replica_timestamps: str = "CreateTime"
 
     def to_dict(self) -> dict[str, Any]:
         """The ``hops`` object of ``check.json``."""
@@ -86,6 +92,7 @@ class HopLatency:
             "from_ms": self.from_ms,
             "results": self.results,
             "input_timestamps": self.input_timestamps,
+            "replica_timestamps": self.replica_timestamps,
             "hops": {k: v.to_dict() for k, v in self.hops.items()},
             "unsupported": self.unsupported,
         }
@@ -107,6 +114,7 @@ class HopLatency:
                 input_timestamps=str(doc.get("input_timestamps", "LogAppendTime")),
                 hops=hops,
                 unsupported=None if doc.get("unsupported") is None else str(doc["unsupported"]),
+                replica_timestamps=str(doc.get("replica_timestamps", "CreateTime")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -135,6 +143,7 @@ class HopSamples:
 
     Attributes:
         input_timestamps: the input topic's timestamp type.
+        replica_timestamps: the replicas' topics' (:class:`HopLatency`).
         names: the hops measured, in the order of the module docstring.
         rows: per joined result, its ``src_ts`` and hop -> ms (a hop missing when its
             timestamps are: no ``sent_ms``, no copy from that replica).
@@ -147,6 +156,7 @@ class HopSamples:
     rows: list[tuple[int, dict[str, int]]]
     matched: int
     delivered: int
+    replica_timestamps: str = "CreateTime"
 
 
 def hop_samples(
@@ -168,6 +178,9 @@ def hop_samples(
     """
     input_log_append = bool(inputs) and all(r.log_append_time for r in inputs)
     by_pos = {f"{r.partition}:{r.offset}": r for r in inputs}
+    all_copies = [r for recs in replicas for r in recs]
+    broker = bool(all_copies) and all(r.log_append_time for r in all_copies)
+    replica_kind = "LogAppendTime" if broker else "CreateTime"
     sends: list[dict[str, int]] = []
     for recs in replicas:
         first: dict[str, int] = {}
@@ -208,7 +221,7 @@ def hop_samples(
         hops["e2e"] = r.timestamp_ms - src_ts
         rows.append((src_ts, hops))
     kind = "LogAppendTime" if input_log_append else "CreateTime"
-    return HopSamples(kind, names, rows, matched, len(seen))
+    return HopSamples(kind, names, rows, matched, len(seen), replica_kind)
 
 
 def summarise(samples: HopSamples, from_ms: int | None = None) -> HopLatency:
@@ -220,13 +233,16 @@ def summarise(samples: HopSamples, from_ms: int | None = None) -> HopLatency:
             why = "no delivered result names an input record (window updates are not per record)"
         else:
             why = "no delivered result"
-        return HopLatency(from_ms, 0, samples.input_timestamps, {}, why)
+        return HopLatency(from_ms, 0, samples.input_timestamps, {}, why, samples.replica_timestamps)
     hops: dict[str, HopStats] = {}
     for name in samples.names:
         values = [float(h[name]) for _, h in samples.rows if name in h]
         if values:
             hops[name] = HopStats.of(values)
-    return HopLatency(from_ms, len(samples.rows), samples.input_timestamps, hops, None)
+    return HopLatency(
+        from_ms, len(samples.rows), samples.input_timestamps, hops, None,
+        samples.replica_timestamps,
+    )  # fmt: skip
 
 
 def hop_latency(
