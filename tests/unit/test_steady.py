@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from arfl.configs.load import parse_spec
-from arfl.run.steady import AUTO_MARGIN_S, expected_warmup_s, first_boundary_passed, resolve_warmup
+from arfl.run.steady import (
+    AUTO_MARGIN_S,
+    MSER_BATCH,
+    SETTLE_MAX_BATCHES,
+    expected_warmup_s,
+    first_boundary_passed,
+    resolve_warmup,
+    settled_at,
+)
 
 T0 = 1_796_000_000.0
 
@@ -82,3 +90,33 @@ def test_a_written_warmup_shorter_than_the_first_boundaries_is_named() -> None:
     assert said is not None and "workload.warmup 15s ends before" in said
     assert "about 33 s here" in said and "at least 33s" in said
     assert short_warmup(_spec(warmup="35s")) is None and short_warmup(_spec()) is None
+
+
+def _ticks(start: float, p99s: list[float | None]) -> list[tuple[float, float | None]]:
+    return [(start + i + 1.0, p) for i, p in enumerate(p99s)]
+
+
+def test_the_output_settles_after_a_first_boundary_that_shook_it() -> None:
+    # Replica 1's first boundary at +29 s; the output's 1-s p99 stayed at 200-355 ms for 5 s
+    # after it (the replicas' first batch with data ending on a full host), then ~13 ms.
+    r0 = [_line(T0 - 17, 30_500), _line(T0 + 13.6, 30_500), _line(T0 + 44.3, 30_400)]
+    r1 = [_line(T0 - 2, 30_900), _line(T0 + 29.4, 31_400), _line(T0 + 60.8, 30_300)]
+    warm = T0 + 29.4 + AUTO_MARGIN_S
+    shaken = [314.0, 355.0, 325.0, 204.0, 340.0] + [13.0, 12.0, 14.0, 12.5] * 14
+    out = _ticks(warm, shaken)
+    w = resolve_warmup(_spec(), T0, {0: r0, 1: r1}, output=out, until=T0 + 90)
+    assert w.seconds == pytest.approx(30.4 + 5.0) and "settled" in w.why, w
+    # A calm output cuts nothing; nor does one too short to judge before the first fault.
+    calm = _ticks(warm, [13.0, 12.0, 14.0, 12.5, 15.0] * 12)
+    assert resolve_warmup(_spec(), T0, {0: r0, 1: r1}, output=calm).seconds == pytest.approx(30.4)
+    w = resolve_warmup(_spec(), T0, {0: r0, 1: r1}, output=out, until=warm + 15)
+    assert w.seconds == pytest.approx(30.4) and "settled" not in w.why
+    # A run that never settles keeps at most SETTLE_MAX_BATCHES batches of warm-up more.
+    rising = _ticks(warm, [float(10 + 5 * i) for i in range(60)])
+    w = resolve_warmup(_spec(), T0, {0: r0, 1: r1}, output=rising)
+    assert w.seconds <= 30.4 + SETTLE_MAX_BATCHES * MSER_BATCH + 1e-6
+
+
+def test_settled_at_leaves_seconds_without_results_out() -> None:
+    gappy = _ticks(T0, [300.0, None, 320.0, None, 310.0, 290.0, 305.0] + [10.0, None] * 30)
+    assert settled_at(gappy, T0, T0 + 200) == T0 + MSER_BATCH

@@ -262,10 +262,15 @@ def analyse(data: RunData, correctness: Correctness | None = None) -> Report:
     if data.monitor == []:
         warnings.append("no monitor.jsonl: no output gaps or rates")
     b = _Builder(data, t0, t_end)
-    warm = resolve_warmup(data.spec, t0, data.progress)
-    warm_end = min(t0 + warm.seconds, t_end)
     replica_batches = data.replica_batches()
     all_faults = journaled_faults(data.journal, replica_batches)
+    injected = [f.started for f in all_faults if f.started is not None]
+    warm = resolve_warmup(
+        data.spec, t0, data.progress,
+        output=[(m.t, m.interval.get("p99")) for m in data.monitor or ()],
+        until=min(injected, default=None),
+    )  # fmt: skip
+    warm_end = min(t0 + warm.seconds, t_end)
     jfaults = [f for f in all_faults if f.started is not None and f.started < t_end]
     failed_faults = [f for f in all_faults if f.started is None]
     late = [f for f in all_faults if f.started is not None and f.started >= t_end]

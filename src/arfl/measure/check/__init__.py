@@ -90,10 +90,22 @@ def check_run(run_dir: Path, timeout_s: float = 120.0) -> IndependentCheck:
 
 def _warmup_s(run_dir: Path, spec: Spec, start_ms: int) -> float:
     """The run's warm-up, as the report takes it (:func:`arfl.run.steady.resolve_warmup`, from
-    the replicas' progress files): the hops are measured over what the report calls steady."""
+    the replicas' progress files, the merger's 1-s p99s and the first fault): the hops are
+    measured over what the report calls steady."""
     from arfl.run.rundir import RunPaths, read_jsonl
     from arfl.run.steady import resolve_warmup
 
     paths = RunPaths(run_dir)
     progress = {r: read_jsonl(paths.progress(r)) for r in range(spec.replication.replicas)}
-    return resolve_warmup(spec, start_ms / 1000, progress).seconds
+    output = [
+        (float(m["t"]), (m.get("interval") or {}).get("p99"))
+        for m in read_jsonl(paths.monitor)
+        if isinstance(m.get("t"), int | float)
+    ]
+    injected = [
+        float(e["started"])
+        for e in read_jsonl(paths.journal)
+        if e.get("event") == "fault-injected" and isinstance(e.get("started"), int | float)
+    ]
+    until = min(injected, default=None)
+    return resolve_warmup(spec, start_ms / 1000, progress, output=output, until=until).seconds
