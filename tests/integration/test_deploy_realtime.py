@@ -516,6 +516,29 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     assert abs(by_merger - by_topics) <= 1.001, (by_merger - kill_at, by_topics - kill_at)
 
 
+def test_the_same_kill_of_a_lone_replica_is_not_masked(stack: StackInfo, tmp_path: Path) -> None:
+    """The kill above without a peer: one replica (mode ``none``), killed for real. Nothing
+    covers its restart (a new Spark application, then its checkpoint's replay), so the report
+    must say "not masked" and name the death as the effect, while the independent check still
+    finds every result exactly once. The input ends before the replica is back: the window runs
+    on into the drain, where the late results are (docs/design.md §4, "Unjudged")."""
+    spec = realtime_spec(
+        "rtm-lone-kill",
+        duration="20s",
+        replication={"mode": "none", "replicas": 1},
+        workload={"warmup": "6s"},
+        chaos=[{"at": "12s", "fault": "kill-replica", "replica": 0}],
+    )
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    (died,) = journal_events(result.run_dir, "replica-died")
+    assert died["replica"] == 0 and died["exit_code"] == -9, died
+    check_against_offline(stack, spec, result)
+    (kill,) = build_report(result.run_dir).faults
+    assert kill.masked is False and kill.outcome == "not masked", kill.verdict
+    assert kill.effect_seen and "died" in (kill.effect or ""), kill.effect
+    assert kill.p99_ms is not None and kill.p99_ms >= 1000.0, kill.verdict
+
+
 def test_a_lost_executor_hands_the_replica_to_the_warm_standby(
     stack: StackInfo, tmp_path: Path
 ) -> None:
