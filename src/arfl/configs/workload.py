@@ -169,8 +169,8 @@ class Workload(_Model):
     warmup: _Duration | None = None
     """The start of the input excluded from the steady state (and so from every verdict's
     bar). None (unset, or ``"auto"``): until every replica has passed its first batch boundary
-    after the input started, at least :data:`~arfl.configs.defaults.AUTO_WARMUP_FLOOR_S`
-    (:func:`arfl.run.steady.resolve_warmup`)."""
+    after the input started and the output has settled after it, at least
+    :data:`~arfl.configs.defaults.AUTO_WARMUP_FLOOR_S` (:func:`arfl.run.steady.resolve_warmup`)."""
     fields: dict[str, FieldDecl] = Field(default_factory=dict)
     """Declared event fields (empty: the default shape)."""
     disorder: _Duration = 0.0
