@@ -258,12 +258,14 @@ def inject_cmd(
     runs: RunsOpt = Path("runs"),
 ) -> None:
     """Inject one fault into a running deployment, then revert it."""
-    run_dir = resolve_run_dir(run, runs)
-    target = LocalTarget.from_run_dir(run_dir)
     try:
         kind = FAULTS.info(fault)
-    except UnknownKind as e:
-        raise FaultError(f"{e}; 'arfl chaos kinds' describes each") from None
+    except UnknownKind as e:  # a usage error (exit 2), told before the run is looked up
+        raise typer.BadParameter(
+            f"{e}; 'arfl chaos kinds' describes each", param_hint="FAULT"
+        ) from None
+    run_dir = resolve_run_dir(run, runs)
+    target = LocalTarget.from_run_dir(run_dir)
     dur = _duration(duration, "--duration")
     if kind.takes_duration and dur is None:
         dur = parse_duration(DEFAULT_DURATION)
