@@ -12,6 +12,7 @@ from arfl.cli.app import app
 from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter
 from arfl.configs.load import load_spec
+from arfl.configs.spec import SUPPORTED_MASTERS, check_master
 from arfl.orchestrate.deploy import DeployOptions, Tick
 from arfl.orchestrate.deploy import deploy as run_deploy
 from arfl.report.model import Report
@@ -25,7 +26,26 @@ SpecArg = Annotated[Path, typer.Argument(help="The experiment spec (TOML).", met
 NoLiveOpt = Annotated[
     bool, typer.Option("--no-live", help="Plain lines instead of the live table.")
 ]
-MasterOpt = Annotated[str | None, typer.Option("--master", help="Override spark.master.")]
+
+
+def _master(value: str | None) -> str | None:
+    """``--master``, checked as ``spark.master`` is (a usage error otherwise)."""
+    if value is None:
+        return None
+    try:
+        return check_master(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+MasterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--master",
+        help=f"Override spark.master ({SUPPORTED_MASTERS}).",
+        callback=_master,
+    ),
+]
 """Options shared by ``deploy`` and ``experiment``."""
 
 
