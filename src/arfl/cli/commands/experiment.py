@@ -35,8 +35,10 @@ def experiment(
     no_live: NoLiveOpt = False,
     master: MasterOpt = None,
 ) -> None:
-    """Run SPEC once per mode (same workload, seed and chaos), then compare the runs
-    (latency per phase, masking, correctness, CPU seconds and memory) in one report."""  # fmt: skip
+    """Run SPEC once per mode (same workload, seed and chaos), then compare the runs.
+
+    One report compares latency per phase, masking, correctness, CPU seconds and memory.
+    """
     from arfl.cli.commands.report import print_comparison
     from arfl.orchestrate.experiment import parse_modes, run_experiment
 
