@@ -287,14 +287,17 @@ def test_by_hand_after_a_batch_boundary(
     assert "has no replica 7" in capsys.readouterr().err and time.monotonic() - t0 < 10
 
 
-def test_unknown_fault_exits_5_with_known_kinds(
-    run_dir: Path, capsys: pytest.CaptureFixture[str]
+def test_unknown_fault_is_a_usage_error_with_known_kinds(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["chaos", "inject", str(run_dir), "kil-executor", "-r", "0"]) == 5
-    err = capsys.readouterr().err
+    assert main(["chaos", "inject", str(run_dir), "kil-executor", "-r", "0"]) == 2
+    err = _flat(capsys.readouterr().err)
     assert "unknown fault 'kil-executor' (known: delay, kill-executor" in err
-    assert f"(known: {', '.join(FAULTS.names())})" in _flat(err)
+    assert f"(known: {', '.join(FAULTS.names())})" in err
     assert "arfl chaos kinds" in err and "Traceback" not in err
+    # A usage error, told before the run is looked up.
+    assert main(["chaos", "inject", str(tmp_path / "nope"), "kil-executor"]) == 2
+    assert "unknown fault 'kil-executor'" in _flat(capsys.readouterr().err)
 
 
 def test_kill_executor_without_executors_exits_5(
@@ -395,9 +398,9 @@ def test_old_inject_form_still_works_with_one_deprecation_line(
 def test_old_inject_form_keeps_its_exit_codes(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["chaos", str(run_dir), "kil-executor", "-r", "0"]) == 5
+    assert main(["chaos", str(run_dir), "kil-executor", "-r", "0"]) == 2
     err = capsys.readouterr().err
-    assert DEPRECATED_INJECT in err and "unknown fault 'kil-executor'" in err
+    assert DEPRECATED_INJECT in err and "unknown fault 'kil-executor'" in _flat(err)
     assert main(["chaos", str(run_dir), "pause", "-r", "0", "--duration", "ten"]) == 2
     assert main(["chaos", str(run_dir)]) == 2
     assert "Missing argument 'FAULT'" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from dataclasses import replace
 from rich.console import Console
 
 from arfl.cli.live import LiveView, PlainPrinter, effect_lines, format_line, render
+from arfl.orchestrate.watch import Tick
 from arfl.run.streams import InjectorSecond, MonitorSnapshot, ReplicaSnapshot
 
 T0 = 1_764_106_200.0
@@ -79,11 +80,9 @@ def test_plain_line_and_printer_print_once_per_second() -> None:
     assert "out 987/s" in line and "p99.9=2,500" in line and "r1:dead/9,100" in line
     assert "faults: pause r0" in line
     buf = io.StringIO()
-    p = PlainPrinter(Console(file=buf, width=300, color_system=None))
-    assert p.update(_snapshot(T0), None, {}, [])
-    assert not p.update(_snapshot(T0), None, {}, [])
-    assert p.update(_snapshot(T0 + 1), None, {}, [])
-    assert not p.update(None, None, {}, [])
+    p = PlainPrinter(Console(file=buf, width=300, color_system=None), clock=lambda: T0)
+    for snap in (_snapshot(T0), _snapshot(T0), _snapshot(T0 + 1), None):
+        p.update(Tick(0.0, "running", snap, None, {}))
     assert len(buf.getvalue().splitlines()) == 2
 
 
@@ -91,8 +90,8 @@ def test_live_view_context_manager_draws() -> None:
     buf = io.StringIO()
     console = Console(file=buf, width=140, color_system=None, force_terminal=True)
     with LiveView(console=console, refresh_per_second=20) as view:
-        view.update(_snapshot(), None, {0: "running"}, [])
-    assert "output 987/s" in buf.getvalue()
+        view.update(Tick(3.0, "running", _snapshot(), None, {0: "running"}))
+    assert "output 987/s" in buf.getvalue() and "arfl live: running" in buf.getvalue()
 
 
 def test_the_view_says_which_merger_serves() -> None:

@@ -261,7 +261,6 @@ def _spec(**kw: Any) -> Spec:
         ("local-cluster[1,4,1024]", 4),
         ("local-cluster[2, 3, 512]", 6),
         ("spark://h:7077", None),
-        ("k8s://https://h:6443", None),
     ],
 )
 def test_declared_slots(master: str, slots: int | None) -> None:

@@ -113,7 +113,11 @@ def test_every_problem_is_reported_at_once() -> None:
     [
         ({"source": {"topic": "bad topic!"}}, "source.topic", "bad topic name"),
         ({"source": {"topic": "in", "partitions": "4"}}, "source.partitions", "integer"),
-        ({"spark": {"master": "yarn"}}, "spark.master", "unknown master 'yarn'"),
+        (
+            {"spark": {"master": "yarn"}},
+            "spark.master",
+            "unknown master 'yarn': only local[N], local-cluster[workers,cores,memMB] and",
+        ),
         ({"stack": {"kind": "external"}}, "stack", "needs kafka"),
         ({"stack": {"kind": "external", "kafka": "nohost"}}, "stack.kafka", "host:port"),
         ({"stack": {"kind": "cloud"}}, "stack.kind", "'embedded' or 'external'"),
@@ -221,6 +225,23 @@ def test_single_problem_has_key_path(sections: dict[str, object], path: str, fra
     matching = [p for p in problems if p.startswith(f"t.toml: {path}: ")]
     assert matching, f"no problem at {path} in {problems}"
     assert any(fragment in p for p in matching), problems
+
+
+@pytest.mark.parametrize("master", ["k8s://https://h:6443", "k8s://h:443"])
+def test_a_kubernetes_master_is_refused_naming_the_supported_ones(master: str) -> None:
+    problems = _problems(_with(spark={"master": master}, workload={"rate": 0}))
+    (problem,) = [p for p in problems if p.startswith("t.toml: spark.master: ")]
+    assert f"master {master!r} is not supported" in problem
+    assert "only local[N], local-cluster[workers,cores,memMB] and spark://host:port" in problem
+    # the loader still reports every problem at once
+    assert any(p.startswith("t.toml: workload.rate: ") for p in problems)
+
+
+@pytest.mark.parametrize(
+    "master", ["local", "local[2]", "local[*]", "local-cluster[1,2,1024]", "spark://h:7077"]
+)
+def test_supported_masters_validate(master: str) -> None:
+    assert parse_spec(_with(spark={"master": master})).spark.master == master
 
 
 def test_an_arfl_key_in_spark_conf_is_checked_not_passed_on_silently() -> None:

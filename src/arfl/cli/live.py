@@ -2,16 +2,18 @@
 
 ``render(...)`` builds one rich renderable from the merger's latest
 :class:`~arfl.run.streams.MonitorSnapshot`; :class:`LiveView` redraws it about twice a
-second; :class:`PlainPrinter` prints one line per second for ``--no-live`` (logs, CI)::
+second; :class:`PlainPrinter` prints plain lines instead (``--no-live``, or output that is no
+terminal: logs, CI, a pipe), one per merger second and at least one every 10 s from the start.
+Both take the deployment's ticks (:class:`~arfl.orchestrate.watch.Tick`)::
 
-    with LiveView() as view:
-        while running:
-            view.update(snapshot, injector_stats, {0: "running", 1: "dead"}, ["kill-driver r1"])
+    with (LiveView() if use_live(no_live, console) else PlainPrinter()) as view:
+        deploy(spec, on_tick=view.update)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
 from rich.console import Console, Group, RenderableType
@@ -21,7 +23,12 @@ from rich.table import Table
 from rich.text import Text
 
 from arfl.cli.console import out
+from arfl.orchestrate.watch import Tick
 from arfl.run.streams import InjectorSecond, MonitorSnapshot, Percentiles
+
+PLAIN_EVERY_S = 9.0
+"""The longest a plain line waits for something new: ticks come at most a second apart, so
+a line comes at least every 10 s."""
 
 _STATE_STYLE = {
     "running": "green",
@@ -155,12 +162,28 @@ def effect_lines(snapshot: MonitorSnapshot | None) -> list[str]:
     return out
 
 
+def use_live(no_live: bool, console: Console) -> bool:
+    """Whether to draw the live table: only on a terminal, and without ``--no-live``; output
+    piped or redirected gets plain lines (:class:`PlainPrinter`)."""
+    return not no_live and console.is_terminal
+
+
+def phase_text(tick: Tick) -> str:
+    """What the deployment does, in words: its phase, and during the warm-up how far it is
+    (``warming up 12/35 s``; ``/~35 s``: the automatic warm-up's expected length)."""
+    if tick.phase == "warming up" and tick.warmup_s is not None:
+        about = "~" if tick.warmup_auto else ""
+        return f"warming up {tick.elapsed_s:.0f}/{about}{tick.warmup_s:.0f} s"
+    return tick.phase
+
+
 def render(
     snapshot: MonitorSnapshot | None,
     injector_stats: InjectorSecond | None,
     replica_states: Mapping[int, str],
     faults: Sequence[str],
     merger: str = "",
+    phase: str = "",
 ) -> RenderableType:
     """One frame of the live view.
 
@@ -170,6 +193,7 @@ def render(
         replica_states: replica index -> state (``running``, ``restarting``, ``dead``, ...).
         faults: descriptions of the faults active now (empty: none).
         merger: which merger serves (its pid; empty: unknown).
+        phase: what the deployment does (:func:`phase_text`; empty: unknown).
 
     Returns:
         A rich renderable (a panel).
@@ -192,7 +216,8 @@ def render(
     effects = effect_lines(snapshot)
     if effects:
         parts.append(Text("seen: " + "; ".join(effects), style="yellow"))
-    return Panel(Group(*parts), title="arfl live", title_align="left")
+    title = f"arfl live: {phase}" if phase else "arfl live"
+    return Panel(Group(*parts), title=title, title_align="left")
 
 
 def format_line(
@@ -207,7 +232,8 @@ def format_line(
     if injector_stats is not None:
         bits.append(f"in {injector_stats.sent}/s")
     if snapshot is None:
-        bits.append("waiting for merger")
+        if injector_stats is not None:
+            bits.append("waiting for merger")
     else:
         iv, cu = snapshot.interval, snapshot.cumulative
         keys = _keys(cu or iv) if (cu or iv) else []
@@ -234,6 +260,14 @@ def format_line(
     return " | ".join(bits)
 
 
+def plain_line(tick: Tick, now: float) -> str:
+    """One plain line: the time of day, what the deployment does (:func:`phase_text`), then
+    what :func:`format_line` says of the tick."""
+    head = f"{time.strftime('%H:%M:%S', time.localtime(now))} {phase_text(tick)}"
+    rest = format_line(tick.snapshot, tick.injector, tick.replicas, tick.faults, tick.merger)
+    return f"{head} | {rest}" if rest else head
+
+
 class LiveView:
     """A rich ``Live`` display redrawn about twice a second; use as a context manager."""
 
@@ -245,16 +279,18 @@ class LiveView:
             transient=False,
         )
 
-    def update(
-        self,
-        snapshot: MonitorSnapshot | None,
-        injector_stats: InjectorSecond | None,
-        replica_states: Mapping[int, str],
-        faults: Sequence[str],
-        merger: str = "",
-    ) -> None:
+    def update(self, tick: Tick) -> None:
         """Show new data (drawn at the next refresh)."""
-        self._live.update(render(snapshot, injector_stats, replica_states, faults, merger))
+        self._live.update(
+            render(
+                tick.snapshot,
+                tick.injector,
+                tick.replicas,
+                tick.faults,
+                tick.merger,
+                phase_text(tick),
+            )
+        )
 
     def __enter__(self) -> LiveView:
         self._live.start()
@@ -270,31 +306,54 @@ class LiveView:
 
 
 class PlainPrinter:
-    """``--no-live``: one line per new merger second, no cursor movement."""
+    """Plain lines, no cursor movement: one per new merger second, one when the phase changes,
+    and one whenever :data:`PLAIN_EVERY_S` passed without (the start-up, a merger that stopped
+    writing). A context manager, like :class:`LiveView`.
 
-    def __init__(self, console: Console | None = None) -> None:
-        self._console = console or out
-        self._last_t: float | None = None
+    Args:
+        console: where the lines go.
+        every_s: the longest wait between two lines while ticks come.
+        clock: epoch seconds now (the lines' time of day).
+    """
 
-    def update(
+    def __init__(
         self,
-        snapshot: MonitorSnapshot | None,
-        injector_stats: InjectorSecond | None,
-        replica_states: Mapping[int, str],
-        faults: Sequence[str],
-        merger: str = "",
-    ) -> bool:
-        """Print a line if ``snapshot`` is new.
+        console: Console | None = None,
+        every_s: float = PLAIN_EVERY_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._console = console or out
+        self._every_s = every_s
+        self._clock = clock
+        self._last_t: float | None = None
+        self._phase: str | None = None
+        self._printed_at: float | None = None
 
-        Returns:
-            Whether a line was printed.
-        """
-        t = snapshot.t if snapshot else None
-        if t is None or t == self._last_t:
-            return False
-        self._last_t = t
-        self._console.print(
-            format_line(snapshot, injector_stats, replica_states, faults, merger),
-            highlight=False, markup=False, soft_wrap=True,
-        )  # fmt: skip
-        return True
+    def update(self, tick: Tick) -> None:
+        """Print a line for ``tick`` if it brings a new merger second or a new phase, or if
+        the last line is ``every_s`` old."""
+        now = self._clock()
+        t = tick.snapshot.t if tick.snapshot is not None else None
+        if not (
+            (t is not None and t != self._last_t)
+            or tick.phase != self._phase
+            or self._printed_at is None
+            or now - self._printed_at >= self._every_s
+        ):
+            return
+        if t is not None:
+            self._last_t = t
+        self._phase = tick.phase
+        self._printed_at = now
+        self._console.print(plain_line(tick, now), highlight=False, markup=False, soft_wrap=True)
+
+    def __enter__(self) -> PlainPrinter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None

@@ -267,8 +267,8 @@ def host_cores() -> int:
 
 def declared_slots(master: str) -> int | None:
     """Task slots a master declares: ``local[N]`` N, ``local`` 1, ``local[*]`` the host's cores,
-    ``local-cluster[w,c,m]`` w * c; None for a cluster (``spark://``, ``k8s://``), whose slots
-    are the cluster's business."""
+    ``local-cluster[w,c,m]`` w * c; None for a cluster (``spark://``), whose slots are the
+    cluster's business."""
     m = _LOCAL_RE.match(master)
     if m:
         n = m.group(1)

@@ -95,9 +95,26 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOSTPORT_RE = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
 _MASTER_RE = re.compile(
-    r"^(local(\[(\d+|\*)\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]|spark://[A-Za-z0-9.-]+:\d+"
-    r"|k8s://\S+)$"
+    r"^(local(\[(\d+|\*)\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]|spark://[A-Za-z0-9.-]+:\d+)$"
 )
+SUPPORTED_MASTERS = "local[N], local-cluster[workers,cores,memMB] and spark://host:port"
+"""The Spark masters arfl runs replicas on (``local`` and ``local[*]`` are ``local[N]`` forms)."""
+
+
+def check_master(master: str) -> str:
+    """``master`` if arfl can run replicas on it.
+
+    Raises:
+        ValueError: another master (Kubernetes, YARN, a typo), naming the supported ones.
+    """
+    if _MASTER_RE.match(master):
+        return master
+    what = (
+        f"master {master!r} is not supported"
+        if master.startswith("k8s://")
+        else f"unknown master {master!r}"
+    )
+    raise ValueError(f"{what}: only {SUPPORTED_MASTERS} are supported")
 
 
 def _check_deterministic(expr: str) -> str:
@@ -343,12 +360,7 @@ class Spark(_Model):
     @field_validator("master")
     @classmethod
     def _master(cls, v: str) -> str:
-        if not _MASTER_RE.match(v):
-            raise ValueError(
-                f"unknown master {v!r}: use local[N], local-cluster[workers,cores,memMB], "
-                "spark://host:port or k8s://..."
-            )
-        return v
+        return check_master(v)
 
     def flag(self, key: str, default: bool) -> bool:
         """An ``arfl.*`` boolean of ``conf`` (:data:`ARFL_CONF_KEYS`, checked to be true or

@@ -42,6 +42,7 @@ from arfl.orchestrate.context import (
     scoped,
 )
 from arfl.orchestrate.drivers import DriverLaunch
+from arfl.orchestrate.heartbeat import Heartbeat
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.orchestrate.network import RunNetwork
 from arfl.orchestrate.resources import ResourceSampler
@@ -113,6 +114,9 @@ class Deployment:
         """The output drained: the run is worth checking when it stops."""
         self._start_offsets = "earliest"
         """Where replicas first read the input (Spark ``startingOffsets``), set with the topics."""
+        self.phase = "creating the run"
+        """What the deployment does outside its watch, for the live view (:meth:`tick`)."""
+        self._stopping = False
 
     @property
     def kafka(self) -> str:
@@ -130,6 +134,7 @@ class Deployment:
 
     def resolve_stack(self) -> None:
         """ZooKeeper and Kafka (started or isolated as needed) and the connector jars."""
+        self.phase = "starting the stack"
         # First state.json before anything exists: what follows (namespaces, a docker network,
         # the run's own stack) is found by a later 'arfl chaos recover' through it, whenever
         # this arfl dies.
@@ -156,6 +161,7 @@ class Deployment:
         independent check's hops then start where a record became readable, so a replica's
         producer linger counts in its own hop, not the merger's; :mod:`arfl.measure.check.hops`),
         the final output topic."""
+        self.phase = "creating topics"
         src, sink = self.ctx.rspec.source, self.ctx.rspec.sink
         stack.topics.ensure_topic(self.kafka, src.topic, src.partitions, log_append_time=True)
         for i in range(self.ctx.spec.replication.replicas):
@@ -167,6 +173,7 @@ class Deployment:
 
     def start_measuring(self) -> None:
         """The merger: first copy wins, latency per result, the interval log."""
+        self.phase = "starting the merger"
         cfg = MergerConfig(
             bootstrap=self.kafka,
             sink=self.ctx.rspec.sink.topic,
@@ -233,6 +240,7 @@ class Deployment:
     def start_replicas(self) -> None:
         """Every replica's driver; returns once each one's query has run a batch."""
         assert self.net.info is not None and self.merger is not None
+        self.phase = "starting replicas"
         self.runner = ReplicaRunner(
             self.ctx.rspec,
             self.ctx.dir,
@@ -267,6 +275,7 @@ class Deployment:
     def start_load(self) -> None:
         """The injector, on its fixed-rate schedule; the workload clock starts here. With
         ``[source.replay]`` the replayer instead (it writes the injector's streams)."""
+        self.phase = "starting the input"
         if self.ctx.spec.source.replay is not None:
             self._start_replay()
             return
@@ -348,6 +357,7 @@ class Deployment:
         """The independent check (no Spark): the final output against the results the spec
         implies for the input topic; written to ``check.json`` for the report. A check that
         cannot run is a warning, never a failed deployment."""
+        self.phase = "checking the output"
         try:
             result = check_run(self.ctx.dir)
         except ArflError as e:
@@ -381,6 +391,8 @@ class Deployment:
                     )
 
     def _stop(self) -> None:
+        self.phase = "stopping"
+        self._stopping = True  # the runner holds its lock while it stops: no states read
         errors: list[str] = []
         if self.chaos is not None:
             try:
@@ -414,6 +426,7 @@ class Deployment:
             # Every process has stopped, the run's Kafka still runs: the moment to read both
             # topics back for the independent check.
             self.check_output()
+            self.phase = "stopping"
         errors += self.net.close(self.ctx)
         self.ctx.journal.write(Event.RUN_STOPPED, errors=errors)
         self.write_state()
@@ -505,6 +518,7 @@ class Deployment:
         n = self.ctx.spec.replication.standby
         if n <= 0:
             return
+        self.phase = "waiting for the standby" if n == 1 else f"waiting for {n} standbys"
         t0 = time.monotonic()
         ready = False
         while not ready and time.monotonic() - t0 < STANDBY_READY_TIMEOUT_S:
@@ -546,6 +560,11 @@ class Deployment:
             if not waiting:
                 self.ctx.journal.write(Event.REPLICAS_PROCESSING, replicas=n)
                 return
+            self.phase = (
+                "waiting for the first batch of replica"
+                + ("s " if len(waiting) > 1 else " ")
+                + ", ".join(map(str, waiting))
+            )
             dead = [i for i, s in self.runner.states().items() if s.status == "dead"]
             if dead:
                 raise DeployError(
@@ -562,6 +581,20 @@ class Deployment:
                 self.write_state()
                 last_write = time.monotonic()
             time.sleep(0.2)
+
+    def tick(self) -> Tick:
+        """What the live view shows outside the watch: the phase, each replica's state (none
+        while stopping) and the faults active."""
+        runner = None if self._stopping else self.runner
+        states = runner.states() if runner is not None else {}
+        return Tick(
+            elapsed_s=time.time() - (self.t0 or self.started_at),
+            phase=self.phase,
+            snapshot=None,
+            injector=None,
+            replicas={i: st.status for i, st in states.items()},
+            faults=self.active_faults(),
+        )
 
     def active_faults(self) -> list[str]:
         """Faults injected and not reverted yet (for the live view)."""
@@ -587,7 +620,9 @@ def deploy(
         spec: the validated spec.
         spec_path: the spec file (copied into the run directory).
         options: see :class:`DeployOptions`.
-        on_tick: called about twice a second with what the live view shows.
+        on_tick: called with what the live view shows: about twice a second while the run
+            is watched, about once a second before and after (:class:`Heartbeat`, from
+            another thread).
         on_run_dir: called once the run directory exists (before anything starts).
 
     Raises:
@@ -601,12 +636,13 @@ def deploy(
     failure: BaseException | None = None
     with _sigterm_interrupts():
         try:
-            d.resolve_stack()
-            d.create_topics()
-            d.start_measuring()
-            d.start_replicas()
-            d.start_load()
-            d.start_chaos()
+            with Heartbeat(on_tick, d.tick):
+                d.resolve_stack()
+                d.create_topics()
+                d.start_measuring()
+                d.start_replicas()
+                d.start_load()
+                d.start_chaos()
             d.watch(on_tick)
         except BaseException as e:
             failure = e
@@ -614,7 +650,8 @@ def deploy(
             raise
         finally:
             try:
-                d.stop()
+                with Heartbeat(on_tick, d.tick):
+                    d.stop()
             except DeployError:
                 if failure is None:
                     raise

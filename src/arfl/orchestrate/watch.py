@@ -37,6 +37,7 @@ from arfl.run.events import Event
 from arfl.run.names import leader_path
 from arfl.run.progress import from_journal, late_drops, reached
 from arfl.run.rundir import Journal, RunPaths
+from arfl.run.steady import expected_warmup_s
 from arfl.run.streams import (
     InjectorSecond,
     InjectorStatsTail,
@@ -55,16 +56,25 @@ QUIET_S = 3.0
 
 @dataclass
 class Tick:
-    """What the live view shows, about twice a second."""
+    """What the live view shows: about twice a second while the run is watched, about once a
+    second before (start-up) and after (stop)."""
 
     elapsed_s: float
+    """Seconds since the input started (before it: since the deployment started)."""
     phase: str
+    """What the deployment does: a start-up step (``starting the stack``, ``waiting for the
+    standby``, ...), ``warming up``, ``running``, ``draining``, ``stopping``."""
     snapshot: MonitorSnapshot | None
     injector: InjectorSecond | None
     replicas: dict[int, str]
     faults: list[str] = field(default_factory=list)
     merger: str = ""
     """Which merger serves: its pid, and how often one was restarted."""
+    warmup_s: float | None = None
+    """The warm-up's length (seconds from the input's start) as expected while the run is
+    watched: ``workload.warmup``, or about the automatic one; None before and after."""
+    warmup_auto: bool = False
+    """``warmup_s`` is the automatic warm-up's expected length (the report gives the real one)."""
 
 
 def drain_seconds(spec: Spec) -> float:
@@ -293,6 +303,7 @@ class Watcher:
         monitor = MonitorTail(self.ctx.paths.monitor)
         inj = InjectorStatsTail(self.ctx.injector_stats)
         phase = "running"
+        warmup_s = expected_warmup_s(self.ctx.spec)
         input_done_at: float | None = None
         input_end: dict[int, int] = {}
         last_results = -1
@@ -340,16 +351,19 @@ class Watcher:
                 last_results = results
                 last_change = time.monotonic()
             if on_tick is not None:
+                elapsed = max(0.0, time.time() - self.started_at)
                 on_tick(
                     Tick(
-                        elapsed_s=max(0.0, time.time() - self.started_at),
-                        phase=phase,
+                        elapsed_s=elapsed,
+                        phase="warming up" if phase == "running" and elapsed < warmup_s else phase,
                         snapshot=snap,
                         # After the input's end its last second would stay on screen.
                         injector=None if phase == "draining" else inj.latest,
                         replicas={i: self._state_text(i, s.status) for i, s in states.items()},
                         faults=self.active_faults(),
                         merger=self._merger_text(),
+                        warmup_s=warmup_s,
+                        warmup_auto=self.ctx.spec.workload.warmup is None,
                     )
                 )
             if input_done_at is not None and self._drained(

@@ -258,12 +258,14 @@ def inject_cmd(
     runs: RunsOpt = Path("runs"),
 ) -> None:
     """Inject one fault into a running deployment, then revert it."""
-    run_dir = resolve_run_dir(run, runs)
-    target = LocalTarget.from_run_dir(run_dir)
     try:
         kind = FAULTS.info(fault)
-    except UnknownKind as e:
-        raise FaultError(f"{e}; 'arfl chaos kinds' describes each") from None
+    except UnknownKind as e:  # a usage error (exit 2), told before the run is looked up
+        raise typer.BadParameter(
+            f"{e}; 'arfl chaos kinds' describes each", param_hint="FAULT"
+        ) from None
+    run_dir = resolve_run_dir(run, runs)
+    target = LocalTarget.from_run_dir(run_dir)
     dur = _duration(duration, "--duration")
     if kind.takes_duration and dur is None:
         dur = parse_duration(DEFAULT_DURATION)
@@ -324,8 +326,10 @@ def inject_cmd(
 
 @chaos_app.command("list")
 def list_cmd(run: RunArg, as_json: JsonOpt = False, runs: RunsOpt = Path("runs")) -> None:
-    """Show what a fault can target: replicas, pids, executors, network, the leader, the
-    merger."""
+    """Show what a fault can target in a running deployment.
+
+    Its replicas with their pids, executors and network, the leader, the merger, standbys.
+    """
     s = summarize(LocalTarget.from_run_dir(resolve_run_dir(run, runs)))
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(s), indent=2, default=str))
@@ -388,8 +392,11 @@ def recover_cmd(
     ] = False,
     runs: RunsOpt = Path("runs"),
 ) -> None:
-    """Undo faults left behind by an arfl that was killed (partitions, SIGSTOP, cgroups, ...);
-    stop its deployment's processes (replica drivers with their JVMs, merger, injector)."""
+    """Undo faults left behind by an arfl that was killed, and stop what it left running.
+
+    Faults: partitions, SIGSTOP, cgroups, qdiscs, namespaces. Processes: the deployment's
+    replica drivers with their JVMs, merger and injector.
+    """
     dirs = [resolve_run_dir(run, runs)] if run else runs_with_pending(runs)
     if not dirs:
         out.print(f"nothing to recover: no run under {runs} has pending faults or leftovers")

@@ -10,9 +10,10 @@ from rich.markup import escape
 
 from arfl.cli.app import app
 from arfl.cli.console import err, out
-from arfl.cli.live import LiveView, PlainPrinter
+from arfl.cli.live import LiveView, PlainPrinter, use_live
 from arfl.configs.load import load_spec
-from arfl.orchestrate.deploy import DeployOptions, Tick
+from arfl.configs.spec import SUPPORTED_MASTERS, check_master
+from arfl.orchestrate.deploy import DeployOptions
 from arfl.orchestrate.deploy import deploy as run_deploy
 from arfl.report.model import Report
 
@@ -23,9 +24,32 @@ def _fmt_ms(v: Any) -> str:
 
 SpecArg = Annotated[Path, typer.Argument(help="The experiment spec (TOML).", metavar="SPEC")]
 NoLiveOpt = Annotated[
-    bool, typer.Option("--no-live", help="Plain lines instead of the live table.")
+    bool,
+    typer.Option(
+        "--no-live",
+        help="Plain lines instead of the live table (the default when output is no terminal).",
+    ),
 ]
-MasterOpt = Annotated[str | None, typer.Option("--master", help="Override spark.master.")]
+
+
+def _master(value: str | None) -> str | None:
+    """``--master``, checked as ``spark.master`` is (a usage error otherwise)."""
+    if value is None:
+        return None
+    try:
+        return check_master(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+MasterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--master",
+        help=f"Override spark.master ({SUPPORTED_MASTERS}).",
+        callback=_master,
+    ),
+]
 """Options shared by ``deploy`` and ``experiment``."""
 
 
@@ -52,20 +76,9 @@ def deploy(
     def announce(path: Path) -> None:
         err.print(f"run directory: [bold]{escape(str(path))}[/]", highlight=False, soft_wrap=True)
 
-    if no_live:
-        printer = PlainPrinter(console=out)
-
-        def on_tick(t: Tick) -> None:
-            printer.update(t.snapshot, t.injector, t.replicas, t.faults, t.merger)
-
-        result = run_deploy(spec, spec_path, options, on_tick=on_tick, on_run_dir=announce)
-    else:
-        with LiveView(console=out) as view:
-
-            def on_live(t: Tick) -> None:
-                view.update(t.snapshot, t.injector, t.replicas, t.faults, t.merger)
-
-            result = run_deploy(spec, spec_path, options, on_tick=on_live, on_run_dir=announce)
+    view = LiveView(console=out) if use_live(no_live, out) else PlainPrinter(console=out)
+    with view:
+        result = run_deploy(spec, spec_path, options, on_tick=view.update, on_run_dir=announce)
     s = result.summary
     lat = s.get("latency_ms") or {}
     out.print(

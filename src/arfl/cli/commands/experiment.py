@@ -11,7 +11,7 @@ from rich.markup import escape
 from arfl.cli.app import app
 from arfl.cli.commands.deploy import MasterOpt, NoLiveOpt, SpecArg
 from arfl.cli.console import err, out
-from arfl.cli.live import LiveView, PlainPrinter
+from arfl.cli.live import LiveView, PlainPrinter, use_live
 from arfl.configs.load import load_spec
 from arfl.errors import ExitCode
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, Tick
@@ -35,14 +35,16 @@ def experiment(
     no_live: NoLiveOpt = False,
     master: MasterOpt = None,
 ) -> None:
-    """Run SPEC once per mode (same workload, seed and chaos), then compare the runs
-    (latency per phase, masking, correctness, CPU seconds and memory) in one report."""  # fmt: skip
+    """Run SPEC once per mode (same workload, seed and chaos), then compare the runs.
+
+    One report compares latency per phase, masking, correctness, CPU seconds and memory.
+    """
     from arfl.cli.commands.report import print_comparison
     from arfl.orchestrate.experiment import parse_modes, run_experiment
 
     spec = load_spec(spec_path)
     mode_list = parse_modes(modes)
-    printer = PlainPrinter(console=out) if no_live else None
+    printer = None if use_live(no_live, out) else PlainPrinter(console=out)
     live: list[LiveView] = []
 
     def on_start(mode: str, path: Path) -> None:
@@ -58,7 +60,7 @@ def experiment(
         del mode
         target = printer if printer is not None else (live[-1] if live else None)
         if target is not None:
-            target.update(t.snapshot, t.injector, t.replicas, t.faults)
+            target.update(t)
 
     def on_done(mode: str, result: DeployResult | None, error: str | None) -> None:
         while live:

@@ -192,8 +192,10 @@ def report(
         ),
     ] = False,
 ) -> None:
-    """Per-phase latency, fault recovery and masking, correctness and SLOs of runs (exit 1 if
-    an SLO is breached)."""  # fmt: skip
+    """Show per-phase latency, fault recovery and masking, correctness and SLOs of runs.
+
+    Exits 1 if an SLO is breached.
+    """
     # Imported here so that 'arfl --help' and other commands do not load plotly.
     from arfl.report import build_report, compare, render_compare_html, render_html
 

@@ -19,7 +19,10 @@ from arfl.stack import status as stack_status
 from arfl.stack import up as stack_up
 from arfl.stack.lifecycle import layout_of, load_state
 
-stack_app = typer.Typer(help="The embedded ZooKeeper + Kafka stack.", no_args_is_help=True)
+stack_app = typer.Typer(
+    help="Install, start, stop and inspect the embedded ZooKeeper + Kafka stack.",
+    no_args_is_help=True,
+)
 app.add_typer(stack_app, name="stack")
 
 StateOpt = Annotated[
@@ -41,8 +44,7 @@ def install_cmd(
         ),
     ] = None,
 ) -> None:
-    """Fetch Kafka's jars and Spark's Kafka connector, compile arfl's JVM reader, once
-    (idempotent)."""
+    """Fetch Kafka's jars and Spark's Kafka connector and compile arfl's JVM reader, once."""
     t0 = time.monotonic()
     with err.status(
         "fetching Kafka and spark-sql-kafka jars (once; mvn), compiling arfl's reader..."
@@ -114,9 +116,11 @@ def down_cmd(
         Path, typer.Option("--runs", help="Run directories whose leftovers to undo first.")
     ] = Path("runs"),
 ) -> None:
-    """Undo what dead deployments under --runs left behind (pending faults, replica drivers
-    with their JVMs, mergers, injectors, namespaces), then stop the processes 'arfl stack up'
-    started."""
+    """Undo what dead deployments left behind, then stop what 'arfl stack up' started.
+
+    What deployments under --runs left: pending faults, replica drivers with their JVMs,
+    mergers, injectors, namespaces. What 'up' started: exactly its own processes, by pid.
+    """
     from arfl.cli.commands.chaos import recover_runs
     from arfl.faults.runner import runs_with_pending
 
