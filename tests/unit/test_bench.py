@@ -402,3 +402,44 @@ def test_p_masked_runs_a_users_spec_file_with_its_faults_replaced() -> None:
     ]
     assert spec.name == "clicks-kill-executor-3" and spec.workload.rate == 1000
     assert spec.replication.standby == 1 and spec.replication.trigger_interval == 30.0
+
+
+def test_real_outages_places_real_outages_whose_windows_close() -> None:
+    import random
+
+    import real_outages
+
+    from arfl.configs.chaos import unjudgeable
+
+    rng = random.Random(3)
+    for case in ("lone-pause", "lone-kill", "boundary"):
+        for k in range(3):
+            spec = real_outages.case_spec(case, k, rng)
+            ats = [c.at for c in spec.chaos]
+            assert ats == sorted(ats) and not unjudgeable(
+                spec.chaos, spec.workload.duration, spec.report.settle
+            ), (case, ats)
+            lone = case != "boundary"
+            assert (spec.replication.replicas, spec.replication.mode == "none") == (
+                (1, True) if lone else (2, False)
+            )
+            gaps = [b - a for a, b in itertools.pairwise(ats)]
+            assert all(g >= (10.0 if case == "lone-pause" else 60.0) for g in gaps), gaps
+            if case == "boundary":
+                (c,) = spec.chaos
+                assert c.after_boundary is not None and 29.0 <= c.after_boundary <= 31.0
+            assert spec.workload.warmup is None  # automatic, as a user leaves it
+
+
+def test_real_outages_judges_harm_from_the_hlog_alone() -> None:
+    import real_outages
+
+    runs = ROOT / "tests" / "fixtures" / "runs"
+    # A kill the report calls masked: no second without results, nothing 5x the steady p99.
+    (masked,) = real_outages.analyse("x", runs / "real-active-rtm-kill-replica")
+    assert (masked["outcome"], masked["real"], masked["silent_s"]) == ("masked", False, 0)
+    assert masked["window_max_ms"] < real_outages.OUTAGE_FACTOR * masked["steady_p99_ms"]
+    # A lone passive replica's lost executor: its output stopped for the whole window.
+    (lost,) = real_outages.analyse("x", runs / "real-passive-kill-executor")
+    assert (lost["outcome"], lost["real"]) == ("not masked", True)
+    assert lost["silent_s"] >= real_outages.SILENT_S
