@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     # spec validator's import of arfl.report.slo must not (a cycle).
     from arfl.measure.check.hops import HopLatency
 
-JSON_VERSION = 7
-"""Bumped when a field of the ``--json`` output changes meaning or is removed. 5:
+JSON_VERSION = 8
+"""Bumped when a field of the ``--json`` output changes meaning or is removed. 8: an automatic
+``warmup_s`` also waits for the output to settle after the replicas' first boundaries (MSER-5;
+was: 1 s after them). 5:
 ``faults[].recovery_s`` requires the output good through the impact window too (was: for
 ``settle`` from T only, so an effect later than settle after the injection gave 0 s). 4:
 ``faults[].masked`` holds the window's p99 to the steady p99 at the window's length
