@@ -99,4 +99,6 @@ def test_deploy_ticks_through_its_start_up_and_its_stop_not_only_in_the_watch(
     for phase in ("starting the stack", "starting replicas", "starting the input"):
         assert phase in phases[:running], phases
     assert "stopping" in phases[running:]
+    # The stop's first tick already says so (not the last start-up step's phase).
+    assert phases[running + 1] == "stopping", phases
     assert all(t.snapshot is None for t in ticks)

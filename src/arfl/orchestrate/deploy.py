@@ -649,6 +649,7 @@ def deploy(
             ctx.journal.write(Event.RUN_FAILED, error=f"{type(e).__name__}: {e}")
             raise
         finally:
+            d.phase = "stopping"  # the heartbeat's first tick comes at once
             try:
                 with Heartbeat(on_tick, d.tick):
                     d.stop()
