@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -64,6 +65,9 @@ def test_example_configs_validate() -> None:
     assert specs, "no example specs in configs/"
     for path in specs:
         load_spec(path)
+    # configs/README.md names every example, and nothing that is not there.
+    named = set(re.findall(r"^\| `([\w.-]+\.toml)` \|", (root / "README.md").read_text(), re.M))
+    assert named == {p.name for p in specs}
 
 
 def test_every_problem_is_reported_at_once() -> None:
