@@ -517,15 +517,16 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
 
 
 def test_the_same_kill_of_a_lone_replica_is_not_masked(stack: StackInfo, tmp_path: Path) -> None:
-    """The kill above without a peer: one replica (mode ``none``), killed for real. Nothing
-    covers its restart (a new Spark application, then its checkpoint's replay), so the report
-    must say "not masked" and name the death as the effect, while the independent check still
-    finds every result exactly once. The input ends before the replica is back: the window runs
-    on into the drain, where the late results are (docs/design.md §4, "Unjudged")."""
+    """The kill above without a peer: one replica with Spark's own recovery (mode
+    ``passive``), killed for real. Nothing covers its restart (a new Spark application, then
+    its checkpoint's replay), so the report must say "not masked" and name the death as the
+    effect, while the independent check still finds every result exactly once. The input ends
+    before the replica is back: the window runs on into the drain, where the late results are
+    (docs/design.md §4, "Unjudged")."""
     spec = realtime_spec(
         "rtm-lone-kill",
         duration="20s",
-        replication={"mode": "none", "replicas": 1},
+        replication={"mode": "passive", "replicas": 1},
         workload={"warmup": "6s"},
         chaos=[{"at": "12s", "fault": "kill-replica", "replica": 0}],
     )

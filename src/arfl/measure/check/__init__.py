@@ -92,6 +92,7 @@ def _warmup_s(run_dir: Path, spec: Spec, start_ms: int) -> float:
     """The run's warm-up, as the report takes it (:func:`arfl.run.steady.resolve_warmup`, from
     the replicas' progress files, the merger's 1-s p99s and the first fault): the hops are
     measured over what the report calls steady."""
+    from arfl.run.events import Event
     from arfl.run.rundir import RunPaths, read_jsonl
     from arfl.run.steady import resolve_warmup
 
@@ -105,7 +106,7 @@ def _warmup_s(run_dir: Path, spec: Spec, start_ms: int) -> float:
     injected = [
         float(e["started"])
         for e in read_jsonl(paths.journal)
-        if e.get("event") == "fault-injected" and isinstance(e.get("started"), int | float)
+        if e.get("event") == Event.FAULT_INJECTED and isinstance(e.get("started"), int | float)
     ]
     until = min(injected, default=None)
     return resolve_warmup(spec, start_ms / 1000, progress, output=output, until=until).seconds
