@@ -13,7 +13,7 @@ from arfl.configs.load import parse_spec
 from arfl.orchestrate import deploy as deploy_module
 from arfl.orchestrate.context import DeployOptions, create_run
 from arfl.orchestrate.deploy import Deployment, deploy
-from arfl.orchestrate.heartbeat import Heartbeat
+from arfl.orchestrate.heartbeat import heartbeat
 from arfl.orchestrate.slots import ReplicaState
 from arfl.orchestrate.watch import Tick
 
@@ -26,14 +26,14 @@ def _tick(phase: str = "starting the stack") -> Tick:
 
 def test_the_heartbeat_ticks_at_once_then_every_interval_until_the_with_ends() -> None:
     ticks: list[Tick] = []
-    with Heartbeat(ticks.append, _tick, interval_s=0.02):
+    with heartbeat(ticks.append, _tick, interval_s=0.02):
         assert ticks, "no tick at once"
         time.sleep(0.2)
     n = len(ticks)
     assert n >= 4
     time.sleep(0.1)
     assert len(ticks) == n  # stopped
-    with Heartbeat(None, _tick):  # nobody listens: no thread
+    with heartbeat(None, _tick):  # nobody listens: no thread
         assert "arfl-heartbeat" not in [t.name for t in threading.enumerate()]
 
 
@@ -65,7 +65,7 @@ def test_a_deployments_tick_says_its_phase_and_replicas_but_reads_none_while_sto
 def test_deploy_ticks_through_its_start_up_and_its_stop_not_only_in_the_watch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(deploy_module, "Heartbeat", functools.partial(Heartbeat, interval_s=0.01))
+    monkeypatch.setattr(deploy_module, "heartbeat", functools.partial(heartbeat, interval_s=0.01))
 
     def step(phase: str) -> object:
         def run(self: Deployment, *args: object) -> None:

@@ -42,7 +42,7 @@ from arfl.orchestrate.context import (
     scoped,
 )
 from arfl.orchestrate.drivers import DriverLaunch
-from arfl.orchestrate.heartbeat import Heartbeat
+from arfl.orchestrate.heartbeat import heartbeat
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.orchestrate.network import RunNetwork
 from arfl.orchestrate.resources import ResourceSampler
@@ -621,8 +621,8 @@ def deploy(
         spec_path: the spec file (copied into the run directory).
         options: see :class:`DeployOptions`.
         on_tick: called with what the live view shows: about twice a second while the run
-            is watched, about once a second before and after (:class:`Heartbeat`, from
-            another thread).
+            is watched, about once a second before and after (from another thread:
+            :func:`~arfl.orchestrate.heartbeat.heartbeat`).
         on_run_dir: called once the run directory exists (before anything starts).
 
     Raises:
@@ -636,7 +636,7 @@ def deploy(
     failure: BaseException | None = None
     with _sigterm_interrupts():
         try:
-            with Heartbeat(on_tick, d.tick):
+            with heartbeat(on_tick, d.tick):
                 d.resolve_stack()
                 d.create_topics()
                 d.start_measuring()
@@ -651,7 +651,7 @@ def deploy(
         finally:
             d.phase = "stopping"  # the heartbeat's first tick comes at once
             try:
-                with Heartbeat(on_tick, d.tick):
+                with heartbeat(on_tick, d.tick):
                     d.stop()
             except DeployError:
                 if failure is None:
