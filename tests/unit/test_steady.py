@@ -118,5 +118,6 @@ def test_the_output_settles_after_a_first_boundary_that_shook_it() -> None:
 
 
 def test_settled_at_leaves_seconds_without_results_out() -> None:
+    # The first batch (5 seconds with results) spans 7 s: the cut ends where its last one does.
     gappy = _ticks(T0, [300.0, None, 320.0, None, 310.0, 290.0, 305.0] + [10.0, None] * 30)
-    assert settled_at(gappy, T0, T0 + 200) == T0 + MSER_BATCH
+    assert settled_at(gappy, T0, T0 + 200) == T0 + 7.0

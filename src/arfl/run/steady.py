@@ -48,15 +48,16 @@ MSER_MIN_BATCHES = 4
 
 def settled_at(output: Sequence[tuple[float, float | None]], start: float, end: float) -> float:
     """When the merged output settled after ``start``, by MSER-5 on its 1-s p99s in
-    ``[start, end)``: ``start`` plus the batches cut (module docstring); ``start`` when none
-    are, or with fewer than :data:`MSER_MIN_BATCHES` batches.
+    ``[start, end)``: the start of the first second after the batches cut (module docstring);
+    ``start`` when none are, or with fewer than :data:`MSER_MIN_BATCHES` batches.
 
     Args:
         output: ``(end of a 1-s interval, its p99 ms)`` in time order (``monitor.jsonl``);
             seconds without results (p99 None) are left out.
         start, end: epoch seconds.
     """
-    ys = [p for t, p in output if p is not None and start < t <= end]
+    kept = [(t, p) for t, p in output if p is not None and start < t <= end]
+    ys = [p for _, p in kept]
     n = len(ys) // MSER_BATCH
     if n < MSER_MIN_BATCHES:
         return start
@@ -68,7 +69,8 @@ def settled_at(output: Sequence[tuple[float, float | None]], start: float, end: 
         return sum((x - m) ** 2 for x in rest) / len(rest) ** 2
 
     cut = min(range(min(SETTLE_MAX_BATCHES, n // 2) + 1), key=mser)
-    return start + cut * MSER_BATCH
+    # From the start of the first second kept (seconds without results count as time too).
+    return start if cut == 0 else max(start, kept[cut * MSER_BATCH][0] - 1.0)
 
 
 @dataclass(frozen=True)
