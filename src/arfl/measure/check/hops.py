@@ -178,8 +178,7 @@ def hop_samples(
     """
     input_log_append = bool(inputs) and all(r.log_append_time for r in inputs)
     by_pos = {f"{r.partition}:{r.offset}": r for r in inputs}
-    all_copies = [r for recs in replicas for r in recs]
-    broker = bool(all_copies) and all(r.log_append_time for r in all_copies)
+    broker = any(replicas) and all(r.log_append_time for recs in replicas for r in recs)
     replica_kind = "LogAppendTime" if broker else "CreateTime"
     sends: list[dict[str, int]] = []
     for recs in replicas:
