@@ -167,6 +167,9 @@ def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_e
     assert sum(line["output_rate"] for line in read_jsonl(run_dir / "monitor.jsonl")) == expected
     events = [e["event"] for e in read_jsonl(run_dir / "journal.jsonl")]
     assert events.count("merger-took-over") == 2 and "merger-recovered" in events
+    # What the replicas wrote after a death went out during the fence (the sink is exact above).
+    took = [e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == "merger-took-over"]
+    assert any(int(e["fresh"]) > 0 for e in took), took
 
 
 def test_the_producers_a_fence_refused_are_closed_before_they_would_ask_again(

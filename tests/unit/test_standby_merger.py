@@ -125,6 +125,7 @@ class Producer:
 def _no_end_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     # The producers the fence tries are real ones.
     monkeypatch.setattr(Merger, "_new_producer", lambda self: Producer())
+    monkeypatch.setattr(Merger, "_fresh_clients", lambda self: (None, None))
 
 
 def _follower(tmp_path: Path, batches: list[list[Msg]], serving: int, lease_s: float) -> Follower:
@@ -177,7 +178,7 @@ def test_the_standby_takes_over_at_once_when_the_serving_merger_dies(tmp_path: P
     t0 = time.time()
     took = f.follow({})
     assert took is not None and took.why == "died" and time.time() - t0 < 1.0
-    f._read_to_end = lambda: None  # type: ignore[method-assign]
+    f._read_to_end = lambda between=None: None  # type: ignore[method-assign]
     taken = f.take_over(took)
     assert f.producer.calls == ["init_transactions"]  # the fence
     assert list(f.owed) == ["0:1"] and taken.tail == []
@@ -192,7 +193,7 @@ def test_a_late_serving_merger_is_killed_before_the_fence(tmp_path: Path) -> Non
         threading.Timer(10, f._stop.set).start()  # a hang fails, not blocks, the test
         took = f.follow({})
         assert took is not None and took.why == "lease"
-        f._read_to_end = lambda: None  # type: ignore[method-assign]
+        f._read_to_end = lambda between=None: None  # type: ignore[method-assign]
         f.take_over(took)
         assert serving.wait(timeout=5) == -9
         assert f.producer.calls == ["init_transactions"]
@@ -379,3 +380,128 @@ def test_a_following_standby_keeps_no_trail_of_what_both_replicas_delivered(
     assert f.follow({}) is None
     assert f.core.duplicates == 50 and not f.owed
     assert all(len(trail) == 0 for trail in f.core.dedup._owed.values())
+
+
+class Done:
+    """A settled future."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        return self.value
+
+
+class Admin:
+    def __init__(self, ends: dict[tuple[str, int], int]) -> None:
+        self.ends = ends
+        self.asked: list[tuple[str, int]] = []
+
+    def list_offsets(self, parts: dict[Any, Any], **_: Any) -> dict[Any, Done]:
+        self.asked = [(tp.topic, tp.partition) for tp in parts]
+        offset = type("Info", (), {})
+        out = {}
+        for tp in parts:
+            info = offset()
+            info.offset = self.ends[(tp.topic, tp.partition)]
+            out[tp] = Done(info)
+        return out
+
+
+class FreshProducer:
+    def __init__(self) -> None:
+        self.produced: list[bytes] = []
+
+    def produce(self, topic: str, value: bytes, key: Any = None, on_delivery: Any = None) -> None:
+        self.produced.append(value)
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+
+class SlowFence(Producer):
+    def init_transactions(self, timeout: float = -1) -> None:
+        time.sleep(0.3)
+        super().init_transactions(timeout)
+
+
+class Positions(Consumer):
+    """Tracks what was consumed per partition (``position``), is assigned both replica
+    topics' partition 0, and gives nothing until ``gate`` opens."""
+
+    def __init__(self, batches: list[list[Msg]]) -> None:
+        super().__init__(batches)
+        self.at: dict[tuple[str, int], int] = {}
+        self.gate: Any = lambda: True
+
+    def consume(self, num_messages: int = 1, timeout: float = 0) -> list[Msg]:
+        got = super().consume(num_messages, timeout) if self.gate() else []
+        for m in got:
+            self.at[(m.topic(), m.partition())] = m.offset() + 1
+        return got
+
+    def assignment(self) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(replica_topic(SINK, r), 0) for r in (0, 1)] + [
+            TopicPartition(SINK, 0)
+        ]
+
+    def position(self, parts: list[Any]) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [
+            TopicPartition(tp.topic, tp.partition, self.at.get((tp.topic, tp.partition), 0))
+            for tp in parts
+        ]
+
+
+@pytest.mark.parametrize("reached", [True, False])
+def test_results_after_the_horizon_go_out_during_the_fence_and_the_rest_waits_for_it(
+    tmp_path: Path, reached: bool
+) -> None:
+    # The serving merger is dead. At its death replica 0's topic ended at offset 2 and
+    # replica 1's at 1: 0:1 (both copies) and 0:2 (replica 0's copy) can have been read by it,
+    # so they wait for the fence; 0:3 and 0:4 were written after, and go out at once. Unless the
+    # standby has not read up to the horizon: then every result waits.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    t0, t1 = replica_topic(SINK, 0), replica_topic(SINK, 1)
+    ends = {(t0, 0): 2, (t1, 0): 1 if reached else 5}
+    batches = [
+        [Msg(t0, rec("0:1", 1), offset=0), Msg(t1, rec("0:1", 1), offset=0)],
+        [Msg(t0, rec("0:2", 1), offset=1)],
+        [Msg(t0, rec("0:3", 1), offset=2), Msg(t1, rec("0:2", 1), offset=1)],
+        # The final topic: 0:1 from the dead merger, 0:3 from this one (no number).
+        [Msg(SINK, rec("0:1", 1), offset=0, n=7), Msg(SINK, rec("0:3", 1), offset=1)],
+        [Msg(t1, rec("0:3", 1), offset=2), Msg(t0, rec("0:4", 1), offset=3)],
+    ]
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="arfl-t",
+        standby=True, serving_pid=gone.pid, lease_s=30.0,
+    )  # fmt: skip
+    consumer = Positions(batches)
+    fresh, admin = FreshProducer(), Admin(ends)
+    f = Follower(
+        cfg, consumer, SlowFence(), MergeCore(2, time.time()), stop=threading.Event(),
+        owner_gone=lambda: False, assign=lambda: None, make_producer=SlowFence,
+        make_fresh=lambda: (fresh, admin),
+    )  # fmt: skip
+    consumer.gate = f._gone.is_set  # what the replicas wrote, read once the death is seen
+    took = f.follow({})
+    assert took is not None and took.why == "died"
+    f._read_to_end = lambda between=None: None  # type: ignore[method-assign]
+    taken = f.take_over(took)
+    assert sorted(admin.asked) == [(t0, 0), (t1, 0)]  # the replica topics only
+    if reached:
+        assert [json.loads(v)["rid"] for v in fresh.produced] == ["0:3", "0:4"]
+        assert took.fresh == 2 and took.fresh_s is not None and len(f.fresh) == 2
+        assert list(f.owed) == ["0:2"]  # 0:1 is in the final topic
+        assert [r.n for r in taken.tail] == [7]  # its own 0:3 is not the dead merger's
+    else:
+        assert fresh.produced == [] and took.fresh == 0 and took.fresh_s is None
+        assert list(f.owed) == ["0:2", "0:4"]  # 0:3's record in the final topic: not owed
+    assert f.core.duplicates == 3  # replica 1's 0:1, 0:2 and 0:3

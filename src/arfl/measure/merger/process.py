@@ -86,6 +86,9 @@ class Merger:
         self._acked = 0
         self._to_commit: tuple[int, list[Any]] | None = None
         """(results produced before it, positions): committed once all of those are acked."""
+        self._fresh_producer: Any = None
+        """The producer a standby forwarded with during its take-over's fence, until its
+        records are acknowledged (:mod:`.standby`)."""
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish (thread-safe); it flushes and writes ``merger.json``."""
@@ -233,7 +236,12 @@ class Merger:
             if taken.tail:  # the gap across the take-over runs from the dead one's last forward
                 core.gaps.last_output = max(r.timestamp_ms for r in taken.tail) / 1000.0
             self._update_window(window, tail, time.time())  # a follower never reads it
-            # What the merger taken over from owed goes out first; files can wait.
+            # What went out at once during the fence, then what the merger taken over from
+            # owed; files can wait.
+            for src_ts, sent_ts, at in follower.fresh:
+                core.forwarded(src_ts, sent_ts, at)
+            self._produced += len(follower.fresh)
+            self._fresh_producer = follower.fresh_producer
             self._producer.begin_transaction()
             owed = follower.forward(
                 core, taken, lambda key, value, n: self._produce(cfg.sink, key, value, n)
@@ -245,6 +253,8 @@ class Merger:
                 Event.MERGER_TOOK_OVER, pid=cfg.serving_pid, why=took.why, owed=owed,
                 detected=round(took.detected_at, 3), init_s=round(took.init_s, 3),
                 fenced_s=round(took.fenced_s, 3), took_s=round(took.took_s, 3),
+                fresh=took.fresh,
+                fresh_s=None if took.fresh_s is None else round(took.fresh_s, 3),
                 results=core.results,
             )  # fmt: skip
         else:
@@ -349,6 +359,8 @@ class Merger:
                 if msgs:
                     producer.poll(0)
                     core.housekeep(now, len(msgs))
+                    if self._fresh_producer is not None:
+                        self._fresh_producer.poll(0)
                 if now >= next_frontier and core.frontier.changed:
                     next_frontier = now + frontier_file.WRITE_INTERVAL_S
                     core.frontier.changed = False
@@ -363,6 +375,8 @@ class Merger:
                         monitor.write(json.dumps(tick.line) + "\n")
                         next_tick += INTERVAL_S
                     monitor.flush()
+                    if self._fresh_producer is not None and len(self._fresh_producer) == 0:
+                        self._fresh_producer = None  # every record acknowledged
                     self._commit()
                     gc.collect(1)
                     if self._unassigned:
@@ -424,6 +438,8 @@ class Merger:
         monitor.close()
         # Records still queued after the flush were never acknowledged: lost writes too.
         remaining = producer.flush(30.0)
+        if self._fresh_producer is not None:
+            remaining += self._fresh_producer.flush(30.0)
         if remaining == 0 and self.stop_reason != "fenced":
             # Everything forwarded is written: read on from here.
             self._to_commit = None
@@ -486,8 +502,20 @@ class Merger:
         return Follower(
             self.config, self._consumer, self._producer, core,
             stop=self._stop, owner_gone=self._owner_gone, assign=assign,
-            make_producer=self._new_producer,
+            make_producer=self._new_producer, make_fresh=self._fresh_clients,
+            on_delivery=self._on_delivery,
         )  # fmt: skip
+
+    def _fresh_clients(self) -> tuple[Any, Any]:
+        """A standby's idempotent sink producer (no ``transactional.id``) and admin client,
+        connected ahead (:mod:`.standby`)."""
+        from confluent_kafka.admin import AdminClient
+
+        c = self.config
+        producer = kafka_producer(c.bootstrap, c.sink, c.connect_timeout_s, c.linger_ms, None)
+        admin = AdminClient({"bootstrap.servers": c.bootstrap, "client.id": "arfl-merger"})
+        admin.list_topics(timeout=c.connect_timeout_s)
+        return producer, admin
 
     def _new_producer(self) -> SinkProducer:
         c = self.config

@@ -13,7 +13,11 @@ reads up to them, and forwards exactly the results it saw that are not there.
 Every millisecond of a take-over is a result late, so a thread waits on the serving merger's
 exit (a pidfd: no polling delay) and fences at once, while the loop goes on reading what the
 replicas send: the fence (10-60 ms) overlaps the reading instead of following it
-(docs/benchmarks.md).
+(docs/benchmarks.md). And a result no copy of which was in a replica topic when the serving
+merger died cannot have been read by it, so none of its copies can be in flight: once the
+standby has read the replica topics up to the high watermarks they had after the death (the
+*horizon*), it forwards every new result at once through an idempotent producer of its own,
+and only what it owed before waits for the fence.
 """
 
 from __future__ import annotations
@@ -70,6 +74,11 @@ class TakeOver:
     """From detection to the fence's end (the final topic read up to its end)."""
     took_s: float = 0.0
     """From detection to the last owed result produced."""
+    fresh_s: float | None = None
+    """From detection to the horizon read (results forwarded at once from then; None: the
+    horizon was not reached before the fence)."""
+    fresh: int = 0
+    """Results forwarded at once, before the fence ended."""
 
 
 class Follower:
@@ -86,6 +95,8 @@ class Follower:
         owner_gone: Callable[[], bool],
         assign: Callable[[], None],
         make_producer: Callable[[], Any],
+        make_fresh: Callable[[], tuple[Any, Any]] | None = None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
     ) -> None:
         """Args:
         config: the standby's config (``serving_pid``, ``lease_s``, ``transactional_id``).
@@ -96,6 +107,10 @@ class Follower:
         owner_gone: whether the deploy process is gone.
         assign: assign the replica topics (from the committed positions).
         make_producer: another transactional sink producer (the fence tries several).
+        make_fresh: an idempotent, non-transactional sink producer and an admin client, both
+            connected: what forwards the results no merger before could have read, and what
+            asks the replica topics' horizon (None: every result waits for the fence).
+        on_delivery: the sink producers' delivery callback (the merger's count of acks).
         """
         assert config.serving_pid is not None
         self.config = config
@@ -129,6 +144,21 @@ class Follower:
         self._fenced = threading.Event()
         self._fence_error: Exception | None = None
         self._watch = threading.Thread(target=self._watch_serving, daemon=True)
+        self.fresh_producer: Any = None
+        self._admin: Any = None
+        if make_fresh is not None:
+            self.fresh_producer, self._admin = make_fresh()
+        self._on_delivery = on_delivery
+        self._horizon: dict[Any, Any] | None = None
+        """(replica topic, partition) -> the future of its high watermark after the death."""
+        self._fresh = False
+        """Whether the horizon is read: a result seen first from now on is forwarded at once."""
+        self.fresh: list[tuple[float, float | None, float]] = []
+        """(src_ts, sent_ts, when forwarded) of each result forwarded at once, for the serving
+        merger's latency log."""
+        self._fresh_rids: set[str] = set()
+        """Their ids: the final topic's copies of them are this merger's, not owed nor the
+        dead merger's tail."""
         self.past = recovery.Past(config.paths.hlog, config.paths.hlog_sent)
         """The serving merger's interval logs, read as they grow (stitched in after a
         take-over)."""
@@ -216,6 +246,7 @@ class Follower:
     def close(self) -> None:
         """Drop the producers kept for the fence (a standby stopped while following)."""
         self._fencers = []
+        self.fresh_producer = self._admin = None
 
     def _sink_behind(self) -> bool:
         """Whether the standby has final-topic records still to read (its own lag, not the
@@ -248,8 +279,73 @@ class Follower:
         replica = self._topic_index.get(msg.topic(), -1)
         value = msg.value()
         outcome, _ = self.core.on_record(replica, value, arrival, msg.partition())
-        if outcome is Outcome.FIRST and value is not None:
+        if outcome is not Outcome.FIRST or value is None:
+            return
+        if self._fresh:
+            self._forward_fresh(msg.key(), value)
+        else:
             self.owed[self.core.last_rid] = Owed(msg.key(), value, arrival)
+
+    def _forward_fresh(self, key: bytes | None, value: bytes) -> None:
+        """Forward a result no merger before this one can have read. It carries no number
+        (:data:`recovery.SEQ_HEADER`): the dead merger's last number is known only after the
+        fence, and numbers only need to rise with the monitor lines' counts (those of the
+        owed results, forwarded after it, stay below the next line's count)."""
+        try:
+            r = parse_result(value)
+        except BadRecord:
+            return
+        while True:
+            try:
+                self.fresh_producer.produce(
+                    self.config.sink, value=value, key=key, on_delivery=self._on_delivery
+                )
+                break
+            except BufferError:
+                self.fresh_producer.poll(0.005)
+        self.fresh_producer.poll(0)
+        self.fresh.append((r.src_ts, r.sent_ts, time.time()))
+        self._fresh_rids.add(r.rid)
+
+    def _ask_horizon(self) -> None:
+        """Ask the replica topics' high watermarks, now that the serving merger is gone: every
+        copy it can have read lies below them."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        if self._horizon is not None or self._admin is None:
+            return
+        sink = self.config.sink
+        parts = [
+            TopicPartition(tp.topic, tp.partition)
+            for tp in self.consumer.assignment()
+            if tp.topic != sink
+        ]
+        if {tp.topic for tp in parts} != set(self.config.topics()):
+            self._horizon = {}  # a replica topic not read: its copies are beyond any horizon
+            return
+        self._horizon = self._admin.list_offsets(
+            {tp: OffsetSpec.latest() for tp in parts},  # type: ignore[no-untyped-call]
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=FENCE_TIMEOUT_S,
+        )
+
+    def _check_horizon(self, cause: TakeOver) -> None:
+        """Start forwarding at once when every replica topic is read up to its horizon (an
+        error in asking it: never, every result waits for the fence)."""
+        if self._fresh or not self._horizon:
+            return
+        if not all(f.done() for f in self._horizon.values()):
+            return
+        try:
+            ends = {(tp.topic, tp.partition): f.result().offset for tp, f in self._horizon.items()}
+        except Exception:  # no horizon: the fence decides, as without one
+            self._horizon = {}
+            return
+        at = self.consumer.position(list(self._horizon))
+        if all(tp.offset >= ends[(tp.topic, tp.partition)] for tp in at):
+            self._fresh = True
+            cause.fresh_s = time.time() - cause.detected_at
 
     def _on_sink(self, msg: Any) -> None:
         value = msg.value() or b""
@@ -257,6 +353,10 @@ class Follower:
         if self._serving_seen is None and ts >= self._started_ms:
             self._serving_seen = time.time()
         self._next[msg.partition()] = msg.offset() + 1
+        if self._fresh_rids and msg.headers() is None:  # one this merger forwarded at once
+            with contextlib.suppress(BadRecord):
+                if parse_result(value).rid in self._fresh_rids:
+                    return
         self.tail.append(SinkRecord(msg.partition(), value, ts, recovery.sequence(msg.headers())))
         while self.tail and self.tail[0].timestamp_ms < ts - recovery.LOOKBACK_S * 1000:
             self.tail.popleft()
@@ -287,12 +387,17 @@ class Follower:
                     f"merger: the serving merger (pid {self._serving[0]}) did not exit, or the "
                     f"fence did not finish, within {FENCE_TIMEOUT_S:.0f}s"
                 )
+            if self._gone.is_set():
+                self._ask_horizon()
             self._consume()
+            self._check_horizon(cause)
         if self._fence_error is not None:
             raise self._fence_error
         cause.init_s = time.time() - cause.detected_at
-        self._read_to_end()
+        self._read_to_end(lambda: self._check_horizon(cause))
         cause.fenced_s = time.time() - cause.detected_at
+        cause.fresh = len(self.fresh)
+        self._fresh = False  # the serving merger's loop forwards from now on
         self.took = cause
         return Taken(tail=list(self.tail))
 
@@ -323,7 +428,7 @@ class Follower:
         self.owed.clear()
         return forwarded
 
-    def _read_to_end(self) -> None:
+    def _read_to_end(self, between: Callable[[], None] = lambda: None) -> None:
         """Read the final topic up to the high watermarks it has after the fence, then leave
         it. A transactional topic ends with a commit or abort marker that no consumer is given,
         but librdkafka moves the position past it: the position, not the last offset read,
@@ -340,6 +445,7 @@ class Follower:
 
         def done() -> bool:
             self._consume()
+            between()
             pos = self.consumer.position([TopicPartition(sink, p) for p in ends])
             return all(max(tp.offset, self._next[tp.partition]) >= ends[tp.partition] for tp in pos)
 
