@@ -33,9 +33,17 @@ def rec(rid: str, src_ts: int, h: str = "h1") -> bytes:
 
 class Msg:
     def __init__(
-        self, topic: str, value: bytes, partition: int = 0, offset: int = 0, n: int | None = None
+        self,
+        topic: str,
+        value: bytes,
+        partition: int = 0,
+        offset: int = 0,
+        n: int | None = None,
+        appended: float | None = None,
     ) -> None:
         self._t, self._v, self._p, self._o = topic, value, partition, offset
+        self._appended = appended
+        """The broker's append time (``LogAppendTime``, s), or None: the producer's."""
         self._h = None if n is None else [(recovery.SEQ_HEADER, str(n).encode())]
 
     def topic(self) -> str:
@@ -57,7 +65,11 @@ class Msg:
         return None
 
     def timestamp(self) -> tuple[int, int]:
-        return (1, int(time.time() * 1000))
+        from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
+
+        if self._appended is not None:
+            return (TIMESTAMP_LOG_APPEND_TIME, int(self._appended * 1000))
+        return (TIMESTAMP_CREATE_TIME, int(time.time() * 1000))
 
     def headers(self) -> Any:
         return self._h
@@ -391,6 +403,9 @@ class Done:
     def done(self) -> bool:
         return True
 
+    def exception(self) -> None:
+        return None
+
     def result(self) -> Any:
         return self.value
 
@@ -459,25 +474,27 @@ class Positions(Consumer):
         ]
 
 
-@pytest.mark.parametrize("reached", [True, False])
+@pytest.mark.parametrize("reached", ["horizon", "appended", "not"])
 def test_results_after_the_horizon_go_out_during_the_fence_and_the_rest_waits_for_it(
-    tmp_path: Path, reached: bool
+    tmp_path: Path, reached: str
 ) -> None:
     # The serving merger is dead. At its death replica 0's topic ended at offset 2 and
     # replica 1's at 1: 0:1 (both copies) and 0:2 (replica 0's copy) can have been read by it,
-    # so they wait for the fence; 0:3 and 0:4 were written after, and go out at once. Unless the
-    # standby has not read up to the horizon: then every result waits.
+    # so they wait for the fence; 0:3 and 0:4 were written after, and go out at once. Replica
+    # 1's topic is read past the death when its horizon is reached, or when a record the broker
+    # appended after the death is read. Else every result waits.
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     t0, t1 = replica_topic(SINK, 0), replica_topic(SINK, 1)
-    ends = {(t0, 0): 2, (t1, 0): 1 if reached else 5}
+    ends = {(t0, 0): 2, (t1, 0): 1 if reached == "horizon" else 5}
+    after = time.time() + 60 if reached == "appended" else None
     batches = [
         [Msg(t0, rec("0:1", 1), offset=0), Msg(t1, rec("0:1", 1), offset=0)],
-        [Msg(t0, rec("0:2", 1), offset=1)],
-        [Msg(t0, rec("0:3", 1), offset=2), Msg(t1, rec("0:2", 1), offset=1)],
+        [Msg(t0, rec("0:2", 1), offset=1), Msg(t1, rec("0:0", 1), offset=1, appended=after)],
+        [Msg(t0, rec("0:3", 1), offset=2), Msg(t1, rec("0:2", 1), offset=2)],
         # The final topic: 0:1 from the dead merger, 0:3 from this one (no number).
         [Msg(SINK, rec("0:1", 1), offset=0, n=7), Msg(SINK, rec("0:3", 1), offset=1)],
-        [Msg(t1, rec("0:3", 1), offset=2), Msg(t0, rec("0:4", 1), offset=3)],
+        [Msg(t1, rec("0:3", 1), offset=3), Msg(t0, rec("0:4", 1), offset=3)],
     ]
     cfg = MergerConfig(
         bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="arfl-t",
@@ -496,12 +513,12 @@ def test_results_after_the_horizon_go_out_during_the_fence_and_the_rest_waits_fo
     f._read_to_end = lambda between=None: None  # type: ignore[method-assign]
     taken = f.take_over(took)
     assert sorted(admin.asked) == [(t0, 0), (t1, 0)]  # the replica topics only
-    if reached:
+    if reached != "not":
         assert [json.loads(v)["rid"] for v in fresh.produced] == ["0:3", "0:4"]
         assert took.fresh == 2 and took.fresh_s is not None and len(f.fresh) == 2
-        assert list(f.owed) == ["0:2"]  # 0:1 is in the final topic
+        assert list(f.owed) == ["0:2", "0:0"]  # 0:1 is in the final topic
         assert [r.n for r in taken.tail] == [7]  # its own 0:3 is not the dead merger's
     else:
         assert fresh.produced == [] and took.fresh == 0 and took.fresh_s is None
-        assert list(f.owed) == ["0:2", "0:4"]  # 0:3's record in the final topic: not owed
+        assert list(f.owed) == ["0:2", "0:0", "0:4"]  # 0:3's record in the final topic
     assert f.core.duplicates == 3  # replica 1's 0:1, 0:2 and 0:3

@@ -149,8 +149,12 @@ class Follower:
         if make_fresh is not None:
             self.fresh_producer, self._admin = make_fresh()
         self._on_delivery = on_delivery
-        self._horizon: dict[Any, Any] | None = None
+        self._horizon: dict[tuple[str, int], Any] | None = None
         """(replica topic, partition) -> the future of its high watermark after the death."""
+        self._passed: set[tuple[str, int]] = set()
+        """Replica partitions read up to a record appended after the death."""
+        self._gone_ms = 0
+        """When the serving merger's exit was seen, ms (the broker's clock is the host's)."""
         self._fresh = False
         """Whether the horizon is read: a result seen first from now on is forwarded at once."""
         self.fresh: list[tuple[float, float | None, float]] = []
@@ -279,6 +283,8 @@ class Follower:
         replica = self._topic_index.get(msg.topic(), -1)
         value = msg.value()
         outcome, _ = self.core.on_record(replica, value, arrival, msg.partition())
+        if self._horizon and not self._fresh:
+            self._passes(msg)
         if outcome is not Outcome.FIRST or value is None:
             return
         if self._fresh:
@@ -324,27 +330,44 @@ class Follower:
         if {tp.topic for tp in parts} != set(self.config.topics()):
             self._horizon = {}  # a replica topic not read: its copies are beyond any horizon
             return
-        self._horizon = self._admin.list_offsets(
+        asked = self._admin.list_offsets(
             {tp: OffsetSpec.latest() for tp in parts},  # type: ignore[no-untyped-call]
             isolation_level=IsolationLevel.READ_UNCOMMITTED,
             request_timeout=FENCE_TIMEOUT_S,
         )
+        self._horizon = {(tp.topic, tp.partition): f for tp, f in asked.items()}
+
+    def _passes(self, msg: Any) -> None:
+        """A replica partition is read past the death once a record the broker appended after
+        it (``LogAppendTime``, the replica topics' type) has been read: every record before it
+        in the partition was read before it. No round trip: usually sooner than the horizon."""
+        from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
+        kind, ts = msg.timestamp()
+        if kind == TIMESTAMP_LOG_APPEND_TIME and ts > self._gone_ms:
+            self._passed.add((msg.topic(), msg.partition()))
 
     def _check_horizon(self, cause: TakeOver) -> None:
-        """Start forwarding at once when every replica topic is read up to its horizon (an
-        error in asking it: never, every result waits for the fence)."""
+        """Start forwarding at once when every replica partition is read past the death: up to
+        its horizon, or up to a record appended after the death (a partition whose horizon
+        could not be asked: only the latter)."""
         if self._fresh or not self._horizon:
             return
-        if not all(f.done() for f in self._horizon.values()):
-            return
-        try:
-            ends = {(tp.topic, tp.partition): f.result().offset for tp, f in self._horizon.items()}
-        except Exception:  # no horizon: the fence decides, as without one
-            self._horizon = {}
-            return
-        at = self.consumer.position(list(self._horizon))
-        if all(tp.offset >= ends[(tp.topic, tp.partition)] for tp in at):
+        left = [k for k in self._horizon if k not in self._passed]
+        if not left:
             self._fresh = True
+        else:
+            ends: dict[tuple[str, int], int] = {}
+            for k in left:
+                f = self._horizon[k]
+                if not f.done() or f.exception() is not None:
+                    return
+                ends[k] = f.result().offset
+            from confluent_kafka import TopicPartition
+
+            at = self.consumer.position([TopicPartition(t, p) for t, p in left])
+            self._fresh = all(tp.offset >= ends[(tp.topic, tp.partition)] for tp in at)
+        if self._fresh:
             cause.fresh_s = time.time() - cause.detected_at
 
     def _on_sink(self, msg: Any) -> None:
@@ -387,7 +410,9 @@ class Follower:
                     f"merger: the serving merger (pid {self._serving[0]}) did not exit, or the "
                     f"fence did not finish, within {FENCE_TIMEOUT_S:.0f}s"
                 )
-            if self._gone.is_set():
+            if self._gone.is_set() and self._horizon is None:
+                assert self._gone_at is not None
+                self._gone_ms = int(self._gone_at * 1000) + 1
                 self._ask_horizon()
             self._consume()
             self._check_horizon(cause)
