@@ -3,11 +3,16 @@
 alternating in one invocation.
 
     .venv/bin/python bench/merger_takeover.py [--rounds 2] [--at 85s] [--runs /tmp/takeover]
-                                              [--out takeover.json]
+                                              [--standby 0,1] [--out takeover.json]
+
+``--standby fence,1`` compares a standby that forwards nothing before its fence ends
+(``ARFL_MERGER_FRESH=0``) with arfl's, which forwards at once what was written after the death.
 
 Per run it prints how the merger was replaced (``restart``: a new process from the commits and
 the sink's tail; ``standby``: the standby's take-over), the detection and the take-over
-(journal: ``merger-took-over`` or ``merger-recovered``), the merger's longest output gap, the
+(journal: ``merger-took-over`` or ``merger-recovered``; for a standby also when it began to
+forward at once, ``fresh ms``, and how many results it owed the fence and forwarded at once
+before it ended), the merger's longest output gap, the
 report's verdict on the fault (window p99 against its bar), and the independent check's missing
 and duplicate results, and the final topic's gaps around the kill (``gaps``: each pause of
 more than :data:`GAP_MS` between consecutive sink records' timestamps from 2 s before the kill
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -30,6 +36,7 @@ from _common import Column, print_table, write_rows
 from arfl.configs.load import parse_spec
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
+from arfl.measure.merger.process import FRESH_ENV
 from arfl.orchestrate.deploy import DeployOptions, deploy
 from arfl.report.build import build_report
 from arfl.run.rundir import read_jsonl
@@ -75,6 +82,10 @@ def analyse(run_dir: Path) -> dict[str, Any]:
     if took is not None:
         row["detect_ms"] = (float(took["detected"]) - kill_t) * 1000
         row["serving_ms"] = (float(took["detected"]) + float(took["took_s"]) - kill_t) * 1000
+        row["owed"] = took.get("owed")
+        row["fresh"] = took.get("fresh")
+        if took.get("fresh_s") is not None:
+            row["fresh_ms"] = (float(took["detected"]) + float(took["fresh_s"]) - kill_t) * 1000
     elif recovered is not None and died is not None:
         row["detect_ms"] = (float(died["t"]) - kill_t) * 1000
         row["serving_ms"] = (float(recovered["t"]) - kill_t) * 1000
@@ -102,6 +113,9 @@ def _num(v: Any) -> float:
 COLUMNS = [
     Column("detect ms", 10, ".0f", lambda r: _num(r.get("detect_ms"))),
     Column("serving ms", 11, ".0f", lambda r: _num(r.get("serving_ms"))),
+    Column("fresh ms", 9, ".0f", lambda r: _num(r.get("fresh_ms"))),
+    Column("owed", 5, "", lambda r: str(r.get("owed", "-"))),
+    Column("fresh", 6, "", lambda r: str(r.get("fresh", "-"))),
     Column("gap ms", 8, ".0f", lambda r: _num(r.get("gap_ms"))),
     Column("window p99", 11, ".1f", lambda r: _num(r.get("p99_ms"))),
     Column("bar", 7, ".1f", lambda r: _num(r.get("bar_ms"))),
@@ -120,14 +134,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=Path("/tmp/takeover"))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument(
-        "--standby", default="0,1", help="the [merger] standby values to alternate (0,1; 1)"
+        "--standby",
+        default="0,1",
+        help="the [merger] standby values to alternate (0,1; 1); 'fence' is a standby that "
+        "forwards nothing before its fence ends",
     )
     args = ap.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for rnd in range(args.rounds):
-        for standby in [int(v) for v in args.standby.split(",")]:
-            name = f"{'standby' if standby else 'restart'} #{rnd + 1}"
+        for variant in args.standby.split(","):
+            standby = 0 if variant == "0" else 1
+            kind = {"0": "restart", "fence": "standby, fence first"}.get(variant, "standby")
+            name = f"{kind} #{rnd + 1}"
             print(f"--- {name}", file=sys.stderr, flush=True)
+            os.environ[FRESH_ENV] = "0" if variant == "fence" else "1"
             try:
                 res = deploy(spec_for(standby, args.at), None, DeployOptions(runs_root=args.runs))
                 rows.append({"variant": name, "run": str(res.run_dir), **analyse(res.run_dir)})

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -43,6 +44,9 @@ from arfl.run.streams import InjectorStatsTail
 
 SENT_HLOG = RunPaths(Path(".")).hlog_sent.name
 """The interval log of latencies measured from the actual send time (``sent_ts``)."""
+FRESH_ENV = "ARFL_MERGER_FRESH"
+"""Set to ``0``, a standby forwards nothing before its fence ends (what
+``bench/merger_takeover.py`` compares against)."""
 OWNER_CHECK_S = 1.0
 """How often the merger checks that its owner (the deploy process) still runs."""
 STATS_STALE_S = 2.5
@@ -502,7 +506,8 @@ class Merger:
         return Follower(
             self.config, self._consumer, self._producer, core,
             stop=self._stop, owner_gone=self._owner_gone, assign=assign,
-            make_producer=self._new_producer, make_fresh=self._fresh_clients,
+            make_producer=self._new_producer,
+            make_fresh=None if os.environ.get(FRESH_ENV) == "0" else self._fresh_clients,
             on_delivery=self._on_delivery,
         )  # fmt: skip
 
