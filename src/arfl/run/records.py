@@ -53,6 +53,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+import orjson
+
 from arfl.coerce import opt_int
 
 END_OF_INPUT_FIELD = "eoi"
@@ -147,7 +149,9 @@ def parse_result(value: bytes | None) -> Result:
     if value is None:
         raise BadRecord("empty value")
     try:
-        obj = json.loads(value)
+        # orjson: the merger parses every copy (two a result at R=2); the stdlib's parser cost
+        # it ~10 % of its Python thread (docs/benchmarks.md, "Where the merger's cores go").
+        obj = orjson.loads(value)
         return Result(
             rid=str(obj["rid"]),
             src_ts=int(obj["src_ts"]),
