@@ -66,8 +66,8 @@ class Event(StrEnum):
     MERGER_FENCED = "merger-fenced"
     """Fields: message. Written by measure/merger/process.py."""
     MERGER_TOOK_OVER = "merger-took-over"
-    """Fields: detected, fenced_s, init_s, owed, pid, results, took_s, why. Written by
-    measure/merger/process.py."""
+    """Fields: detected, fenced_s, fresh, fresh_s, init_s, owed, pid, results, took_s, why.
+    Written by measure/merger/process.py."""
     MERGER_RECOVERED = "merger-recovered"
     """Fields: positions, recover_s, results, tail. Written by measure/merger/process.py."""
     MERGER_RESTARTED = "merger-restarted"
