@@ -89,3 +89,10 @@ def test_the_readme_block_is_replaced_between_its_markers(tmp_path: Path) -> Non
     assert not script.write_readme(["x"], "t", plain)
     assert plain.read_text() == "no markers\n"
 
+
+def test_the_readme_holds_a_sample_block() -> None:
+    script = _script()
+    text = (ROOT / "README.md").read_text()
+    start, end = text.find(script.BEGIN), text.find(script.END)
+    assert 0 <= start < end
+    assert "fault 1 " in text[start:end]
