@@ -1,4 +1,4 @@
-"""scripts/capture-sample: the excerpt of a piped deploy that the README and docs/sample.txt show."""
+"""scripts/capture-sample: the excerpt of a piped deploy shown by the README and docs/sample.txt."""
 
 from __future__ import annotations
 
