@@ -250,6 +250,53 @@ def await_exit(pid: int, create_time: float | None, stop: threading.Event) -> bo
             os.close(fd)
 
 
+class ExitWatch:
+    """Sets ``wake`` the moment any of the processes ``pids()`` names exits: a thread polls a
+    pidfd of each (Linux 5.3+; elsewhere it does nothing and the caller's own polling sees the
+    death). ``pids`` is asked again every :data:`EXIT_WATCH_REFRESH_S`, so processes started
+    later are watched too."""
+
+    def __init__(
+        self, pids: Callable[[], Iterable[int]], wake: threading.Event, stop: threading.Event
+    ) -> None:
+        self._pids, self._wake, self._stop = pids, wake, stop
+        self._fds: dict[int, int] = {}
+        self._thread = threading.Thread(target=self._run, name="arfl-exit-watch", daemon=True)
+
+    def start(self) -> None:
+        """Start watching (until ``stop`` is set)."""
+        if hasattr(os, "pidfd_open"):
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                wanted = set(self._pids())
+                for pid in set(self._fds) - wanted:
+                    os.close(self._fds.pop(pid))
+                for pid in wanted - set(self._fds):
+                    with contextlib.suppress(OSError):
+                        self._fds[pid] = os.pidfd_open(pid)
+                poller = select.poll()
+                for fd in self._fds.values():
+                    poller.register(fd, select.POLLIN)
+                ready = {fd for fd, _ in poller.poll(EXIT_WATCH_REFRESH_S * 1000)}
+                for pid, fd in list(self._fds.items()):
+                    if fd in ready:
+                        os.close(self._fds.pop(pid))
+                        self._wake.set()
+                if ready:  # a dead pid stays in pids() until the caller has seen it
+                    self._stop.wait(EXIT_WATCH_REFRESH_S)
+        finally:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
+EXIT_WATCH_REFRESH_S = 0.2
+"""How often :class:`ExitWatch` asks which processes to watch."""
+
+
 def kill_all(procs: Iterable[psutil.Process], wait_s: float = _KILL_WAIT_S) -> list[psutil.Process]:
     """SIGKILL every process that still runs and wait up to ``wait_s`` for all of them to be
     gone from the process table (reaped).

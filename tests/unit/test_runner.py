@@ -448,6 +448,31 @@ def test_killed_replica_is_taken_over_by_the_ready_standby(
     assert not any(p is not None and psutil.pid_exists(p) for p in pids)
 
 
+def test_a_ready_standby_takes_over_the_moment_the_driver_dies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Supervision looks every 2 s here: the death must wake it (a pidfd), and the standby take
+    # over in the same look, not in the next one.
+    monkeypatch.setattr("arfl.orchestrate.standbys.STANDBY_RESPAWN_DELAY_S", 30.0)
+    r = _at_the_frontier(_standby_spec(), tmp_path, _fake_standby(tmp_path))
+    r.start()
+    try:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        r.poll_interval_s = 2.0
+        time.sleep(2.5)  # the supervision loop now waits 2 s at a time
+        (sb,) = r.standby_states()
+        killed_at = time.time()
+        r.kill(1)
+        _wait(lambda: r.states()[1].pid == sb.pid, timeout=5)
+        (died,) = _events(r.paths.root, "replica-died")
+        (restarted,) = _events(r.paths.root, "replica-restarted")
+        assert float(died["t"]) - killed_at < 0.5, died
+        assert float(restarted["t"]) - float(died["t"]) < 0.5, (died, restarted)
+    finally:
+        r.stop()
+
+
 def test_a_realtime_replica_that_lost_an_executor_is_taken_over_by_the_standby(
     tmp_path: Path,
 ) -> None:

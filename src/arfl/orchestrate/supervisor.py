@@ -65,7 +65,7 @@ from arfl.orchestrate.restarts import RestartPolicy
 from arfl.orchestrate.resume import plan_resume
 from arfl.orchestrate.slots import ReplicaSlot, ReplicaState
 from arfl.orchestrate.standbys import StandbyPool, StandbyState
-from arfl.processes import is_running, process_tree, signal_all, wait_until
+from arfl.processes import ExitWatch, is_running, process_tree, signal_all, wait_until
 from arfl.replica.app import DriverConfig
 from arfl.replica.modes.base import PEER_APPS, PEER_PROGRESS, STAGGER_REF, STARTING_OFFSETS
 from arfl.run.events import Event
@@ -123,6 +123,10 @@ class ReplicaRunner:
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        """Set when a driver exits: supervision looks at once, not at its next period (every
+        millisecond before a standby takes over is one the survivors cover alone)."""
+        self._deaths = ExitWatch(self._driver_pids, self._wake, self._stopping)
         rdir = run_dir / "replicas"
         self._replicas = [
             ReplicaSlot(
@@ -171,6 +175,11 @@ class ReplicaRunner:
         self.standbys.start_all()
         self._thread = threading.Thread(target=self._supervise, name="arfl-replicas", daemon=True)
         self._thread.start()
+        self._deaths.start()
+
+    def _driver_pids(self) -> list[int]:
+        """The replicas' driver pids (what :class:`ExitWatch` waits on)."""
+        return [rep.proc.pid for rep in self._replicas if rep.proc is not None]
 
     @property
     def spark_home(self) -> Path | None:
@@ -288,6 +297,7 @@ class ReplicaRunner:
 
     def _stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
         with self._lock:
@@ -408,7 +418,11 @@ class ReplicaRunner:
         )
 
     def _supervise(self) -> None:
-        while not self._stopping.wait(self.poll_interval_s):
+        while not self._stopping.is_set():
+            self._wake.wait(self.poll_interval_s)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
             with self._lock:
                 self.standbys.check_all(self._stopping)
                 for rep in self._replicas:
@@ -508,3 +522,5 @@ class ReplicaRunner:
             self.journal.write(Event.REPLICA_GAVE_UP, replica=rep.index, reason=reason, **extra)
         else:
             rep.state = replace(rep.state, status="restarting", exit_code=code)
+            if self.standbys.ready() is not None:
+                self._restart(rep)  # a ready standby takes over now, not a period later
