@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration cli install jars stack-up stack-down bench clean docker-up
+.PHONY: demo test lint unit integration cli install jars stack-up stack-down bench clean docker-up docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,11 @@ unit: install
 
 integration: jars
 	$(BIN)/pytest -q tests/integration
+
+# The references generated from the code (tests/unit/test_reference_docs.py fails when stale).
+docs: install
+	$(BIN)/python -m arfl.configs.reference docs/spec.md
+	$(BIN)/python -m arfl.faults.reference docs/faults.md
 
 docker-up:
 	scripts/docker-up

@@ -187,6 +187,15 @@ class FaultInfo:
         without_leader: the kind an experiment uses instead in a mode without a leader.
         on: what the fault acts on: a ``"replica"`` (``replica`` names it) or the run's
             ``"merger"`` (no replica).
+        description: what the fault does beyond ``summary``, a few sentences for its user
+            (``docs/faults.md``).
+        reverted: how the fault ends: what its revert undoes, or what brings back what it
+            killed.
+        requires: what it needs of the host or the spec that the flags above do not say.
+        docker: how it acts on the docker target; empty: as on local processes.
+        journal: the journal events that follow from the fault besides the runner's own
+            (``fault-injected``, ``fault-reverted``), each with when it is written:
+            ``(event name, when)``.
     """
 
     summary: str
@@ -197,6 +206,11 @@ class FaultInfo:
     kills: Literal["replica", "executor", "merger"] | None = None
     without_leader: str | None = None
     on: Literal["replica", "merger"] = "replica"
+    description: str = ""
+    reverted: str = ""
+    requires: str = ""
+    docker: str = ""
+    journal: tuple[tuple[str, str], ...] = ()
 
 
 MODES: Registry[ModeInfo] = Registry("replication mode", "arfl.replica.modes")

@@ -27,14 +27,23 @@ CHAOS_KEYS = frozenset({"at", "fault", "replica", "duration", "after_boundary"})
 
 
 class Chaos(BaseModel):
-    """One scheduled fault: the keys every kind takes, and the kind's own as ``params``."""
+    """One scheduled fault. The keys every kind takes are fields; the kind's own are
+    ``params``, written flat in the entry."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     at: Duration
+    """When the fault starts, after the start of the input."""
     fault: str
-    replica: int | Literal["leader"] | None = None
+    """The fault kind."""
+    replica: int | Literal["leader"] | None = Field(
+        None,
+        json_schema_extra={"constraint": 'below replication.replicas; "leader": active-leader'},
+    )
+    """The replica it hits: an index from 0, or "leader" (active-leader); unset for a fault on
+    the merger."""
     duration: Duration | None = None
+    """How long a lasting fault holds before it is reverted; an instant one takes none."""
     after_boundary: Duration | None = None
     """Inject this long after the first batch boundary of another replica from ``at`` on
     (:mod:`arfl.faults.align`)."""

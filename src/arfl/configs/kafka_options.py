@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
 _ARFL_KAFKA_KEYS = frozenset({"kafka.bootstrap.servers"})
 
@@ -26,7 +26,11 @@ def _check_kafka_options(
     return v
 
 
-KafkaOptions = Annotated[dict[str, str | int | float | bool], AfterValidator(_check_kafka_options)]
+KafkaOptions = Annotated[
+    dict[str, str | int | float | bool],
+    AfterValidator(_check_kafka_options),
+    Field(json_schema_extra={"constraint": "kafka.* keys only, not kafka.bootstrap.servers"}),
+]
 """``[source] options`` / ``[sink] options``: ``kafka.*`` client settings."""
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOSTPORT_RE = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
@@ -118,14 +118,27 @@ class Replay(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    topic: str
+    topic: str = Field(
+        json_schema_extra={"constraint": "letters, digits, '.', '_', '-'; at most 249 characters"}
+    )
     """The existing topic to read (never written)."""
-    bootstrap: str | None = None
+    bootstrap: str | None = Field(
+        None, json_schema_extra={"constraint": "host:port[,host:port...]"}
+    )
     """Its Kafka (default: the run's, embedded or ``[stack] kafka``)."""
     start: PositionValue = "earliest"
-    end: PositionValue | None = None
+    """Where the replay starts: "earliest", epoch ms, an RFC 3339 time, or a table of partition
+    offsets."""
+    end: PositionValue | None = Field(
+        None,
+        description='Where the replay ends (exclusive): "latest", epoch ms, an RFC 3339 time, '
+        "or a table of partition offsets; unset: the end offsets when the replay starts.",
+        json_schema_extra={"constraint": "after start"},
+    )
     """Default: the end offsets when the replay starts."""
-    pace: str | int = "recorded"
+    pace: str | int = Field(
+        "recorded", json_schema_extra={"constraint": '"recorded", or 1 to 1000000'}
+    )
     """``"recorded"``: the recorded spacing of the records; an integer: events per second."""
     time_field: str | None = None
     """JSON field holding each record's recorded time in epoch ms (default: the Kafka record

@@ -23,6 +23,21 @@ SCOPES = ("overall", "steady", "tail", "fault", "recovery")
 PHASE_METRICS = ("max", "max_gap", "results_per_s")
 """Besides ``p<percentile>``."""
 RUN_METRICS = ("masked", "recovery", "detect", "missing", "duplicates", "divergent")
+PERCENTILE_METRIC = "p<percentile>"
+METRIC_MEANINGS: dict[str, str] = {
+    PERCENTILE_METRIC: "a latency percentile, any in (0, 100] (p50, p99, p99.9): met at or "
+    "below it",
+    "max": "the highest latency: met at or below it",
+    "max_gap": "the longest gap in the output: met at or below it",
+    "results_per_s": "results a second: met at or above it",
+    "masked": "true: met when every fault was masked",
+    "recovery": "met when every fault recovered within it",
+    "detect": "met when every fault was detected within it",
+    "missing": "results missing from the output: met at or below it",
+    "duplicates": "results written to the output more than once: met at or below it",
+    "divergent": "results whose replicas' copies differ: met at or below it",
+}
+"""What each metric measures and when its SLO is met (``docs/spec.md``)."""
 _PCT_RE = re.compile(r"^p(\d+(?:\.\d+)?)$")
 
 

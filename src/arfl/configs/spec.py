@@ -23,6 +23,8 @@ from pydantic import (
 from arfl.configs.chaos import Chaos
 from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
 from arfl.configs.kafka_options import KafkaOptions, keeps_partition_order
+from arfl.configs.masking import MASKING_INTERVAL_S
+from arfl.configs.realtime import RTM_MIN_BATCH_S
 from arfl.configs.replay import Replay
 from arfl.configs.workload import LingerDuration, Workload
 from arfl.params import Duration
@@ -30,6 +32,8 @@ from arfl.registry import MODES, UnknownKind
 from arfl.units import format_duration
 
 if TYPE_CHECKING:
+    from pydantic.config import JsonDict
+
     from arfl.configs.masking import Chosen
 
 MODE_OPTIONS = frozenset({"heartbeat_interval", "session_timeout", "batch_interval", "catch_up"})
@@ -99,6 +103,12 @@ _MASTER_RE = re.compile(
 )
 SUPPORTED_MASTERS = "local[N], local-cluster[workers,cores,memMB] and spark://host:port"
 """The Spark masters arfl runs replicas on (``local`` and ``local[*]`` are ``local[N]`` forms)."""
+_TOPIC_RULE: JsonDict = {"constraint": "letters, digits, '.', '_', '-'; at most 249 characters"}
+_HOSTPORT_RULE: JsonDict = {"constraint": 'host:port[,host:port...]; only with kind = "external"'}
+_DETERMINISTIC_RULE: JsonDict = {
+    "constraint": "no function whose result differs between replicas (rand(), uuid(), now(), "
+    "first(), collect_list(), ...)"
+}
 
 
 def check_master(master: str) -> str:
@@ -140,8 +150,10 @@ class _Model(BaseModel):
 class Source(_Model):
     """The input topic; records are JSON objects."""
 
-    topic: str
+    topic: str = Field(json_schema_extra=_TOPIC_RULE)
+    """The input topic."""
     partitions: int = Field(4, ge=1, le=1024)
+    """The input topic's partitions (arfl creates the topic)."""
     event_time: str | None = None
     """Field holding the event time in epoch milliseconds (needed by window steps)."""
     key: str = "user"
@@ -162,11 +174,22 @@ class Source(_Model):
 class Window(_Model):
     """Keyed event-time window aggregation (tumbling, or sliding with ``slide``)."""
 
-    size: Duration
-    slide: Duration | None = None
+    size: Duration = Field(json_schema_extra={"constraint": "> 0"})
+    """The window's length."""
+    slide: Duration | None = Field(None, json_schema_extra={"constraint": "> 0, at most size"})
+    """How far apart sliding windows start; unset: tumbling windows."""
     key: str
+    """The column the aggregates are grouped by (mode ``active``: ``source.key``)."""
     watermark: Duration = 0.0
-    agg: dict[str, str] = Field(min_length=1)
+    """How far behind the latest event time a row may come and still count; later rows are
+    dropped."""
+    agg: dict[str, str] = Field(
+        min_length=1,
+        json_schema_extra={
+            "constraint": ", ".join(f + "(column)" for f in AGG_FUNCTIONS) + " or count(*)"
+        },
+    )
+    """The result columns by name, each an aggregate of the window's rows."""
 
     @field_validator("agg")
     @classmethod
@@ -191,10 +214,19 @@ class Window(_Model):
 class Step(_Model):
     """One pipeline step: exactly one of ``filter``, ``select``, ``window``, ``transform``."""
 
-    filter: Annotated[str, BeforeValidator(_check_deterministic)] | None = None
-    select: list[Annotated[str, BeforeValidator(_check_deterministic)]] | None = None
+    filter: Annotated[str, BeforeValidator(_check_deterministic)] | None = Field(
+        None, json_schema_extra=_DETERMINISTIC_RULE
+    )
+    """A Spark SQL condition: the rows for which it is not true are dropped."""
+    select: list[Annotated[str, BeforeValidator(_check_deterministic)]] | None = Field(
+        None, json_schema_extra=_DETERMINISTIC_RULE
+    )
+    """Spark SQL expressions, one per output column (``expr AS name`` names one)."""
     window: Window | None = None
-    transform: str | None = None
+    transform: str | None = Field(
+        None,
+        json_schema_extra={"constraint": "not under real-time mode nor in mode active"},
+    )
     """``"module:function"``: a DataFrame -> DataFrame function for what steps cannot say."""
 
     @field_validator("transform")
@@ -226,7 +258,8 @@ class Step(_Model):
 class Sink(_Model):
     """The final output topic (written by the merger)."""
 
-    topic: str
+    topic: str = Field(json_schema_extra=_TOPIC_RULE)
+    """The final output topic, which the merger writes."""
     options: KafkaOptions = Field(default_factory=dict)
     """Producer settings of the replicas' Kafka sink (``kafka.*`` keys, e.g.
     ``kafka.linger.ms``)."""
@@ -251,13 +284,33 @@ class Replication(_Model):
     """
 
     mode: str = "none"
+    """The replication mode: how many replicas run and what they agree on."""
     replicas: int = Field(1, ge=1, le=16)
-    heartbeat_interval: Duration | None = None
-    batch_interval: Duration | None = None
+    """How many replicas run (as many as the mode allows)."""
+    heartbeat_interval: Duration | None = Field(
+        None,
+        description="active-leaderless: the epoch, the step its batch boundaries fall on; "
+        f"unset: {format_duration(DEFAULT_HEARTBEAT_INTERVAL_S)}.",
+    )
+    batch_interval: Duration | None = Field(
+        None,
+        description="active-leader/-leaderless: the length of an agreed batch (active-"
+        "leaderless: a multiple of heartbeat_interval); unset: "
+        f"{format_duration(DEFAULT_STATELESS_BATCH_INTERVAL_S)} for filter/select pipelines, "
+        f"else {format_duration(DEFAULT_BATCH_INTERVAL_S)}.",
+        json_schema_extra={"constraint": "> 0"},
+    )
     """active-leader: the leader decides one batch per interval; active-leaderless: the length
     of one batch's aligned group of epochs (a multiple of ``heartbeat_interval``)."""
     session_timeout: Duration | None = None
-    catch_up: Literal["auto", "aligned"] = "auto"
+    """active-leader: the ZooKeeper session timeout of a replica in the leader election (how
+    soon a dead leader is replaced); unset: 2s."""
+    catch_up: Literal["auto", "aligned"] = Field(
+        "auto",
+        description="active-leader/-leaderless: how a replica that fell behind catches up: "
+        "aligned = one agreed batch per Spark batch; auto = the ready agreed batches as one "
+        "when every step is a filter, select or window (no result depends on the grouping).",
+    )
     """active-leader/-leaderless: how a replica that fell behind catches up. ``aligned``: it
     runs the same agreed batches as the others, one per Spark batch (only faster). ``auto``
     (default): the same, unless every step is a filter, select or window: then it runs the
@@ -265,7 +318,14 @@ class Replication(_Model):
     result can depend on the grouping (a window's late rows are dropped per agreed batch by
     the source), and the per-batch cost is paid once (:attr:`Spec.merges_agreed_batches`)."""
     max_records_per_batch: int = Field(100_000, ge=1)
-    reader: Literal["jvm", "python"] = "jvm"
+    """The most input records one batch reads (Spark's ``maxOffsetsPerTrigger``, the cap of an
+    agreed or merged batch); not under real-time mode."""
+    reader: Literal["jvm", "python"] = Field(
+        "jvm",
+        description="active-leader/-leaderless: who reads an agreed batch on the executors: jvm "
+        "= arfl's JVM reader; python = arfl's Python data source (the same batches either "
+        "way).",
+    )
     """active-leader/-leaderless: who reads an agreed batch on the executors. ``jvm``: arfl's
     JVM reader (Kafka's Java client in the executor, no Python worker on the data path);
     ``python``: arfl's Python data source (a Python worker per read task). Both cut the same
@@ -273,14 +333,32 @@ class Replication(_Model):
     JVM reader's batches took 0.7x the time at 1,000 ev/s (docs/benchmarks.md "The JVM
     reader")."""
     trigger: Literal["micro-batch", "realtime"] = "micro-batch"
-    trigger_interval: Duration = 0.0
-    stagger: bool = True
+    """How Spark runs a replica's query: in micro-batches, or in Spark's real-time mode."""
+    trigger_interval: Duration = Field(
+        0.0,
+        description="micro-batch: how often a batch starts (0s: as soon as the last ends); "
+        "real-time: how often a long batch ends and checkpoints (0s: "
+        f"{format_duration(RTM_MIN_BATCH_S)}, Spark's minimum); mode active on real-time "
+        f"without it: {format_duration(MASKING_INTERVAL_S)}.",
+        json_schema_extra={"constraint": f"real-time: 0s or >= {format_duration(RTM_MIN_BATCH_S)}"},
+    )
+    stagger: bool = Field(
+        True,
+        description="active on real-time mode: keep the replicas' batch boundaries "
+        "trigger_interval / replicas apart; false: start them together.",
+    )
     """``active`` on real-time mode: keep the replicas' batch boundaries ``interval / R`` apart
     (a start delay, then :mod:`arfl.replica.phase`); false starts them together and lets them
     drift (for comparison)."""
     restart: bool = True
     """Restart a replica whose driver died (from its checkpoint where it has one)."""
-    resume: Literal["auto", "checkpoint", "output", "peer"] = "auto"
+    resume: Literal["auto", "checkpoint", "output", "peer"] = Field(
+        "auto",
+        description="Where a restarted replica starts reading: checkpoint = its own "
+        "checkpoint; peer = the freshest committed checkpoint of any replica (active); output "
+        "= a fresh checkpoint at the output frontier, no replay (active, filter/select steps); "
+        "auto = output where allowed, else peer in active, else checkpoint.",
+    )
     """Where a restarted replica starts reading. ``checkpoint``: from its own checkpoint (it
     replays what it read since its last batch end; the merger drops the copies). ``peer``: from
     the freshest committed checkpoint of any replica, its own or a copy of another's
@@ -293,13 +371,29 @@ class Replication(_Model):
     whose results depend on one record each. ``auto`` (default): ``output`` where allowed, else
     ``peer`` for ``active``, else ``checkpoint`` (:attr:`Spec.resumes_from_output`,
     :attr:`Spec.resumes_from_peer`)."""
-    standby: int = Field(0, ge=0, le=4)
+    standby: int = Field(
+        0,
+        ge=0,
+        le=4,
+        description="Spare drivers kept warm at low CPU priority: a dead replica's driver is "
+        "replaced by one at once instead of by a new Spark application; mode active on "
+        "real-time without it: 1 where a standby can run.",
+        json_schema_extra={
+            "constraint": "only with a local master, the local target, restart = true and no "
+            "network fault"
+        },
+    )
     """Spare drivers kept warm (Spark session up, executors warmed, on real-time mode the
     pipeline rehearsed once, at low CPU priority): a
     replica whose driver died is restarted by promoting one, which starts the replica's query
     at once instead of a new Spark application (~25-45 s here); a new spare follows later
     (:mod:`arfl.orchestrate.supervisor`). Local masters, no network faults."""
-    standby_yield: bool = True
+    standby_yield: bool = Field(
+        True,
+        description="A promoted standby keeps its low CPU priority until it has caught up, "
+        "10 s at most (only a replica resuming at the output frontier); false: full priority "
+        "at once.",
+    )
     """A promoted standby keeps its low CPU priority until the merger sees it caught up, for
     10 s at most (the surviving replicas keep the CPU while it starts its query and catches up;
     a saturated host would starve it longer); false: full priority at once. Only for a
@@ -329,18 +423,22 @@ class Replication(_Model):
 
 
 ASYNC_PROGRESS_KEY = "arfl.asyncProgressTracking"
-"""``[spark.conf]`` key read by arfl, not passed to Spark: ``true`` or ``false`` turns Spark's
-asynchronous progress tracking on or off (default: ``replica/app.async_progress``)."""
+"""``[spark.conf]`` key read by arfl, not passed to Spark: Spark's asynchronous progress
+tracking on (``true``) or off (``false``) for a stateless micro-batch query, the only kind Spark
+allows it for; default on in every mode but ``passive``. Read by ``replica/app.async_progress``."""
 REHEARSAL_KEY = "arfl.standbyRehearsal"
-"""``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` keeps a real-time standby
-from rehearsing the pipeline while it waits (default ``true``: ``replica/standby.rehearse``)."""
+"""``[spark.conf]`` key read by arfl, not passed to Spark: a real-time standby runs the pipeline
+once while it waits (``true``, the default) or not (``false``). Read by
+``replica/standby.rehearse``."""
 REHEARSAL_INPUT_KEY = "arfl.rehearsalInput"
-"""``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` lets the rehearsal read the
-input topic's empty end instead of a few input-shaped records of its own (default ``true``)."""
+"""``[spark.conf]`` key read by arfl, not passed to Spark: a real-time standby's rehearsal
+processes a few input-shaped records of its own (``true``, the default) or reads the input
+topic's empty end (``false``, and always with ``[source.replay]``)."""
 BUILD_AHEAD_KEY = "arfl.standbyBuildAhead"
-"""``[spark.conf]`` key read by arfl, not passed to Spark: ``false`` keeps a standby from
-building each replica's pipeline while it waits (default ``true``: ``replica/standby.build_ahead``;
-a take-over whose source matches one then only starts its query)."""
+"""``[spark.conf]`` key read by arfl, not passed to Spark: a standby builds each replica's
+pipeline while it waits (``true``, the default), so that a take-over resuming from a checkpoint
+only adds the sink and starts the query; ``false``: it does not. Read by
+``replica/standby.build_ahead``."""
 ARFL_CONF_KEYS = frozenset(
     {ASYNC_PROGRESS_KEY, REHEARSAL_KEY, REHEARSAL_INPUT_KEY, BUILD_AHEAD_KEY}
 )
@@ -350,10 +448,19 @@ ARFL_CONF_KEYS = frozenset(
 class Spark(_Model):
     """Where replicas run."""
 
-    master: str = "local-cluster[1,1,1024]"
+    master: str = Field(
+        "local-cluster[1,1,1024]", json_schema_extra={"constraint": SUPPORTED_MASTERS}
+    )
+    """The Spark master each replica's application runs on."""
     conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Spark settings for every replica; the ``arfl.*`` keys are arfl's own."""
     driver_memory: str = "512m"
-    target: Literal["local", "docker"] = "local"
+    """Each replica driver's memory (``spark.driver.memory``)."""
+    target: Literal["local", "docker"] = Field(
+        "local",
+        description="Where a replica's driver runs: local = a process on this host; docker = "
+        "a container of its own on a docker network arfl creates.",
+    )
     """``local``: each replica's driver is a process on this host; ``docker``: in a container
     of its own on a docker network arfl creates (see :mod:`arfl.targets.docker`)."""
 
@@ -398,8 +505,12 @@ class Stack(_Model):
     """ZooKeeper and Kafka: started by arfl (embedded) or already running (external)."""
 
     kind: Literal["embedded", "external"] = "embedded"
-    kafka: str | None = None
-    zookeeper: str | None = None
+    """embedded: arfl starts ZooKeeper and Kafka; external: they run at ``kafka`` and
+    ``zookeeper``."""
+    kafka: str | None = Field(None, json_schema_extra=_HOSTPORT_RULE)
+    """The external Kafka's bootstrap servers (required with kind = "external")."""
+    zookeeper: str | None = Field(None, json_schema_extra=_HOSTPORT_RULE)
+    """The external ZooKeeper (active-leader's election)."""
 
     @field_validator("kafka", "zookeeper")
     @classmethod
@@ -420,9 +531,16 @@ class Stack(_Model):
 class Report(_Model):
     """Percentiles shown and SLOs checked."""
 
-    percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 99.0, 99.9])
+    percentiles: list[float] = Field(
+        default_factory=lambda: [50.0, 90.0, 99.0, 99.9],
+        json_schema_extra={"constraint": "each in (0, 100]"},
+    )
+    """The latency percentiles the report shows."""
     slo: dict[str, str | bool | float | int] = Field(default_factory=dict)
+    """Objectives the run is checked against; ``arfl report`` exits 1 when one is breached."""
     tolerance: float = Field(1.10, ge=1.0)
+    """How far above the steady state the output may go and still count as masked or
+    recovered: a factor on the steady state's p99 and longest gap."""
     settle: Duration = 5.0
     """How long the output (and a faulted replica) must stay good to count as recovered."""
 
@@ -444,7 +562,12 @@ class Merger(_Model):
     """arfl's merger: reads every replica's topic, writes the first copy of each result to
     ``sink.topic`` and measures the latency. Its Kafka clients' latency settings."""
 
-    fetch_wait: Duration = MERGER_FETCH_WAIT_MS / 1000
+    fetch_wait: Duration = Field(
+        MERGER_FETCH_WAIT_MS / 1000,
+        json_schema_extra={
+            "constraint": f"whole milliseconds, 0ms to {format_duration(MAX_FETCH_WAIT_MS / 1000)}"
+        },
+    )
     """Its consumer's ``fetch.wait.max.ms``: how long the broker may hold a fetch that found no
     new record (a whole number of milliseconds, below the consumer's 60-s socket timeout by at
     least a second, as librdkafka asks)."""
@@ -455,7 +578,7 @@ class Merger(_Model):
     nothing, and takes over when the serving merger dies or its lease runs out; the final topic
     is then written in Kafka transactions, whose producer epoch fences the old merger
     (docs/design.md, "A standby merger")."""
-    lease: Duration = 1.0
+    lease: Duration = Field(1.0, json_schema_extra={"constraint": "50ms to 60s"})
     """How late a result the serving merger owes may be before the standby takes over (it
     kills the serving merger first): the longest pause of the serving merger that is waited
     out."""
@@ -493,7 +616,8 @@ class Merger(_Model):
 class Spec(_Model):
     """A whole experiment."""
 
-    name: str
+    name: str = Field(json_schema_extra={"constraint": "lower-case letters, digits, '_', '.', '-'"})
+    """The experiment's name; its runs' directories are named after it."""
     source: Source
     steps: list[Step] = Field(default_factory=list)
     sink: Sink

@@ -52,7 +52,11 @@ def _kafka_linger(v: float) -> float:
     return v
 
 
-LingerDuration = Annotated[_Duration, AfterValidator(_kafka_linger)]
+LingerDuration = Annotated[
+    _Duration,
+    AfterValidator(_kafka_linger),
+    Field(json_schema_extra={"constraint": "0ms to 900s"}),
+]
 """A producer's ``linger.ms`` as a spec duration (0 to 900 s)."""
 
 FieldType = Literal["string", "long", "double"]
@@ -75,6 +79,7 @@ class KeyField(_Model):
 
     kind: Literal["key"]
     cardinality: int = Field(ge=1, le=10_000_000)
+    """How many distinct keys."""
     skew: float = Field(0.0, ge=0.0, le=10.0)
     """Zipf exponent: the i-th most frequent key has weight ``1 / (i + 1) ** skew``."""
     prefix: str | None = None
@@ -86,7 +91,9 @@ class IntField(_Model):
 
     kind: Literal["int"]
     min: int = 0
-    max: int
+    """The smallest value."""
+    max: int = Field(json_schema_extra={"constraint": ">= min"})
+    """The largest value."""
 
     @model_validator(mode="after")
     def _range(self) -> IntField:
@@ -100,8 +107,11 @@ class FloatField(_Model):
 
     kind: Literal["float"]
     min: float = 0.0
-    max: float
+    """The smallest value."""
+    max: float = Field(json_schema_extra={"constraint": "> min"})
+    """The bound the values stay below."""
     decimals: int = Field(2, ge=0, le=9)
+    """The decimal places a value is rounded to."""
 
     @model_validator(mode="after")
     def _range(self) -> FloatField:
@@ -115,7 +125,11 @@ class ChoiceField(_Model):
 
     kind: Literal["choice"]
     values: list[str] | list[int] | list[float] = Field(min_length=1)
-    weights: list[float] | None = None
+    """The values drawn: strings, or numbers."""
+    weights: list[float] | None = Field(
+        None, json_schema_extra={"constraint": "one per value, >= 0, not all 0"}
+    )
+    """How often each value is drawn, relative to the others; unset: equally often."""
 
     @model_validator(mode="after")
     def _weights(self) -> ChoiceField:
@@ -162,18 +176,22 @@ class Workload(_Model):
 
     rate: int = Field(1000, ge=1, le=1_000_000)
     """Events per second (fixed-rate schedule)."""
-    duration: _Duration = 60.0
+    duration: _Duration = Field(60.0, json_schema_extra={"constraint": "> 0"})
+    """How long the input lasts."""
     keys: int = Field(100, ge=1)
     """Distinct ``user`` keys of the default shape (ignored when ``fields`` is given)."""
     seed: int = 1
-    warmup: _Duration | None = None
+    """The seed of the generated events: the same seed, the same events."""
+    warmup: _Duration | None = Field(
+        None, json_schema_extra={"constraint": '"auto" (as unset), or shorter than duration'}
+    )
     """The start of the input excluded from the steady state (and so from every verdict's
     bar). None (unset, or ``"auto"``): until every replica has passed its first batch boundary
     after the input started and the output has settled after it, at least
     :data:`~arfl.configs.defaults.AUTO_WARMUP_FLOOR_S` (:func:`arfl.run.steady.resolve_warmup`)."""
     fields: dict[str, FieldDecl] = Field(default_factory=dict)
     """Declared event fields (empty: the default shape)."""
-    disorder: _Duration = 0.0
+    disorder: _Duration = Field(0.0, json_schema_extra={"constraint": ">= 0"})
     """The event-time field lags the send time by up to this much (uniform)."""
     late: float = Field(0.0, ge=0.0, le=0.5)
     """Fraction of events whose event time is behind any watermark of the pipeline."""

@@ -24,10 +24,29 @@ from pydantic import ValidationError
 from arfl.errors import FaultError
 from arfl.params import Params, first_problem
 from arfl.registry import FAULTS, FaultInfo, UnknownKind
+from arfl.run.events import Event
 from arfl.targets.base import Target
 from arfl.units import format_duration
 
 P = TypeVar("P", bound=Params)
+
+RESTART_JOURNAL: tuple[tuple[str, str], ...] = (
+    (Event.REPLICA_DIED, "the supervisor saw the driver die"),
+    (Event.REPLICA_STARTED, "a new driver started, or a standby took the replica over"),
+    (Event.REPLICA_RESTARTED, "the replica runs again, with where it resumed"),
+    (Event.REPLICA_READY, "a new driver's Spark application is up"),
+    (Event.REPLICA_CAUGHT_UP, "it processed what had arrived by its restart"),
+    (Event.REPLICA_NOT_CAUGHT_UP, "it had not by the end of the run"),
+    (Event.REPLICA_GAVE_UP, "restart = false, or its restarts kept failing"),
+    (Event.REPLICA_EXCLUDED, "the run goes on without it"),
+)
+"""What follows a replica's death (``FaultInfo.journal`` of the kinds that kill one)."""
+
+LAG_JOURNAL: tuple[tuple[str, str], ...] = (
+    (Event.REPLICA_BEHIND, "the replica's lag passed the threshold"),
+    (Event.REPLICA_BACK, "its lag came back below half the threshold"),
+)
+"""What follows a fault that holds a replica back (``FaultInfo.journal``)."""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
@@ -28,38 +29,83 @@ def _bad(cell: str) -> bool:
     return cell in ("NO", "never") or cell.startswith("failed")
 
 
+_WORD_FOLD = 14
+"""Words without a digit longer than this may fold (a path in an error), to keep a column
+narrow enough; the names of kinds and phases are shorter."""
+
+
+def _whole(header: str, cells: list[str]) -> int:
+    """The width a column needs to show its header's words and its numbers whole: a number
+    folded over two lines ("35.0-11" / "6.0") reads as two others. Other words are kept whole
+    up to :data:`_WORD_FOLD` characters."""
+    words = [w for c in cells for w in c.split()]
+    digits = [cell_len(w) for w in words if any(ch.isdigit() for ch in w)]
+    others = [min(cell_len(w), _WORD_FOLD) for w in words]
+    return max([*map(cell_len, header.split()), *digits, *others], default=1)
+
+
 def _table(
-    title: str, headers: list[str], rows: list[list[str]], keep: int, red: list[bool]
+    title: str,
+    headers: list[str],
+    rows: list[list[str]],
+    keep: int,
+    red: list[bool],
+    width: int | None = None,
 ) -> Table:
-    """A plain table whose first ``keep`` columns (names, times) never wrap; the other values
-    may wrap ("fold"), never be cut: "1…" for 15.0 reads as another number. ``red``: per row."""
+    """A plain table whose first ``keep`` columns (names, times) never wrap; in the others a
+    cell wraps between words, never inside a number, and is never cut: "1…" for 15.0 reads as
+    another number. ``red``: per row. ``width``: the columns are fitted to it (:func:`_fit`)."""
     table = Table(
         title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
-        pad_edge=False,
+        pad_edge=False, collapse_padding=True,  # two spaces between columns, not three
     )  # fmt: skip
+    natural: list[int] = []
+    least: list[int] = []
     for i, h in enumerate(headers):
-        widest = max([len(h), *(len(r[i]) for r in rows)]) if i < keep else None
+        cells = [r[i] for r in rows]
+        natural.append(max(map(cell_len, [h, *cells])))
+        least.append(natural[-1] if i < keep else _whole(h, cells))
         table.add_column(
-            escape(h), justify="left" if i == 0 else "right", min_width=widest,
+            escape(h), justify="left" if i == 0 else "right", min_width=least[-1],
             no_wrap=i < keep, overflow="fold",
         )  # fmt: skip
     for row, bad in zip(rows, red, strict=True):
         table.add_row(*(escape(c) for c in row), style="red" if bad else None)
+    if width is not None:
+        _fit(table, natural, least, width)
     return table
 
 
-def _layout(title: str, headers: list[str], rows: list[list[str]], side: bool) -> Table:
+def _fit(table: Table, natural: list[int], least: list[int], width: int) -> None:
+    """Fix the columns' widths when the table is wider than ``width``: each gets what it must
+    show whole, and the room left is shared in proportion to what each would take beyond that.
+    Rich's own squeeze narrows the widest columns first, below their longest number if need
+    be; this never does (a table whose least width does not fit stays wider)."""
+    overhead = _natural_width(table) - sum(natural)  # padding, edges, dividers
+    if sum(natural) + overhead <= width:
+        return
+    room = max(0, width - overhead - sum(least))
+    extra = [n - m for n, m in zip(natural, least, strict=True)]
+    total = sum(extra) or 1
+    for column, m, e in zip(table.columns, least, extra, strict=True):
+        column.width = m + room * e // total
+
+
+def _layout(
+    title: str, headers: list[str], rows: list[list[str]], side: bool, width: int | None = None
+) -> Table:
     """The table as it is (a row in red when it holds a failure), or on its side: one column
-    per row (that column in red), the headers down the first."""
+    per row (that column in red), the headers down the first; fitted to ``width``."""
     red = [any(_bad(c) for c in r) for r in rows]
     if not side:
-        return _table(title, headers, rows, keep=2, red=red)
+        return _table(title, headers, rows, keep=2, red=red, width=width)
     table = _table(
         title,
         [headers[0], *(r[0] for r in rows)],
         [[h, *(r[i] for r in rows)] for i, h in enumerate(headers) if i > 0],
         keep=1,
         red=[False] * (len(headers) - 1),
+        width=width,
     )
     for j, bad in enumerate(red):
         if bad:
@@ -69,11 +115,20 @@ def _layout(title: str, headers: list[str], rows: list[list[str]], side: bool) -
 
 def _sideways(headers: list[str], rows: list[list[str]]) -> bool:
     """Whether the table reads better on its side: wider than the terminal as it is, and
-    narrower on its side (a fault or correctness table of a few rows in 80 columns)."""
+    narrower on its side (a fault or correctness table of a few rows in 80 columns), unless
+    only the table as it is fits with its headers and text wrapped (a phase table of many
+    phases: on its side each phase is a column of whole numbers)."""
     if not rows:
         return False
-    width = _natural_width(_layout("", headers, rows, side=False))
-    return width > out.width and _natural_width(_layout("", headers, rows, side=True)) < width
+    flat, side = _layout("", headers, rows, side=False), _layout("", headers, rows, side=True)
+    width = _natural_width(flat)
+    if width <= out.width:
+        return False
+    if _natural_width(side) <= out.width:
+        return True
+    if _least_width(flat) <= out.width < _least_width(side):
+        return False
+    return _natural_width(side) < width
 
 
 def _rich_table(
@@ -82,12 +137,18 @@ def _rich_table(
     """The table of ``rows``, on its side when :func:`_sideways` says so (or ``side``)."""
     if any(len(r) != len(headers) for r in rows):
         raise ValueError(f"table {title!r}: a row does not have one cell per header")
-    return _layout(title, headers, rows, _sideways(headers, rows) if side is None else side)
+    side = _sideways(headers, rows) if side is None else side
+    return _layout(title, headers, rows, side, width=out.width)
 
 
 def _natural_width(table: Table) -> int:
     """The table's width with no column squeezed (``Console.measure`` caps at the terminal)."""
     return out.measure(table, options=out.options.update_width(1_000_000)).maximum
+
+
+def _least_width(table: Table) -> int:
+    """The table's width with every column squeezed to what it must show whole."""
+    return out.measure(table, options=out.options.update_width(1_000_000)).minimum
 
 
 def _print_report(rep: Report) -> None:

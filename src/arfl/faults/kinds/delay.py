@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from arfl.faults.base import FaultBase
+from arfl.faults.base import LAG_JOURNAL, FaultBase
 from arfl.params import Duration, Params
 from arfl.registry import FAULTS, FaultInfo
 from arfl.targets import netns
@@ -35,6 +35,13 @@ class DelayParams(Params):
         takes_duration=True,
         network=True,
         params=DelayParams,
+        description="A netem qdisc on the host end of the replica's veth delays every packet "
+        "towards the replica by ``delay``, so each of its round trips grows by it.",
+        reverted="The qdisc is deleted, if this fault added it.",
+        requires="the kernel's ``sch_netem`` module",
+        docker="netem on the host end of the container's veth; not during a ``partition`` "
+        "without ``from`` of the same container, whose reconnect replaces the veth",
+        journal=LAG_JOURNAL,
     ),
 )
 class Delay(FaultBase):

@@ -12,6 +12,7 @@ from arfl.faults.base import FaultBase
 from arfl.params import Params
 from arfl.processes import wait_until
 from arfl.registry import FAULTS, FaultInfo
+from arfl.run.events import Event
 from arfl.targets import procs
 from arfl.targets.base import Target
 
@@ -39,6 +40,21 @@ class KillExecutorParams(Params):
         takes_duration=False,
         params=KillExecutorParams,
         kills="executor",
+        description="Spark starts a replacement executor for the replica's application. A "
+        "real-time replica with a ready standby (``replication.standby``) is handed to the "
+        "standby instead: arfl kills its driver and the standby takes its place.",
+        reverted="Nothing to undo: the revert waits up to "
+        f"{REPLACEMENT_TIMEOUT_S:g} s for Spark's replacement executor.",
+        requires="a master whose executors are JVMs of their own (``local-cluster[...]``, "
+        "``spark://...``); ``local[N]`` has none",
+        docker="an executor JVM found among the container's processes (``docker top``)",
+        journal=(
+            (
+                Event.REPLICA_EXECUTOR_LOST,
+                "a real-time replica with a ready standby: arfl kills its driver, and what "
+                "follows a ``kill-replica`` follows",
+            ),
+        ),
     ),
 )
 class KillExecutor(FaultBase):

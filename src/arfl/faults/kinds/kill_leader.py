@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from arfl.faults.base import FaultParams
+from arfl.faults.base import RESTART_JOURNAL, FaultParams
 from arfl.faults.kinds.kill_replica import KillReplica, KillReplicaParams
 from arfl.registry import FAULTS, FaultInfo
+from arfl.run.events import Event
 
 
 @FAULTS.register(
@@ -18,6 +19,15 @@ from arfl.registry import FAULTS, FaultInfo
         params=KillReplicaParams,
         kills="replica",
         without_leader="kill-replica",
+        description="The leader is the contender ZooKeeper's election lists first when the "
+        "fault is injected; the other replicas elect a new one.",
+        reverted="Nothing to undo: the supervisor restarts the replica (unless "
+        "``restart = false``).",
+        docker="``container.kill``; the supervisor starts a new container",
+        journal=(
+            (Event.LEADER_ELECTED, "another replica leads"),
+            *RESTART_JOURNAL,
+        ),
     ),
 )
 class KillLeader(KillReplica):

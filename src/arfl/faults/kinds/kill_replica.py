@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from arfl.errors import FaultError
-from arfl.faults.base import FaultBase
+from arfl.faults.base import RESTART_JOURNAL, FaultBase
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
 from arfl.targets.base import Reach, Target
@@ -32,6 +32,14 @@ class KillReplicaParams(Params):
         takes_duration=False,
         params=KillReplicaParams,
         kills="replica",
+        description="Its executors die with its Spark application. The supervisor restarts the "
+        "replica, on a ready standby at once or as a new Spark application, where "
+        "``replication.resume`` says; with ``restart = false`` it stays dead and the run goes "
+        "on without it.",
+        reverted="Nothing to undo: the supervisor restarts the replica (unless "
+        "``restart = false``).",
+        docker="``container.kill``; the supervisor starts a new container",
+        journal=RESTART_JOURNAL,
     ),
 )
 class KillReplica(FaultBase):

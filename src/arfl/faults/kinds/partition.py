@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from arfl.faults.base import FaultBase
+from arfl.faults.base import LAG_JOURNAL, FaultBase
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
 from arfl.targets.base import Reach, Target
@@ -35,10 +35,18 @@ class PartitionParams(Params):
 @FAULTS.register(
     "partition",
     FaultInfo(
-        "cut a replica off from Kafka and ZooKeeper for a duration",
+        "cut a replica off from Kafka, ZooKeeper and its peers (from: only those peers) for a "
+        "duration",
         takes_duration=True,
         network=True,
         params=PartitionParams,
+        description="Without ``from``: the host end of the replica's veth goes down, cutting it "
+        "off from Kafka, ZooKeeper and its peers. With ``from = [...]``: blackhole routes "
+        "between the replica and those peers, both ways; everything else still flows.",
+        reverted="The link comes back up, or the routes are deleted.",
+        docker="without ``from``: ``network.disconnect``, then ``connect`` with the same "
+        "address; with ``from``: blackhole routes inside the containers' network namespaces",
+        journal=LAG_JOURNAL,
     ),
 )
 class Partition(FaultBase):

@@ -5,14 +5,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from arfl.faults.base import FaultBase
+from arfl.faults.base import LAG_JOURNAL, FaultBase
 from arfl.registry import FAULTS, FaultInfo
 from arfl.targets.base import Reach, Target
 
 
 @FAULTS.register(
     "pause",
-    FaultInfo("SIGSTOP a replica's processes for a duration, then SIGCONT", takes_duration=True),
+    FaultInfo(
+        "SIGSTOP a replica's processes for a duration, then SIGCONT",
+        takes_duration=True,
+        description="Every process of the replica stops: its driver, executors and Python "
+        "workers. It falls behind, and catches up once it runs again.",
+        reverted="SIGCONT to every process it stopped (never to one another fault stopped).",
+        docker="``container.pause``, then ``unpause`` (the cgroup freezer)",
+        journal=LAG_JOURNAL,
+    ),
 )
 class Pause(FaultBase):
     """Freeze the driver and every descendant (executors, Python workers): SIGSTOP, then

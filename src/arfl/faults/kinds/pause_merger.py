@@ -7,13 +7,27 @@ from typing import Any
 
 from arfl.faults.base import FaultBase
 from arfl.registry import FAULTS, FaultInfo
+from arfl.run.events import Event
 from arfl.targets import procs
 from arfl.targets.base import Target
 
 
 @FAULTS.register(
     "pause-merger",
-    FaultInfo("SIGSTOP the merger for a duration, then SIGCONT", takes_duration=True, on="merger"),
+    FaultInfo(
+        "SIGSTOP the merger for a duration, then SIGCONT",
+        takes_duration=True,
+        on="merger",
+        description="Without a standby merger the output stops, and at SIGCONT the merger "
+        "forwards what queued up in the replica topics. With one, the standby kills the paused "
+        "merger once a result it owes is later than ``[merger] lease``, and takes over.",
+        reverted="SIGCONT to the merger, if it is still there.",
+        journal=(
+            (Event.MERGER_TOOK_OVER, "with a standby: the lease ran out and it took over"),
+            (Event.MERGER_DIED, "with a standby: deploy saw the paused merger killed"),
+            (Event.MERGER_RESTARTED, "with a standby: the standby serves"),
+        ),
+    ),
 )
 class PauseMerger(FaultBase):
     """Freeze the merger: no result reaches the sink meanwhile; at SIGCONT it forwards what

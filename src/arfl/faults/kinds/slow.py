@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from arfl.faults.base import FaultBase
+from arfl.faults.base import LAG_JOURNAL, FaultBase
 from arfl.params import Params
 from arfl.registry import FAULTS, FaultInfo
 from arfl.targets.base import Reach, Target
@@ -43,6 +43,14 @@ class SlowParams(Params):
         "duration",
         takes_duration=True,
         params=SlowParams,
+        description="Every process of the replica moves into a cgroup whose CPU quota is "
+        "``cpu`` % of one CPU (cgroup v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us``). How much a "
+        "quota slows a replica depends on the host and the load.",
+        reverted="The processes move back out of the cgroup, which is removed.",
+        requires="cgroup v2 with the cpu controller, or a v1 cpu hierarchy, writable by arfl "
+        "(root)",
+        docker="the container's own CPU quota (``container.update``), lifted again",
+        journal=LAG_JOURNAL,
     ),
 )
 class Slow(FaultBase):
