@@ -221,12 +221,17 @@ def quantile_label(key: str) -> str | None:
         return None
 
 
+HEAD_BYTES = 512
+"""How much of a latency log's start is compared to tell a rewritten log (its header)."""
+
+
 class LatencyBuckets:
     """Prometheus histogram buckets over every interval of a ``latency.hlog``, read as it grows.
 
     A value is put in the first bucket whose bound is at least its HdrHistogram bin's lowest
-    value (within the log's 0.1 %). A log found shorter than what was read was rewritten (a
-    merger that started it anew): it is read again from its start, the counts kept.
+    value (within the log's 0.1 %). A restarted merger appends to the log; one that starts it
+    anew rewrites it (a new ``StartTime``): a log whose start is no longer what was read, or
+    that is shorter, is read again from its start, the counts kept.
 
     Args:
         path: the run's ``latency.hlog``.
@@ -244,6 +249,8 @@ class LatencyBuckets:
         self.error: str | None = None
         """Why the log is no longer read (an unreadable line); the counts so far stay."""
         self._tail: LatencyLogTail | None = None
+        self._head = b""
+        """The log's first bytes as read (its header: the start time)."""
 
     def update(self) -> None:
         """Add the intervals logged since the last update."""
@@ -252,6 +259,7 @@ class LatencyBuckets:
         if self._tail is not None and self._rewritten(self._tail.offset):
             self._tail.close()
             self._tail = None
+            self._head = b""
         if self._tail is None:
             self._tail = LatencyLogTail(self.path)
         try:
@@ -262,6 +270,8 @@ class LatencyBuckets:
         for iv in intervals:
             self.add(iv.histogram)
             self.intervals += 1
+        if len(self._head) < HEAD_BYTES:
+            self._head = self._read_head(min(self._tail.offset, HEAD_BYTES))
 
     def add(self, histogram: Any) -> None:
         """Add one HdrHistogram (microseconds) to the buckets and the sum."""
@@ -292,9 +302,17 @@ class LatencyBuckets:
 
     def _rewritten(self, offset: int) -> bool:
         try:
-            return os.stat(self.path).st_size < offset
+            size = os.stat(self.path).st_size
         except OSError:
             return False
+        return size < offset or self._read_head(len(self._head)) != self._head
+
+    def _read_head(self, n: int) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                return f.read(n)
+        except OSError:
+            return b""
 
 
 class _Run:
