@@ -290,7 +290,8 @@ class LatencyBuckets:
         total = 0
         for bound, c in zip(self.bounds_s, self.counts, strict=False):
             total += c
-            out.append((floatToGoString(bound), float(total)))
+            le = floatToGoString(bound)  # type: ignore[no-untyped-call]  # as Histogram writes it
+            out.append((str(le), float(total)))
         out.append(("+Inf", float(total + self.counts[-1])))
         return out
 
