@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,37 @@ def test_a_terminal_gets_the_live_table_unless_no_live(
     assert main(["deploy", str(SPEC), "--no-live"]) == 0
     out = capsys.readouterr().out
     assert "arfl live" not in out and " waiting for the standby | r0:starting" in out
+
+
+@pytest.mark.parametrize("command", [["deploy"], ["experiment", "--modes", "none,active"]])
+def test_a_metrics_port_in_use_is_a_usage_error_before_any_run(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = tmp_path / "runs"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = [*command, str(SPEC), "--runs", str(runs), "--metrics-port", str(port)]
+        assert main(args) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--metrics-port {port}: 127.0.0.1:{port} is already in use" in err
+    assert "pick a free port with --metrics-port N" in err
+    assert not runs.exists()
+
+
+def test_deploy_announces_where_its_metrics_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[object] = []
+
+    def fake(spec: object, spec_path: object, options: Any, **kw: Any) -> DeployResult:
+        seen.append(options)
+        return _fake_deploy(tmp_path / "run")(spec, spec_path, options, **kw)
+
+    monkeypatch.setattr(deploy_cmd, "run_deploy", fake)
+    args = ["deploy", str(SPEC), "--metrics-port", "9464", "--metrics-host", "::1"]
+    assert main(args) == 0
+    (options,) = seen
+    assert (options.metrics_port, options.metrics_host) == (9464, "::1")
+    assert "metrics: http://[::1]:9464/metrics" in capsys.readouterr().err

@@ -9,9 +9,14 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from arfl.configs.load import parse_spec
 from arfl.configs.spec import Spec
@@ -492,3 +497,48 @@ def arfl_ok(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
     r = subprocess.run([str(arfl), *args], capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     return r
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+"""One scrape: (sample name, labels) -> value."""
+
+
+class MetricsScraper:
+    """Scrapes a metrics endpoint every ``every_s`` in a thread while a deployment runs (a
+    context manager); :attr:`scrapes` holds each answer, in order (none while the endpoint
+    does not answer: before the deployment serves it and after)."""
+
+    def __init__(self, url: str, every_s: float = 0.5) -> None:
+        self.url = url
+        self.every_s = every_s
+        self.scrapes: list[Samples] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-scraper", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as resp:
+                    text = resp.read().decode()
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                continue
+            self.scrapes.append(
+                {
+                    (s.name, frozenset(s.labels.items())): s.value
+                    for family in text_string_to_metric_families(text)
+                    for s in family.samples
+                }
+            )
+
+    def values(self, name: str, **labels: str) -> list[float]:
+        """The sample's value in every scrape that has it, in order."""
+        key = (name, frozenset(labels.items()))
+        return [s[key] for s in self.scrapes if key in s]
+
+    def __enter__(self) -> MetricsScraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from deploy_checks import (
+    MetricsScraper,
     check_against_offline,
     check_run_dir,
     check_silent_then_resumed,
@@ -21,6 +22,7 @@ from deploy_checks import (
 from arfl.orchestrate.deploy import DeployOptions, Tick, deploy
 from arfl.report import build_report
 from arfl.stack import StackInfo
+from arfl.stack.embedded import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +34,10 @@ def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
         "dep-none", chaos=[{"at": "18s", "fault": "pause", "replica": 0, "duration": "5s"}]
     )
     ticks: list[Tick] = []
-    result = deploy(spec, None, DeployOptions(runs_root=tmp_path), on_tick=ticks.append)
+    (port,) = free_ports(1)
+    options = DeployOptions(runs_root=tmp_path, metrics_port=port)
+    with MetricsScraper(f"http://127.0.0.1:{port}/metrics") as metrics:
+        result = deploy(spec, None, options, on_tick=ticks.append)
     assert result.summary["produced"] == 200 * 30
     assert result.summary["duplicates_dropped"] == 0
     assert result.summary["divergent"] == 0
@@ -51,3 +56,20 @@ def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
     (fault,) = build_report(result.run_dir).faults
     assert fault.masked is False and fault.outcome == "not masked", fault.verdict
     assert fault.effect.startswith("replica 0"), fault.effect
+    check_metrics(metrics, result.run_dir.name, int(result.summary["results"]))
+
+
+def check_metrics(metrics: MetricsScraper, run: str, results: int) -> None:
+    """What the metrics endpoint said during the deployment: the latency histogram grew as
+    results came, output flowed, the pause was active, then reverted."""
+    assert metrics.scrapes, "the metrics endpoint never answered"
+    counts = metrics.values("arfl_latency_seconds_count", run=run)
+    first = next((c for c in counts if c > 0), None)
+    assert first is not None and counts[-1] > first, counts
+    assert counts[-1] <= results
+    assert max(metrics.values("arfl_output_rate", run=run)) > 0
+    pause = {"run": run, "fault": "1", "kind": "pause", "replica": "0"}
+    active = metrics.values("arfl_fault_active", **pause)
+    assert 1.0 in active and active[-1] == 0.0, active
+    assert active.index(0.0) > active.index(1.0), active
+    assert 1.0 in metrics.values("arfl_deploy_phase", run=run, phase="running")

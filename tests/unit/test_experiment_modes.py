@@ -87,14 +87,20 @@ def test_active_modes_get_two_replicas_when_the_spec_is_not_active() -> None:
     assert s.replication.replicas == 2
 
 
-def _fake_deploy(sources: dict[str, str], fail: set[str]) -> Any:
+def _fake_deploy(
+    sources: dict[str, str], fail: set[str], exporters: list[Any] | None = None
+) -> Any:
     def fake(
         spec: Spec,
         spec_path: Path | None,
         options: DeployOptions,
         on_tick: Any = None,
         on_run_dir: Any = None,
+        *,
+        exporter: Any = None,
     ) -> DeployResult:
+        if exporters is not None:
+            exporters.append(exporter)
         mode = spec.replication.mode
         run_dir = options.runs_root / f"{spec.name}-1"
         if on_run_dir is not None:
@@ -135,6 +141,22 @@ def test_runs_each_mode_then_writes_the_comparison(
     replicas = next(r for r in doc["comparison"]["rows"] if r["metric"] == "replicas")
     assert replicas["values"] == [1.0, 2.0] and replicas["ratios"] == [1.0, 2.0]
     assert res.root.parent == tmp_path and res.root.name.startswith("exp-experiment-")
+
+
+def test_one_metrics_endpoint_serves_every_run_of_an_experiment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources = {"passive": "sim-passive-kill", "active-leaderless": "sim-active-kill"}
+    exporters: list[Any] = []
+    monkeypatch.setattr(experiment, "deploy", _fake_deploy(sources, set(), exporters))
+    experiment.run_experiment(
+        _spec(),
+        ["passive", "active-leaderless"],
+        runs_root=tmp_path,
+        options=DeployOptions(metrics_port=0),
+    )
+    first, second = exporters
+    assert first is not None and second is first
 
 
 def test_a_derived_spec_that_does_not_validate_stops_before_any_run(

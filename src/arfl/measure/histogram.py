@@ -291,6 +291,9 @@ class _WholeLines:
             return ""
         return line.decode("utf-8")
 
+    def tell(self) -> int:
+        return self._file.tell()
+
     def close(self) -> None:
         self._file.close()
 
@@ -329,6 +332,13 @@ class LatencyLogTail:
                     hist.get_start_time_stamp() / 1000.0, hist.get_end_time_stamp() / 1000.0, hist
                 )
             )
+
+    @property
+    def offset(self) -> int:
+        """Bytes read so far, in whole lines: a log now shorter than this was rewritten."""
+        if self._reader is None:
+            return 0
+        return int(self._reader.input_file.tell())
 
     def close(self) -> None:
         """Close the file."""

@@ -14,6 +14,9 @@ from pathlib import Path
 from arfl.configs.spec import Spec
 from arfl.run.rundir import Journal, RunPaths, new_run_dir, write_json_atomic
 
+METRICS_HOST = "127.0.0.1"
+"""Where the metrics endpoint listens unless told: loopback, as it has no authentication."""
+
 
 @dataclass(frozen=True)
 class DeployOptions:
@@ -27,6 +30,9 @@ class DeployOptions:
             from the pipeline: window size + watermark + a margin).
         master: override ``spark.master`` (e.g. a standalone cluster for a test).
         stack_state: state directory of the embedded stack (tests use their own).
+        metrics_port: serve Prometheus metrics on this port for the deployment's life
+            (:mod:`arfl.orchestrate.exporter`; None: no endpoint, 0: a port the kernel picks).
+        metrics_host: the address the metrics endpoint listens on.
     """
 
     runs_root: Path = Path("runs")
@@ -35,6 +41,8 @@ class DeployOptions:
     drain_s: float | None = None
     master: str | None = None
     stack_state: Path | None = None
+    metrics_port: int | None = None
+    metrics_host: str = METRICS_HOST
 
 
 def scoped(spec: Spec, run_id: str) -> Spec:

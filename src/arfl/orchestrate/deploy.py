@@ -42,6 +42,7 @@ from arfl.orchestrate.context import (
     scoped,
 )
 from arfl.orchestrate.drivers import DriverLaunch
+from arfl.orchestrate.exporter import MetricsExporter, serve_metrics
 from arfl.orchestrate.heartbeat import heartbeat
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.orchestrate.network import RunNetwork
@@ -49,7 +50,7 @@ from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.state import write_state
 from arfl.orchestrate.summary import summarise
 from arfl.orchestrate.supervisor import ReplicaRunner
-from arfl.orchestrate.watch import Tick, Watcher, drain_seconds
+from arfl.orchestrate.watch import FaultState, Tick, Watcher, drain_seconds
 from arfl.priority import priority_of
 from arfl.processes import ManagedProcess
 from arfl.replica.modes.base import STARTING_OFFSETS
@@ -117,6 +118,7 @@ class Deployment:
         self.phase = "creating the run"
         """What the deployment does outside its watch, for the live view (:meth:`tick`)."""
         self._stopping = False
+        self._watcher: Watcher | None = None
 
     @property
     def kafka(self) -> str:
@@ -337,7 +339,7 @@ class Deployment:
     def watch(self, on_tick: Callable[[Tick], None] | None) -> None:
         """Until the input has ended and the output has drained."""
         assert self.runner and self.merger and self.injector
-        Watcher(
+        self._watcher = Watcher(
             self.ctx,
             self.kafka,
             self.runner,
@@ -350,7 +352,9 @@ class Deployment:
             zookeeper=self.net.info.zookeeper if self.net.info is not None else None,
             restart_merger=self.restart_merger,
             keep_standby=self.keep_standby,
-        ).run(on_tick)
+            fault_states=self.fault_states,
+        )
+        self._watcher.run(on_tick)
         self.drained = True
 
     def check_output(self) -> None:
@@ -594,6 +598,10 @@ class Deployment:
             injector=None,
             replicas={i: st.status for i, st in states.items()},
             faults=self.active_faults(),
+            statuses={i: st.status for i, st in states.items()},
+            restarts={i: st.restarts for i, st in states.items()},
+            injected=self.fault_states(),
+            merger_restarts=self._watcher.merger_restarts if self._watcher is not None else 0,
         )
 
     def active_faults(self) -> list[str]:
@@ -606,6 +614,20 @@ class Deployment:
             if o.injected_at is not None and o.reverted_at is None
         ]
 
+    def fault_states(self) -> list[FaultState]:
+        """Every fault injected so far, numbered in the order of injection (for the metrics
+        endpoint: a fault's state stays exported after its revert)."""
+        if self.chaos is None:
+            return []
+        done = sorted(
+            (o for o in list(self.chaos.outcomes) if o.injected_at is not None),
+            key=lambda o: o.injected_at or 0.0,
+        )
+        return [
+            FaultState(i, o.params.kind, o.replica, o.injected_at or 0.0, o.reverted_at)
+            for i, o in enumerate(done, start=1)
+        ]
+
 
 def deploy(
     spec: Spec,
@@ -613,6 +635,8 @@ def deploy(
     options: DeployOptions | None = None,
     on_tick: Callable[[Tick], None] | None = None,
     on_run_dir: Callable[[Path], None] | None = None,
+    *,
+    exporter: MetricsExporter | None = None,
 ) -> DeployResult:
     """Run one experiment end to end.
 
@@ -624,12 +648,40 @@ def deploy(
             is watched, about once a second before and after (from another thread:
             :func:`~arfl.orchestrate.heartbeat.heartbeat`).
         on_run_dir: called once the run directory exists (before anything starts).
+        exporter: feed this metrics exporter (an experiment's, served across its runs);
+            without one, ``options.metrics_port`` serves one for this deployment's life.
 
     Raises:
+        SpecError: the metrics endpoint's address cannot be served (before anything starts).
         StackError: the stack is not available.
         DeployError: a component failed (the message names its log).
     """
-    ctx = create_run(spec, spec_path, options or DeployOptions())
+    options = options or DeployOptions()
+    if exporter is None and options.metrics_port is not None:
+        with serve_metrics(options.metrics_host, options.metrics_port) as server:
+            return _deploy(spec, spec_path, options, on_tick, on_run_dir, server.exporter)
+    return _deploy(spec, spec_path, options, on_tick, on_run_dir, exporter)
+
+
+def _deploy(
+    spec: Spec,
+    spec_path: Path | None,
+    options: DeployOptions,
+    on_tick: Callable[[Tick], None] | None,
+    on_run_dir: Callable[[Path], None] | None,
+    exporter: MetricsExporter | None,
+) -> DeployResult:
+    """:func:`deploy` once the metrics endpoint (if any) is served."""
+    ctx = create_run(spec, spec_path, options)
+    if exporter is not None:
+        exporter.begin(
+            ctx.run_id,
+            ctx.paths.hlog,
+            spec=spec.name,
+            mode=spec.replication.mode,
+            replicas=spec.replication.replicas,
+        )
+        on_tick = exporter.tee(on_tick)
     if on_run_dir is not None:
         on_run_dir(ctx.dir)
     d = Deployment(ctx)
@@ -650,12 +702,17 @@ def deploy(
             raise
         finally:
             d.phase = "stopping"  # the heartbeat's first tick comes at once
+            stopped = False
             try:
                 with heartbeat(on_tick, d.tick):
                     d.stop()
+                stopped = True
             except DeployError:
                 if failure is None:
                     raise
+            finally:
+                if exporter is not None:
+                    exporter.end(ok=stopped and failure is None)
     summary = d.summarise()
     ctx.journal.write(Event.RUN_FINISHED, results=summary.get("results"))
     return DeployResult(ctx.dir, summary)

@@ -11,6 +11,7 @@ is mapped and the mapping is written down: replica ``N`` becomes ``N mod R`` for
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from arfl.configs.load import parse_spec
 from arfl.configs.spec import MODE_OPTIONS, Spec
 from arfl.errors import ArflError, SpecError, StackError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, Tick, deploy
+from arfl.orchestrate.exporter import serve_metrics
 from arfl.registry import FAULTS, MODES, mode_names
 from arfl.run.rundir import write_json_atomic
 
@@ -132,9 +134,12 @@ def run_experiment(
     Every mode's spec is derived and validated before the first run starts, so that a
     problem in any of them is reported before an hour of runs. A failed run is recorded and
     the next mode runs; Ctrl-C stops the experiment (the running deploy cleans up first).
+    With ``options.metrics_port`` one metrics endpoint serves every run in turn (each run's
+    series under its own ``run`` label), from before the first run until after the last.
 
     Raises:
-        SpecError: a derived spec does not validate.
+        SpecError: a derived spec does not validate, or the metrics endpoint's address cannot
+            be served.
         StackError: ZooKeeper or Kafka is not available (no mode could run).
     """
     from arfl.report import build_report, compare, render_compare_html
@@ -154,43 +159,50 @@ def run_experiment(
     if problems:
         raise SpecError("\n".join(problems))
 
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    root = (runs_root / f"{spec.name}-experiment-{stamp}").absolute()
-    suffix = 1
-    while root.exists():
-        suffix += 1
-        root = (runs_root / f"{spec.name}-experiment-{stamp}-{suffix}").absolute()
-    root.mkdir(parents=True)
-    result = ExperimentResult(root=root, notes=notes)
     base = options or DeployOptions()
-    for mode, mspec in derived:
-        opts = DeployOptions(
-            runs_root=root,
-            ready_timeout_s=base.ready_timeout_s,
-            drain_s=base.drain_s,
-            master=base.master,
-            stack_state=base.stack_state,
-        )
+    with contextlib.ExitStack() as served:
+        exporter = None
+        if base.metrics_port is not None:
+            server = served.enter_context(serve_metrics(base.metrics_host, base.metrics_port))
+            exporter = server.exporter
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        root = (runs_root / f"{spec.name}-experiment-{stamp}").absolute()
+        suffix = 1
+        while root.exists():
+            suffix += 1
+            root = (runs_root / f"{spec.name}-experiment-{stamp}-{suffix}").absolute()
+        root.mkdir(parents=True)
+        result = ExperimentResult(root=root, notes=notes)
+        for mode, mspec in derived:
+            opts = DeployOptions(
+                runs_root=root,
+                ready_timeout_s=base.ready_timeout_s,
+                drain_s=base.drain_s,
+                master=base.master,
+                stack_state=base.stack_state,
+            )
 
-        def started(path: Path, mode: str = mode) -> None:
-            result.runs[mode] = path
-            if on_run_start is not None:
-                on_run_start(mode, path)
+            def started(path: Path, mode: str = mode) -> None:
+                result.runs[mode] = path
+                if on_run_start is not None:
+                    on_run_start(mode, path)
 
-        tick = None if on_tick is None else (lambda t, mode=mode: on_tick(mode, t))
-        try:
-            done = deploy(mspec, spec_path, opts, on_tick=tick, on_run_dir=started)
-        except StackError:
-            raise  # no later mode can run either
-        except ArflError as e:
-            result.failed[mode] = f"{type(e).__name__}: {e}"
+            tick = None if on_tick is None else (lambda t, mode=mode: on_tick(mode, t))
+            try:
+                done = deploy(
+                    mspec, spec_path, opts, on_tick=tick, on_run_dir=started, exporter=exporter
+                )
+            except StackError:
+                raise  # no later mode can run either
+            except ArflError as e:
+                result.failed[mode] = f"{type(e).__name__}: {e}"
+                if on_run_done is not None:
+                    on_run_done(mode, None, result.failed[mode])
+                continue
+            finally:
+                _write_index(result, spec, modes)
             if on_run_done is not None:
-                on_run_done(mode, None, result.failed[mode])
-            continue
-        finally:
-            _write_index(result, spec, modes)
-        if on_run_done is not None:
-            on_run_done(mode, done, None)
+                on_run_done(mode, done, None)
 
     labels: list[str] = []
     for mode in modes:
@@ -199,7 +211,7 @@ def run_experiment(
             labels.append(mode)
     if len(result.reports) >= 2:
         result.comparison = compare(result.reports, labels)
-        result.html = render_compare_html(result.comparison, root / "compare.html")
+        result.html = render_compare_html(result.comparison, result.root / "compare.html")
     _write_index(result, spec, modes)
     return result
 

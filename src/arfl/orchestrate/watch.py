@@ -54,6 +54,26 @@ QUIET_S = 3.0
 """The output must have been quiet this long before a caught-up run stops."""
 
 
+@dataclass(frozen=True)
+class FaultState:
+    """One fault injected so far, for the metrics endpoint's per-fault gauge."""
+
+    index: int
+    """1, 2, ... in the order of injection: the report's fault numbers."""
+    kind: str
+    replica: int | None
+    """The replica it hit (None: a fault aimed at no single replica)."""
+    injected_at: float
+    """Epoch seconds when the injection ended."""
+    reverted_at: float | None = None
+    """Epoch seconds when the revert ended (None: still active)."""
+
+    @property
+    def active(self) -> bool:
+        """Injected and not reverted yet."""
+        return self.reverted_at is None
+
+
 @dataclass
 class Tick:
     """What the live view shows: about twice a second while the run is watched, about once a
@@ -75,6 +95,15 @@ class Tick:
     watched: ``workload.warmup``, or about the automatic one; None before and after."""
     warmup_auto: bool = False
     """``warmup_s`` is the automatic warm-up's expected length (the report gives the real one)."""
+    statuses: dict[int, str] = field(default_factory=dict)
+    """Each replica's supervision status alone (``running``, ``restarting``, ``dead``, ...):
+    ``replicas`` adds the lag for the eye, the metrics endpoint needs the bare word."""
+    restarts: dict[int, int] = field(default_factory=dict)
+    """How often the supervisor restarted each replica."""
+    injected: list[FaultState] = field(default_factory=list)
+    """Every fault injected so far, active or reverted."""
+    merger_restarts: int = 0
+    """How often another merger took a dead one's place (the standby or a new merger)."""
 
 
 def drain_seconds(spec: Spec) -> float:
@@ -224,12 +253,16 @@ class Watcher:
         zookeeper: str | None = None,
         restart_merger: Callable[[], ManagedProcess] | None = None,
         keep_standby: Callable[[], str | None] | None = None,
+        fault_states: Callable[[], list[FaultState]] | None = None,
     ) -> None:
         self.ctx = ctx
         self.restart_merger = restart_merger
         self.keep_standby = keep_standby
+        self.fault_states = fault_states
         self._standby_text: str | None = None
         self._merger_deaths: list[float] = []
+        self.merger_restarts = 0
+        """Mergers restarted in all (``_merger_deaths`` keeps only the last minute's)."""
         self.kafka = kafka
         self.runner = runner
         self.merger = merger
@@ -364,6 +397,10 @@ class Watcher:
                         merger=self._merger_text(),
                         warmup_s=warmup_s,
                         warmup_auto=self.ctx.spec.workload.warmup is None,
+                        statuses={i: s.status for i, s in states.items()},
+                        restarts={i: s.restarts for i, s in states.items()},
+                        injected=self.fault_states() if self.fault_states is not None else [],
+                        merger_restarts=self.merger_restarts,
                     )
                 )
             if input_done_at is not None and self._drained(
@@ -416,6 +453,7 @@ class Watcher:
                 + f"); see {dead.log_path}:\n{dead.tail()}"
             )
         self.merger = self.restart_merger()
+        self.merger_restarts += 1
         self.ctx.journal.write(
             Event.MERGER_RESTARTED, pid=self.merger.pid, exit_code=dead.returncode
         )

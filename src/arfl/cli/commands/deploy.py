@@ -13,8 +13,10 @@ from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter, use_live
 from arfl.configs.load import load_spec
 from arfl.configs.spec import SUPPORTED_MASTERS, check_master
+from arfl.orchestrate.context import METRICS_HOST
 from arfl.orchestrate.deploy import DeployOptions
 from arfl.orchestrate.deploy import deploy as run_deploy
+from arfl.orchestrate.exporter import metrics_url
 from arfl.report.model import Report
 
 
@@ -51,6 +53,20 @@ MasterOpt = Annotated[
     ),
 ]
 """Options shared by ``deploy`` and ``experiment``."""
+MetricsPortOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        min=1,
+        max=65535,
+        help="Serve Prometheus metrics (latency histogram, rates, replicas, faults) on this "
+        "port at /metrics while the deployment runs (docs/metrics.md).",
+    ),
+]
+MetricsHostOpt = Annotated[
+    str,
+    typer.Option("--metrics-host", help="The address --metrics-port listens on."),
+]
 
 
 @app.command()
@@ -68,13 +84,25 @@ def deploy(
         float | None,
         typer.Option("--drain-s", help="Longest wait (s) for replicas to catch up."),
     ] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = METRICS_HOST,
 ) -> None:
     """Run SPEC end to end: stack, replicas, injector, merger, chaos; live percentiles."""
     spec = load_spec(spec_path)
-    options = DeployOptions(runs_root=runs_root, run_dir=run_dir, master=master, drain_s=drain)
+    options = DeployOptions(
+        runs_root=runs_root,
+        run_dir=run_dir,
+        master=master,
+        drain_s=drain,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+    )
 
     def announce(path: Path) -> None:
         err.print(f"run directory: [bold]{escape(str(path))}[/]", highlight=False, soft_wrap=True)
+        if metrics_port is not None:
+            url = metrics_url(metrics_host, metrics_port)
+            err.print(f"metrics: [bold]{escape(url)}[/]", highlight=False, soft_wrap=True)
 
     view = LiveView(console=out) if use_live(no_live, out) else PlainPrinter(console=out)
     with view:

@@ -9,12 +9,20 @@ import typer
 from rich.markup import escape
 
 from arfl.cli.app import app
-from arfl.cli.commands.deploy import MasterOpt, NoLiveOpt, SpecArg
+from arfl.cli.commands.deploy import (
+    MasterOpt,
+    MetricsHostOpt,
+    MetricsPortOpt,
+    NoLiveOpt,
+    SpecArg,
+)
 from arfl.cli.console import err, out
 from arfl.cli.live import LiveView, PlainPrinter, use_live
 from arfl.configs.load import load_spec
 from arfl.errors import ExitCode
+from arfl.orchestrate.context import METRICS_HOST
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, Tick
+from arfl.orchestrate.exporter import metrics_url
 from arfl.registry import mode_names
 
 
@@ -34,6 +42,8 @@ def experiment(
     ] = Path("runs"),
     no_live: NoLiveOpt = False,
     master: MasterOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = METRICS_HOST,
 ) -> None:
     """Run SPEC once per mode (same workload, seed and chaos), then compare the runs.
 
@@ -48,6 +58,9 @@ def experiment(
     live: list[LiveView] = []
 
     def on_start(mode: str, path: Path) -> None:
+        if metrics_port is not None and mode == mode_list[0]:
+            url = metrics_url(metrics_host, metrics_port)
+            err.print(f"metrics: [bold]{escape(url)}[/]", highlight=False, soft_wrap=True)
         err.print(
             f"[bold]{mode}[/]: run directory {escape(str(path))}", highlight=False, soft_wrap=True
         )
@@ -83,7 +96,9 @@ def experiment(
             mode_list,
             spec_path=spec_path,
             runs_root=runs_root,
-            options=DeployOptions(master=master),
+            options=DeployOptions(
+                master=master, metrics_port=metrics_port, metrics_host=metrics_host
+            ),
             on_run_start=on_start,
             on_tick=on_tick,
             on_run_done=on_done,
