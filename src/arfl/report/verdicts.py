@@ -62,10 +62,10 @@ Every figure is measured on the **user-visible output** (the merger's first copi
   that leaves empty seconds in the steady state itself does not fake or prevent a recovery.
   ``settle`` is at least twice the reference gap. Held to the whole phase's p99, one second's
   p99 is above it in many a fault-free second: a fault that changed nothing "recovered" after a
-  median of 2.6 s, up to 39.6 s, or never (11 of 111 null faults; docs/benchmarks.md, session
-  23). The output must stay good through the impact window: an effect that shows later than
-  ``settle`` after the injection (a survivor's batch boundary while the faulted replica is away)
-  is recovered from after it, not at the injection.
+  median of 2.6 s, up to 39.6 s, or never (11 of 111 null faults; docs/benchmarks.md, "Verdicts
+  held to the steady state at their own length"). The output must stay good through the impact
+  window: an effect that shows later than ``settle`` after the injection (a survivor's batch
+  boundary while the faulted replica is away) is recovered from after it, not at the injection.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ independent check's hop latencies both take it from :func:`resolve_warmup`.
 
 A first boundary can shake the output for seconds after it (a replica's first batch with data
 ends, on a host with no core to spare: 4 s of 1-s p99s at 200-355 ms against 13 ms after,
-docs/benchmarks.md, "Real outages called masked"), and a steady phase that starts inside that
-is no bar: a later kill's real stall looked as good as it. So the warm-up then goes on until
-the merged output settled, by MSER-5 (:func:`settled_at`), the truncation rule of simulation
-output analysis: cut the leading 5-s batches that minimise the remaining batch means' marginal
-standard error, at most :data:`SETTLE_MAX_BATCHES` of them.
+docs/benchmarks.md, "The automatic warm-up waits for the output to settle"), and a steady
+phase that starts inside that is no bar: a later kill's real stall looked as good as it. So
+the warm-up then goes on until the merged output settled, by MSER-5 (:func:`settled_at`), the
+truncation rule of simulation output analysis: cut the leading 5-s batches that minimise the
+remaining batch means' marginal standard error, at most :data:`SETTLE_MAX_BATCHES` of them.
 """
 
 from __future__ import annotations
