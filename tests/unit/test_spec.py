@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -64,7 +65,14 @@ def test_example_configs_validate() -> None:
     specs = sorted(root.glob("*.toml"))
     assert specs, "no example specs in configs/"
     for path in specs:
-        load_spec(path)
+        try:
+            load_spec(path)
+        except SpecError as e:
+            # Without root a spec with network faults (configs/network-faults.toml) is refused
+            # for this host, not for what it says: let only that problem through.
+            host_only = all("needs network namespaces" in p for p in e.problems)
+            if os.geteuid() == 0 or not e.problems or not host_only:
+                raise
     # configs/README.md names every example, and nothing that is not there.
     named = set(re.findall(r"^\| `([\w.-]+\.toml)` \|", (root / "README.md").read_text(), re.M))
     assert named == {p.name for p in specs}
