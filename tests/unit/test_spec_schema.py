@@ -149,6 +149,21 @@ def test_expressions_beyond_the_parser_are_not_errors_but_their_names_are_checke
     assert "t.toml: steps[0].filter: unknown columns 'qty', 'sku'" in p
 
 
+@pytest.mark.parametrize(
+    "cond",
+    [
+        "amount > 0 AND user IN ('u1', 'u2')",
+        "amount > 0 AND user LIKE 'u%'",
+        "amount > 0 AND user NOT IN ('u1')",
+        "amount > 0 AND amount BETWEEN 1 AND 5",
+        "amount > 0 AND user RLIKE '^u'",
+    ],
+)
+def test_in_like_and_between_after_and_are_beyond_the_parser_not_type_errors(cond: str) -> None:
+    # The string column before IN must not be taken for AND's operand.
+    parse_spec(_raw([{"filter": cond}]))
+
+
 def test_a_transform_stops_the_checking() -> None:
     steps = [{"transform": "mod:fn"}, {"filter": "nosuch > 1"}, _window("other")]
     parse_spec(_raw(steps))

@@ -139,6 +139,8 @@ _TOKEN = re.compile(
 )
 
 _KEYWORDS = frozenset({"and", "or", "not", "is", "null", "true", "false", "as"})
+_OUTSIDE_PREDICATES = frozenset({"in", "like", "ilike", "rlike", "regexp", "between"})
+"""Spark predicates outside the subset (:meth:`_Parser.parse_cmp`)."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,13 @@ class _Parser:
             return _compare(t.text, left, self.parse_add(), self)
         if t.kind == "op" and t.text in ("<=>", "||"):
             raise self.fail(f"operator {t.text!r} is outside the subset")
+        # Predicates the subset leaves out: said here, before AND or OR takes the bare operand
+        # before them for theirs (a string column is no boolean: a false type error).
+        word = t.text.lower() if t.kind in ("ident", "kw") else ""
+        if word == "not" and self.toks[self.i + 1].text.lower() in _OUTSIDE_PREDICATES:
+            word = self.toks[self.i + 1].text.lower()
+        if word in _OUTSIDE_PREDICATES:
+            raise self.fail(f"{word.upper()} is outside the subset")
         if self.accept("kw", "is"):
             negate = self.accept("kw", "not")
             if not self.accept("kw", "null"):
