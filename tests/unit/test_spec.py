@@ -531,3 +531,23 @@ def test_the_injector_and_merger_kafka_settings_default_and_convert() -> None:
     )
     assert spec.workload.linger_ms == 0.0
     assert spec.merger.fetch_wait_ms == 1 and spec.merger.linger_ms == 0.5
+
+
+def test_network_faults_with_an_external_stack_are_refused_at_validation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Deploy refuses them (the replicas' bridge holds arfl's own ZooKeeper and Kafka): validate
+    # says so first, at the fault's key.
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    raw = _with(
+        replication={"mode": "active", "replicas": 2},
+        stack={"kind": "external", "kafka": "kafka.example:9092", "zookeeper": "zk.example:2181"},
+        chaos=[{"at": "10s", "fault": "partition", "replica": 0, "duration": "5s"}],
+    )
+    problems = _problems(raw)
+    assert any(
+        p.startswith("t.toml: chaos[0].fault: partition needs stack.kind = 'embedded'")
+        for p in problems
+    ), problems
+    raw["stack"] = {"kind": "embedded"}
+    parse_spec(raw, "t.toml")

@@ -407,10 +407,23 @@ def network_privilege_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     chaos = raw.get("chaos") if isinstance(raw.get("chaos"), list) else []
     assert isinstance(chaos, list)
 
+    stack = raw.get("stack") if isinstance(raw.get("stack"), dict) else {}
+    spark = raw.get("spark") if isinstance(raw.get("spark"), dict) else {}
+    assert isinstance(stack, dict) and isinstance(spark, dict)
+    external = stack.get("kind") == "external" and spark.get("target", "local") != "docker"
     out = []
     for i, c in enumerate(chaos):
         fault = str(c.get("fault")) if isinstance(c, dict) else ""
         kind = FAULTS.info(fault) if fault in FAULTS else None
+        if kind and kind.network and external:
+            out.append(
+                (
+                    f"chaos[{i}].fault",
+                    f"{fault} needs stack.kind = 'embedded': arfl starts ZooKeeper and Kafka on "
+                    "the replicas' bridge, where an external stack is out of reach; use the "
+                    "embedded stack or remove the fault",
+                )
+            )
         if kind and kind.network and os.geteuid() != 0:
             out.append(
                 (
