@@ -16,7 +16,14 @@ from arfl.measure.frontier import read_frontier
 from arfl.measure.histogram import read_latency_log
 from arfl.measure.merger import core, kafka, process
 from arfl.measure.merger.config import MergerConfig
-from arfl.measure.merger.core import DedupState, GapTracker, InputWindow, MergeCore, Outcome
+from arfl.measure.merger.core import (
+    DedupState,
+    GapTracker,
+    InputWindow,
+    MergeCore,
+    Outcome,
+    ReplicaCounters,
+)
 from arfl.measure.merger.process import Merger
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl
@@ -891,3 +898,11 @@ def test_committed_positions_are_asked_again_while_the_coordinator_comes_up() ->
 
     with pytest.raises(DeployError, match="committed positions not readable"):
         recovery.committed(Down(), [("t", 0)], timeout_s=1)
+
+
+def test_a_replica_lag_is_never_negative_when_a_tick_is_written_late() -> None:
+    # After a take-over a merger writes its first tick for a second already past, and the
+    # replica's newest result is newer than that second's end: it is not behind, by 0 ms.
+    rc = ReplicaCounters(received=1, last_src_ts=1_000_500)
+    assert rc.snapshot(1_000.0)["lag_ms"] == 0.0
+    assert rc.snapshot(1_002.0)["lag_ms"] == pytest.approx(1_500)

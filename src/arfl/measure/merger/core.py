@@ -360,7 +360,12 @@ class ReplicaCounters:
 
     def snapshot(self, now_s: float, trail_s: float | None = None) -> dict[str, Any]:
         """The ``replicas`` entry of a monitor line (``trail_s``: :meth:`DedupState.trail_s`)."""
-        lag = None if self.last_src_ts is None else round(now_s * 1000 - self.last_src_ts, 3)
+        # A tick written late (the first after a take-over) can end before the newest result.
+        lag = (
+            None
+            if self.last_src_ts is None
+            else round(max(0.0, now_s * 1000 - self.last_src_ts), 3)
+        )
         return {
             "received": self.received,
             "wins": self.wins,
