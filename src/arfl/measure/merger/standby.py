@@ -39,7 +39,7 @@ from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import MergeCore, Outcome
 from arfl.measure.merger.recovery import SinkRecord, Taken
 from arfl.processes import await_exit, same_process, wait_until
-from arfl.run.records import BadRecord, parse_result
+from arfl.run.records import BadRecord, Result, parse_result
 
 LIVENESS_S = 0.02
 """How often the standby checks that the serving merger pays what it owes (its exit is seen
@@ -376,16 +376,17 @@ class Follower:
         if self._serving_seen is None and ts >= self._started_ms:
             self._serving_seen = time.time()
         self._next[msg.partition()] = msg.offset() + 1
-        if self._fresh_rids and msg.headers() is None:  # one this merger forwarded at once
-            with contextlib.suppress(BadRecord):
-                if parse_result(value).rid in self._fresh_rids:
-                    return
-        self.tail.append(SinkRecord(msg.partition(), value, ts, recovery.sequence(msg.headers())))
+        try:
+            r: Result | None = parse_result(value)
+        except BadRecord:
+            r = None
+        headers = msg.headers()
+        if r is not None and headers is None and r.rid in self._fresh_rids:
+            return  # one this merger forwarded at once: not the dead merger's, not owed
+        self.tail.append(SinkRecord(msg.partition(), value, ts, recovery.sequence(headers)))
         while self.tail and self.tail[0].timestamp_ms < ts - recovery.LOOKBACK_S * 1000:
             self.tail.popleft()
-        try:
-            r = parse_result(value)
-        except BadRecord:
+        if r is None:
             return
         if self.owed.pop(r.rid, None) is None:
             self.core.dedup.remember(r.rid, r.hash, time.time(), msg.partition())
