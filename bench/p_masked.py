@@ -1,23 +1,24 @@
 """P(masked): how often a fault is masked when it falls at a moment nobody chose.
 
     .venv/bin/python bench/p_masked.py [--spec F.toml] [--faults kill-replica,kill-executor]
-        [--placements 10] [--from 70s] [--to 100s] [--seed N] [--runs DIR] [--out F]
+        [--placements 10] [--from 95s] [--to 155s] [--seed N] [--runs DIR] [--out F]
 
 Each fault kind is injected once per run, on replica 0, at ``--placements`` moments spread
 uniformly over ``[--from, --to]`` of the input: the span is cut into that many equal strata and
 each run draws its moment uniformly inside its own (``--seed``, by default the clock: the
 moments are not chosen, and the seed is printed to repeat them). Kinds alternate run by run,
 so drift on the host falls on every kind alike. The default span is one real-time interval
-(30 s), so every phase of a fault against the survivor's batch boundaries is drawn, and it
-starts 40 s after the warm-up: the verdict holds a fault's window to the steady state before
-it, and a shorter steady state calls a fault that changed nothing "not masked" more often
-(``bench/null_faults.py``, docs/benchmarks.md).
+(60 s, what arfl sets for a stateless pipeline), so every phase of a fault against the
+survivor's batch boundaries is drawn, and it starts ~30 s after the automatic warm-up (~65 s):
+the verdict holds a fault's window to the steady state before it, and a shorter steady state
+calls a fault that changed nothing "not masked" more often (``bench/null_faults.py``,
+docs/benchmarks.md).
 
 The spec (``--spec``) is a user's; without one, the one the README teaches with the defaults:
 per-record (filter + select), ``mode = "active"``, 2 replicas, ``trigger = "realtime"``, 2
-partitions, 1,000 ev/s for 140 s, a 30-s warm-up, nothing else set (arfl then sets a standby
-and a 30-s interval itself: :mod:`arfl.configs.masking`). Its own ``[[chaos]]`` entries are
-replaced, and ``after_boundary`` is never set.
+partitions, 1,000 ev/s for 170 s, nothing else set (arfl then sets a standby, a 60-s interval
+and the warm-up itself: :mod:`arfl.configs.masking`, :mod:`arfl.run.steady`). Its own
+``[[chaos]]`` entries are replaced, and ``after_boundary`` is never set.
 
 Per run, from the report (:mod:`arfl.report.verdicts`): the outcome (masked, not masked, no
 effect, unjudged, unknown), the impact window's p99 against what it was held to, its length and
@@ -58,7 +59,7 @@ DEFAULT_SPEC: dict[str, Any] = {
     "sink": {"topic": "pm-out"},
     "replication": {"mode": "active", "replicas": 2, "trigger": "realtime"},
     "spark": {"master": "local-cluster[1,2,1024]"},
-    "workload": {"rate": 1000, "duration": "140s", "keys": 100, "warmup": "30s"},
+    "workload": {"rate": 1000, "duration": "170s", "keys": 100},
 }
 
 
@@ -147,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", type=Path, help="a spec file (default: the README's defaults)")
     ap.add_argument("--faults", default="kill-replica,kill-executor")
     ap.add_argument("--placements", type=int, default=10)
-    ap.add_argument("--from", dest="start", default="70s", help="earliest moment (input time)")
-    ap.add_argument("--to", dest="end", default="100s", help="latest moment (input time)")
+    ap.add_argument("--from", dest="start", default="95s", help="earliest moment (input time)")
+    ap.add_argument("--to", dest="end", default="155s", help="latest moment (input time)")
     ap.add_argument("--seed", type=int, default=None, help="default: the clock")
     ap.add_argument("--runs", type=Path, default=Path("runs/bench/p_masked"))
     ap.add_argument("--out", type=Path, default=Path("runs/bench/p_masked.json"))

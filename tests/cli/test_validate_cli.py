@@ -232,7 +232,7 @@ def test_a_spec_that_asks_for_masking_it_will_likely_not_get_is_told_what_to_set
     captured = capsys.readouterr()
     chosen = [line for line in captured.out.splitlines() if "arfl sets" in line]
     assert len(chosen) == 2, captured.out
-    assert "replication.trigger_interval = '30s'" in chosen[0]
+    assert "replication.trigger_interval = '60s'" in chosen[0]
     assert "replication.standby = 1" in chosen[1]
     err = [line for line in captured.err.splitlines() if "will likely not mask" in line]
     assert len(err) == 1 and "workload.rate 1,500 ev/s x 2 replicas" in err[0], err
@@ -248,21 +248,21 @@ def test_a_spec_that_asks_for_masking_it_will_likely_not_get_is_told_what_to_set
     err = [line for line in captured.err.splitlines() if "will likely not mask" in line]
     assert len(err) == 2, err
     assert "set replication.standby = 1" in err[0]
-    assert 'set trigger_interval = "30s"' in err[1]
+    assert 'set trigger_interval = "60s"' in err[1]
 
 
 def test_a_fault_in_the_automatic_warmup_is_a_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The README's keys only: an active real-time spec (arfl's 30-s interval), warmup unset,
-    # a kill at 20 s: the steady state starts after the replicas' first boundaries, ~33 s.
+    # The README's keys only: an active real-time spec (arfl's 60-s interval), warmup unset,
+    # a kill at 20 s: the steady state starts after the replicas' first boundaries, ~63 s.
     text = (ROOT / "configs" / "clicks.toml").read_text()
     keep = ('trigger_interval = "30s"', "standby = 1", 'after_boundary = "5s"', "warmup =")
     text = "\n".join(x for x in text.splitlines() if not x.startswith(keep))
     spec = tmp_path / "early.toml"
-    spec.write_text(text.replace('at = "85s"', 'at = "20s"'))
+    spec.write_text(text.replace('at = "115s"', 'at = "20s"'))
     assert main(["validate", str(spec)]) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if "in the warm-up" in line]
     assert len(err) == 1, err
     assert "chaos[0] (kill-replica at 20s) comes in the warm-up" in err[0]
-    assert "about 33 s here" in err[0] and "set at >= 33s" in err[0]
+    assert "about 63 s here" in err[0] and "set at >= 63s" in err[0]

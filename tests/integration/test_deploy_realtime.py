@@ -408,7 +408,7 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
         chaos=[{"at": "20s", "fault": "kill-replica", "replica": 1}],
         report={"tolerance": 2.0},
     )
-    assert spec.replication.standby == 1 and spec.replication.trigger_interval == 30.0
+    assert spec.replication.standby == 1 and spec.replication.trigger_interval == 60.0
     assert len(spec.chosen_defaults) == 2
     result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
     run = result.run_dir

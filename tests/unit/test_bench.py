@@ -401,7 +401,7 @@ def test_p_masked_runs_a_users_spec_file_with_its_faults_replaced() -> None:
         ("kill-executor", 77.5, None)
     ]
     assert spec.name == "clicks-kill-executor-3" and spec.workload.rate == 1000
-    assert spec.replication.standby == 1 and spec.replication.trigger_interval == 30.0
+    assert spec.replication.standby == 1 and spec.replication.trigger_interval == 60.0
 
 
 def test_real_outages_places_real_outages_whose_windows_close() -> None:

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from arfl.configs.load import parse_spec, saved_spec
-from arfl.configs.masking import MASKING_INTERVAL_S, chosen_defaults
+from arfl.configs.masking import MASKING_INTERVAL_S, STATELESS_INTERVAL_S, chosen_defaults
+
+WINDOW = {"window": {"size": "2s", "key": "user", "agg": {"n": "count(*)"}}}
 
 
 def _raw(**replication: Any) -> dict[str, Any]:
@@ -24,13 +26,38 @@ def _raw(**replication: Any) -> dict[str, Any]:
 def test_an_active_realtime_spec_without_the_keys_gets_a_standby_and_a_long_interval() -> None:
     spec = parse_spec(_raw())
     assert spec.replication.standby == 1
-    assert spec.replication.trigger_interval == MASKING_INTERVAL_S
+    assert spec.replication.trigger_interval == STATELESS_INTERVAL_S
     keys = [c.key for c in spec.chosen_defaults]
     assert keys == ["replication.trigger_interval", "replication.standby"]
     # The resolved spec (the run directory's spec.json) carries them: a replica reading it back
     # runs with the same values.
     again = saved_spec(spec.model_dump(mode="json", by_alias=True))
-    assert again.replication.standby == 1 and again.replication.trigger_interval == 30.0
+    assert again.replication.standby == 1 and again.replication.trigger_interval == 60.0
+
+
+@pytest.mark.parametrize(
+    ("change", "interval"),
+    [
+        ({}, STATELESS_INTERVAL_S),
+        ({"resume": "output"}, STATELESS_INTERVAL_S),
+        # It replays from its own checkpoint: a longer interval lengthens the replay.
+        ({"resume": "checkpoint"}, MASKING_INTERVAL_S),
+        # A window keeps state and replays from a peer's checkpoint.
+        ({"steps": [WINDOW]}, MASKING_INTERVAL_S),
+        ({"steps": [{"filter": "amount > 10"}, WINDOW]},
+         MASKING_INTERVAL_S),
+    ],
+)  # fmt: skip
+def test_a_stateless_pipeline_gets_the_longer_interval(
+    change: dict[str, Any], interval: float
+) -> None:
+    raw = _raw(**{k: v for k, v in change.items() if k != "steps"})
+    if "steps" in change:
+        raw["steps"] = change["steps"]
+        raw["source"]["event_time"] = "ts"
+    spec = parse_spec(raw)
+    assert spec.replication.trigger_interval == interval
+    assert spec.resumes_from_output == (interval == STATELESS_INTERVAL_S)
 
 
 def test_what_the_user_wrote_is_kept() -> None:

@@ -10,10 +10,11 @@ spec, the run directory's ``spec.json`` included, sees the same values):
 * ``replication.standby = 1``: a warm spare driver takes a killed replica's place in seconds
   instead of a new Spark application's 20-40 s. Only where a standby can run (a local master,
   not the docker target, restarts on, no network fault).
-* ``replication.trigger_interval = "30s"``: a survivor's boundary then comes every 30 s instead
-  of every 5 s. A stateless pipeline resumes at the output frontier and replays nothing, so the
-  longer interval costs it nothing; a windowed one replays at most interval / R from a peer's
-  checkpoint.
+* ``replication.trigger_interval``: a survivor's boundary then comes every 60 s (a stateless
+  pipeline) or 30 s (any other) instead of every 5 s. A stateless pipeline resumes at the output
+  frontier and replays nothing, so the longer interval costs it nothing and leaves fewer
+  boundaries for a catch-up to meet; a windowed one replays at most interval / R from a peer's
+  checkpoint, so its interval is the one its kills were measured masked at.
 
 P(masked) with and without them: docs/benchmarks.md, "P(masked)".
 """
@@ -35,9 +36,13 @@ MASKING_RATE_PER_CORE = 500
 100 ms on a 2-core host (1,000 ev/s; 2,500 saturated it: docs/benchmarks.md, "The replicas'
 sink batches for 5 ms"): above it a fault's extra work has no CPU to run on."""
 MASKING_INTERVAL_S = 30.0
-"""The real-time interval arfl chooses for a coordination-free replica set: a survivor's
-boundary (~0.3-1.4 s of stall) then rarely falls inside a newcomer's catch-up
-(docs/benchmarks.md, "P(masked)")."""
+"""The real-time interval arfl chooses for a coordination-free replica set that keeps state, and
+the shortest it does not warn about: a survivor's boundary (~0.3-1.4 s of stall) then rarely
+falls inside a newcomer's catch-up (docs/benchmarks.md, "P(masked)")."""
+STATELESS_INTERVAL_S = 60.0
+"""The real-time interval arfl chooses for a stateless one that resumes at the output frontier:
+nothing is replayed, so only the share of each interval where a catch-up meets the survivor's
+boundary counts, and it halves against 30 s (docs/benchmarks.md, "P(masked)")."""
 
 
 @dataclass(frozen=True)
@@ -64,13 +69,12 @@ def chosen_defaults(raw: dict[str, Any]) -> list[Chosen]:
         return []
     out: list[Chosen] = []
     if "trigger_interval" not in repl:
-        out.append(
-            Chosen(
-                "replication.trigger_interval",
-                f"{MASKING_INTERVAL_S:g}s",
-                "a survivor's batch boundary rarely falls inside a killed replica's catch-up",
-            )
-        )
+        stateless = _resumes_from_output(raw)
+        interval = STATELESS_INTERVAL_S if stateless else MASKING_INTERVAL_S
+        why = "a survivor's batch boundary rarely falls inside a killed replica's catch-up"
+        if stateless:
+            why += "; a stateless pipeline resumes at the output frontier and replays nothing"
+        out.append(Chosen("replication.trigger_interval", f"{interval:g}s", why))
     if "standby" not in repl and _standby_allowed(raw):
         out.append(
             Chosen(
@@ -92,6 +96,18 @@ def with_chosen_defaults(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Chos
     for c in chosen:
         repl[c.key.split(".", 1)[1]] = c.value
     return {**raw, "replication": repl}, chosen
+
+
+def _resumes_from_output(raw: dict[str, Any]) -> bool:
+    """The raw spec's replicas resume at the output frontier (what
+    :attr:`arfl.configs.spec.Spec.resumes_from_output` says of a parsed one): every step a
+    filter or a select, and ``resume`` left out or ``auto``/``output``."""
+    steps = raw.get("steps")
+    if not isinstance(steps, list) or not steps:
+        return False
+    if raw["replication"].get("resume", "auto") not in ("auto", "output"):
+        return False
+    return all(isinstance(s, dict) and set(s) <= {"filter", "select"} and s for s in steps)
 
 
 def _standby_allowed(raw: dict[str, Any]) -> bool:
@@ -121,11 +137,12 @@ def masking_problems(spec: Spec, cores: int) -> list[str]:
         )
     interval = rep.trigger_interval or RTM_MIN_BATCH_S
     if interval < MASKING_INTERVAL_S and not spec.has_window:
+        chosen = STATELESS_INTERVAL_S if spec.resumes_from_output else MASKING_INTERVAL_S
         out.append(
             f"replication.trigger_interval {format_duration(interval)}: a survivor's boundary "
             "comes that often and falls inside a newcomer's catch-up (1.5-4 s) most of the "
             "time; a stateless pipeline resumes at the output frontier and replays nothing, so "
-            f'set trigger_interval = "{MASKING_INTERVAL_S:g}s" (or leave it out: arfl sets it)'
+            f'set trigger_interval = "{chosen:g}s" (or leave it out: arfl sets it)'
         )
     limit = MASKING_RATE_PER_CORE * cores
     if spec.workload.rate * rep.replicas > limit * 2:

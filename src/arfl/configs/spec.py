@@ -23,7 +23,7 @@ from pydantic import (
 from arfl.configs.chaos import Chaos
 from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
 from arfl.configs.kafka_options import KafkaOptions, keeps_partition_order
-from arfl.configs.masking import MASKING_INTERVAL_S
+from arfl.configs.masking import MASKING_INTERVAL_S, STATELESS_INTERVAL_S
 from arfl.configs.realtime import RTM_MIN_BATCH_S
 from arfl.configs.replay import Replay
 from arfl.configs.workload import LingerDuration, Workload
@@ -339,7 +339,8 @@ class Replication(_Model):
         description="micro-batch: how often a batch starts (0s: as soon as the last ends); "
         "real-time: how often a long batch ends and checkpoints (0s: "
         f"{format_duration(RTM_MIN_BATCH_S)}, Spark's minimum); mode active on real-time "
-        f"without it: {format_duration(MASKING_INTERVAL_S)}.",
+        f"without it: {format_duration(STATELESS_INTERVAL_S)} for a filter/select pipeline, "
+        f"else {format_duration(MASKING_INTERVAL_S)}.",
         json_schema_extra={"constraint": f"real-time: 0s or >= {format_duration(RTM_MIN_BATCH_S)}"},
     )
     stagger: bool = Field(
