@@ -21,7 +21,12 @@ from arfl.replica.modes.base import (
     get_mode,
     kafka_options,
 )
-from arfl.replica.standby import Ahead, build_ahead
+from arfl.replica.standby import (
+    KAFKA_SOURCE_LOG_HEADER,
+    Ahead,
+    build_ahead,
+    seed_initial_offsets,
+)
 
 START = json.dumps({"in": {"0": 0, "1": 0}})
 
@@ -41,13 +46,13 @@ def _spec(mode: str = "active", **conf: Any) -> Spec:
     return parse_spec(raw, "ahead.toml")
 
 
-def _cfg(spec: Spec, replica: int, **options: str) -> DriverConfig:
+def _cfg(spec: Spec, replica: int, ckpt: str | None = None, **options: str) -> DriverConfig:
     return DriverConfig(
         spec=spec.model_dump(mode="json", by_alias=True),
         replica=replica,
         bootstrap="127.0.0.1:9",
         output_topic=f"out.r{replica}",
-        checkpoint_dir=f"/tmp/ck{replica}",
+        checkpoint_dir=ckpt or f"/tmp/ck{replica}",
         progress_file="/tmp/p",
         app_id_file="/tmp/a",
         master=spec.spark.master,
@@ -117,7 +122,7 @@ class _Mode:
 
 
 def test_a_take_over_uses_the_pipeline_built_for_its_replica_only_from_the_same_source(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(
         "arfl.replica.standby.pipeline", lambda raw, spec, r: ("pipeline", r, raw[2])
@@ -131,15 +136,53 @@ def test_a_take_over_uses_the_pipeline_built_for_its_replica_only_from_the_same_
     took = _cfg(spec, 1, **{PEER_PROGRESS: "[]"})
     got = ahead.pipeline(took, mode, spec)  # type: ignore[arg-type]
     assert got is not None and got[:2] == ("pipeline", 1)
-    # at the output frontier: offsets of its own, built anew
-    frontier = _cfg(spec, 1, **{STARTING_OFFSETS: json.dumps({"in": {"0": 5, "1": 5}})})
-    assert ahead.pipeline(frontier, mode, spec) is None  # type: ignore[arg-type]
+    # at the output frontier: offsets of its own, written where the Kafka source reads a new
+    # query's first offsets; the pipeline built ahead serves it
+    fresh = tmp_path / "replica-1.1"
+    moved = json.dumps({"in": {"0": 5, "1": 7}})
+    frontier = _cfg(spec, 1, str(fresh), **{STARTING_OFFSETS: moved})
+    got = ahead.pipeline(frontier, mode, spec)  # type: ignore[arg-type]
+    assert got is not None and got[:2] == ("pipeline", 1)
+    written = (fresh / "sources" / "0" / "0").read_bytes()
+    assert written.startswith(KAFKA_SOURCE_LOG_HEADER)
+    assert json.loads(written[len(KAFKA_SOURCE_LOG_HEADER) :]) == json.loads(moved)
+    # ... but not when its source differs in more than its offsets
+    other = _cfg(spec, 1, str(tmp_path / "o"), **{STARTING_OFFSETS: moved, "kafka.x": "1"})
+    assert ahead.pipeline(other, mode, spec) is None  # type: ignore[arg-type]
+    assert not (tmp_path / "o").exists()
     # another spec, or a replica it did not build for (a mode whose source is not only its
     # options builds nothing)
     assert Ahead(spec={"x": 1}, pipelines=ahead.pipelines).pipeline(took, mode, spec) is None  # type: ignore[arg-type]
     assert ahead.pipeline(_cfg(spec, 2), mode, spec) is None  # type: ignore[arg-type]
     leader = _spec("active-leader")
     assert build_ahead(None, leader, get_mode("active-leader"), _cfg(leader, 0), _never()) is None
+
+
+@pytest.mark.parametrize(
+    ("offsets", "state", "seeded"),
+    [
+        ({"in": {"0": 5, "1": 0}}, None, True),
+        # Spark resolves "earliest" (-2) and "latest" (-1) markers itself
+        ({"in": {"0": -2, "1": 4}}, None, False),
+        ({"in": {}}, None, False),
+        ("earliest", None, False),
+        # not a new query: Spark reads its own logs, and a seed would be ignored or wrong
+        ({"in": {"0": 5, "1": 0}}, "offsets/0", False),
+        ({"in": {"0": 5, "1": 0}}, "sources/0/0", False),
+    ],
+)
+def test_only_explicit_offsets_on_a_fresh_checkpoint_are_seeded(
+    tmp_path: Path, offsets: Any, state: str | None, seeded: bool
+) -> None:
+    if state is not None:
+        (tmp_path / state).parent.mkdir(parents=True)
+        (tmp_path / state).write_text("x")
+    text = offsets if isinstance(offsets, str) else json.dumps(offsets)
+    assert seed_initial_offsets(tmp_path, text) is seeded
+    log = tmp_path / "sources" / "0" / "0"
+    assert log.exists() == (seeded or state == "sources/0/0")
+    if state == "sources/0/0":
+        assert log.read_text() == "x"
 
 
 def test_a_pipeline_that_cannot_be_built_ahead_is_left_to_the_take_over(

@@ -8,6 +8,7 @@ there the :class:`~arfl.replica.app.DriverConfig` of a replica whose driver died
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import threading
 import time
@@ -30,6 +31,7 @@ from arfl.replica.app import (
     warm_up_logged,
 )
 from arfl.replica.modes.base import (
+    STARTING_OFFSETS,
     ReplicaContext,
     ReplicationMode,
     get_mode,
@@ -225,20 +227,69 @@ def await_assignment(path: Path, stop: threading.Event) -> DriverConfig | None:
 class Ahead:
     """Each replica's pipeline (source, steps, output shape; no sink, no checkpoint) that a
     standby built while it waited, by replica index, with its source's key
-    (:meth:`ReplicationMode.source_key`) and the spec it was built from."""
+    (:meth:`ReplicationMode.source_key`), the spec it was built from and the start offsets its
+    source was given (``STARTING_OFFSETS``, None: none)."""
 
     spec: dict[str, Any]
     pipelines: dict[int, tuple[str, Any]]
+    offsets: str | None = None
 
     def pipeline(self, cfg: DriverConfig, mode: ReplicationMode, spec: Spec) -> Any | None:
         """The pipeline built for ``cfg``'s replica when its spec and source are the same as
-        the assignment's (a take-over resuming from a checkpoint); None otherwise (one at the
-        output frontier starts from offsets of its own)."""
+        the assignment's: a take-over resuming from a checkpoint, or one at the output frontier
+        whose source differs only in its start offsets, which are then written where Spark's
+        Kafka source looks for a new query's first offsets (:func:`seed_initial_offsets`);
+        None otherwise (the take-over builds it)."""
         have = self.pipelines.get(cfg.replica)
         if have is None or cfg.spec != self.spec:
             return None
         key, built = have
-        return built if key == mode.source_key(spec, replica_context(cfg)) else None
+        ctx = replica_context(cfg)
+        if key == mode.source_key(spec, ctx):
+            return built
+        wanted = ctx.options.get(STARTING_OFFSETS)
+        if wanted is None or self.offsets is None:
+            return None
+        as_built = replace(ctx, options={**ctx.options, STARTING_OFFSETS: self.offsets})
+        if key != mode.source_key(spec, as_built):
+            return None
+        return built if seed_initial_offsets(Path(ctx.checkpoint_dir), wanted) else None
+
+
+KAFKA_SOURCE_LOG = Path("sources") / "0"
+"""Where Spark's Kafka source (``KafkaMicroBatchStream``, micro-batch and real-time) keeps a
+query's first offsets: batch 0 of an ``HDFSMetadataLog`` under the checkpoint. A new query reads
+them from there if present and resolves ``startingOffsets`` only otherwise."""
+KAFKA_SOURCE_LOG_HEADER = b"\x00v1\n"
+"""``KafkaSourceInitialOffsetWriter``'s framing: a zero byte, its version line, then the
+offsets' JSON (``{"topic": {"0": offset, ...}}``)."""
+
+
+def seed_initial_offsets(checkpoint: Path, starting_offsets: str) -> bool:
+    """Make a new query on ``checkpoint`` (a fresh one: no offsets log, no source log) start
+    its Kafka source at ``starting_offsets`` whatever the source's own option says, so that a
+    pipeline built ahead from other offsets serves a take-over at the output frontier. Only
+    explicit offsets (every one >= 0: ``earliest``/``latest`` markers are resolved by Spark);
+    False, with nothing written, when they are not or the checkpoint is not fresh."""
+    try:
+        offsets = json.loads(starting_offsets)
+    except ValueError:
+        return False
+    explicit = isinstance(offsets, dict) and all(
+        isinstance(parts, dict)
+        and parts
+        and all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in parts.values())
+        for parts in offsets.values()
+    )
+    log_file = checkpoint / KAFKA_SOURCE_LOG / "0"
+    if not explicit or not offsets or log_file.exists() or any((checkpoint / "offsets").glob("*")):
+        return False
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = log_file.with_name(".0.arfl.tmp")
+    tmp.write_bytes(KAFKA_SOURCE_LOG_HEADER + json.dumps(offsets, sort_keys=True).encode())
+    tmp.replace(log_file)
+    log(f"take-over: the query's first offsets written to {log_file}: {starting_offsets}")
+    return True
 
 
 def build_ahead(
@@ -269,7 +320,7 @@ def build_ahead(
         f"built the pipeline ahead for replicas 0-{spec.replication.replicas - 1} in "
         f"{time.time() - t0:.2f}s"
     )
-    return Ahead(spec=cfg.spec, pipelines=pipelines)
+    return Ahead(spec=cfg.spec, pipelines=pipelines, offsets=base.options.get(STARTING_OFFSETS))
 
 
 def run_standby(
