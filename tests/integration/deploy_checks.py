@@ -82,7 +82,8 @@ def realtime_spec(
     """Filter per record, active R=2 on Spark's real-time mode, 300 events/s over 2 partitions
     (one task slot each: ``local-cluster[1,2,1024]``), an interval of ``interval_s`` and no
     standby; ``interval_s = None`` writes neither key, so arfl sets its masking defaults (a
-    standby, a 30-s interval: ``configs/masking``). Sections in ``extra`` merge in."""
+    standby, a 60-s interval for this stateless pipeline: ``configs/masking``). Sections in
+    ``extra`` merge in."""
     keys: dict[str, Any] = {}
     if interval_s is not None:
         keys = {"trigger_interval": f"{interval_s:g}s", "standby": 0}
