@@ -2,7 +2,7 @@
 (configs/clicks.toml), its fault replaced by a ``kill-merger``, ``[merger] standby`` 0 and 1
 alternating in one invocation.
 
-    .venv/bin/python bench/merger_takeover.py [--rounds 2] [--at 85s] [--runs /tmp/takeover]
+    .venv/bin/python bench/merger_takeover.py [--rounds 2] [--at 115s] [--runs /tmp/takeover]
                                               [--standby 0,1] [--out takeover.json]
 
 ``--standby fence,1`` compares a standby that forwards nothing before its fence ends
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the variants, alternating, and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--at", default="85s", help="when the merger is killed (from input start)")
+    ap.add_argument("--at", default="115s", help="when the merger is killed (from input start)")
     ap.add_argument("--runs", type=Path, default=Path("/tmp/takeover"))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument(

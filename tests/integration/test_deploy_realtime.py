@@ -392,19 +392,20 @@ def test_pause_slow_partition_show_their_effect_and_revert(
 
 def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_path: Path) -> None:
     """The spec writes neither ``standby`` nor ``trigger_interval``: arfl sets a standby and a
-    30-s interval (``configs/masking``). A spare driver (session up, executors warmed, niced)
+    60-s interval (``configs/masking``). A spare driver (session up, executors warmed, niced)
     waits; deploy starts the load once it is ready; the killed replica's place goes to it, which
     runs the replica's query without a new Spark application, from the output frontier (a
     stateless pipeline: no replay of what the survivor delivered), and the report judges the
     kill masked: the killed driver died, and the output was as good as in the steady state.
-    The kill falls at a moment taken from the clock, anywhere from 12 to 24 s of the input:
+    The kill falls at a moment taken from the clock, anywhere from 16 to 22 s of the input
+    (at least 5 s of steady state after the 8-s warm-up, the verdict's minimum):
     before the survivor's first boundary (~30 s of the input at the 60-s interval, the stagger
     putting replica 1's at ~60 s) by more than a catch-up (1.3-3 s), where a take-over at the
     output frontier is masked (the last seconds before a survivor's boundary are P(masked)'s
     to measure: bench/p_masked.py). Held to 2 x the steady state (``report.tolerance``): a
     take-over's load moved the window's p99 by 1.1-1.3 x on this host, a survivor's stall or
     an outage by 10 x and more."""
-    at = round(12.0 + time.time() % 12.0, 1)
+    at = round(16.0 + time.time() % 6.0, 1)
     print(f"kill-replica at {at}s of the input (from the clock)")
     spec = realtime_spec(
         "rtm-standby",
@@ -446,9 +447,9 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     log = (run / "logs" / "standby-0.log").read_text()
     assert log.index("takes over replica 1") < log.index("query started"), log
     # It built each replica's pipeline ahead, and the take-over at the output frontier used
-    # it: its offsets went into the new checkpoint's source log, where Spark's Kafka source
-    # takes a new query's first offsets from (the frontier checks below show it read nothing
-    # below them).
+    # it (built anew, it cost 0.3-0.6 s of the catch-up): its offsets went into the new
+    # checkpoint's source log, where Spark's Kafka source takes a new query's first offsets
+    # from (the frontier checks above show it read nothing below them).
     assert log.count("built the pipeline ahead for replicas 0-1 in") == 1, log
     assert "take-over: pipeline built ahead, sink added in" in log, log
     assert "take-over: the query's first offsets written to" in log, log

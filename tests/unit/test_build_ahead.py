@@ -146,10 +146,24 @@ def test_a_take_over_uses_the_pipeline_built_for_its_replica_only_from_the_same_
     written = (fresh / "sources" / "0" / "0").read_bytes()
     assert written.startswith(KAFKA_SOURCE_LOG_HEADER)
     assert json.loads(written[len(KAFKA_SOURCE_LOG_HEADER) :]) == json.loads(moved)
-    # ... but not when its source differs in more than its offsets
+    # ... but not when its source differs in more than its offsets, names other partitions,
+    # or its checkpoint is not a new query's
     other = _cfg(spec, 1, str(tmp_path / "o"), **{STARTING_OFFSETS: moved, "kafka.x": "1"})
     assert ahead.pipeline(other, mode, spec) is None  # type: ignore[arg-type]
+    fewer = _cfg(spec, 1, str(tmp_path / "o"), **{STARTING_OFFSETS: '{"in": {"0": 5}}'})
+    assert ahead.pipeline(fewer, mode, spec) is None  # type: ignore[arg-type]
     assert not (tmp_path / "o").exists()
+    (tmp_path / "old" / "offsets").mkdir(parents=True)
+    (tmp_path / "old" / "offsets" / "0").write_text("v1")
+    old = _cfg(spec, 1, str(tmp_path / "old"), **{STARTING_OFFSETS: moved})
+    assert ahead.pipeline(old, mode, spec) is None  # type: ignore[arg-type]
+    assert not (tmp_path / "old" / "sources").exists()
+    # built without start offsets: nothing to compare with
+    bare = Ahead(spec=ahead.spec, pipelines=ahead.pipelines)
+    assert (
+        bare.pipeline(_cfg(spec, 1, str(tmp_path / "b"), **{STARTING_OFFSETS: moved}), mode, spec)
+        is None
+    )  # type: ignore[arg-type]
     # another spec, or a replica it did not build for (a mode whose source is not only its
     # options builds nothing)
     assert Ahead(spec={"x": 1}, pipelines=ahead.pipelines).pipeline(took, mode, spec) is None  # type: ignore[arg-type]
@@ -183,6 +197,16 @@ def test_only_explicit_offsets_on_a_fresh_checkpoint_are_seeded(
     assert log.exists() == (seeded or state == "sources/0/0")
     if state == "sources/0/0":
         assert log.read_text() == "x"
+
+
+def test_a_seed_that_cannot_be_written_leaves_the_pipeline_to_the_take_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocked = tmp_path / "ckpt"
+    blocked.mkdir()
+    (blocked / "sources").write_text("a file where a directory goes")
+    assert seed_initial_offsets(blocked, json.dumps({"in": {"0": 1}})) is False
+    assert "first offsets not written" in capsys.readouterr().err
 
 
 def test_a_pipeline_that_cannot_be_built_ahead_is_left_to_the_take_over(

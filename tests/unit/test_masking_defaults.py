@@ -8,6 +8,7 @@ import pytest
 
 from arfl.configs.load import parse_spec, saved_spec
 from arfl.configs.masking import MASKING_INTERVAL_S, STATELESS_INTERVAL_S, chosen_defaults
+from arfl.errors import ArflError
 
 WINDOW = {"window": {"size": "2s", "key": "user", "agg": {"n": "count(*)"}}}
 
@@ -100,3 +101,32 @@ def test_nothing_is_chosen_outside_coordination_free_realtime(replication: dict[
     spec = parse_spec(raw)
     assert spec.chosen_defaults == () and spec.replication.standby == 0
     assert spec.replication.trigger_interval == 0.0
+
+
+@pytest.mark.parametrize("resume", [None, "auto", "output", "checkpoint", "peer"])
+@pytest.mark.parametrize(
+    "steps",
+    [
+        None,  # no steps key: a pipeline that forwards its input
+        [],
+        [{"filter": "amount > 10"}, {"select": ["user", "amount", "ts"]}],
+        [{"filter": "amount > 10"}, WINDOW],
+    ],
+)
+def test_the_raw_rule_agrees_with_the_parsed_spec(
+    steps: list[dict[str, Any]] | None, resume: str | None
+) -> None:
+    """The interval is chosen on the raw spec, before it is parsed: it must say what the parsed
+    spec says of resuming at the output frontier, for every kind of pipeline."""
+    raw = _raw(**({} if resume is None else {"resume": resume}))
+    raw["source"]["event_time"] = "ts"
+    if steps is None:
+        del raw["steps"]
+    else:
+        raw["steps"] = steps
+    try:
+        spec = parse_spec(raw)
+    except ArflError:
+        pytest.skip("a spec the rules refuse (resume = output on a stateful pipeline)")
+    want = STATELESS_INTERVAL_S if spec.resumes_from_output else MASKING_INTERVAL_S
+    assert spec.replication.trigger_interval == want

@@ -170,7 +170,7 @@ def use_live(no_live: bool, console: Console) -> bool:
 
 def phase_text(tick: Tick) -> str:
     """What the deployment does, in words: its phase, and during the warm-up how far it is
-    (``warming up 12/35 s``; ``/~35 s``: the automatic warm-up's expected length)."""
+    (``warming up 12/35 s``; ``/~65 s``: the automatic warm-up's expected length)."""
     if tick.phase == "warming up" and tick.warmup_s is not None:
         about = "~" if tick.warmup_auto else ""
         return f"warming up {tick.elapsed_s:.0f}/{about}{tick.warmup_s:.0f} s"

@@ -102,12 +102,16 @@ def _resumes_from_output(raw: dict[str, Any]) -> bool:
     """The raw spec's replicas resume at the output frontier (what
     :attr:`arfl.configs.spec.Spec.resumes_from_output` says of a parsed one): every step a
     filter or a select, and ``resume`` left out or ``auto``/``output``."""
-    steps = raw.get("steps")
-    if not isinstance(steps, list) or not steps:
+    steps = raw.get("steps", [])
+    mode = raw["replication"].get("mode")
+    if not isinstance(steps, list) or not MODES.info(mode).resumes_from_peers:
         return False
     if raw["replication"].get("resume", "auto") not in ("auto", "output"):
         return False
-    return all(isinstance(s, dict) and set(s) <= {"filter", "select"} and s for s in steps)
+    kinds = [
+        {k for k, v in s.items() if v is not None} if isinstance(s, dict) else set() for s in steps
+    ]
+    return all(len(k) == 1 and k <= {"filter", "select"} for k in kinds)
 
 
 def _standby_allowed(raw: dict[str, Any]) -> bool:

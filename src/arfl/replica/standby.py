@@ -251,9 +251,10 @@ class Ahead:
         if wanted is None or self.offsets is None:
             return None
         as_built = replace(ctx, options={**ctx.options, STARTING_OFFSETS: self.offsets})
-        if key != mode.source_key(spec, as_built):
+        if key != mode.source_key(spec, as_built) or not _same_partitions(wanted, self.offsets):
             return None
-        return built if seed_initial_offsets(Path(ctx.checkpoint_dir), wanted) else None
+        location = Path(mode.checkpoint(ctx).location)
+        return built if seed_initial_offsets(location, wanted) else None
 
 
 KAFKA_SOURCE_LOG = Path("sources") / "0"
@@ -284,12 +285,32 @@ def seed_initial_offsets(checkpoint: Path, starting_offsets: str) -> bool:
     log_file = checkpoint / KAFKA_SOURCE_LOG / "0"
     if not explicit or not offsets or log_file.exists() or any((checkpoint / "offsets").glob("*")):
         return False
-    log_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = log_file.with_name(".0.arfl.tmp")
-    tmp.write_bytes(KAFKA_SOURCE_LOG_HEADER + json.dumps(offsets, sort_keys=True).encode())
-    tmp.replace(log_file)
+    try:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(KAFKA_SOURCE_LOG_HEADER + json.dumps(offsets, sort_keys=True).encode())
+        tmp.replace(log_file)
+    except OSError as e:  # only a speed-up: the take-over builds the pipeline instead
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        log(f"take-over: the query's first offsets not written ({e}): pipeline built anew")
+        return False
     log(f"take-over: the query's first offsets written to {log_file}: {starting_offsets}")
     return True
+
+
+def _same_partitions(a: str, b: str) -> bool:
+    """Two ``startingOffsets`` JSONs name the same topics and partitions (a seeded log without
+    one of them would have Spark read that partition from its start)."""
+    try:
+        x, y = json.loads(a), json.loads(b)
+    except ValueError:
+        return False
+    if not isinstance(x, dict) or not isinstance(y, dict) or x.keys() != y.keys():
+        return False
+    return all(
+        isinstance(x[t], dict) and isinstance(y[t], dict) and x[t].keys() == y[t].keys() for t in x
+    )
 
 
 def build_ahead(
