@@ -42,7 +42,8 @@ falls inside a newcomer's catch-up (docs/benchmarks.md, "P(masked)")."""
 STATELESS_INTERVAL_S = 60.0
 """The real-time interval arfl chooses for a stateless one that resumes at the output frontier:
 nothing is replayed, so only the share of each interval where a catch-up meets the survivor's
-boundary counts, and it halves against 30 s (docs/benchmarks.md, "P(masked)")."""
+boundary counts, and it halves against 30 s (no kill in twenty met it at 60 s, two did at 30 s:
+docs/benchmarks.md, "P(masked)")."""
 
 
 @dataclass(frozen=True)
