@@ -7,7 +7,8 @@ known only from a state file (a pid and a create time) is stopped with :func:`st
 
 A pid alone is not an identity: after a crash and a reboot (or simply a long time) the pid in a
 state file can belong to an unrelated process. :func:`same_process` therefore also compares the
-create time psutil reports, so a recycled pid is never signalled.
+create time (:func:`create_time`: the start since boot plus a boot time fixed once per boot, so
+that no step of the wall clock moves it), so a recycled pid is never signalled.
 
 This is a base-layer module: it imports only the standard library, psutil and
 :mod:`arfl.errors`.
@@ -16,6 +17,7 @@ This is a base-layer module: it imports only the standard library, psutil and
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -29,15 +31,15 @@ from typing import TypeVar, cast
 
 import psutil
 
+from arfl.paths import state_dir
 from arfl.priority import set_group_nice
 
 T = TypeVar("T")
 
 CREATE_TIME_SLACK_S = 3.0
-"""How far two create times may differ and still name the same process. psutil adds the boot
-time (/proc/stat ``btime``, whole seconds) to the start's ticks, and every step of the wall clock
-moves ``btime``: reads before and after a step differ by a second or so. A reused pid would need
-the pid space to wrap within the slack."""
+"""How far two create times may differ and still name the same process: JSON rounding, and a
+create time recorded with psutil's own (``btime`` as read then, which steps of the wall clock
+move) against :func:`create_time`. A reused pid would need the pid space to wrap within it."""
 
 _KILL_WAIT_S = 10.0  # how long a SIGKILLed process may take to disappear
 _POLL_S = 0.05
@@ -57,10 +59,87 @@ def is_running(p: psutil.Process) -> bool:
         return False
 
 
+def started_since_boot(pid: int) -> float:
+    """Seconds from boot to ``pid``'s start (``starttime`` in ``/proc/<pid>/stat``): the kernel's
+    count, which no step of the wall clock moves.
+
+    Raises:
+        psutil.NoSuchProcess: ``pid`` is gone.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError) as e:
+        raise psutil.NoSuchProcess(pid) from e
+    # The command name (field 2) may hold spaces and parentheses: count from its last ")".
+    fields = data[data.rindex(b")") + 2 :].split()
+    return int(fields[19]) / _CLK_TCK
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+BOOT_ANCHOR_FILE = "boot-anchor.json"
+"""Under :func:`arfl.paths.state_dir`: this boot's id and the boot time first read in it."""
+_anchor: tuple[str, float] | None = None
+
+
+def boot_anchor() -> float:
+    """The boot time (epoch seconds) every arfl process of this boot adds to a start since boot.
+
+    psutil adds ``/proc/stat``'s ``btime``, which every step of the wall clock moves (a VM's
+    clock stepped 14 s in one run: every recorded process then looked gone). The first read in a
+    boot is kept in :data:`BOOT_ANCHOR_FILE`, keyed by the kernel's boot id, and every process
+    reads it from there. Without a writable state directory: ``btime`` as read now."""
+    global _anchor
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return psutil.boot_time()
+    if _anchor is not None and _anchor[0] == boot_id:
+        return _anchor[1]
+    path = state_dir() / BOOT_ANCHOR_FILE
+    value = _read_anchor(path, boot_id)
+    if value is None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"boot_id": boot_id, "btime": psutil.boot_time()}))
+            if _read_anchor(path, boot_id) is None:  # another process may have written it
+                os.replace(tmp, path)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        value = _read_anchor(path, boot_id)
+        if value is None:
+            return psutil.boot_time()
+    _anchor = (boot_id, value)
+    return value
+
+
+def _read_anchor(path: Path, boot_id: str) -> float | None:
+    try:
+        data = json.loads(path.read_text())
+        return float(data["btime"]) if data.get("boot_id") == boot_id else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def create_time(p: psutil.Process | int) -> float:
+    """``p``'s create time as arfl records and compares it: its start since boot plus
+    :func:`boot_anchor` (epoch seconds that no later step of the wall clock moves).
+
+    Raises:
+        psutil.NoSuchProcess: the process is gone.
+    """
+    pid = p if isinstance(p, int) else p.pid
+    return started_since_boot(pid) + boot_anchor()
+
+
 def start_key(p: psutil.Process) -> tuple[int, float]:
     """``p``'s pid and start in seconds since boot: the same key for the same process whatever
-    steps the wall clock takes between two reads (its create time moves with them)."""
-    return p.pid, round(p.create_time() - psutil.boot_time(), 2)
+    steps the wall clock takes between two reads."""
+    return p.pid, round(started_since_boot(p.pid), 2)
 
 
 def process_tree(pid: int) -> list[psutil.Process]:
@@ -75,6 +154,10 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def _created(p: psutil.Process) -> float:
+    return create_time(p)
+
+
 def same_process(
     pid: int, create_time: float | None, *, slack_s: float = CREATE_TIME_SLACK_S
 ) -> psutil.Process | None:
@@ -82,7 +165,8 @@ def same_process(
 
     Args:
         pid: the recorded pid.
-        create_time: the recorded psutil create time; None accepts any live process with ``pid``.
+        create_time: the recorded create time (:func:`create_time`); None accepts any live
+            process with ``pid``.
         slack_s: how far the create times may differ.
 
     Returns:
@@ -91,7 +175,7 @@ def same_process(
     """
     try:
         p = psutil.Process(pid)
-        if create_time is not None and abs(p.create_time() - create_time) > slack_s:
+        if create_time is not None and abs(_created(p) - create_time) > slack_s:
             return None
     except psutil.Error:
         return None
@@ -100,7 +184,8 @@ def same_process(
 
 @dataclass(frozen=True)
 class ProcessId:
-    """A process as arfl records it: its pid and psutil create time (a pid alone is reused).
+    """A process as arfl records it: its pid and create time (:func:`create_time`; a pid alone is
+    reused).
 
     Every record of a process (``state.json``, ``stack.json``, a fault's undo record) holds one,
     and :meth:`find` is the one test that a live pid is still the recorded process."""
@@ -112,7 +197,7 @@ class ProcessId:
     def of(cls, pid: int) -> ProcessId | None:
         """The identity of live process ``pid`` (None: it is gone)."""
         try:
-            return cls(pid, psutil.Process(pid).create_time())
+            return cls(pid, create_time(pid))
         except psutil.Error:
             return None
 
@@ -438,7 +523,7 @@ class ManagedProcess:
         self._terminated = False
         self._seen: set[psutil.Process] = set()
         try:
-            self._create_time: float | None = psutil.Process(popen.pid).create_time()
+            self._create_time: float | None = create_time(popen.pid)
         except psutil.Error:
             self._create_time = None
 
@@ -526,7 +611,7 @@ class ManagedProcess:
         leader = same_process(self.pid, None)
         if leader is not None and self.create_time is not None:
             with contextlib.suppress(psutil.Error):
-                if abs(leader.create_time() - self.create_time) > CREATE_TIME_SLACK_S:
+                if abs(create_time(leader) - self.create_time) > CREATE_TIME_SLACK_S:
                     return []  # the pid, and so the session id, now belong to someone else
         out: list[psutil.Process] = []
         for p in psutil.process_iter():

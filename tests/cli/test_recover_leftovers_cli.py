@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from arfl.cli.main import main
-from arfl.processes import is_running, stop_pid
+from arfl.processes import create_time, is_running, stop_pid
 
 DRIVER = "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(600)"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -42,7 +42,7 @@ def leftover(
     state = {
         "run": run_dir.name,
         "pid": dead.pid,
-        "replicas": {"0": {"driver_pid": driver.pid, "driver_create_time": root.create_time()}},
+        "replicas": {"0": {"driver_pid": driver.pid, "driver_create_time": create_time(root)}},
     }
     (run_dir / "state.json").write_text(json.dumps(state))
     try:
@@ -50,7 +50,7 @@ def leftover(
     finally:
         for p in procs:
             if is_running(p):
-                stop_pid(p.pid, p.create_time(), grace_s=1.0)
+                stop_pid(p.pid, create_time(p), grace_s=1.0)
         driver.wait()
 
 

@@ -32,7 +32,7 @@ from deploy_checks import (
 )
 
 from arfl.faults.runner import recover, runs_with_pending
-from arfl.processes import is_running, process_tree, same_process, stop_pid
+from arfl.processes import create_time, is_running, process_tree, same_process, stop_pid
 from arfl.run.rundir import read_jsonl
 from arfl.run.state import load_state as load_run_state
 from arfl.stack import StackInfo
@@ -188,7 +188,7 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
             arfl.wait()
         for p in seen.values():
             with contextlib.suppress(psutil.Error):
-                stop_pid(p.pid, p.create_time(), grace_s=2.0)
+                stop_pid(p.pid, create_time(p), grace_s=2.0)
 
 
 def test_recover_stops_the_run_stack_of_a_dead_isolated_deployment(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from hdrh.log import HistogramLogReader
 
 from arfl.measure.histogram import new_histogram
 from arfl.measure.merger.config import MergerConfig
-from arfl.processes import wait_until
+from arfl.processes import create_time, wait_until
 from arfl.run.childconfig import ChildConfig
 from arfl.run.records import END_OF_INPUT_FIELD, replica_topic
 from arfl.run.rundir import read_jsonl
@@ -363,7 +363,7 @@ def test_merger_ends_by_itself_when_its_owner_is_killed(
     # The owner stands in for the deploy process; kill -9 gives it no chance to stop anything.
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     procs.append(owner)
-    created = psutil.Process(owner.pid).create_time()
+    created = create_time(owner.pid)
     run_dir = tmp_path / "run"
     merger = _spawn(MergerConfig(
         bootstrap=stack.kafka, sink=sink, replicas=1, run_dir=run_dir,
@@ -405,7 +405,7 @@ def test_merger_is_not_fooled_by_a_reused_owner_pid(
     run_dir = tmp_path / "run"
     merger = _spawn(MergerConfig(
         bootstrap=stack.kafka, sink=sink, replicas=1, run_dir=run_dir,
-        owner_pid=alive.pid, owner_create_time=alive.create_time() - 100.0,
+        owner_pid=alive.pid, owner_create_time=create_time(alive) - 100.0,
     ), tmp_path / "merger.log")  # fmt: skip
     procs.append(merger)
     assert merger.wait(30) == 0, (tmp_path / "merger.log").read_text()

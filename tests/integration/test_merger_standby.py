@@ -15,14 +15,13 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from confluent_kafka import Producer
 from test_injector_merger import _hlog_count, _result, _spawn, merger_topics
 
 from arfl.measure.merger import transactions
 from arfl.measure.merger.config import MergerConfig
-from arfl.processes import wait_until
+from arfl.processes import create_time, wait_until
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
@@ -99,7 +98,7 @@ def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_e
         return start(
             dataclasses.replace(
                 serving_cfg, standby=True, serving_pid=serving.pid,
-                serving_create_time=psutil.Process(serving.pid).create_time(),
+                serving_create_time=create_time(serving.pid),
             )
         )  # fmt: skip
 

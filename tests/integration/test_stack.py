@@ -18,6 +18,7 @@ from arfl import stack as arfl_stack
 from arfl.configs.spec import Stack
 from arfl.errors import ReportError, StackError
 from arfl.priority import priority_of
+from arfl.processes import create_time
 from arfl.stack import StackInfo, config, lifecycle
 from arfl.stack.topics import (
     delete_topics,
@@ -213,9 +214,9 @@ def test_life_cycle_up_again_port_taken_down(own_stack: EmbeddedStack, tmp_path:
     # down stops exactly those pids; nothing is left.
     assert sorted(own_stack.stop()) == ["kafka", "zookeeper"]
     for rec in procs.values():
-        assert not psutil.pid_exists(rec.pid) or (
-            psutil.Process(rec.pid).create_time() != rec.create_time
-        ), f"pid {rec.pid} still exists (status {psutil.Process(rec.pid).status()})"
+        assert not psutil.pid_exists(rec.pid) or (create_time(rec.pid) != rec.create_time), (
+            f"pid {rec.pid} still exists (status {psutil.Process(rec.pid).status()})"
+        )
     assert not any(s.running for s in lifecycle.status(own_stack.state))
     for port in (kport, zport):
         with socket.socket() as s:

@@ -25,6 +25,7 @@ from arfl.faults.kinds.delay import DelayParams
 from arfl.faults.kinds.kill_replica import KillReplicaParams
 from arfl.faults.kinds.slow import SLOW_CPU_PERCENT, SlowParams
 from arfl.faults.runner import ChaosRunner, recover, runs_with_pending, schedule_order
+from arfl.processes import create_time
 from arfl.registry import FAULTS, Entry, FaultInfo
 from arfl.run.pending import PendingFaults, injector_alive
 from arfl.run.rundir import read_jsonl
@@ -464,7 +465,7 @@ class _Deployment:
 
     def write_state(self, owner: int, **extra: Any) -> None:
         def ct(p: subprocess.Popen[bytes]) -> float:
-            return psutil.Process(p.pid).create_time()
+            return create_time(p.pid)
 
         state = {
             "run": self.run_dir.name,
@@ -561,7 +562,7 @@ def test_recover_finds_what_a_dead_driver_orphaned_through_its_session(
 def test_recover_leaves_a_live_deployment_alone_unless_forced(deployment: _Deployment) -> None:
     d = deployment
     # The owner is this very process, with its create time: a live arfl.
-    d.write_state(os.getpid(), pid_create_time=psutil.Process().create_time())
+    d.write_state(os.getpid(), pid_create_time=create_time(os.getpid()))
     assert runs_with_pending(d.run_dir.parent) == []
     report = recover(d.run_dir)
     assert len(_running(d.all())) == 4
@@ -574,7 +575,7 @@ def test_an_owner_pid_reused_after_state_was_written_is_no_owner(deployment: _De
     d = deployment
     d.write_state(os.getpid())  # no pid_create_time: judged by when state.json was written
     st = d.run_dir / "state.json"
-    old = psutil.Process().create_time() - 60
+    old = create_time(os.getpid()) - 60
     os.utime(st, (old, old))
     assert runs_with_pending(d.run_dir.parent) == [d.run_dir]
     recover(d.run_dir)
@@ -588,7 +589,7 @@ def test_recover_never_signals_a_reused_or_unidentified_pid(deployment: _Deploym
     raw["merger_create_time"] -= 100  # the merger's pid now "belongs to another process"
     raw["injector_create_time"] = None  # a pid without create time is no identity
     raw["replicas"]["0"]["driver_pid"] = os.getpid()  # and never this process
-    raw["replicas"]["0"]["driver_create_time"] = psutil.Process().create_time()
+    raw["replicas"]["0"]["driver_create_time"] = create_time(os.getpid())
     (d.run_dir / "state.json").write_text(json.dumps(raw))
     report = recover(d.run_dir)
     assert report.stopped == []
@@ -611,7 +612,7 @@ def test_recover_deletes_a_dead_deployments_spark_home_keeping_its_executor_logs
 ) -> None:
     d = deployment
     home = _run_spark_home(d.run_dir, monkeypatch)
-    d.write_state(os.getpid(), pid_create_time=psutil.Process().create_time(), spark_home=str(home))
+    d.write_state(os.getpid(), pid_create_time=create_time(os.getpid()), spark_home=str(home))
     report = recover(d.run_dir)  # a live deployment: its SPARK_HOME is in use
     assert home.is_dir() and report.removed_spark_home is None
     d.write_state(_dead_owner(), spark_home=str(home))

@@ -3,6 +3,7 @@ waiting for a condition. Real short-lived child processes (python -c)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,8 +21,10 @@ from arfl.processes import (
     ProcessId,
     Stopped,
     await_exit,
+    create_time,
     process_tree,
     same_process,
+    started_since_boot,
     stop_pid,
     wait_until,
 )
@@ -82,7 +85,7 @@ def test_start_logs_and_stop_ends_it_with_sigterm_within_the_grace(tmp_path: Pat
     proc, _ = _start(tmp_path, "term")
     assert proc.alive() and proc.returncode is None
     assert os.getsid(proc.pid) == proc.pid, "started in its own session"
-    assert proc.create_time == psutil.Process(proc.pid).create_time()
+    assert proc.create_time == create_time(proc.pid)
     assert proc.tail(1) == "hello from the child"
     t0 = time.monotonic()
     assert proc.stop(grace_s=20) == 3  # its SIGTERM handler's exit code: not killed
@@ -148,33 +151,48 @@ def test_start_of_a_missing_executable_raises_oserror(tmp_path: Path) -> None:
 
 def test_same_process_refuses_a_reused_pid() -> None:
     me = psutil.Process()
-    assert same_process(me.pid, me.create_time()) == me
+    assert same_process(me.pid, create_time(me)) == me
     assert same_process(me.pid, None) == me
     # The same pid, but a process created an hour earlier: the pid was reused since.
-    assert same_process(me.pid, me.create_time() - 3600) is None
-    assert same_process(me.pid, me.create_time() + 0.01) == me  # JSON rounding is tolerated
+    assert same_process(me.pid, create_time(me) - 3600) is None
+    assert same_process(me.pid, create_time(me) + 0.01) == me  # JSON rounding is tolerated
 
 
-def test_a_step_of_the_wall_clock_leaves_a_recorded_process_the_same(
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_large_step_of_the_wall_clock_leaves_every_recorded_process_the_same(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """psutil adds the boot time (/proc/stat ``btime``, whole seconds, moved by every step of
-    the wall clock) to a process's start: a clock step after a pid was recorded shifts its
-    create time by a second or so, and the process is still the one recorded."""
+    """A VM's clock stepped 14 s during a run: with psutil's create times every recorded
+    process (the deploy that owns the merger, the stack's JVMs) looked gone, the merger left
+    as orphaned four times and the run failed. arfl's create time is the start since boot plus
+    a boot time fixed once per boot (``boot-anchor.json``), which no step moves."""
     from psutil import _pslinux
 
+    from arfl import processes
+
+    monkeypatch.setenv("ARFL_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(processes, "_anchor", None)
     recorded = ProcessId.of(os.getpid())
     assert recorded is not None
-    stepped = _pslinux.boot_time() + 1.0
+    assert recorded.create_time == pytest.approx(psutil.Process().create_time(), abs=1.5)
+    stepped = _pslinux.boot_time() + 60.0
     monkeypatch.setattr(_pslinux, "boot_time", lambda: stepped)
-    assert psutil.Process().create_time() == pytest.approx(recorded.create_time + 1.0)
+    assert abs(psutil.Process().create_time() - recorded.create_time) > 50  # psutil's moved
     assert same_process(recorded.pid, recorded.create_time) is not None
     assert recorded.alive()
+    # ... also in another process of this boot, which reads the anchor from the file
+    monkeypatch.setattr(processes, "_anchor", None)
+    assert create_time(os.getpid()) == recorded.create_time
+    anchor = json.loads((tmp_path / "boot-anchor.json").read_text())
+    assert anchor["btime"] == pytest.approx(stepped - 60.0)
+    # A file from another boot is replaced.
+    (tmp_path / "boot-anchor.json").write_text(json.dumps({"boot_id": "x", "btime": 1.0}))
+    monkeypatch.setattr(processes, "_anchor", None)
+    assert create_time(os.getpid()) == pytest.approx(started_since_boot(os.getpid()) + stepped)
 
 
 def test_same_process_refuses_a_zombie_and_a_gone_pid() -> None:
     child = psutil.Popen([sys.executable, "-c", "pass"])
-    created = child.create_time()
+    created = create_time(child)
     try:
         wait_until(lambda: child.status() == psutil.STATUS_ZOMBIE, timeout_s=20, interval_s=0.02)
         assert psutil.pid_exists(child.pid)

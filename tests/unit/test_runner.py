@@ -26,7 +26,7 @@ from arfl.orchestrate.restarts import RestartPolicy
 from arfl.orchestrate.standbys import STANDBY_STOP_GRACE_S
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.priority import priority_of
-from arfl.processes import is_running, stop_pid
+from arfl.processes import create_time, is_running, stop_pid
 from arfl.replica.driver import EXIT_BAD_CONFIG
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.run.rundir import new_run_dir, read_jsonl
@@ -303,7 +303,7 @@ def test_ctrl_c_while_stopping_does_not_abandon_the_drivers(tmp_path: Path) -> N
     finally:
         left = [p for p in procs if is_running(p)]
         for p in left:  # whatever an interrupted stop left behind
-            stop_pid(p.pid, p.create_time(), grace_s=1.0)
+            stop_pid(p.pid, create_time(p), grace_s=1.0)
     assert not interrupted, "KeyboardInterrupt escaped ReplicaRunner.stop()"
     assert len(procs) == 4 and not left
     assert {st.status for st in r.states().values()} == {"stopped"}

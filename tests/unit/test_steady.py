@@ -71,8 +71,10 @@ def test_auto_without_a_boundary_or_past_half_the_input_keeps_half() -> None:
 
 
 def test_validate_expects_about_one_interval_on_real_time_mode() -> None:
-    # arfl's 30-s interval for an active real-time spec, plus a stall and the margin.
-    assert expected_warmup_s(_spec()) == pytest.approx(33.0)
+    # arfl's 60-s interval for an active real-time spec of filters, plus a stall and the
+    # margin; at most half the input.
+    assert expected_warmup_s(_spec(duration="200s")) == pytest.approx(63.0)
+    assert expected_warmup_s(_spec()) == pytest.approx(60.0)
     assert expected_warmup_s(_spec(warmup="4s")) == 4.0
 
 
@@ -86,10 +88,11 @@ def test_the_injectors_late_events_start_after_the_floor_of_an_automatic_warmup(
 def test_a_written_warmup_shorter_than_the_first_boundaries_is_named() -> None:
     from arfl.run.steady import short_warmup
 
-    said = short_warmup(_spec(warmup="15s"))
+    said = short_warmup(_spec(warmup="15s", duration="200s"))
     assert said is not None and "workload.warmup 15s ends before" in said
-    assert "about 33 s here" in said and "at least 33s" in said
-    assert short_warmup(_spec(warmup="35s")) is None and short_warmup(_spec()) is None
+    assert "about 63 s here" in said and "at least 63s" in said
+    assert short_warmup(_spec(warmup="65s", duration="200s")) is None
+    assert short_warmup(_spec(duration="200s")) is None
 
 
 def _ticks(start: float, p99s: list[float | None]) -> list[tuple[float, float | None]]:

@@ -36,6 +36,7 @@ from arfl.errors import StackError
 from arfl.processes import (
     CREATE_TIME_SLACK_S,
     ProcessId,
+    create_time,
     is_running,
     kill_all,
     process_tree,
@@ -145,15 +146,15 @@ def deployer_alive(state: RunState, state_mtime: float) -> bool:
     Without a recorded create time, a live process with that pid counts as the owner unless it
     was created after ``state.json`` was last written (then it cannot have written it).
     """
-    pid, create_time = state.pid, state.pid_create_time
+    pid, recorded = state.pid, state.pid_create_time
     if pid is None:
         return False
-    proc = same_process(pid, create_time)
+    proc = same_process(pid, recorded)
     if proc is None:
         return False
-    if create_time is None:
+    if recorded is None:
         with contextlib.suppress(psutil.Error):
-            return proc.create_time() <= state_mtime + CREATE_TIME_SLACK_S
+            return create_time(proc) <= state_mtime + CREATE_TIME_SLACK_S
     return True
 
 
@@ -168,7 +169,7 @@ def _protected() -> set[int]:
 
 def _created_since(p: psutil.Process, t: float) -> bool:
     try:
-        return p.create_time() >= t - CREATE_TIME_SLACK_S
+        return create_time(p) >= t - CREATE_TIME_SLACK_S
     except psutil.Error:
         return False
 
@@ -205,7 +206,7 @@ def find(
         if rec.pid in protected:  # nor is anything below it: that would include its other work
             continue
         try:
-            if abs(psutil.Process(rec.pid).create_time() - rec.create_time) > CREATE_TIME_SLACK_S:
+            if abs(create_time(rec.pid) - rec.create_time) > CREATE_TIME_SLACK_S:
                 continue  # the pid belongs to another process now, and so does its session
         except psutil.Error:
             pass  # gone: what it orphaned may still run in its session

@@ -23,8 +23,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from arfl import stack
 from arfl.configs.realtime import host_cores, replica_master, slots_warning
 from arfl.configs.spec import Spec
@@ -52,7 +50,7 @@ from arfl.orchestrate.summary import summarise
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import FaultState, Tick, Watcher, drain_seconds
 from arfl.priority import priority_of
-from arfl.processes import ManagedProcess
+from arfl.processes import ManagedProcess, create_time
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.replica.sparkenv import run_spark_home
 from arfl.run.events import CHECK_FAILED, Event
@@ -185,7 +183,7 @@ class Deployment:
             percentiles=tuple(self.ctx.spec.report.percentiles),
             # The merger ends by itself when this process is gone (a kill -9 of arfl).
             owner_pid=os.getpid(),
-            owner_create_time=psutil.Process().create_time(),
+            owner_create_time=create_time(os.getpid()),
             fetch_wait_ms=self.ctx.spec.merger.fetch_wait_ms,
             linger_ms=self.ctx.spec.merger.linger_ms,
             # The run's own: a restarted merger reads on from the positions committed under it.

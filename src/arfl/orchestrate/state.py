@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import os
 
-import psutil
-
 from arfl.orchestrate.context import RunContext
 from arfl.orchestrate.network import RunNetwork
 from arfl.orchestrate.supervisor import ReplicaRunner
-from arfl.processes import ManagedProcess, same_process
+from arfl.processes import ManagedProcess, create_time, same_process
 from arfl.run.names import leader_path
 from arfl.run.records import replica_topic
 from arfl.run.state import ReplicaRecord, RunState, StackRecord, StandbyRecord, TopicsRecord
 
-_OWN_CREATE_TIME = psutil.Process().create_time()
+_OWN_CREATE_TIME = create_time(os.getpid())
 """This arfl's create time: with ``pid`` it tells a later ``recover`` whether we still run."""
 
 
@@ -49,7 +47,7 @@ def write_state(
             proc = same_process(st.pid, None) if st.pid is not None else None
             replicas[i] = ReplicaRecord(
                 driver_pid=st.pid,
-                driver_create_time=proc.create_time() if proc is not None else None,
+                driver_create_time=create_time(proc) if proc is not None else None,
                 app_id=st.app_id,
                 state=st.status,
                 restarts=st.restarts,
@@ -61,7 +59,7 @@ def write_state(
     for sb in standby_states:
         proc = same_process(sb.pid, None)
         standbys[sb.standby] = StandbyRecord(
-            pid=sb.pid, create_time=proc.create_time() if proc is not None else None, ready=sb.ready
+            pid=sb.pid, create_time=create_time(proc) if proc is not None else None, ready=sb.ready
         )
     n = ctx.spec.replication.replicas
     RunState(

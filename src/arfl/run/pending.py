@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from arfl.errors import FaultError
-from arfl.processes import ProcessId
+from arfl.processes import ProcessId, create_time
 from arfl.run.rundir import write_json_atomic
 
 PENDING_FILE = "pending-faults.json"
@@ -90,7 +90,7 @@ class PendingFaults:
             "kind": kind,
             "replica": replica,
             "owner_pid": os.getpid(),
-            "owner_create_time": me.create_time(),
+            "owner_create_time": create_time(me),
             "t": round(time.time(), 6),
             "record": record,
         }

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 
 from arfl.errors import StackError
-from arfl.processes import ManagedProcess, ProcessId, stop_pid
+from arfl.processes import ManagedProcess, ProcessId, create_time, stop_pid
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def record_of(pid: int) -> ProcessRecord:
     try:
         p = psutil.Process(pid)
         with p.oneshot():
-            return ProcessRecord(pid=pid, create_time=p.create_time(), cmdline=p.cmdline())
+            return ProcessRecord(pid=pid, create_time=create_time(p), cmdline=p.cmdline())
     except psutil.Error as e:
         raise StackError(f"process {pid} vanished right after it was started: {e}") from e
 

@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from arfl.processes import ManagedProcess, stop_pid, wait_until
+from arfl.processes import ManagedProcess, create_time, stop_pid, wait_until
 from arfl.run.state import IsolationState, RunState, to_json
 from arfl.targets.local import executors_of_app
 
@@ -194,7 +192,7 @@ def write_state(
     for idx, rep in replicas.items():
         rep = {"state": "running", "netns": None, "address": None, **rep}
         if rep.get("driver_pid") and "driver_create_time" not in rep:
-            rep["driver_create_time"] = psutil.Process(int(rep["driver_pid"])).create_time()
+            rep["driver_create_time"] = create_time(int(rep["driver_pid"]))
         reps[str(idx)] = rep
     RunState.model_validate(
         {
@@ -207,15 +205,13 @@ def write_state(
             "leader_path": leader_path,
             "isolation": to_json(isolation) if isolation else None,
             "standbys": {
-                str(k): {"pid": p, "create_time": psutil.Process(p).create_time(), "ready": True}
+                str(k): {"pid": p, "create_time": create_time(p), "ready": True}
                 for k, p in (standbys or {}).items()
             },
             "merger_pid": merger,
-            "merger_create_time": psutil.Process(merger).create_time() if merger else None,
+            "merger_create_time": create_time(merger) if merger else None,
             "merger_standby_pid": merger_standby,
-            "merger_standby_create_time": (
-                psutil.Process(merger_standby).create_time() if merger_standby else None
-            ),
+            "merger_standby_create_time": (create_time(merger_standby) if merger_standby else None),
         },
     ).write(run_dir)
     return run_dir

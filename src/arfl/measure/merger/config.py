@@ -37,8 +37,8 @@ class MergerConfig(ChildConfig):
         connect_timeout_s: how long to wait for the broker at start.
         owner_pid: the process the merger belongs to (the deploy process): when it is gone,
             the merger flushes, writes ``merger.json`` and exits.
-        owner_create_time: the owner's psutil create time, so that a recycled pid is not
-            mistaken for the owner.
+        owner_create_time: the owner's create time (:func:`arfl.processes.create_time`), so
+            that a recycled pid is not mistaken for the owner.
         fetch_wait_ms: the consumer's ``fetch.wait.max.ms``.
         linger_ms: the sink producer's ``linger.ms``.
         transactional_id: the sink producer's ``transactional.id`` (None: no transactions).
@@ -46,7 +46,7 @@ class MergerConfig(ChildConfig):
             ``init_transactions`` fences the one before (:mod:`.standby`).
         standby: follow ``serving_pid`` and write nothing until taking over from it.
         serving_pid: the serving merger a standby follows.
-        serving_create_time: its psutil create time (a recycled pid is not it).
+        serving_create_time: its create time (a recycled pid is not it).
         lease_s: how late a result the serving merger owes may be before a standby takes over.
     """
 
