@@ -10,8 +10,8 @@ state file can belong to an unrelated process. :func:`same_process` therefore al
 create time (:func:`create_time`: the start since boot plus a boot time fixed once per boot, so
 that no step of the wall clock moves it), so a recycled pid is never signalled.
 
-This is a base-layer module: it imports only the standard library, psutil and
-:mod:`arfl.errors`.
+This is a base-layer module: it imports only the standard library, psutil and arfl's other
+base-layer modules (:mod:`arfl.paths`, :mod:`arfl.priority`).
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def started_since_boot(pid: int) -> float:
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 BOOT_ANCHOR_FILE = "boot-anchor.json"
 """Under :func:`arfl.paths.state_dir`: this boot's id and the boot time first read in it."""
-_anchor: tuple[str, float] | None = None
+_anchor: float | None = None
+"""This process's :func:`boot_anchor` (a process lives within one boot: read once)."""
 
 
 def boot_anchor() -> float:
@@ -90,12 +91,12 @@ def boot_anchor() -> float:
     boot is kept in :data:`BOOT_ANCHOR_FILE`, keyed by the kernel's boot id, and every process
     reads it from there. Without a writable state directory: ``btime`` as read now."""
     global _anchor
+    if _anchor is not None:
+        return _anchor
     try:
         boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return psutil.boot_time()
-    if _anchor is not None and _anchor[0] == boot_id:
-        return _anchor[1]
     path = state_dir() / BOOT_ANCHOR_FILE
     value = _read_anchor(path, boot_id)
     if value is None:
@@ -113,7 +114,7 @@ def boot_anchor() -> float:
         value = _read_anchor(path, boot_id)
         if value is None:
             return psutil.boot_time()
-    _anchor = (boot_id, value)
+    _anchor = value
     return value
 
 
@@ -154,18 +155,14 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _created(p: psutil.Process) -> float:
-    return create_time(p)
-
-
 def same_process(
-    pid: int, create_time: float | None, *, slack_s: float = CREATE_TIME_SLACK_S
+    pid: int, recorded: float | None, *, slack_s: float = CREATE_TIME_SLACK_S
 ) -> psutil.Process | None:
     """The live process ``pid`` if it is still the one that was recorded, else None.
 
     Args:
         pid: the recorded pid.
-        create_time: the recorded create time (:func:`create_time`); None accepts any live
+        recorded: the recorded create time (:func:`create_time`); None accepts any live
             process with ``pid``.
         slack_s: how far the create times may differ.
 
@@ -175,7 +172,7 @@ def same_process(
     """
     try:
         p = psutil.Process(pid)
-        if create_time is not None and abs(_created(p) - create_time) > slack_s:
+        if recorded is not None and abs(create_time(p) - recorded) > slack_s:
             return None
     except psutil.Error:
         return None

@@ -13,9 +13,6 @@ from arfl.run.names import leader_path
 from arfl.run.records import replica_topic
 from arfl.run.state import ReplicaRecord, RunState, StackRecord, StandbyRecord, TopicsRecord
 
-_OWN_CREATE_TIME = create_time(os.getpid())
-"""This arfl's create time: with ``pid`` it tells a later ``recover`` whether we still run."""
-
 
 def dk_address(net: RunNetwork, replica: int) -> str | None:
     """The replica container's address on the run's docker network (None off that target)."""
@@ -65,7 +62,8 @@ def write_state(
     RunState(
         run=ctx.run_id,
         pid=os.getpid(),
-        pid_create_time=_OWN_CREATE_TIME,
+        # This arfl's create time: with ``pid`` it tells a later ``recover`` whether we run.
+        pid_create_time=create_time(os.getpid()),
         mode=ctx.spec.replication.mode,
         spec_name=ctx.spec.name,
         target=ctx.spec.spark.target,
