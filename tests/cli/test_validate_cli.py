@@ -224,8 +224,7 @@ def test_a_spec_that_asks_for_masking_it_will_likely_not_get_is_told_what_to_set
     # The same pipeline as the README teaches it, with the defaults, at 1,500 ev/s: arfl sets
     # the standby and the interval itself and says so; only the rate is left to warn about.
     text = (ROOT / "configs" / "clicks.toml").read_text()
-    for line in ('trigger_interval = "30s"', "standby = 1", 'after_boundary = "5s"'):
-        text = "\n".join(x for x in text.splitlines() if not x.startswith(line))
+    assert not [k for k in ("trigger_interval", "standby", "after_boundary") if f"{k} =" in text]
     spec = tmp_path / "plain.toml"
     spec.write_text(text.replace("rate = 1000", "rate = 1500"))
     assert main(["validate", str(spec)]) == 0
@@ -257,8 +256,7 @@ def test_a_fault_in_the_automatic_warmup_is_a_warning(
     # The README's keys only: an active real-time spec (arfl's 60-s interval), warmup unset,
     # a kill at 20 s: the steady state starts after the replicas' first boundaries, ~63 s.
     text = (ROOT / "configs" / "clicks.toml").read_text()
-    keep = ('trigger_interval = "30s"', "standby = 1", 'after_boundary = "5s"', "warmup =")
-    text = "\n".join(x for x in text.splitlines() if not x.startswith(keep))
+    assert "warmup =" not in text
     spec = tmp_path / "early.toml"
     spec.write_text(text.replace('at = "115s"', 'at = "20s"'))
     assert main(["validate", str(spec)]) == 0
