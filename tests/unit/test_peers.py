@@ -1,0 +1,227 @@
+"""bench/peers.py's own arithmetic and texts: the probe's statistics, gaps, the time back to
+steady, the table, the peers' configurations (the runs themselves start JVMs: not here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1_800_000_000_000
+"""The input's first intended send time (epoch ms) of the synthetic runs."""
+
+
+@pytest.fixture(autouse=True)
+def _bench_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench" / "peers"))
+
+
+def _run(
+    seconds: int = 40,
+    rate: int = 100,
+    latency_ms: float = 5.0,
+    stall: tuple[float, float] | None = None,
+) -> list[Any]:
+    """A synthetic run: ``rate`` events a second, each arriving ``latency_ms`` after its ts,
+    except that nothing arrives during ``stall`` = (from, to) seconds of input: what was sent
+    then, or is due then, arrives at ``to``."""
+    from peer_stats import Sample
+
+    out = []
+    for seq in range(seconds * rate):
+        ts = T0 + seq * 1000 // rate
+        arrival = ts + latency_ms
+        if stall is not None and T0 + 1000 * stall[0] <= arrival < T0 + 1000 * stall[1]:
+            arrival = T0 + 1000 * stall[1]
+        out.append(Sample(arrival, ts, seq))
+    return out
+
+
+def test_a_stall_after_the_fault_shows_in_window_gap_and_recovery() -> None:
+    from peer_stats import Timing, analyse
+
+    samples = _run(stall=(20.0, 23.5))
+    timing = Timing(T0, 40.0, 5.0, 20.0, 10.0)
+    row = analyse(samples, timing, {s.seq for s in samples}, tolerance=1.1, hold=5)
+    assert row["steady_p50"] == pytest.approx(5.0, rel=0.01)
+    assert row["steady_p99"] == pytest.approx(5.0, rel=0.01)
+    assert row["steady_count"] == 1500  # 5 s .. 20 s at 100/s
+    # The first event sent in the window waited the whole stall.
+    assert row["window_max"] == pytest.approx(3500.0, rel=0.01)
+    assert row["window_p99"] > 1000.0
+    # The last arrival before the stall (due at 20 s - 5 ms ... sent at 19.99 s) to 23.5 s.
+    assert row["window_gap_ms"] == pytest.approx(3500.0 - 5.0 + 10.0, abs=1.0)
+    # Input sent from second 23 on had arrivals at 23.5 s at the latest: second 23's p99 is
+    # ~500 ms, second 24 is the first whose whole run of 5 is steady.
+    assert row["back_to_steady_s"] == pytest.approx(4.0)
+    assert (row["missing"], row["duplicates"], row["extra"]) == (0, 0, 0)
+    assert len(row["seconds"]) == 40
+
+
+def test_input_delayed_past_the_window_still_counts_against_it() -> None:
+    from peer_stats import Timing, analyse
+
+    # Nothing arrives from 20 s to 32 s of input: the whole 10-s window's input comes late.
+    samples = _run(stall=(20.0, 32.0))
+    row = analyse(samples, Timing(T0, 40.0, 5.0, 20.0, 10.0), {s.seq for s in samples})
+    assert row["window_count"] == 1000
+    assert row["window_p99"] > 11_000.0
+    assert row["window_gap_ms"] == pytest.approx(12_005.0, abs=1.0)
+    assert row["back_to_steady_s"] == pytest.approx(12.0)
+
+
+def test_a_fault_free_run_has_no_window_figures() -> None:
+    from peer_stats import Timing, analyse
+
+    samples = _run(seconds=10)
+    row = analyse(samples, Timing(T0, 10.0, 2.0, None, 5.0), {s.seq for s in samples})
+    assert row["steady_count"] == 800
+    assert "window_p99" not in row and "back_to_steady_s" not in row
+
+
+def test_correctness_counts_missing_duplicates_and_extra_by_seq() -> None:
+    from peer_stats import correctness
+
+    got = correctness([0, 1, 1, 1, 3, 7], {0, 1, 2, 3})
+    assert got == {"results": 6, "distinct": 4, "missing": 1, "duplicates": 2, "extra": 1}
+
+
+def test_expected_seqs_are_the_events_the_filter_keeps() -> None:
+    from peer_stats import expected_seqs
+
+    from arfl.workload.injector import event_fields
+
+    kept = expected_seqs(100, 10.0, 1, 100, 10.0)
+    everything = expected_seqs(100, 10.0, 1, 100, None)
+    assert everything == set(range(1000))
+    assert kept == {s for s in range(1000) if event_fields(1, s, 100)[1] > 10.0}
+    # About 90 % of the amounts in [0, 100) exceed 10.
+    assert 850 < len(kept) < 950
+
+
+def test_longest_gap_counts_stretches_across_the_window_edges() -> None:
+    from peer_stats import longest_gap_ms
+
+    arrivals = [0.0, 100.0, 200.0, 1200.0, 1300.0]
+    # The 1-s gap starts inside [150, 250] and ends after it: it counts whole.
+    assert longest_gap_ms(arrivals, 150.0, 250.0) == 1000.0
+    # One that started before the window counts whole too.
+    assert longest_gap_ms(arrivals, 500.0, 600.0) == 1000.0
+    # Output that never resumes: up to the window's end.
+    assert longest_gap_ms(arrivals, 1250.0, 5000.0) == 3700.0
+    # No output before the window's end at all: nothing to measure.
+    assert longest_gap_ms([], 0.0, 10.0) is None
+    assert longest_gap_ms([50.0], 0.0, 10.0) is None
+
+
+def test_back_to_steady_needs_hold_good_seconds_in_a_row() -> None:
+    from peer_stats import Second, back_to_steady_s
+
+    def sec(s: int, p99: float | None, n: int = 100) -> Any:
+        return Second(s, n, p99, p99, p99)
+
+    good, bad = 5.0, 900.0
+    # Second 12 alone is good, then bad again: the first run of 3 starts at 15.
+    p99s = [good] * 10 + [bad, bad, good, bad, bad, good, good, good, good, good]
+    seconds = [sec(i, p) for i, p in enumerate(p99s)]
+    assert back_to_steady_s(seconds, 10.4, 6.0, 3) == pytest.approx(4.6)
+    # A fault that changed nothing: 0, not the distance to the next second.
+    calm = [sec(i, good) for i in range(20)]
+    assert back_to_steady_s(calm, 10.4, 6.0, 3) == 0.0
+    # A second without output is not steady, whatever its p99 says.
+    empty = [sec(i, None if 10 <= i < 16 else good, 0 if 10 <= i < 16 else 100) for i in range(20)]
+    assert back_to_steady_s(empty, 10.0, 6.0, 3) == 6.0
+    # Never within the input.
+    assert back_to_steady_s(seconds[:17], 10.4, 6.0, 3) is None
+
+
+def test_markdown_table_formats_every_row_with_the_same_columns() -> None:
+    from peer_stats import COLUMNS, markdown_table
+
+    rows: list[dict[str, Any]] = [
+        {
+            "system": "flink alo",
+            "fault": "kill-taskmanager",
+            "steady_p50": 3.25,
+            "steady_p99": 19.04,
+            "steady_p99_9": 46.0,
+            "window_p99": 12345.6,
+            "window_gap_ms": 12300.0,
+            "back_to_steady_s": None,
+            "missing": 0,
+            "duplicates": 128,
+            "cpu_s": 97.0,
+            "steady_cores": 0.4567,
+            "rss_peak_mib": 1234.5,
+        },
+        {"system": "kstreams", "fault": None, "error": "PeerError: mvn | failed"},
+    ]
+    lines = markdown_table(rows).splitlines()
+    assert lines[0].startswith("| system | fault | p50 | p99 | p99.9 | window p99 |")
+    assert all(line.count("|") == len(COLUMNS) + 3 for line in lines)
+    assert lines[2] == (
+        "| flink alo | kill-taskmanager | 3.25 | 19.0 | 46.0 | 12,346 | 12,300 | - | 0 | 128"
+        " | 97.0 | 0.46 | 1,234 |"
+    )
+    # A failed run says so, its "|" kept from breaking the row; no fault reads "none".
+    assert lines[3].startswith("| kstreams | none | failed: PeerError: mvn / failed |")
+
+
+def test_the_probe_reads_flat_and_arfl_records() -> None:
+    from peer_probe import extract
+
+    assert extract({"seq": 7, "user": "u1", "amount": 12.5, "ts": 1000}) == (1000, 7)
+    arfl = {"rid": "0:7", "src_ts": 999, "data": {"seq": 7, "ts": 1000, "amount": 12.5}}
+    assert extract(arfl) == (1000, 7)
+    # Without ts in the data, arfl's src_ts is the event's.
+    assert extract({"rid": "0:7", "src_ts": 999, "data": {"seq": 7}}) == (999, 7)
+    assert extract({"eoi": True, "ts": 5}) is None
+    assert extract({"seq": True, "ts": 5}) is None
+    assert extract([1, 2]) is None
+
+
+def test_the_probe_file_is_read_line_by_line_as_it_grows(tmp_path: Path) -> None:
+    from peer_probe import HEADER, ProbeFile
+
+    path = tmp_path / "probe.csv"
+    probe = ProbeFile(path)
+    assert probe.poll() == 0  # not written yet
+    path.write_text(f"{HEADER}\n1000.5,990,1,995\n2000.0,1990,2,")
+    assert probe.poll() == 1  # the second line is not complete yet
+    with path.open("a") as f:
+        f.write("\n3000.0,2990,2,2995\n# unparsed 4\n")
+    assert probe.poll() == 2
+    assert [s.seq for s in probe.samples] == [1, 2, 2]
+    assert probe.samples[1].out_ms is None and probe.samples[2].out_ms == 2995.0
+    assert probe.unparsed == 4
+    assert probe.seen({1, 2, 3}) == 2
+
+
+def test_sampled_cpu_and_memory_leave_the_shared_processes_out() -> None:
+    from peer_sampler import MIB, Point, cores, cpu_s, own, rss_mib
+
+    points = [
+        Point(100.0, {"jobmanager": 1.0, "kafka": 50.0, "host": 1000.0}, {"jobmanager": 100 * MIB}),
+        Point(
+            101.0,
+            {"jobmanager": 1.5, "taskmanager": 2.0, "kafka": 50.5, "host": 1002.0},
+            {"jobmanager": 100 * MIB, "taskmanager": 300 * MIB, "kafka": 900 * MIB},
+        ),
+        Point(
+            103.0,
+            {"jobmanager": 2.5, "taskmanager": 4.0, "kafka": 51.5, "host": 1005.0},
+            {"jobmanager": 120 * MIB, "taskmanager": 200 * MIB, "kafka": 900 * MIB},
+        ),
+    ]
+    life = cpu_s(points)
+    assert life == {"jobmanager": 1.5, "taskmanager": 4.0, "kafka": 1.5, "host": 5.0}
+    assert own(life) == 5.5  # the broker and the host are not the system's
+    steady = cores(points, 101.0, 103.0)
+    assert steady["taskmanager"] == pytest.approx(1.0)
+    assert own(steady) == pytest.approx(1.5)
+    assert cores(points, 102.0, 103.0) == {}  # one sample: no rate
+    peak, mean = rss_mib(points)
+    assert peak == 400.0 and mean == pytest.approx(820 / 3)
