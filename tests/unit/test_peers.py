@@ -3,6 +3,7 @@ steady, the table, the peers' configurations (the runs themselves start JVMs: no
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,19 @@ def test_sampled_cpu_and_memory_leave_the_shared_processes_out() -> None:
     assert cores(points, 102.0, 103.0) == {}  # one sample: no rate
     peak, mean = rss_mib(points)
     assert peak == 400.0 and mean == pytest.approx(820 / 3)
+
+
+def test_the_arfl_spec_keeps_seq_and_schedules_the_fault_at_the_same_input_moment() -> None:
+    from peer_arfl import arfl_spec
+    from peer_systems import Load
+
+    load = Load(1000, 160.0, 2, 100, 1, 115.0, 65.0, 30.0)
+    active = arfl_spec("active", load, "kill-replica")
+    assert active.replication.mode == "active" and active.replication.replicas == 2
+    assert active.replication.trigger == "realtime"
+    raw = json.loads(active.model_dump_json(by_alias=True, exclude_none=True))
+    assert {"select": ["seq", "user", "amount", "ts"]} in raw["steps"]
+    assert [(c["fault"], c["at"]) for c in raw["chaos"]] == [("kill-replica", "115s")]
+    passive = arfl_spec("passive", load, None)
+    assert (passive.replication.mode, passive.replication.replicas) == ("passive", 1)
+    assert not passive.chaos
