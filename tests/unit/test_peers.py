@@ -228,6 +228,45 @@ def test_sampled_cpu_and_memory_leave_the_shared_processes_out() -> None:
     assert peak == 400.0 and mean == pytest.approx(820 / 3)
 
 
+def test_flink_sql_and_config_follow_the_guarantee_and_heartbeat(tmp_path: Path) -> None:
+    from peer_flink import flink_config, flink_sql, render_yaml
+
+    alo = flink_sql("127.0.0.1:9092", "in-1", "out-1", "at-least-once", "r1", 1.0)
+    eos = flink_sql("127.0.0.1:9092", "in-1", "out-1", "exactly-once", "r'2", 1.0)
+    assert "'sink.delivery-guarantee' = 'at-least-once'" in alo
+    assert "transactional-id-prefix" not in alo
+    assert "'sink.transactional-id-prefix' = 'peers-flink-r''2'" in eos
+    assert "'properties.transaction.timeout.ms' = '900000'" in eos
+    assert "WHERE amount > 10;" in alo and "SELECT seq, `user`, amount, ts" in alo
+    ports = {"rpc": 1, "rest": 2, "blob": 3}
+    fast = flink_config(tmp_path, ports, "exactly-once", "fast", 1000, "-Dx=1")
+    default = flink_config(tmp_path, ports, "at-least-once", "default", 1000, "-Dx=1")
+    assert (fast["heartbeat.interval"], fast["heartbeat.timeout"]) == ("1000", "5000")
+    assert "heartbeat.interval" not in default
+    assert fast["execution.checkpointing.mode"] == "EXACTLY_ONCE"
+    assert default["execution.checkpointing.mode"] == "AT_LEAST_ONCE"
+    assert all(v == "127.0.0.1" for k, v in fast.items() if k.endswith(("address", "host")))
+    assert render_yaml({"a.b": 'x "y"'}) == 'a.b: "x \\"y\\""\n'
+
+
+def test_flink_java_options_come_from_the_distributions_config(tmp_path: Path) -> None:
+    from peer_flink import java_opts
+    from peer_systems import PeerError
+
+    (tmp_path / "conf").mkdir()
+    config = tmp_path / "conf" / "config.yaml"
+    config.write_text(
+        "# comment\nenv:\n  java:\n    opts:\n      all: --add-opens=java.base/java.lang=ALL"
+        "-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED\n\njobmanager:\n  bind-host: x\n"
+    )
+    assert java_opts(tmp_path) == (
+        "--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED"
+    )
+    config.write_text("jobmanager:\n  bind-host: x\n")
+    with pytest.raises(PeerError, match=r"no env\.java\.opts\.all"):
+        java_opts(tmp_path)
+
+
 def test_the_arfl_spec_keeps_seq_and_schedules_the_fault_at_the_same_input_moment() -> None:
     from peer_arfl import arfl_spec
     from peer_systems import Load
