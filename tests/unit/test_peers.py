@@ -267,6 +267,30 @@ def test_flink_java_options_come_from_the_distributions_config(tmp_path: Path) -
         java_opts(tmp_path)
 
 
+def test_kafka_streams_properties_follow_the_session_choice(tmp_path: Path) -> None:
+    from peer_kstreams import render_properties, streams_properties
+
+    common: dict[str, Any] = {
+        "bootstrap": "127.0.0.1:9092",
+        "app_id": "peers-kstreams-x",
+        "instance": 1,
+        "state_dir": tmp_path / "state-1",
+        "source": "in",
+        "sink": "out",
+        "commit_ms": 1000,
+        "linger_ms": 1.0,
+    }
+    fast = streams_properties(session="fast", **common)
+    default = streams_properties(session="default", **common)
+    assert fast["consumer.session.timeout.ms"] == "6000"
+    assert "consumer.session.timeout.ms" not in default
+    assert fast["num.standby.replicas"] == "1"
+    assert fast["processing.guarantee"] == "at_least_once"
+    assert fast["client.id"] == "peers-kstreams-x-1"
+    text = render_properties({"bootstrap.servers": "127.0.0.1:9092", "a": "b=c"})
+    assert text == "bootstrap.servers=127.0.0.1\\:9092\na=b\\=c\n"
+
+
 def test_the_arfl_spec_keeps_seq_and_schedules_the_fault_at_the_same_input_moment() -> None:
     from peer_arfl import arfl_spec
     from peer_systems import Load
