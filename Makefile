@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration cli install jars stack-up stack-down bench clean docker-up docs
+.PHONY: demo test lint unit integration cli install jars stack-up stack-down bench bench-peers clean docker-up docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -47,6 +47,13 @@ stack-up: jars
 
 stack-down: install
 	$(BIN)/arfl stack down
+
+# arfl beside Flink and Kafka Streams on the same load (bench/peers.py): one run of 160 s of
+# input per system and variant; fetches Flink's wheels and builds the Kafka Streams app with
+# Maven on first use.
+bench-peers: jars
+	$(BIN)/arfl stack up
+	$(BIN)/python bench/peers.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

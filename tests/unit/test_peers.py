@@ -305,3 +305,45 @@ def test_the_arfl_spec_keeps_seq_and_schedules_the_fault_at_the_same_input_momen
     passive = arfl_spec("passive", load, None)
     assert (passive.replication.mode, passive.replication.replicas) == ("passive", 1)
     assert not passive.chaos
+
+
+def test_an_earlier_out_is_analysed_again_from_its_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import peers
+    from peer_probe import HEADER
+    from peer_sampler import Point
+    from peer_systems import save_points
+
+    samples = _run(stall=(20.0, 23.5))
+    csv = tmp_path / "probe.csv"
+    csv.write_text(HEADER + "\n" + "".join(f"{s[0]},{s[1]},{s[2]},\n" for s in samples))
+    t0 = T0 / 1000
+    points = [
+        Point(t0 + t, {"taskmanager": 0.5 * t, "probe": 0.1 * t}, {"taskmanager": 2**29})
+        for t in range(0, 41, 5)
+    ]
+    save_points(tmp_path / "cpu.json", points)
+    row = {
+        "system": "flink alo",
+        "fault": "kill-taskmanager",
+        "rate": 100,
+        "duration_s": 40.0,
+        "warmup_s": 5.0,
+        "window_s": 10.0,
+        "seed": 1,
+        "keys": 100,
+        "filters": False,
+        "t0_ms": T0,
+        "fault_s": 20.0,
+        "probe_csv": str(csv),
+        "cpu_json": str(tmp_path / "cpu.json"),
+    }
+    out = tmp_path / "peers.json"
+    out.write_text(json.dumps([row, {"system": "kstreams", "error": "PeerError: no mvn"}]))
+    assert peers.main(["--from", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("| flink alo | kill-taskmanager | 5.00 | 5.00 | 5.00 |")
+    # 0.5 core of the TaskManager for 40 s; the probe is not the system's.
+    assert lines[2].endswith("| 0 | 0 | 20.0 | 0.50 | 512 |")
+    assert lines[3].startswith("| kstreams | none | failed: PeerError: no mvn |")
