@@ -52,6 +52,8 @@ TRANSACTION_TIMEOUT_MS = 900_000
 """An exactly-once sink's ``transaction.timeout.ms``: Flink's default (1 h) exceeds the
 broker's ``transaction.max.timeout.ms`` (15 min), which refuses it."""
 START_TIMEOUT_S = 180.0
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Flink's REST API on loopback, never through a proxy from the environment."""
 
 
 def flink_home(cache: Path | None = None) -> Path:
@@ -306,7 +308,7 @@ class FlinkSystem(PeerSystem):
     def _rest(self, path: str) -> Any:
         url = f"http://{LOOPBACK}:{self.rest_port}{path}"
         try:
-            with urllib.request.urlopen(url, timeout=5) as r:
+            with _DIRECT.open(url, timeout=5) as r:
                 return json.loads(r.read() or b"null")
         except (OSError, urllib.error.URLError, ValueError):
             return None
