@@ -46,8 +46,8 @@ MARKER = "installed.json"
 SLOTS = 2
 """Task slots and parallelism: one per input partition."""
 GUARANTEES = ("at-least-once", "exactly-once")
-HEARTBEATS = {"fast": ("1000", "5000"), "default": None}
-"""``heartbeat.interval`` / ``heartbeat.timeout`` (ms) of each choice; None: Flink's own."""
+HEARTBEATS = {"fast": ("1000 ms", "5000 ms"), "default": None}
+"""``heartbeat.interval`` / ``heartbeat.timeout`` of each choice; None: Flink's own."""
 TRANSACTION_TIMEOUT_MS = 900_000
 """An exactly-once sink's ``transaction.timeout.ms``: Flink's default (1 h) exceeds the
 broker's ``transaction.max.timeout.ms`` (15 min), which refuses it."""
@@ -178,7 +178,7 @@ def flink_config(
         "rest.port": str(ports["rest"]),
         "blob.server.port": str(ports["blob"]),
         "io.tmp.dirs": str(work / "tmp"),
-        "execution.checkpointing.interval": str(checkpoint_ms),
+        "execution.checkpointing.interval": f"{checkpoint_ms} ms",
         "execution.checkpointing.mode": guarantee.upper().replace("-", "_"),
         "execution.checkpointing.storage": "filesystem",
         "execution.checkpointing.dir": (work / "checkpoints").as_uri(),

@@ -241,7 +241,8 @@ def test_flink_sql_and_config_follow_the_guarantee_and_heartbeat(tmp_path: Path)
     ports = {"rpc": 1, "rest": 2, "blob": 3}
     fast = flink_config(tmp_path, ports, "exactly-once", "fast", 1000, "-Dx=1")
     default = flink_config(tmp_path, ports, "at-least-once", "default", 1000, "-Dx=1")
-    assert (fast["heartbeat.interval"], fast["heartbeat.timeout"]) == ("1000", "5000")
+    assert (fast["heartbeat.interval"], fast["heartbeat.timeout"]) == ("1000 ms", "5000 ms")
+    assert fast["execution.checkpointing.interval"] == "1000 ms"
     assert "heartbeat.interval" not in default
     assert fast["execution.checkpointing.mode"] == "EXACTLY_ONCE"
     assert default["execution.checkpointing.mode"] == "AT_LEAST_ONCE"
