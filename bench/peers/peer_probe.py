@@ -85,7 +85,12 @@ def run(bootstrap: str, topic: str, out: Path, wait_topic_s: float, stop: thread
         f.flush()
         last_flush = time.monotonic()
         while not stop.is_set():
-            msgs = consumer.consume(500, 0.05)
+            # consume() waits for num_messages *or* the timeout (adding up to the timeout to
+            # every latency): drain what is queued, block in poll() only when idle (as the merger).
+            msgs = consumer.consume(num_messages=1000, timeout=0)
+            if not msgs:
+                one = consumer.poll(0.05)
+                msgs = [] if one is None else [one]
             now_ms = time.time() * 1000.0
             for m in msgs:
                 if m.error() is not None:
