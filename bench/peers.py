@@ -76,11 +76,12 @@ System = ArflSystem | PeerSystem
 
 LEGEND = """\
 (ms from each event's intended send time to the probe. p50/p99/p99.9: input sent between the
- warm-up and the fault; window p99: input sent in the window after the fault; gap ms: the
+ warm-up and the impact window; window p99: input sent from {lead} s before the fault to the
+ window's end after it (what was in flight at the fault is the fault's); gap ms: the
  longest stretch without output overlapping that window; back s: from the fault to the first
  input second that starts {hold} s in a row with output and a p99 within {tol} x the steady
  p99; missing/dup: by seq; CPU s: the system's own processes from start to stop; steady
- cores: theirs between the warm-up and the fault; RSS MiB: their peak resident memory)"""
+ cores: theirs between the warm-up and the impact window; RSS MiB: their peak resident memory)"""
 
 
 def systems_for(args: argparse.Namespace) -> list[System]:
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.again is not None:
         again = reanalyse(args.again, args)
         print(markdown_table(again))
-        print(LEGEND.format(hold=args.hold, tol=args.tolerance))
+        print(LEGEND.format(hold=args.hold, tol=args.tolerance, lead=f"{Timing.in_flight_s:g}"))
         return 0
     unknown = [s for s in args.systems.split(",") if s not in SYSTEMS]
     if unknown:
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         print()
         print(markdown_table(rows))
-        print(LEGEND.format(hold=args.hold, tol=args.tolerance))
+        print(LEGEND.format(hold=args.hold, tol=args.tolerance, lead=f"{Timing.in_flight_s:g}"))
     return 0
 
 

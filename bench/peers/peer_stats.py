@@ -54,6 +54,9 @@ class Timing:
         warmup_s: excluded from the steady phase.
         fault_s: when the fault was injected (None: no fault).
         window_s: the impact window's length after the fault.
+        in_flight_s: how long before the fault the impact window starts: input sent then may
+            still be in flight when it comes (a kill loses it; at-least-once replays back to
+            the last commit), so it is the fault's, not the steady state's.
     """
 
     t0_ms: int
@@ -61,6 +64,7 @@ class Timing:
     warmup_s: float
     fault_s: float | None
     window_s: float
+    in_flight_s: float = 5.0
 
     def at(self, s: float) -> float:
         """Epoch ms of ``s`` seconds into the input."""
@@ -68,16 +72,17 @@ class Timing:
 
     @property
     def steady(self) -> tuple[float, float]:
-        """The steady phase: from the warm-up's end to the fault (or the input's end)."""
-        end = self.fault_s if self.fault_s is not None else self.duration_s
-        return self.at(self.warmup_s), self.at(end)
+        """The steady phase: from the warm-up's end to the impact window (or the input's end)."""
+        end = self.duration_s if self.fault_s is None else self.fault_s - self.in_flight_s
+        return self.at(self.warmup_s), self.at(max(self.warmup_s, end))
 
     @property
     def window(self) -> tuple[float, float] | None:
-        """The impact window: ``window_s`` from the fault (None without one)."""
+        """The impact window: from ``in_flight_s`` before the fault to ``window_s`` after it
+        (None without one)."""
         if self.fault_s is None:
             return None
-        return self.at(self.fault_s), self.at(self.fault_s + self.window_s)
+        return self.at(self.fault_s - self.in_flight_s), self.at(self.fault_s + self.window_s)
 
 
 def expected_seqs(

@@ -49,7 +49,7 @@ def test_a_stall_after_the_fault_shows_in_window_gap_and_recovery() -> None:
     row = analyse(samples, timing, {s.seq for s in samples}, tolerance=1.1, hold=5)
     assert row["steady_p50"] == pytest.approx(5.0, rel=0.01)
     assert row["steady_p99"] == pytest.approx(5.0, rel=0.01)
-    assert row["steady_count"] == 1500  # 5 s .. 20 s at 100/s
+    assert row["steady_count"] == 1000  # 5 s .. 15 s at 100/s: the impact window starts at 15 s
     # The first event sent in the window waited the whole stall.
     assert row["window_max"] == pytest.approx(3500.0, rel=0.01)
     assert row["window_p99"] > 1000.0
@@ -68,10 +68,23 @@ def test_input_delayed_past_the_window_still_counts_against_it() -> None:
     # Nothing arrives from 20 s to 32 s of input: the whole 10-s window's input comes late.
     samples = _run(stall=(20.0, 32.0))
     row = analyse(samples, Timing(T0, 40.0, 5.0, 20.0, 10.0), {s.seq for s in samples})
-    assert row["window_count"] == 1000
+    assert row["window_count"] == 1500  # 15 s .. 30 s
     assert row["window_p99"] > 11_000.0
     assert row["window_gap_ms"] == pytest.approx(12_005.0, abs=1.0)
     assert row["back_to_steady_s"] == pytest.approx(12.0)
+
+
+def test_input_in_flight_at_the_fault_counts_against_the_window_not_the_steady_state() -> None:
+    from peer_stats import Sample, Timing, analyse
+
+    # A kill at 20 s loses what was sent in the 2 s before it; it comes again 6 s later.
+    samples = [
+        Sample(s.arrival_ms + (6000.0 if 18_000 <= s.ts_ms - T0 < 20_000 else 0.0), s.ts_ms, s.seq)
+        for s in _run()
+    ]
+    row = analyse(samples, Timing(T0, 40.0, 5.0, 20.0, 10.0), {s.seq for s in samples})
+    assert row["steady_max"] == pytest.approx(5.0, abs=0.5)
+    assert row["window_max"] > 5000.0
 
 
 def test_a_fault_free_run_has_no_window_figures() -> None:
