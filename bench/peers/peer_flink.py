@@ -41,6 +41,8 @@ WHEELS = (f"apache-flink=={FLINK_VERSION}", f"apache-flink-libraries=={FLINK_VER
 CONNECTOR = ("org.apache.flink", "flink-sql-connector-kafka", "5.0.0-2.2")
 """The Kafka SQL connector (group, artifact, version): built for Flink 2.2, the newest line
 published when this was written; whether it runs on 2.3 is what the first run checks."""
+GATEWAY = ("org.apache.flink", "flink-sql-gateway", FLINK_VERSION)
+"""The SQL gateway's jar, which the SQL client loads from ``opt/``: PyPI's wheels lack it."""
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 MARKER = "installed.json"
 SLOTS = 2
@@ -65,6 +67,7 @@ def flink_home(cache: Path | None = None) -> Path:
     root = (cache or cache_dir()) / f"flink-{FLINK_VERSION}"
     home = root / "pyflink"
     if (root / MARKER).exists():
+        maven_jar(GATEWAY, home / "opt")
         return home
     wheels = root / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -85,6 +88,7 @@ def flink_home(cache: Path | None = None) -> Path:
     (tmp / "pyflink").replace(home)
     shutil.rmtree(tmp, ignore_errors=True)
     (root / MARKER).write_text(json.dumps({"flink": FLINK_VERSION}) + "\n")
+    maven_jar(GATEWAY, home / "opt")
     return home
 
 
@@ -107,14 +111,22 @@ def kafka_connector(cache: Path | None = None) -> Path:
     Raises:
         PeerError: no ``mvn``, or Maven failed (its output's tail).
     """
-    group, artifact, version = CONNECTOR
-    dest = (cache or cache_dir()) / f"flink-{FLINK_VERSION}" / "connectors"
+    return maven_jar(CONNECTOR, (cache or cache_dir()) / f"flink-{FLINK_VERSION}" / "connectors")
+
+
+def maven_jar(coordinates: tuple[str, str, str], dest: Path) -> Path:
+    """``dest/<artifact>-<version>.jar``, copied there by Maven when missing.
+
+    Raises:
+        PeerError: no ``mvn``, or Maven failed (its output's tail).
+    """
+    group, artifact, version = coordinates
     jar = dest / f"{artifact}-{version}.jar"
     if jar.exists():
         return jar
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise PeerError("no 'mvn' on PATH: Maven fetches Flink's Kafka connector")
+        raise PeerError(f"no 'mvn' on PATH: Maven fetches {group}:{artifact}")
     _run(
         [mvn, "-q", "-B", f"{DEPENDENCY_PLUGIN}:copy",
          f"-Dartifact={group}:{artifact}:{version}", f"-DoutputDirectory={dest}"],
