@@ -1,6 +1,6 @@
 """arfl beside Flink and Kafka Streams: the same load, the same fault moment, one probe.
 
-    .venv/bin/python bench/peers.py [--systems arfl,arfl-passive,flink,kstreams[,floor]]
+    .venv/bin/python bench/peers.py [--systems floor,arfl,arfl-passive,flink,kstreams]
         [--rate 1000] [--partitions 2] [--duration 160s] [--fault-at 115s] [--warmup 65s]
         [--window 30s] [--faults kill[,none]] [--arfl-fault kill-replica|kill-executor]
         [--flink-sink at-least-once,exactly-once] [--heartbeat fast[,default]]
@@ -71,7 +71,7 @@ from arfl.errors import ArflError
 from arfl.units import parse_duration
 
 SYSTEMS = ("arfl", "arfl-passive", "flink", "kstreams", "floor")
-DEFAULT_SYSTEMS = "arfl,arfl-passive,flink,kstreams"
+DEFAULT_SYSTEMS = "floor,arfl,arfl-passive,flink,kstreams"
 System = ArflSystem | PeerSystem
 
 LEGEND = """\
