@@ -79,9 +79,9 @@ LEGEND = """\
  warm-up and the impact window; window p99: input sent from {lead} s before the fault to the
  window's end after it (what was in flight at the fault is the fault's); gap ms: the
  longest stretch without output overlapping that window; back s: from the fault to the first
- input second that starts {hold} s in a row with output and a p99 within {tol} x the steady
- p99; missing/dup: by seq; CPU s: the system's own processes from start to stop; steady
- cores: theirs between the warm-up and the impact window; RSS MiB: their peak resident memory)"""
+ input second that starts {hold} s in a row with output and a p99 within {tol} x the worst
+ p99 of a steady second; missing/dup: by seq; CPU s: the system's own processes from start
+ to stop; steady cores: theirs between the warm-up and the impact window; RSS MiB: their peak resident memory)"""
 
 
 def systems_for(args: argparse.Namespace) -> list[System]:

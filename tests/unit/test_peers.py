@@ -87,6 +87,21 @@ def test_input_in_flight_at_the_fault_counts_against_the_window_not_the_steady_s
     assert row["window_max"] > 5000.0
 
 
+def test_back_to_steady_is_judged_against_the_steady_seconds_not_the_whole_phase() -> None:
+    from peer_stats import Sample, Timing, analyse
+
+    # Every 4th second 2 of its 100 records take 40 ms: its own p99 is 40 ms, the phase's 5 ms
+    # (0.5% of its records). The fault changes nothing: the run is back at once.
+    def slow(s: Any) -> bool:
+        return (s.ts_ms - T0) // 1000 % 4 == 0 and s.seq % 100 < 2
+
+    samples = [Sample(s.arrival_ms + (35.0 if slow(s) else 0.0), s.ts_ms, s.seq) for s in _run()]
+    row = analyse(samples, Timing(T0, 40.0, 5.0, 20.0, 10.0), {s.seq for s in samples})
+    assert row["steady_p99"] == pytest.approx(5.0, abs=0.5)
+    assert row["steady_second_p99_ms"] == pytest.approx(40.0, abs=0.5)
+    assert row["back_to_steady_s"] == pytest.approx(0.0)
+
+
 def test_a_fault_free_run_has_no_window_figures() -> None:
     from peer_stats import Timing, analyse
 
