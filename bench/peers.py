@@ -81,7 +81,8 @@ LEGEND = """\
  longest stretch without output overlapping that window; back s: from the fault to the first
  input second that starts {hold} s in a row with output and a p99 within {tol} x the worst
  p99 of a steady second; missing/dup: by seq; CPU s: the system's own processes from start
- to stop; steady cores: theirs between the warm-up and the impact window; RSS MiB: their peak resident memory)"""
+ to stop; steady cores: theirs between the warm-up and the impact window; RSS MiB: their
+ peak resident memory)"""
 
 
 def systems_for(args: argparse.Namespace) -> list[System]:
