@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/peers.py [--systems floor,arfl,arfl-passive,flink,kstreams]
         [--rate 1000] [--partitions 2] [--duration 160s] [--fault-at 115s] [--warmup 65s]
-        [--window 30s] [--faults kill[,none]] [--arfl-fault kill-replica|kill-executor]
-        [--flink-sink at-least-once,exactly-once] [--heartbeat fast[,default]]
+        [--window 30s] [--faults kill[,none]] [--arfl-fault kill-replica,kill-executor]
+        [--flink-sink at-least-once,exactly-once] [--heartbeat fast,default]
         [--kstreams-restart] [--commit-interval 1s] [--linger 1ms] [--repeat N]
         [--runs DIR] [--out F] [--from F]
 
@@ -14,8 +14,9 @@ system filters ``amount > 10`` and writes ``seq, user, amount, ts``, and one pro
 (``bench/peers/peer_probe.py``) reads the system's final topic. Systems:
 
 * ``arfl``: the demo's pipeline, ``mode = "active"``, 2 replicas, real-time mode (arfl sets
-  the standby and the interval), deployed by arfl itself; its fault is ``--arfl-fault``;
-* ``arfl-passive``: the same, ``mode = "passive"``, 1 replica (Spark's checkpoint recovery);
+  the standby and the interval), deployed by arfl itself; one run per ``--arfl-fault``;
+* ``arfl-passive``: the same, ``mode = "passive"``, 1 replica (Spark's checkpoint recovery),
+  the first ``--arfl-fault`` only;
 * ``flink``: a Flink standalone session cluster running the pipeline as Flink SQL,
   checkpointing every ``--commit-interval``, one run per ``--flink-sink`` guarantee and
   ``--heartbeat`` choice; its fault SIGKILLs the TaskManager and starts a new one at once;
@@ -25,8 +26,9 @@ system filters ``amount > 10`` and writes ``seq, user, amount, ts``, and one pro
 
 ``--faults kill`` injects each system's fault at ``--fault-at`` seconds of input; ``none``
 runs it fault-free. Every figure comes from the probe's samples (``peer_stats``): steady
-p50 / p99 / p99.9 (input sent from ``--warmup`` to the fault), the impact window's p99 (input
-sent in the ``--window`` after the fault) and longest output gap, the time back to steady,
+p50 / p99 / p99.9 (input sent from ``--warmup`` to the impact window), the impact window's
+p99 (input sent from 5 s before the fault, in flight when it came, to ``--window`` after it)
+and longest output gap, the time back to steady,
 missing and duplicate results by ``seq``, and the system's own processes' CPU (whole life and
 steady cores) and resident memory, sampled with psutil; the injector, the probe and the broker
 are left out of them (in ``cpu_s_by_group``). Each run holds the machine's CPU lock
@@ -92,9 +94,9 @@ def systems_for(args: argparse.Namespace) -> list[System]:
     out: list[System] = []
     for name in args.systems.split(","):
         if name == "arfl":
-            out.append(ArflSystem("active", args.arfl_fault))
-        elif name == "arfl-passive":
-            out.append(ArflSystem("passive", args.arfl_fault))
+            out += [ArflSystem("active", f) for f in args.arfl_fault.split(",")]
+        elif name == "arfl-passive":  # the in-family baseline: the first fault only
+            out.append(ArflSystem("passive", args.arfl_fault.split(",")[0]))
         elif name == "flink":
             out += [
                 FlinkSystem(g, h, commit_ms, linger_ms)
@@ -217,11 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", default="65s", help="excluded from the steady figures")
     ap.add_argument("--window", default="30s", help="the impact window after the fault")
     ap.add_argument("--faults", default="kill", help="kill (each system's), none, or kill,none")
-    ap.add_argument("--arfl-fault", choices=ARFL_FAULTS, default="kill-replica")
+    ap.add_argument(
+        "--arfl-fault",
+        default=",".join(ARFL_FAULTS),
+        help=f"of {', '.join(ARFL_FAULTS)}: one arfl run each (arfl-passive: the first)",
+    )
     ap.add_argument("--flink-sink", default=",".join(GUARANTEES), help="delivery guarantees")
     ap.add_argument(
         "--heartbeat",
-        default="fast",
+        default="fast,default",
         help="fast (Flink 1 s / 5 s heartbeat, Kafka Streams 6-s session), default (each "
         "system's own), or both",
     )
@@ -256,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
     bad = [g for g in args.flink_sink.split(",") if g not in GUARANTEES]
     bad += [h for h in args.heartbeat.split(",") if h not in HEARTBEATS]
+    bad += [f for f in args.arfl_fault.split(",") if f not in ARFL_FAULTS]
     faults = args.faults.split(",")
     bad += [f for f in faults if f not in ("kill", "none")]
     if bad:
