@@ -741,3 +741,62 @@ def test_a_kill_the_journal_saw_land_has_an_effect_however_little_the_lag_rose()
     (g,) = analyse(data).faults
     assert g.effect_seen is True and g.effect.startswith("replica 1: its driver died (journal)")
     assert g.masked is True, g.verdict
+
+
+def _clock(data: RunData, moves: dict[int, float]) -> RunData:
+    """The injector's per-second lines, each with how far the wall clock had moved against the
+    monotonic one by ``T0 + k`` (``moves[k]``, carried forward; 0 before the first)."""
+    import dataclasses
+
+    lines, moved = [], 0.0
+    for k in range(1, 31):
+        moved = moves.get(k, moved)
+        lines.append({"type": "second", "t": T0 + k, "t0": T0, "sent": 100, "target": 100,
+                      "behind_ms": 0.0, "total": 100 * k, "clock_ms": moved})  # fmt: skip
+    return dataclasses.replace(data, injector_seconds=lines)
+
+
+def test_a_p99_nearer_its_bar_than_the_wall_clock_moved_is_unjudged() -> None:
+    # The window's p99 108 ms, its bar 110 ms: masked with a steady clock, but the wall clock
+    # moved 5 ms against the monotonic one in the window: either side of the bar is possible.
+    lat = [100.0] * 10 + [108.0] * 3 + [100.0] * 10
+    data = _with_lag(_run(lat, [_pause(10.0, 3.0)]))
+    (steady,) = analyse(_clock(data, {})).faults
+    assert steady.masked is True, steady.verdict
+    (moved,) = analyse(_clock(data, {11: 2.0, 12: 5.0})).faults
+    assert moved.masked is None and moved.outcome == "unjudged", moved.verdict
+    assert "wall clock moved 5.0 ms" in moved.verdict
+    # A move before the window, in the steady phase the bar comes from, counts too.
+    (early,) = analyse(_clock(data, {5: 3.0})).faults
+    assert early.outcome == "unjudged", early.verdict
+    # Far from the bar the move decides nothing: 150 ms is not masked either way.
+    far = _with_lag(_run([100.0] * 10 + [150.0] * 3 + [100.0] * 10, [_pause(10.0, 3.0)]))
+    (f,) = analyse(_clock(far, {11: 2.0, 12: 5.0})).faults
+    assert f.masked is False, f.verdict
+
+
+def test_the_injector_records_how_far_the_wall_clock_moved(tmp_path: Path) -> None:
+    from arfl.workload.produce import SecondStats
+
+    class Clock:
+        def __init__(self) -> None:
+            self.mono, self.step = 10.0, 0.0
+
+        def time(self) -> float:
+            return 1_800_000_000.0 + self.mono + self.step
+
+        def monotonic(self) -> float:
+            return self.mono
+
+        def sleep(self, seconds: float) -> None:
+            self.mono += seconds
+
+    clock = Clock()
+    stats = SecondStats(tmp_path / "s.jsonl", clock=clock)
+    stats.start(T0)
+    for k in range(1, 4):
+        clock.mono += 1.0
+        clock.step += 0.004 if k == 2 else 0.0  # NTP or the hypervisor: 4 ms in second 2
+        stats.tick(float(k), 0)
+    lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [round(x["clock_ms"], 2) for x in lines] == [0.0, 4.0, 4.0]

@@ -467,8 +467,12 @@ def _fault_phases(
             if jf.kind in FAULTS and FAULTS.info(jf.kind).on == "merger"
             else verdicts.replica_effect(data.monitor, jf.replica, hit, allowance, jf.killed)
         )
+        moved = (
+            verdicts.clock_moved_ms(data.injector_seconds, win_start, win_end),
+            verdicts.clock_moved_ms(data.injector_seconds, *span),
+        )
         verdict = verdicts.masked(
-            fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start, closed, effect
+            fp99, fault_gap, ref, tol, missing, held_to, win_end - win_start, closed, effect, moved
         )
         if verdict.value and caught_up_on == "lag" and window.ended_by == "caught-up+settle":
             # The window's end rests on the lag: current on one partition, a replica may still

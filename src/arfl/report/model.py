@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     # spec validator's import of arfl.report.slo must not (a cycle).
     from arfl.measure.check.hops import HopLatency
 
-JSON_VERSION = 8
+JSON_VERSION = 9
 """Bumped when a field of the ``--json`` output changes meaning or is removed. 8: an automatic
 ``warmup_s`` also waits for the output to settle after the replicas' first boundaries (MSER-5;
 was: 1 s after them). 5:
@@ -190,8 +190,8 @@ class FaultStats:
     @property
     def outcome(self) -> str:
         """The verdict in a word: ``masked``, ``not masked``, ``no effect`` (the fault did not
-        visibly hurt what it hit), ``unjudged`` (the input ended first), ``unknown`` or
-        ``failed``."""
+        visibly hurt what it hit), ``unjudged`` (the input ended first, or the wall clock
+        moved too much to tell), ``unknown`` or ``failed``."""
         if self.error is not None:
             return "failed"
         if self.masked is not None:

@@ -45,6 +45,12 @@ Every figure is measured on the **user-visible output** (the merger's first copi
 * **Unjudged**: an impact window cut by the end of the input (``end of input``) runs on to the
   output's end (the results still in flight count) and can show harm ("not masked"), never
   its absence: a window without harm is *unjudged: the input ended first*, not masked.
+* **Clock moves** (:func:`clock_moved_ms`): every latency is a difference of wall-clock
+  readings while the injector keeps its schedule on the monotonic clock, so a wall clock
+  adjusted during a run (NTP, the hypervisor: ~20 ms over 4 s on this kind of host) is an error
+  in every latency across the adjustment. The injector records how far the wall clock moved
+  against the monotonic one each second (``clock_ms``); a p99 that lies within the moves of the
+  window and of the steady phase of its bar decides nothing: *unjudged: the wall clock moved*.
 * **Masked** (:func:`masked`): over the whole impact window, p99 <= tolerance x the steady
   p99 **at the window's length** (:func:`stretch_p99`), longest gap <= tolerance x reference
   gap (floored at the gap resolution, 1 s), and no result missing from the run. Otherwise not
@@ -415,6 +421,27 @@ class Verdict:
     reason: str
 
 
+def clock_moved_ms(
+    injector_seconds: Sequence[Mapping[str, Any]], start: float, end: float
+) -> float | None:
+    """How far the host's wall clock moved against its monotonic clock from ``start`` to
+    ``end`` (epoch seconds), ms: the spread of the injector's ``clock_ms`` from its last line
+    at or before ``start`` to its first at or after ``end`` (a line gives the move at its
+    ``t``). None when the injector recorded none (a run recorded before it did)."""
+    lines = [
+        (float(d["t"]), float(d["clock_ms"]))
+        for d in injector_seconds
+        if d.get("clock_ms") is not None and d.get("t") is not None
+    ]
+    if not lines:
+        return None
+    lines.sort()
+    first = max((i for i, (t, _) in enumerate(lines) if t <= start), default=0)
+    last = min((i for i, (t, _) in enumerate(lines) if t >= end), default=len(lines) - 1)
+    moves = [c for _, c in lines[first : last + 1]]
+    return max(moves) - min(moves) if moves else None
+
+
 def masked(
     p99_ms: float | None,
     gap_ms: float | None,
@@ -425,6 +452,7 @@ def masked(
     window_s: float,
     closed: bool,
     effect: Effect,
+    clock_moved: tuple[float | None, float | None] = (None, None),
 ) -> Verdict:
     """Masked over an impact window (see the module docstring).
 
@@ -442,6 +470,9 @@ def masked(
             not is **unjudged** (None): the replica was not restored while input still came.
         effect: what the fault did (:func:`replica_effect`, :func:`merger_effect`); a window
             without harm is masked only when the effect showed.
+        clock_moved: how far the wall clock moved (:func:`clock_moved_ms`) in the window and
+            in the steady phase its bar comes from (None: not recorded). A p99 closer to its
+            bar than the window's move plus ``tolerance`` x the steady phase's is unjudged.
     """
 
     def judged() -> Verdict:
@@ -456,7 +487,10 @@ def masked(
             steady += f" (its worst {window_s:.0f}-s stretch; whole steady {ref.p99_ms:.1f} ms)"
         if p99_ms is None:
             return Verdict(False, "not masked: no result in the impact window")
-        if p99_ms > p99_limit:
+        moved_win, moved_steady = (m or 0.0 for m in clock_moved)
+        clock_err = moved_win + tolerance * moved_steady
+        undecided = abs(p99_ms - p99_limit) < clock_err
+        if p99_ms > p99_limit and not undecided:
             return Verdict(False, f"not masked: p99 {p99_ms:.1f} ms > {tolerance:g} x {steady}")
         if gap_ms is not None and gap_ms > gap_limit:
             return Verdict(
@@ -468,6 +502,15 @@ def masked(
             return Verdict(None, "unknown: latency and gaps within tolerance, completeness unknown")
         if missing > 0:
             return Verdict(False, f"not masked: {missing} result(s) missing from the run")
+        if undecided:
+            return Verdict(
+                None,
+                f"unjudged: the wall clock moved: p99 {p99_ms:.1f} ms against {p99_limit:.1f} "
+                f"ms = {tolerance:g} x {steady}, but the host's wall clock moved "
+                f"{moved_win:.1f} ms against its monotonic clock in the window and "
+                f"{moved_steady:.1f} ms in the steady phase (NTP or the hypervisor), an error "
+                "in every latency across it",
+            )
         return Verdict(
             True,
             f"masked: p99 {p99_ms:.1f} ms <= {p99_limit:.1f} ms"

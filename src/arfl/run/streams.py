@@ -16,7 +16,7 @@ The injector's stats file (one ``"type": "second"`` line per second, one ``"type
 line at the end)::
 
     {"type": "second", "t": 1764106201.0, "t0": 1764106200.0, "sent": 1000, "target": 1000,
-     "behind_ms": 0.2, "total": 1000}
+     "behind_ms": 0.2, "total": 1000, "clock_ms": 0.0}
     {"type": "summary", "t": ..., "t0": ..., "end": ..., "produced": 5000, "delivered": 5000,
      "failed": 0, "target_rate": 1000, "achieved_rate": 999.8, "max_behind_ms": 3.1,
      "duration_s": 5.0, "stopped_early": false}
@@ -153,6 +153,9 @@ class InjectorSecond:
     behind_ms: float
     """The most the injector was behind its schedule during this second."""
     total: int
+    clock_ms: float | None = None
+    """How far the host's wall clock had moved against its monotonic clock since ``t0``, ms
+    (None: recorded before the injector kept it)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> InjectorSecond:
@@ -164,6 +167,7 @@ class InjectorSecond:
             target=int(d["target"]),
             behind_ms=float(d["behind_ms"]),
             total=int(d.get("total", 0)),
+            clock_ms=opt_float(d.get("clock_ms")),
         )
 
 

@@ -269,7 +269,7 @@ class Injector(InputProducer):
             return (_due(end) if final else _before(end)) - _before(start)
 
         journal = Journal(cfg.journal_path) if cfg.journal_path else None
-        stats = SecondStats(cfg.stats_path, target)
+        stats = SecondStats(cfg.stats_path, target, clock)
         now_wall, now_mono = clock.time(), clock.monotonic()
         t0_wall = cfg.start_at if cfg.start_at is not None else now_wall
         t0_mono = now_mono + (t0_wall - now_wall)

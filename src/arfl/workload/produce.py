@@ -60,6 +60,27 @@ class Clock(Protocol):
         ...
 
 
+CLOCK_READ_SPREAD_S = 0.0002
+"""A reading of the wall clock against the monotonic one counts when the two monotonic reads
+around it lie this close (a preemption between the reads would show as a clock move)."""
+
+
+def clock_offset_ms(clock: Clock) -> float:
+    """The wall clock minus the monotonic clock, ms: constant unless something (NTP, the
+    hypervisor, an operator) adjusted the wall clock. The tightest of three readings."""
+    best: tuple[float, float] | None = None
+    for _ in range(3):
+        m1 = clock.monotonic()
+        w = clock.time()
+        m2 = clock.monotonic()
+        if best is None or m2 - m1 < best[0]:
+            best = (m2 - m1, 1000.0 * (w - (m1 + m2) / 2))
+        if m2 - m1 <= CLOCK_READ_SPREAD_S:
+            break
+    assert best is not None
+    return best[1]
+
+
 class SystemClock:
     """The real clocks."""
 
@@ -136,7 +157,10 @@ class SecondStats:
     """
 
     def __init__(
-        self, path: Path | None, target: Callable[[int, float, bool], int] | None = None
+        self,
+        path: Path | None,
+        target: Callable[[int, float, bool], int] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """Open the stats file (appending, its folder created).
 
@@ -145,6 +169,10 @@ class SecondStats:
             target: events due in the second from ``start`` (whole seconds after ``t0``) to
                 ``end`` (the line's time), ``final`` for the last, partial second; ``None``:
                 what was sent.
+            clock: when given, each line has ``clock_ms``: how far the wall clock moved
+                against the monotonic one since :meth:`start` (:func:`clock_offset_ms`).
+                Latencies are wall-clock differences and the schedule is monotonic, so a move
+                is an error in every latency across it (the report's verdicts weigh it).
         """
         self._file: IO[str] | None = None
         if path:
@@ -157,10 +185,14 @@ class SecondStats:
         """Index of the next second boundary (``t0 + second``)."""
         self.sent = 0
         self.behind_ms = 0.0
+        self._clock = clock
+        self._offset0 = 0.0
 
     def start(self, t0: float) -> None:
         """Set the schedule's start, epoch seconds."""
         self.t0 = t0
+        if self._clock is not None:
+            self._offset0 = clock_offset_ms(self._clock)
 
     def tick(self, t_rel: float, total: int) -> None:
         """A line for every second boundary up to ``t_rel`` (seconds after ``t0``).
@@ -195,6 +227,8 @@ class SecondStats:
                 "sent": self.sent, "target": target,
                 "behind_ms": round(self.behind_ms, 3), "total": total,
             }  # fmt: skip
+            if self._clock is not None:
+                line["clock_ms"] = round(clock_offset_ms(self._clock) - self._offset0, 2)
             self._file.write(json.dumps(line) + "\n")
             self._file.flush()
         self.sent = 0

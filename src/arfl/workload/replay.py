@@ -221,7 +221,7 @@ class Replayer(InputProducer):
         cfg, clock = self.config, self.clock
         journal = Journal(cfg.journal_path) if cfg.journal_path else None
         # A replay's target is what it sent: its schedule is the records it found.
-        stats = SecondStats(cfg.stats_path)
+        stats = SecondStats(cfg.stats_path, clock=self.clock)
         schedule = Schedule(cfg.pace, round(cfg.duration_s * 1000))
         records = self.source.records()
         # The first record (every partition's head) is read before the clock starts.
