@@ -61,6 +61,7 @@ def run(bootstrap: str, topic: str, out: Path, wait_topic_s: float, stop: thread
     """Consume ``topic`` into ``out`` until ``stop``; returns the records written."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+    from arfl.measure.merger.kafka import next_messages
     from arfl.processes import Stopped, wait_until
 
     consumer = Consumer(consumer_config(bootstrap))
@@ -85,12 +86,7 @@ def run(bootstrap: str, topic: str, out: Path, wait_topic_s: float, stop: thread
         f.flush()
         last_flush = time.monotonic()
         while not stop.is_set():
-            # consume() waits for num_messages *or* the timeout (adding up to the timeout to
-            # every latency): drain what is queued, block in poll() only when idle (as the merger).
-            msgs = consumer.consume(num_messages=1000, timeout=0)
-            if not msgs:
-                one = consumer.poll(0.05)
-                msgs = [] if one is None else [one]
+            msgs = next_messages(consumer, 0.05)  # as the merger reads: no wait when busy
             now_ms = time.time() * 1000.0
             for m in msgs:
                 if m.error() is not None:

@@ -906,3 +906,29 @@ def test_a_replica_lag_is_never_negative_when_a_tick_is_written_late() -> None:
     rc = ReplicaCounters(received=1, last_src_ts=1_000_500)
     assert rc.snapshot(1_000.0)["lag_ms"] == 0.0
     assert rc.snapshot(1_002.0)["lag_ms"] == pytest.approx(1_500)
+
+
+def test_next_messages_never_waits_while_records_are_queued_and_blocks_only_when_idle() -> None:
+    from arfl.measure.merger.kafka import next_messages
+
+    class Consumer:
+        def __init__(self, queued: list[str], polled: str | None) -> None:
+            self.queued, self.polled = queued, polled
+            self.calls: list[tuple[str, float]] = []
+
+        def consume(self, num_messages: int = 1, timeout: float = -1) -> list[str]:
+            self.calls.append(("consume", timeout))
+            out, self.queued = self.queued[:num_messages], self.queued[num_messages:]
+            return out
+
+        def poll(self, timeout: float = -1) -> str | None:
+            self.calls.append(("poll", timeout))
+            return self.polled
+
+    busy = Consumer(["a", "b"], "never")
+    assert next_messages(busy, 0.05) == ["a", "b"]  # type: ignore[arg-type]
+    assert busy.calls == [("consume", 0)]
+    idle = Consumer([], "c")
+    assert next_messages(idle, 0.05) == ["c"]  # type: ignore[arg-type]
+    assert idle.calls == [("consume", 0), ("poll", 0.05)]
+    assert next_messages(Consumer([], None), 0.05) == []  # type: ignore[arg-type]

@@ -96,6 +96,18 @@ class SinkProducer(Producer, Protocol):
         ...
 
 
+def next_messages(consumer: Consumer, idle_timeout_s: float, max_messages: int = 1000) -> list[Any]:
+    """What is queued (up to ``max_messages``) without waiting; when nothing is, the first
+    message within ``idle_timeout_s``. ``consume()`` waits for ``num_messages`` *or* its
+    timeout, which adds up to the timeout to every latency at low rates; ``poll()`` returns on
+    the first message."""
+    msgs = consumer.consume(num_messages=max_messages, timeout=0)
+    if msgs:
+        return msgs
+    one = consumer.poll(idle_timeout_s)
+    return [] if one is None else [one]
+
+
 def consumer_config(
     bootstrap: str, group_id: str, fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
 ) -> dict[str, Any]:

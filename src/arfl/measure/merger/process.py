@@ -31,7 +31,13 @@ from arfl.measure.merger.core import (
     MergeCore,
     Outcome,
 )
-from arfl.measure.merger.kafka import Consumer, SinkProducer, kafka_consumer, kafka_producer
+from arfl.measure.merger.kafka import (
+    Consumer,
+    SinkProducer,
+    kafka_consumer,
+    kafka_producer,
+    next_messages,
+)
 from arfl.measure.merger.recovery import SEQ_HEADER, Taken
 from arfl.measure.merger.standby import Follower, TakeOver
 from arfl.measure.merger.transactions import Fenced
@@ -321,13 +327,7 @@ class Merger:
         try:
             self._assign(journal, min(cfg.connect_timeout_s, 5.0))
             while True:
-                # consume() waits for num_messages *or* the timeout, which would add up to
-                # the timeout to every latency at low rates: drain what is queued without
-                # waiting, and block in poll() (returns on the first message) only if idle.
-                msgs = consumer.consume(num_messages=1000, timeout=0)
-                if not msgs:
-                    one = consumer.poll(0.05)
-                    msgs = [] if one is None else [one]
+                msgs = next_messages(consumer, 0.05)
                 for msg in msgs:
                     err = msg.error()
                     if err is not None:
