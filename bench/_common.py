@@ -106,6 +106,13 @@ HOST = "host"
 """The label of the whole machine's busy CPU in :class:`ProcessCpu` (every process, anyone's)."""
 
 
+def host_busy_s() -> float:
+    """The machine's busy CPU seconds since boot: what ran (guest time is already in user;
+    steal and iowait ran nothing here)."""
+    t = psutil.cpu_times()
+    return float(sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq")))
+
+
 def _role(cmdline: list[str]) -> str:
     """What a process of a replica's tree is, from its command line."""
     line = " ".join(cmdline)
@@ -195,9 +202,7 @@ class ProcessCpu:
         totals: dict[str, float] = {}
         for label, secs in self._last.values():
             totals[label] = totals.get(label, 0.0) + secs
-        t = psutil.cpu_times()
-        # Busy = what ran; guest time is already in user, steal and iowait ran nothing here.
-        totals[HOST] = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+        totals[HOST] = host_busy_s()
         self.samples.append((time.time(), totals))
 
     def _record(self, p: psutil.Process, label: str) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from peer_systems import LOOPBACK, MIN_AMOUNT, Load, PeerError, PeerSystem, wait_alive
 
 from arfl.paths import cache_dir
-from arfl.processes import ManagedProcess, signal_all
+from arfl.processes import ManagedProcess, process_tree, signal_all
 from arfl.stack.embedded import free_ports
 from arfl.stack.install import MVN_TIMEOUT_S
 
@@ -347,9 +347,7 @@ class FlinkSystem(PeerSystem):
 
     def kill_one(self) -> str:
         tm = self.taskmanagers[-1]
-        rest = tm.descendants()  # none while flink-console.sh execs the JVM
-        tm.popen.send_signal(signal.SIGKILL)
-        signal_all(rest, signal.SIGKILL)
+        signal_all(process_tree(tm.pid), signal.SIGKILL)  # the JVM may be a child
         self._start_taskmanager()
         return f"SIGKILL taskmanager (pid {tm.pid}), a new one started at once"
 

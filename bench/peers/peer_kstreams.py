@@ -22,7 +22,7 @@ from typing import Any
 
 from peer_systems import HERE, MIN_AMOUNT, Load, PeerError, PeerSystem, wait_alive
 
-from arfl.processes import ManagedProcess, signal_all
+from arfl.processes import ManagedProcess, process_tree, signal_all
 from arfl.stack.install import KAFKA_VERSION, MVN_TIMEOUT_S
 
 APP = HERE / "kstreams"
@@ -136,6 +136,7 @@ class KStreamsSystem(PeerSystem):
         self.instances: dict[int, list[ManagedProcess]] = {}
         self.app_id = ""
         self._argv: list[list[str]] = []
+        self._admin: Any = None
 
     def prepare(self) -> None:
         from arfl.stack import install
@@ -179,7 +180,9 @@ class KStreamsSystem(PeerSystem):
         from confluent_kafka import ConsumerGroupState, KafkaException
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        if self._admin is None:  # one client for all the looks, not one every 0.5 s
+            self._admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = self._admin
         try:
             desc = admin.describe_consumer_groups([self.app_id])[self.app_id].result(timeout=5)
         except KafkaException:
@@ -193,9 +196,7 @@ class KStreamsSystem(PeerSystem):
 
     def kill_one(self) -> str:
         victim = self.instances[0][-1]
-        rest = victim.descendants()
-        victim.popen.send_signal(signal.SIGKILL)
-        signal_all(rest, signal.SIGKILL)
+        signal_all(process_tree(victim.pid), signal.SIGKILL)  # the JVM may be a child
         if self.restart:
             self._start(0)
             return f"SIGKILL kstreams instance 0 (pid {victim.pid}), a new one started at once"

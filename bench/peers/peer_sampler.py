@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import psutil
+from _common import HOST, host_busy_s
 
 from arfl.processes import process_tree, start_key
 
-HOST = "host"
-"""The whole machine's busy CPU (every process, anyone's)."""
 SHARED = frozenset({"injector", "probe", "kafka", "zookeeper", HOST})
 """Groups that are not the system's own: the same load and the same broker for every system."""
 MIB = 1024 * 1024
@@ -78,9 +77,7 @@ class Sampler:
         cpu: dict[str, float] = {}
         for label, secs in self._last.values():
             cpu[label] = cpu.get(label, 0.0) + secs
-        t = psutil.cpu_times()
-        # Busy = what ran; guest time is already in user, steal and iowait ran nothing here.
-        cpu[HOST] = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+        cpu[HOST] = host_busy_s()
         self.points.append(Point(time.time(), cpu, rss))
 
 
