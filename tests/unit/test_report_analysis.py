@@ -773,30 +773,3 @@ def test_a_p99_nearer_its_bar_than_the_wall_clock_moved_is_unjudged() -> None:
     far = _with_lag(_run([100.0] * 10 + [150.0] * 3 + [100.0] * 10, [_pause(10.0, 3.0)]))
     (f,) = analyse(_clock(far, {11: 2.0, 12: 5.0})).faults
     assert f.masked is False, f.verdict
-
-
-def test_the_injector_records_how_far_the_wall_clock_moved(tmp_path: Path) -> None:
-    from arfl.workload.produce import SecondStats
-
-    class Clock:
-        def __init__(self) -> None:
-            self.mono, self.step = 10.0, 0.0
-
-        def time(self) -> float:
-            return 1_800_000_000.0 + self.mono + self.step
-
-        def monotonic(self) -> float:
-            return self.mono
-
-        def sleep(self, seconds: float) -> None:
-            self.mono += seconds
-
-    clock = Clock()
-    stats = SecondStats(tmp_path / "s.jsonl", clock=clock)
-    stats.start(T0)
-    for k in range(1, 4):
-        clock.mono += 1.0
-        clock.step += 0.004 if k == 2 else 0.0  # NTP or the hypervisor: 4 ms in second 2
-        stats.tick(float(k), 0)
-    lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
-    assert [round(x["clock_ms"], 2) for x in lines] == [0.0, 4.0, 4.0]
