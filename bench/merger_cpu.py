@@ -57,19 +57,30 @@ class _StdlibJson:
     loads = staticmethod(json.loads)
 
 
-def one_run(variant: str, rate: float, seconds: float, work: Path) -> dict[str, Any]:
-    """One merger run of ``variant``; its CPU in cores."""
-    sink = f"merger-cpu-{uuid.uuid4().hex[:8]}"
+def start_input(prefix: str, rate: float, seconds: float) -> tuple[str, float, int]:
+    """Fresh sink and replica topics, and a forked process writing ``rate`` results a second
+    to both replica topics from a second from now (the replicas).
+
+    Returns:
+        The sink topic, when the input starts (epoch s) and the writer's pid.
+    """
+    sink = f"{prefix}-{uuid.uuid4().hex[:8]}"
     for t in (sink, replica_topic(sink, 0), replica_topic(sink, 1)):
         ensure_topic(BOOTSTRAP, t, partitions=4)
     start = time.time() + 1.0
     child = os.fork()
-    if child == 0:  # the replicas
+    if child == 0:
         try:
             produce_results(BOOTSTRAP, sink, rate, seconds + 2, start, 0.002, Produced(),
                             lambda _now: None)  # fmt: skip
         finally:
             os._exit(0)
+    return sink, start, child
+
+
+def one_run(variant: str, rate: float, seconds: float, work: Path) -> dict[str, Any]:
+    """One merger run of ``variant``; its CPU in cores."""
+    sink, start, child = start_input("merger-cpu", rate, seconds)
     saved = records.orjson
     if variant == "json":
         records.orjson = _StdlibJson  # type: ignore[assignment]
@@ -136,18 +147,8 @@ def floor_command(variant: str) -> list[str]:
 def floor_run(variant: str, rate: float, seconds: float) -> dict[str, Any]:
     """One run of a bare forwarder (:func:`floor_command`) on the input of :func:`one_run`."""
     command = floor_command(variant)
-    sink = f"merger-floor-{uuid.uuid4().hex[:8]}"
+    sink, start, child = start_input("merger-floor", rate, seconds)
     topics = [replica_topic(sink, 0), replica_topic(sink, 1)]
-    for t in (sink, *topics):
-        ensure_topic(BOOTSTRAP, t, partitions=4)
-    start = time.time() + 1.0
-    child = os.fork()
-    if child == 0:  # the replicas
-        try:
-            produce_results(BOOTSTRAP, sink, rate, seconds + 2, start, 0.002, Produced(),
-                            lambda _now: None)  # fmt: skip
-        finally:
-            os._exit(0)
     w0 = time.time()
     args = [BOOTSTRAP, sink, *topics, "4", f"{start + seconds + 2.5 - w0:.3f}"]
     proc = subprocess.Popen([*command, *args], stdout=subprocess.PIPE, text=True)
