@@ -127,7 +127,37 @@ def _role(cmdline: list[str]) -> str:
     return "other"
 
 
-class ProcessCpu:
+class Periodic:
+    """Calls :meth:`_sample` every ``interval_s`` in a daemon thread from :meth:`start`, and
+    once more at :meth:`stop`."""
+
+    def __init__(self, interval_s: float, name: str) -> None:
+        self.interval_s = interval_s
+        self._name = name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start sampling."""
+        self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Take a last sample and stop."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._sample()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        raise NotImplementedError
+
+
+class ProcessCpu(Periodic):
     """CPU seconds of a deployment's processes by role, sampled once a second in a thread.
 
     ``summary.json`` keeps only each replica's total; to name the process that saturates, this
@@ -138,13 +168,11 @@ class ProcessCpu:
     """
 
     def __init__(self, interval_s: float = 1.0) -> None:
-        self.interval_s = interval_s
+        super().__init__(interval_s, "process-cpu")
         self.run_dir: Path | None = None
         self.samples: list[tuple[float, dict[str, float]]] = []
         self._last: dict[tuple[int, float], tuple[str, float]] = {}
         self._stack: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def watch(self, run_dir: Path) -> None:
         """Sample the run in ``run_dir`` from now on (deploy's ``on_run_dir``)."""
@@ -155,15 +183,7 @@ class ProcessCpu:
         from arfl import stack
 
         self._stack = {s.name: s.pid for s in stack.status() if s.pid is not None}
-        self._thread = threading.Thread(target=self._loop, name="process-cpu", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Take a last sample and stop."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._sample()
+        super().start()
 
     def cores(self, start: float, end: float) -> dict[str, float]:
         """Average cores each label used over ``[start, end]`` (epoch seconds), from the
@@ -175,10 +195,6 @@ class ProcessCpu:
         if t1 <= t0:
             return {}
         return {k: max(0.0, (v - a.get(k, 0.0)) / (t1 - t0)) for k, v in b.items()}
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
 
     def _sample(self) -> None:
         pids: dict[str, int] = dict(self._stack)

@@ -9,13 +9,12 @@ counted from then on, and one that died keeps its last sample's CPU.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import psutil
-from _common import HOST, host_busy_s
+from _common import HOST, Periodic, host_busy_s
 
 from arfl.processes import process_tree, start_key
 
@@ -33,33 +32,19 @@ class Point:
     rss: dict[str, int]
 
 
-class Sampler:
+class Sampler(Periodic):
     """Samples ``groups()`` every ``interval_s`` from :meth:`start` to :meth:`stop`."""
 
     def __init__(self, groups: Callable[[], dict[str, list[int]]], interval_s: float = 1.0) -> None:
+        super().__init__(interval_s, "peers-sampler")
         self.groups = groups
-        self.interval_s = interval_s
         self.points: list[Point] = []
         self._last: dict[tuple[int, float], tuple[str, float]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Take a first sample, then sample in a thread."""
         self._sample()
-        self._thread = threading.Thread(target=self._loop, name="peers-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Take a last sample and stop."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._sample()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
+        super().start()
 
     def _sample(self) -> None:
         rss: dict[str, int] = {}
