@@ -103,6 +103,7 @@ class Drivers:
         standby: bool = False,
         assignment_file: Path | None = None,
         rehearsal_input: list[list[str]] | None = None,
+        control_dir: Path | None = None,
     ) -> DriverConfig:
         """A driver's config: its own files and options over the run's settings."""
         return DriverConfig(
@@ -121,6 +122,7 @@ class Drivers:
             standby=standby,
             assignment_file="" if assignment_file is None else str(assignment_file),
             rehearsal_input=list(rehearsal_input or []),
+            control_dir="" if control_dir is None else str(control_dir),
         )
 
     def prepare(self, names: Sequence[str]) -> None:

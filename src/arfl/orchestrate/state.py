@@ -83,6 +83,7 @@ def write_state(
         isolation=iso,
         docker=net.docker,
         spark_home=str(runner.spark_home) if runner and runner.spark_home else None,
+        master=ctx.options.master or ctx.spec.spark.master,
         merger_pid=merger.pid if merger else None,
         merger_create_time=merger.create_time if merger else None,
         merger_standby_pid=merger_standby.pid if merger_standby else None,

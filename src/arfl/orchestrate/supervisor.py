@@ -345,6 +345,7 @@ class ReplicaRunner:
             checkpoint_dir=rep.checkpoint or self.checkpoint_dir(rep.index),
             progress_file=self.paths.progress(rep.index),
             app_id_file=rep.app_id_path,
+            control_dir=self.paths.control(rep.index),
             attempt=rep.attempt,
             # Replica 0's app file: where a staggered replica reads when replica 0's query
             # started (see arfl.replica.modes.active), and the other replicas' progress files,

@@ -64,6 +64,8 @@ class DriverConfig:
         rehearsal_input: ``[key, value]`` texts of the input-shaped events a real-time
             standby rehearses its pipeline on (written by the supervisor, which knows the
             workload; empty: the rehearsal reads the input's end, see :func:`rehearse`).
+        control_dir: where the driver answers requests through its Spark context
+            (:mod:`arfl.replica.control`; empty: none, a standby before its assignment).
     """
 
     spec: dict[str, Any]
@@ -81,6 +83,7 @@ class DriverConfig:
     standby: bool = False
     assignment_file: str = ""
     rehearsal_input: list[list[str]] = field(default_factory=list)
+    control_dir: str = ""
 
     def dump(self, path: Path) -> None:
         """Write this config as JSON (atomically)."""

@@ -43,11 +43,13 @@ from arfl.replica.app import (
     spark_conf,
     warm_up_logged,
 )
+from arfl.replica.control import SparkControl
 from arfl.replica.modes.base import (
     drop_incomplete_writes,
     get_mode,
 )
 from arfl.replica.standby import Ahead, run_standby
+from arfl.run.control import serve as serve_control
 from arfl.run.rundir import write_json_atomic
 
 if TYPE_CHECKING:
@@ -108,6 +110,8 @@ def run(cfg: DriverConfig) -> int:
     )
     if not promoted:
         log(f"session {sc.applicationId} up in {session_s:.1f}s (master {cfg.master})")
+    if cfg.control_dir:
+        serve_control(Path(cfg.control_dir), SparkControl(sc._jsc.sc()).handle, stop)
     progress_writer = ProgressWriter(Path(cfg.progress_file))
     spark.streams.addListener(progress_listener(progress_writer))
 

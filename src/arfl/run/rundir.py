@@ -164,6 +164,10 @@ class RunPaths:
     def progress(self, replica: int) -> Path:
         return self.root / "progress" / f"replica-{replica}.jsonl"
 
+    def control(self, replica: int) -> Path:
+        """Where replica ``replica``'s driver answers requests (:mod:`arfl.replica.control`)."""
+        return self.root / "control" / f"replica-{replica}"
+
     def log(self, component: str) -> Path:
         return self.root / "logs" / f"{component}.log"
 

@@ -115,6 +115,8 @@ class RunState(_Record):
         docker: the docker target's network and containers (None: local processes, or not
             created yet).
         spark_home: the run's own SPARK_HOME (not on the docker target), removed at the stop.
+        master: the spec's (or ``--master``'s) Spark master: ``kill-executor`` goes through
+            the cluster manager on a ``spark://`` cluster.
     """
 
     run: str
@@ -131,6 +133,7 @@ class RunState(_Record):
     isolation: IsolationState | None = None
     docker: DockerNetState | None = None
     spark_home: str | None = None
+    master: str = ""
     merger_pid: int | None = None
     merger_create_time: float | None = None
     merger_standby_pid: int | None = None

@@ -181,9 +181,10 @@ def write_state(
     standbys: dict[int, int] | None = None,
     merger: int | None = None,
     merger_standby: int | None = None,
+    master: str = "local-cluster[1,1,1024]",
 ) -> Path:
     """Write a ``state.json`` as deploy would (replica dicts: driver_pid, app_id, ...;
-    ``standbys``: standby -> pid; ``merger``: the merger's pid).
+    ``standbys``: standby -> pid; ``merger``: the merger's pid; ``master``: the Spark master).
 
     ``driver_create_time`` is filled in from the live process when missing.
     """
@@ -212,6 +213,7 @@ def write_state(
             "merger_create_time": create_time(merger) if merger else None,
             "merger_standby_pid": merger_standby,
             "merger_standby_create_time": (create_time(merger_standby) if merger_standby else None),
+            "master": master,
         },
     ).write(run_dir)
     return run_dir
