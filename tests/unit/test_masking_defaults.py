@@ -21,6 +21,7 @@ def _raw(**replication: Any) -> dict[str, Any]:
         "sink": {"topic": "out"},
         "replication": {"mode": "active", "replicas": 2, "trigger": "realtime", **replication},
         "chaos": [{"at": "20s", "fault": "kill-replica", "replica": 0}],
+        "workload": {"duration": "240s"},
     }
 
 
@@ -130,3 +131,51 @@ def test_the_raw_rule_agrees_with_the_parsed_spec(
         pytest.skip("a spec the rules refuse (resume = output on a stateful pipeline)")
     want = STATELESS_INTERVAL_S if spec.resumes_from_output else MASKING_INTERVAL_S
     assert spec.replication.trigger_interval == want
+
+
+def _kills(*at: str) -> list[dict[str, Any]]:
+    return [
+        {"at": a, "fault": "kill-executor" if k % 2 else "kill-replica", "replica": k % 2}
+        for k, a in enumerate(at)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("at", "standbys"),
+    [
+        (("20s",), 1),
+        # The used spare's successor is warm 65-75 s later: kills 80 s apart or more need one.
+        (("30s", "110s"), 1),
+        (("30s", "90s"), 2),
+        (("30s", "55s"), 2),
+        (("75s", "105s", "130s"), 3),
+        (("10s", "20s", "30s", "40s", "50s", "55s"), 4),  # at most replication.standby's 4
+        (("30s", "55s", "200s", "210s"), 2),
+    ],
+)
+def test_kills_closer_than_a_standbys_start_get_one_spare_each(
+    at: tuple[str, ...], standbys: int
+) -> None:
+    spec = parse_spec({**_raw(), "chaos": _kills(*at)})
+    assert spec.replication.standby == standbys
+    [why] = [c.why for c in spec.chosen_defaults if c.key == "replication.standby"]
+    assert ("kills within 80 s" in why) == (standbys > 1), why
+
+
+def test_a_merger_kill_needs_no_spare_driver() -> None:
+    chaos = [
+        {"at": "30s", "fault": "kill-replica", "replica": 0},
+        {"at": "40s", "fault": "kill-merger"},
+    ]
+    assert parse_spec({**_raw(), "chaos": chaos}).replication.standby == 1
+
+
+def test_validate_says_when_the_written_standbys_are_too_few_for_the_kills() -> None:
+    from arfl.configs.masking import masking_problems
+
+    spec = parse_spec({**_raw(standby=1, trigger_interval="60s"), "chaos": _kills("30s", "55s")})
+    [problem] = masking_problems(spec, cores=2)
+    assert "replication.standby = 1: 2 kills come within 80 s" in problem
+    assert "set replication.standby = 2" in problem
+    spaced = parse_spec({**_raw(standby=1, trigger_interval="60s"), "chaos": _kills("30s", "115s")})
+    assert masking_problems(spaced, cores=2) == []

@@ -9,7 +9,9 @@ spec, the run directory's ``spec.json`` included, sees the same values):
 
 * ``replication.standby = 1``: a warm spare driver takes a killed replica's place in seconds
   instead of a new Spark application's 20-40 s. Only where a standby can run (a local master,
-  not the docker target, restarts on, no network fault).
+  not the docker target, restarts on, no network fault). A take-over uses the spare up, and its
+  successor is warm only ~65-75 s later on a loaded host, so a spec whose kills come closer than
+  :data:`STANDBY_READY_S` gets one spare per kill in such a stretch (:func:`standbys_needed`).
 * ``replication.trigger_interval``: a survivor's boundary then comes every 60 s (a stateless
   pipeline) or 30 s (any other) instead of every 5 s. A stateless pipeline resumes at the output
   frontier and replays nothing, so the longer interval costs it nothing and leaves fewer
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S
 from arfl.registry import FAULTS, MODES
-from arfl.units import format_duration
+from arfl.units import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from arfl.configs.spec import Spec
@@ -44,6 +46,43 @@ STATELESS_INTERVAL_S = 60.0
 nothing is replayed, so only the share of each interval where a catch-up meets the survivor's
 boundary counts, and it halves against 30 s (no kill in twenty met it at 60 s, two did at 30 s:
 docs/benchmarks.md, "P(masked)")."""
+
+
+STANDBY_READY_S = 80.0
+"""How long after a take-over the next spare driver is warm, rounded up: the supervisor starts
+it 20 s later (``orchestrate/standbys.STANDBY_RESPAWN_DELAY_S``, so that its start does not
+compete with the catch-up) and it was ready 45-52 s after that on a host carrying two real-time
+replicas at 1,500 ev/s (docs/benchmarks.md, "Two kills closer than a standby's start"). A
+second kill sooner than this finds no warm spare unless the spec keeps two."""
+MAX_STANDBY = 4
+"""``replication.standby``'s upper bound (:class:`arfl.configs.spec.Replication`)."""
+
+
+def standbys_needed(at_s: list[float]) -> int:
+    """The spares a spec's kills (their ``at`` in seconds) need: the most kills inside any
+    :data:`STANDBY_READY_S` (at least 1, at most :data:`MAX_STANDBY`)."""
+    times = sorted(at_s)
+    most = 1
+    for i, start in enumerate(times):
+        inside = sum(1 for t in times[i:] if t - start < STANDBY_READY_S)
+        most = max(most, inside)
+    return min(most, MAX_STANDBY)
+
+
+def _kill_times(chaos: Any) -> list[float]:
+    """The ``at`` (seconds) of every kill among a raw spec's ``[[chaos]]`` entries; entries that
+    are malformed are left to their own error."""
+    out: list[float] = []
+    for c in chaos if isinstance(chaos, list) else []:
+        if not isinstance(c, dict) or c.get("fault") not in FAULTS:
+            continue
+        if FAULTS.info(str(c["fault"])).kills not in ("replica", "executor"):
+            continue
+        try:
+            out.append(parse_duration(c.get("at")))
+        except ValueError:
+            continue
+    return out
 
 
 @dataclass(frozen=True)
@@ -77,14 +116,17 @@ def chosen_defaults(raw: dict[str, Any]) -> list[Chosen]:
             why += "; a stateless pipeline resumes at the output frontier and replays nothing"
         out.append(Chosen("replication.trigger_interval", f"{interval:g}s", why))
     if "standby" not in repl and _standby_allowed(raw):
-        out.append(
-            Chosen(
-                "replication.standby",
-                1,
-                "a warm driver takes a killed replica's place in seconds, not a new "
-                "application's 20-40 s",
-            )
+        needed = standbys_needed(_kill_times(raw.get("chaos")))
+        why = (
+            "a warm driver takes a killed replica's place in seconds, not a new "
+            "application's 20-40 s"
         )
+        if needed > 1:
+            why += (
+                f"; {needed} kills within {STANDBY_READY_S:g} s, sooner than a used spare's "
+                "successor is warm: one spare each"
+            )
+        out.append(Chosen("replication.standby", needed, why))
     return out
 
 
@@ -139,6 +181,14 @@ def masking_problems(spec: Spec, cores: int) -> list[str]:
             "replication.standby = 0: a killed replica comes back as a new Spark application "
             "(20-40 s here), and a survivor's batch boundary in that time stalls the output; "
             "set replication.standby = 1 (or leave it out: arfl sets it)"
+        )
+    needed = standbys_needed([c.at for c in kills])
+    if 0 < rep.standby < needed and spec.spark.target == "local":
+        out.append(
+            f"replication.standby = {rep.standby}: {needed} kills come within "
+            f"{STANDBY_READY_S:g} s, and a spare used by one take-over has no warm successor "
+            f"for ~65-75 s; set replication.standby = {needed} (or leave it out: arfl sets it), "
+            f"or space the kills {STANDBY_READY_S:g} s or more apart"
         )
     interval = rep.trigger_interval or RTM_MIN_BATCH_S
     if interval < MASKING_INTERVAL_S and not spec.has_window:

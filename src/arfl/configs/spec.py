@@ -378,7 +378,8 @@ class Replication(_Model):
         le=4,
         description="Spare drivers kept warm at low CPU priority: a dead replica's driver is "
         "replaced by one at once instead of by a new Spark application; mode active on "
-        "real-time without it: 1 where a standby can run.",
+        "real-time without it: 1 where a standby can run, or one per kill when kills come "
+        "less than 80 s apart (a used spare's successor is warm only ~65-75 s later).",
         json_schema_extra={
             "constraint": "only with a local master, the local target, restart = true and no "
             "network fault"
