@@ -83,6 +83,11 @@ def write_state(
         isolation=iso,
         docker=net.docker,
         spark_home=str(runner.spark_home) if runner and runner.spark_home else None,
+        shares=(
+            runner.launch.shares.record()
+            if runner is not None and runner.launch.shares is not None
+            else None
+        ),
         master=ctx.options.master or ctx.spec.spark.master,
         merger_pid=merger.pid if merger else None,
         merger_create_time=merger.create_time if merger else None,
