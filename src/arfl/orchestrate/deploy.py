@@ -529,6 +529,12 @@ class Deployment:
                 "this host and needs a local master (local-cluster[...] or local[...])"
                 + ("; arfl set it for masking: write replication.standby = 0" if chosen else "")
             )
+        if spec.placement.cpus_per_replica is not None and not master.startswith("local"):
+            raise DeployError(
+                f"--master {master}: [placement] cpus_per_replica puts each driver's process "
+                "tree in a cgroup of this host and needs a local master (local-cluster[...] or "
+                "local[...]): a cluster's executors run outside the tree"
+            )
         warning = slots_warning(spec, host_cores(), master)
         if note or warning:
             self.ctx.journal.write(Event.REPLICA_SLOTS, master=master, note=note, warning=warning)
