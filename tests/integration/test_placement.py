@@ -114,7 +114,7 @@ def test_each_replica_runs_in_its_own_cpu_share_and_nothing_is_left(
         "place",
         mode="active",
         replicas=2,
-        duration="15s",
+        duration="10s",
         placement={"cpus_per_replica": SHARE},
     )
     sampler = Sampler(cpu_hierarchy)
@@ -130,7 +130,7 @@ def test_each_replica_runs_in_its_own_cpu_share_and_nothing_is_left(
         sampler.join(5)
     run = result.run_dir.name
     check_run_dir(result)
-    assert result.summary["produced"] == 200 * 15
+    assert result.summary["produced"] == 200 * 10
 
     # While it ran: each replica's every process in its own leaf, under the share's quota.
     for replica in (0, 1):
