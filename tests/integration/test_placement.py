@@ -1,6 +1,6 @@
-"""``[placement] cpus_per_replica`` end to end: an active R=2 run in which every process of each
-replica's tree (the driver, its JVM, the executor JVMs) sits in that replica's own cgroup with
-the share's quota while it runs, the merger and the injector outside; the summary reports the
+"""``[placement] cpus_per_replica`` end to end: an active R=2 filter run in which every process
+of each replica's tree (the driver, its JVM, the executor JVMs) sits in that replica's own
+cgroup with the share's quota while it runs, the merger and the injector outside; the summary reports the
 share and a use within it, and no group of the run is left afterwards."""
 
 from __future__ import annotations
@@ -115,6 +115,9 @@ def test_each_replica_runs_in_its_own_cpu_share_and_nothing_is_left(
         mode="active",
         replicas=2,
         duration="10s",
+        # Filter only: no window's state to start, so a half-core replica's first batch comes
+        # sooner.
+        steps=[{"filter": "amount > 10"}],
         placement={"cpus_per_replica": SHARE},
     )
     sampler = Sampler(cpu_hierarchy)
