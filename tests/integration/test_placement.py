@@ -1,7 +1,7 @@
 """``[placement] cpus_per_replica`` end to end: an active R=2 filter run in which every process
 of each replica's tree (the driver, its JVM, the executor JVMs) sits in that replica's own
-cgroup with the share's quota while it runs, the merger and the injector outside; the summary reports the
-share and a use within it, and no group of the run is left afterwards."""
+cgroup with the share's quota while it runs, the merger and the injector outside; the summary
+reports the share and a use within it, and no group of the run is left afterwards."""
 
 from __future__ import annotations
 
