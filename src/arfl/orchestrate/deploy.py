@@ -132,7 +132,13 @@ class Deployment:
     def write_state(self) -> None:
         """Keep ``state.json`` current (``arfl chaos`` reads it)."""
         write_state(
-            self.ctx, self.net, self.runner, self.merger, self.injector, self.merger_standby
+            self.ctx,
+            self.net,
+            self.runner,
+            self.merger,
+            self.injector,
+            self.merger_standby,
+            self.shares,
         )
 
     # --- the steps, in order ----------------------------------------------------------
