@@ -327,3 +327,96 @@ def test_recover_leaves_a_live_deployments_groups_alone(fake: FakeCgroups, tmp_p
     RunState(run="run-b", pid=me, pid_create_time=create_time(me), shares=s.record()).write(run_dir)
     assert recover(run_dir).removed_cgroups == []
     assert s.group("replica-0").is_dir()
+
+
+# --- real cgroups: a standby's take-over (root, and a cpu controller) -------------------
+
+FAKE_DRIVER = r"""
+import json, os, signal, subprocess, sys, time
+cfg = json.load(open(sys.argv[1]))
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+if cfg.get("standby"):
+    with open(cfg["app_id_file"], "w") as f:
+        json.dump({"app_id": "app-standby", "ready": time.time()}, f)
+    while not os.path.exists(cfg["assignment_file"]):
+        time.sleep(0.02)
+    cfg = json.load(open(cfg["assignment_file"]))
+with open(cfg["app_id_file"], "w") as f:
+    json.dump({"app_id": "app-fake-%d" % cfg["attempt"], "pid": os.getpid()}, f)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def _wait(cond: Any, timeout: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+@pytest.mark.needs_root(reason="cgroups need root")
+def test_drivers_start_in_their_share_and_a_standby_moves_into_the_replicas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_hierarchy: cgroups.CpuHierarchy
+) -> None:
+    from arfl.orchestrate.drivers import DriverLaunch
+    from arfl.orchestrate.restarts import RestartPolicy
+    from arfl.orchestrate.supervisor import ReplicaRunner
+    from arfl.processes import tree_pids
+    from arfl.run.rundir import new_run_dir
+
+    monkeypatch.setattr("arfl.orchestrate.standbys.STANDBY_RESPAWN_DELAY_S", 60.0)
+    spec = parse_spec(
+        _spec(replication={"mode": "active", "replicas": 2, "standby": 1}),
+    )
+    script = tmp_path / "fake_driver.py"
+    script.write_text(FAKE_DRIVER)
+    run = new_run_dir(tmp_path / "runs", spec.name)
+    s = CpuShares.plan(f"unit-{os.getpid()}-{run.name}", 0.5)
+    r = ReplicaRunner(
+        spec,
+        run,
+        DriverLaunch(
+            "127.0.0.1:1",
+            spark_home=tmp_path / "sh",
+            command=lambda replica, config: [sys.executable, str(script), str(config)],
+            shares=s,
+        ),
+        policy=RestartPolicy(restart=True, delay_s=0.1),
+        poll_interval_s=0.05,
+        tree_grace_s=0.5,
+    )
+
+    def groups(pid: int) -> set[str]:
+        return {cpu_hierarchy.cgroup_of(p) for p in tree_pids(pid)}
+
+    def leaf(name: str) -> str:
+        return f"/arfl/{s.run}/{name}/{LEAF}"
+
+    r.start()
+    try:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [sb.ready for sb in r.standby_states()] == [True])
+        (sb,) = r.standby_states()
+        _wait(lambda: len(tree_pids(sb.pid)) == 2)
+        for i in (0, 1):
+            pid = r.states()[i].pid
+            assert pid is not None
+            _wait(lambda pid=pid: len(tree_pids(pid)) == 2)
+            assert groups(pid) == {leaf(f"replica-{i}")}
+        assert groups(sb.pid) == {leaf("standby-0")}
+        assert shares.limit_of(cpu_hierarchy, leaf("standby-0")) == 0.5
+        r.kill(1)
+        _wait(lambda: r.states()[1].pid == sb.pid and r.states()[1].status == "running")
+        # The standby's whole tree (it and its child) is now replica 1's; its group is gone.
+        assert groups(sb.pid) == {leaf("replica-1")}
+        assert not s.group("standby-0").exists()
+    finally:
+        r.stop()
+        used = s.usage()
+        s.remove()
+    assert set(used) == {"replica-0", "replica-1", "standby-0"}
+    assert not s.root.exists()
