@@ -264,3 +264,30 @@ def test_a_fault_in_the_automatic_warmup_is_a_warning(
     assert len(err) == 1, err
     assert "chaos[0] (kill-replica at 20s) comes in the warm-up" in err[0]
     assert "about 63 s here" in err[0] and "set at >= 63s" in err[0]
+
+
+def test_cpu_shares_above_the_host_are_a_warning_and_docker_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(validate_cmd, "host_cores", lambda: 2)
+    text = (ROOT / "configs" / "clicks-active.toml").read_text()
+    spec = tmp_path / "placed.toml"
+    spec.write_text(text + "\n[placement]\ncpus_per_replica = 1.5\n")
+    assert main(["validate", str(spec)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "warning: placed.toml: placement.cpus_per_replica 1.5 x (2 replicas) = 3 cores, more "
+        "than this host's 2: the quotas overcommit it" in " ".join(err.split())
+    ), err
+    spec.write_text(text + "\n[placement]\ncpus_per_replica = 1\n")
+    assert main(["validate", str(spec)]) == 0
+    assert "placement" not in capsys.readouterr().err
+    docker = tmp_path / "docker.toml"
+    docker.write_text(
+        text.replace("[spark]", '[spark]\ntarget = "docker"')
+        + "\n[placement]\ncpus_per_replica = 1\n"
+    )
+    assert main(["validate", str(docker)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "placement.cpus_per_replica: not with spark.target = 'docker' (yet)" in err, err
+    assert "nano_cpus" in err

@@ -15,6 +15,7 @@ from arfl.configs.spec import (
     DEFAULT_BATCH_INTERVAL_S,
     GENERATOR_RE,
     MODE_OPTIONS,
+    Spec,
 )
 from arfl.configs.workload import workload_problems
 from arfl.registry import FAULTS, MODES, mode_names
@@ -61,6 +62,53 @@ def _docker_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+def placement_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """``[placement] cpus_per_replica`` puts each driver's process tree in a cgroup of this
+    host: the executors must be in that tree, and the drivers local processes."""
+    if raw_key(raw, "placement", "cpus_per_replica") is None:
+        return []
+    out: list[tuple[str, str]] = []
+    if raw_key(raw, "spark", "target") == "docker":
+        out.append(
+            (
+                "placement.cpus_per_replica",
+                "not with spark.target = 'docker' (yet): arfl does not set a container's CPU "
+                "quota (docker's cpus / nano_cpus) for placement, only a local process tree's "
+                "cgroup; use spark.target = 'local', or leave placement unset",
+            )
+        )
+    master = raw_key(raw, "spark", "master")
+    if isinstance(master, str) and not master.startswith("local"):
+        out.append(
+            (
+                "placement.cpus_per_replica",
+                f"needs a local master (local-cluster[...] or local[...]), not {master!r}: "
+                "the executors of a spark:// cluster run under its workers, outside the "
+                "replica's process tree and its quota",
+            )
+        )
+    return out
+
+
+def placement_warning(spec: Spec, cores: int) -> str | None:
+    """When the replicas' and standbys' CPU quotas add up to more than this host's cores (each
+    may then get less than its share); None when they fit or there is no placement."""
+    share = spec.placement.cpus_per_replica
+    if share is None:
+        return None
+    rep = spec.replication
+    drivers = rep.replicas + rep.standby
+    if share * drivers <= cores + 1e-9:
+        return None
+    standbys = f" + {rep.standby} standby" if rep.standby else ""
+    return (
+        f"placement.cpus_per_replica {share:g} x ({rep.replicas} replica"
+        f"{'s' if rep.replicas != 1 else ''}{standbys}) = {share * drivers:g} cores, more than "
+        f"this host's {cores}: the quotas overcommit it and a replica may get less than its "
+        "share; lower cpus_per_replica"
+    )
 
 
 def standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
@@ -212,6 +260,7 @@ def cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:
     out.extend(realtime_problems(raw))
     out.extend(_docker_problems(raw))
     out.extend(standby_problems(raw))
+    out.extend(placement_problems(raw))
     out.extend(_resume_problems(raw))
     generated = workload_problems(
         raw.get("workload", {}), raw_key(raw, "source", "key"), raw_key(raw, "source", "event_time")

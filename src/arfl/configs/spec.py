@@ -615,6 +615,18 @@ class Merger(_Model):
         return self.linger * 1000
 
 
+class Placement(_Model):
+    """Where each replica runs: a CPU share of its own (``[placement]``)."""
+
+    cpus_per_replica: float | None = Field(None, gt=0)
+    """The cores each replica may use: its whole process tree (the driver, its JVM and
+    executor JVMs; a standby driver's too) runs under a CPU quota of that many cores, a
+    cgroup of its own (cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``; needs root). Kafka,
+    ZooKeeper, the merger and the injector stay outside. Every mode gets the same share per
+    replica, so one replica and two compare as on hosts of equal size. Unset: no quota. Local
+    target only."""
+
+
 class Spec(_Model):
     """A whole experiment."""
 
@@ -631,6 +643,7 @@ class Spec(_Model):
     merger: Merger = Merger()
     chaos: list[Chaos] = Field(default_factory=list)
     report: Report = Report()
+    placement: Placement = Placement()
     _chosen: tuple[Chosen, ...] = PrivateAttr(default=())
 
     @property

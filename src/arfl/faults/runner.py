@@ -8,8 +8,9 @@ Guarantees, in order of strength:
 * after ``kill -9`` of the injector, :func:`recover` undoes what the file still lists;
 * after ``kill -9`` of the deployment's arfl, :func:`recover` also stops the processes it left
   running (replica drivers with their JVMs, merger, injector, the run's own stack; see
-  :mod:`arfl.faults.leftovers`) and journals each as ``leftover-stopped``, then deletes the
-  run's own SPARK_HOME (``spark-home-removed``).
+  :mod:`arfl.faults.leftovers`) and journals each as ``leftover-stopped``, then removes the
+  drivers' CPU-share cgroups (``cpu-shares-removed``) and deletes the run's own SPARK_HOME
+  (``spark-home-removed``).
 
 Every injection and revert is journaled (``fault-injected`` / ``fault-reverted``) with the
 wall-clock start and end of the action.
@@ -40,8 +41,8 @@ from arfl.run.events import Event
 from arfl.run.pending import PendingFaults, injector_alive
 from arfl.run.rundir import Journal, RunPaths
 from arfl.run.sparkhome import owns_spark_home, retire_unless_used
-from arfl.run.state import load_state
-from arfl.targets import docker, netns
+from arfl.run.state import SharesRecord, load_state
+from arfl.targets import docker, netns, shares
 from arfl.targets.base import Target
 
 
@@ -386,6 +387,8 @@ class RecoveryReport:
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     removed_network: list[str] = field(default_factory=list)
+    removed_cgroups: list[str] = field(default_factory=list)
+    """The dead deployment's CPU-share cgroups (``[placement]``), removed."""
     removed_spark_home: str | None = None
     """The dead deployment's own SPARK_HOME, deleted (its executors' logs kept in the run)."""
     kept: list[str] = field(default_factory=list)
@@ -443,6 +446,7 @@ def recover(run_dir: Path, *, force: bool = False) -> RecoveryReport:
         )
     _stop_leftovers(run_dir, journal, report, force)
     report.removed_network = _remove_orphan_network(run_dir)
+    _remove_shares(run_dir, journal, report)
     if not report.failed:  # no JVM of it survived that might still write there
         _remove_spark_home(run_dir, journal, report)
     if report.failed:
@@ -483,6 +487,33 @@ def _stop_leftovers(run_dir: Path, journal: Journal, report: RecoveryReport, for
             return
         journal.write(Event.LEFTOVER_STOPPED, process="run-stack", services=services)
         report.stopped.append(f"the run's own {' and '.join(services) or 'stack'}")
+
+
+def _orphan_shares(run_dir: Path) -> SharesRecord | None:
+    """The CPU-share cgroups ``state.json`` names, when the deployment that made them is gone
+    and its root group still exists."""
+    state = leftovers.read_state(run_dir)
+    if state is None or state[0].shares is None or leftovers.deployer_alive(*state):
+        return None
+    rec = state[0].shares
+    roots = [rec.root, *([rec.acct_root] if rec.acct_root else [])]
+    return rec if any(Path(r).is_dir() for r in roots) else None
+
+
+def _remove_shares(run_dir: Path, journal: Journal, report: RecoveryReport) -> None:
+    """Remove a dead deployment's CPU-share cgroups (after its processes were stopped; any
+    still inside move back to the group its arfl ran in); ``cpu-shares-removed``."""
+    rec = _orphan_shares(run_dir)
+    if rec is None:
+        return
+    try:
+        removed = shares.remove_recorded(rec)
+    except FaultError as e:
+        report.failed.append(f"the run's CPU-share cgroups: {e}")
+        return
+    if removed:
+        report.removed_cgroups += removed
+        journal.write(Event.SHARES_REMOVED, recovered=True, root=rec.root)
 
 
 def _deployment_gone(run_dir: Path) -> bool:
@@ -579,6 +610,7 @@ def runs_with_pending(root: Path) -> list[Path]:
             or leftovers.find(run_dir, by_session)
             or leftovers.run_stack_running(run_dir)
             or _own_spark_home(run_dir) is not None
+            or _orphan_shares(run_dir) is not None
         ):
             found.add(run_dir)
     return sorted(found)

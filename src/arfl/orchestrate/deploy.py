@@ -26,7 +26,7 @@ from typing import Any
 from arfl import stack
 from arfl.configs.realtime import host_cores, replica_master, slots_warning
 from arfl.configs.spec import Spec
-from arfl.errors import ArflError, DeployError
+from arfl.errors import ArflError, DeployError, FaultError
 from arfl.faults.base import FaultParams
 from arfl.faults.runner import ChaosRunner
 from arfl.measure.check import check_run
@@ -46,7 +46,7 @@ from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.orchestrate.network import RunNetwork
 from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.state import write_state
-from arfl.orchestrate.summary import summarise
+from arfl.orchestrate.summary import placement_summary, summarise
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import FaultState, Tick, Watcher, drain_seconds
 from arfl.priority import priority_of
@@ -59,6 +59,7 @@ from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.run.sparkhome import retire_unless_used
 from arfl.stack.config import harness_nice
 from arfl.targets.local import LocalTarget
+from arfl.targets.shares import CpuShares
 from arfl.workload.generate import EventShape
 from arfl.workload.injector import InjectorConfig
 from arfl.workload.replay import ReplayConfig
@@ -107,6 +108,10 @@ class Deployment:
         self.injector: ManagedProcess | None = None
         self.chaos: ChaosRunner | None = None
         self.resources = ResourceSampler()
+        self.shares: CpuShares | None = None
+        """The drivers' CPU shares (``[placement]``), once planned."""
+        self.share_usage: dict[str, tuple[float | None, float]] = {}
+        """Each share group's (CPU seconds, wall seconds), read at the stop before removal."""
         self.started_at = time.time()
         self.t0: float | None = None
         self.drained = False
@@ -127,7 +132,13 @@ class Deployment:
     def write_state(self) -> None:
         """Keep ``state.json`` current (``arfl chaos`` reads it)."""
         write_state(
-            self.ctx, self.net, self.runner, self.merger, self.injector, self.merger_standby
+            self.ctx,
+            self.net,
+            self.runner,
+            self.merger,
+            self.injector,
+            self.merger_standby,
+            self.shares,
         )
 
     # --- the steps, in order ----------------------------------------------------------
@@ -241,6 +252,12 @@ class Deployment:
         """Every replica's driver; returns once each one's query has run a batch."""
         assert self.net.info is not None and self.merger is not None
         self.phase = "starting replicas"
+        cores = self.ctx.spec.placement.cpus_per_replica
+        if cores is not None and self.net.docker is None:
+            try:
+                self.shares = CpuShares.plan(self.ctx.run_id, cores)
+            except FaultError as e:
+                raise DeployError(f"placement: {e}") from None
         self.runner = ReplicaRunner(
             self.ctx.rspec,
             self.ctx.dir,
@@ -249,6 +266,7 @@ class Deployment:
                 jars=self._jars,
                 master=self._replica_master(),
                 command=self.net.driver_command,
+                shares=self.shares,
                 # Its own SPARK_HOME, removed at the stop (a container's is its own tmpfs).
                 spark_home=run_spark_home(self.ctx.dir) if self.net.docker is None else None,
                 # Active modes: ZooKeeper for the leader election; the run id names this run's
@@ -410,6 +428,7 @@ class Deployment:
                 errors.append(f"replicas: {e}")
             else:
                 self._retire_spark_home()
+        errors += self._remove_shares()
         if self.merger_standby is not None:
             # First: a standby would take the serving merger's stop for a death.
             self.merger_standby.stop(grace_s=10.0)
@@ -434,6 +453,20 @@ class Deployment:
         self.write_state()
         if errors:
             raise DeployError("; ".join(errors))
+
+    def _remove_shares(self) -> list[str]:
+        """Once the drivers are gone: read each CPU-share group's usage, then remove the
+        groups (``state.json`` keeps naming them until it is rewritten: a failure here is for
+        ``arfl chaos recover``)."""
+        if self.shares is None:
+            return []
+        self.share_usage = self.shares.usage()
+        try:
+            self.shares.remove()
+        except FaultError as e:
+            return [f"CPU-share cgroups: {e}; 'arfl chaos recover' retries"]
+        self.ctx.journal.write(Event.SHARES_REMOVED, root=str(self.shares.root))
+        return []
 
     def _retire_spark_home(self) -> None:
         """Once every driver is gone: the executors' logs into ``logs/executors``, the run's
@@ -464,7 +497,10 @@ class Deployment:
     def summarise(self) -> dict[str, Any]:
         """Write ``summary.json``."""
         master = self.ctx.options.master or self.ctx.spec.spark.master
-        return summarise(self.ctx, self.resources, master)
+        placement = None
+        if self.shares is not None:
+            placement = placement_summary(self.shares, self.share_usage)
+        return summarise(self.ctx, self.resources, master, placement)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -498,6 +534,12 @@ class Deployment:
                 f"--master {master}: replication.standby keeps spare Spark applications warm on "
                 "this host and needs a local master (local-cluster[...] or local[...])"
                 + ("; arfl set it for masking: write replication.standby = 0" if chosen else "")
+            )
+        if spec.placement.cpus_per_replica is not None and not master.startswith("local"):
+            raise DeployError(
+                f"--master {master}: [placement] cpus_per_replica puts each driver's process "
+                "tree in a cgroup of this host and needs a local master (local-cluster[...] or "
+                "local[...]): a cluster's executors run outside the tree"
             )
         warning = slots_warning(spec, host_cores(), master)
         if note or warning:

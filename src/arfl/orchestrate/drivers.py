@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arfl.configs.spec import REHEARSAL_INPUT_KEY, REHEARSAL_KEY, Spec
-from arfl.errors import DeployError
+from arfl.errors import DeployError, FaultError
 from arfl.processes import ManagedProcess
 from arfl.replica.app import DriverConfig
 from arfl.replica.sparkenv import driver_env, ensure_spark_home
 from arfl.replica.standby import REHEARSAL_RECORDS
 from arfl.run.rundir import RunPaths
 from arfl.run.sparkhome import driver_spark_home
+from arfl.targets.shares import CpuShares
 from arfl.workload.generate import EventShape
 from arfl.workload.injector import sample_events
 
@@ -67,6 +68,8 @@ class DriverLaunch:
             (:func:`arfl.replica.sparkenv.run_spark_home`), one SPARK_HOME per driver in it;
             None: every driver in the shared one (:func:`ensure_spark_home`).
         command: argv factory for a driver (tests); default :func:`default_command`.
+        shares: each driver's CPU share (``[placement]``): it starts inside a cgroup of its
+            own (:mod:`arfl.targets.shares`); None: no quota.
     """
 
     bootstrap: str
@@ -76,6 +79,7 @@ class DriverLaunch:
     mode_options: dict[str, str] = field(default_factory=dict)
     spark_home: Path | None = None
     command: CommandFactory = default_command
+    shares: CpuShares | None = None
 
 
 class Drivers:
@@ -159,9 +163,15 @@ class Drivers:
         :data:`STANDBY`), logging to ``log``.
 
         Raises:
-            DeployError: the process cannot be started.
+            DeployError: the process cannot be started (or, with a CPU share, its cgroup
+                cannot be made).
         """
         argv = list(self.launch.command(replica, config))
+        if self.launch.shares is not None:
+            try:
+                argv = self.launch.shares.wrap(name, argv)
+            except FaultError as e:
+                raise DeployError(f"cannot place {name.replace('-', ' ')}: {e}") from None
         try:
             return ManagedProcess.start(name, argv, log, env=self.env(name), cwd=self.paths.root)
         except OSError as e:

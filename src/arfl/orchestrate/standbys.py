@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from arfl.configs.spec import Spec
-from arfl.errors import DeployError
+from arfl.errors import DeployError, FaultError
 from arfl.orchestrate.drivers import STANDBY, Drivers, rehearsal_events
 from arfl.orchestrate.slots import ReplicaSlot
 from arfl.priority import can_unnice, set_nice
@@ -274,6 +274,7 @@ class StandbyPool:
         )
         with rep.log_path.open("ab") as out:
             out.write(banner.encode())
+        self._place(sb, rep)
         write_json_atomic(self._paths(sb.sid)[2], asdict(cfg))
         rep.proc, rep.proc_log = sb.proc, log
         rep.state = replace(
@@ -290,6 +291,23 @@ class StandbyPool:
         )
         sb.proc, sb.ready = None, False
         sb.spawn_at = None if self.given_up else now + STANDBY_RESPAWN_DELAY_S
+
+    def _place(self, sb: _Standby, rep: ReplicaSlot) -> None:
+        """With CPU shares (``[placement]``): the standby's whole tree moves into the replica's
+        group, and the standby's group goes. Moved rather than the group renamed: the replica's
+        group outlives each of its drivers, so its usage counts the replica's whole run (the
+        summary's figure), and the dead driver's leftovers in it need not be gone first."""
+        shares = self.drivers.launch.shares
+        if shares is None:
+            return
+        try:
+            shares.absorb(f"standby-{sb.sid}", f"replica-{rep.index}")
+        except FaultError as e:  # the take-over goes on: a replica unplaced beats none
+            self.journal.write(
+                Event.WARNING,
+                message=f"standby {sb.sid} took replica {rep.index} over outside its CPU "
+                f"share: {e}",
+            )
 
     def end_yield(self, rep: ReplicaSlot) -> None:
         """Give a promoted standby that yielded the CPU its full priority back once the merger

@@ -12,6 +12,7 @@ from arfl.processes import ManagedProcess, create_time, same_process
 from arfl.run.names import leader_path
 from arfl.run.records import replica_topic
 from arfl.run.state import ReplicaRecord, RunState, StackRecord, StandbyRecord, TopicsRecord
+from arfl.targets.shares import CpuShares
 
 
 def dk_address(net: RunNetwork, replica: int) -> str | None:
@@ -26,8 +27,10 @@ def write_state(
     merger: ManagedProcess | None,
     injector: ManagedProcess | None,
     merger_standby: ManagedProcess | None = None,
+    shares: CpuShares | None = None,
 ) -> None:
-    """Write ``state.json`` atomically.
+    """Write ``state.json`` atomically (``shares``: the drivers' CPU-share groups, recorded
+    before the first driver starts in one).
 
     The first one is written before anything is created (``stack`` null until the stack is
     known, ``target`` says whether containers may follow), again once the run's namespaces are
@@ -83,6 +86,7 @@ def write_state(
         isolation=iso,
         docker=net.docker,
         spark_home=str(runner.spark_home) if runner and runner.spark_home else None,
+        shares=shares.record() if shares is not None else None,
         master=ctx.options.master or ctx.spec.spark.master,
         merger_pid=merger.pid if merger else None,
         merger_create_time=merger.create_time if merger else None,

@@ -10,10 +10,40 @@ from arfl.orchestrate.resources import ResourceSampler
 from arfl.run.events import Event
 from arfl.run.rundir import read_jsonl, write_json_atomic
 from arfl.run.streams import InjectorStatsTail
+from arfl.targets.shares import CpuShares
 
 
-def summarise(ctx: RunContext, resources: ResourceSampler, master: str) -> dict[str, Any]:
-    """Build and write ``summary.json`` (injector stats, merger counts, restarts, costs)."""
+def placement_summary(
+    shares: CpuShares, usage: dict[str, tuple[float | None, float]]
+) -> dict[str, Any]:
+    """``summary.json`` ``placement``: each driver group's share and how much of it it used
+    (its CPU seconds over the wall seconds from its start to the run's stop, in cores)."""
+    groups: dict[str, Any] = {}
+    for name, (cpu_s, wall_s) in usage.items():
+        used = None if cpu_s is None or wall_s <= 0 else cpu_s / wall_s
+        groups[name] = {
+            "share_cores": shares.cores,
+            "cpu_s": None if cpu_s is None else round(cpu_s, 2),
+            "wall_s": round(wall_s, 2),
+            "used_cores": None if used is None else round(used, 3),
+            "used_fraction": None if used is None else round(used / shares.cores, 3),
+        }
+    return {
+        "cpus_per_replica": shares.cores,
+        "cgroup_version": shares.hierarchy.version,
+        "root": str(shares.root),
+        "groups": groups,
+    }
+
+
+def summarise(
+    ctx: RunContext,
+    resources: ResourceSampler,
+    master: str,
+    placement: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build and write ``summary.json`` (injector stats, merger counts, restarts, costs; with
+    ``[placement]`` the drivers' CPU shares and their use, :func:`placement_summary`)."""
     inj = InjectorStatsTail(ctx.injector_stats)
     inj.poll()
     merged: dict[str, Any] = {}
@@ -50,6 +80,7 @@ def summarise(ctx: RunContext, resources: ResourceSampler, master: str) -> dict[
         "cpu_s_standby": round(resources.standby_cpu_seconds(), 1),
         "replicas_peak_rss_mb": round(resources.peak_rss / 2**20, 1),
         "merger": merged,
+        "placement": placement,
     }
     write_json_atomic(ctx.paths.summary, summary)
     return summary

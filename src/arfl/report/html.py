@@ -340,6 +340,9 @@ def report_body(report: Report, first_plot: bool = True, id_suffix: str = "") ->
         f"{html.escape(report.warmup_rule)}), "
         f"tolerance {report.tolerance:g}x</p>",
     ]
+    share = report.resources.placement_line()
+    if share:
+        parts.append(f"<p>{html.escape(share)}</p>")
     parts += [f"<p class='bad'>{html.escape(w)}</p>" for w in report.warnings]
     parts.append(_slo_html(report))
     parts.append(_fig_html(latency_figure(report), "latency-over-time" + id_suffix, first_plot))

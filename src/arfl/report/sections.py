@@ -124,12 +124,15 @@ class Resources:
         cpu_s: CPU seconds of every replica process (drivers, driver JVMs, executors).
         cpu_s_per_replica: the same per replica index.
         peak_rss_mb: the highest sum of the replicas' resident memory seen at one time.
+        placement: ``summary.json`` ``placement`` (``[placement]``): the cores each driver's
+            cgroup had and how much of them it used; None without placement.
     """
 
     cpu_s: float | None = None
     cpu_s_per_replica: dict[int, float] = field(default_factory=dict)
     peak_rss_mb: float | None = None
     cpu_s_standby: float | None = None
+    placement: dict[str, Any] | None = None
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any]) -> Resources:
@@ -142,6 +145,27 @@ class Resources:
             cpu_s_per_replica={int(k): float(v) for k, v in per.items()},
             peak_rss_mb=opt_float(rss),
             cpu_s_standby=opt_float(summary.get("cpu_s_standby")),
+            placement=summary.get("placement") or None,
+        )
+
+    def placement_line(self) -> str | None:
+        """``CPU share 0.5 cores per replica; used: replica-0 0.31 (62%), ...`` (None without
+        placement)."""
+        p = self.placement
+        if not p:
+            return None
+        used = []
+        for name, g in sorted((p.get("groups") or {}).items()):
+            cores = opt_float(g.get("used_cores"))
+            frac = opt_float(g.get("used_fraction"))
+            used.append(
+                f"{name} " + ("?" if cores is None else f"{cores:.2f}")
+                + ("" if frac is None else f" ({frac:.0%})")
+            )  # fmt: skip
+        share = opt_float(p.get("cpus_per_replica"))
+        return (
+            f"CPU share {'?' if share is None else f'{share:g}'} core(s) per replica (cgroup "
+            f"quota); used: {', '.join(used) or 'not measured'}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,6 +175,7 @@ class Resources:
             "cpu_s_per_replica": {str(k): v for k, v in sorted(self.cpu_s_per_replica.items())},
             "peak_rss_mb": self.peak_rss_mb,
             "cpu_s_standby": self.cpu_s_standby,
+            "placement": self.placement,
         }
 
 

@@ -127,6 +127,8 @@ class Event(StrEnum):
     orchestrate/deploy.py."""
     RUN_STOPPED = "run-stopped"
     """Fields: errors. Written by orchestrate/deploy.py."""
+    SHARES_REMOVED = "cpu-shares-removed"
+    """Fields: recovered, root. Written by faults/runner.py, orchestrate/deploy.py."""
     SPARK_HOME_REMOVED = "spark-home-removed"
     """Fields: recovered, and those of a record passed along. Written by faults/runner.py,
     orchestrate/deploy.py."""
@@ -150,7 +152,7 @@ class Event(StrEnum):
     WARNING = "warning"
     """Fields: code, component, kind, message, replica, and those of a record passed along. Written
     by measure/merger/process.py, orchestrate/deploy.py, orchestrate/lag.py,
-    orchestrate/watch.py, workload/produce.py."""
+    orchestrate/standbys.py, orchestrate/watch.py, workload/produce.py."""
     WORKLOAD_FINISHED = "workload-finished"
     """Fields: exit_code. Written by orchestrate/watch.py."""
     WORKLOAD_STARTED = "workload-started"

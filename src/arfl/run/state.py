@@ -87,6 +87,21 @@ class StandbyRecord(_Record):
     ready: bool = False
 
 
+class SharesRecord(_Record):
+    """The run's CPU-share cgroups (``[placement]``, :mod:`arfl.targets.shares`): the group
+    ``root`` (``arfl/<run>``) and every group below it are the run's, removed at its stop or by
+    ``arfl chaos recover``; what is still inside moves back to ``fallback`` first."""
+
+    version: int
+    mount: str
+    root: str
+    cores: float
+    fallback: str = "/"
+    acct_root: str | None = None
+    """The same groups in the v1 ``cpuacct`` hierarchy, when it is mounted apart."""
+    acct_fallback: str = "/"
+
+
 class StackRecord(_Record):
     """Where the run's Kafka and ZooKeeper listen (empty where a state.json does not say)."""
 
@@ -117,6 +132,7 @@ class RunState(_Record):
         spark_home: the run's own SPARK_HOME (not on the docker target), removed at the stop.
         master: the spec's (or ``--master``'s) Spark master: ``kill-executor`` goes through
             the cluster manager on a ``spark://`` cluster.
+        shares: the drivers' CPU-share cgroups (``[placement]``; None: none).
     """
 
     run: str
@@ -134,6 +150,7 @@ class RunState(_Record):
     docker: DockerNetState | None = None
     spark_home: str | None = None
     master: str = ""
+    shares: SharesRecord | None = None
     merger_pid: int | None = None
     merger_create_time: float | None = None
     merger_standby_pid: int | None = None
@@ -164,7 +181,7 @@ class RunState(_Record):
                 ):
                     kept[k] = {f: x for f, x in v.items() if x is not None}
             out[section] = kept
-        for section in ("stack", "topics", "isolation", "docker"):
+        for section in ("stack", "topics", "isolation", "docker", "shares"):
             out[section] = data.get(section) or None
         return out
 

@@ -1,6 +1,7 @@
 """CPU throttling with cgroups: v2 (``cpu.max``) or, on hybrid hosts, the v1 cpu hierarchy
-(``cpu.cfs_quota_us``). Used by the ``slow`` fault; every path is recorded so ``recover``
-can move processes back and remove the group without the process that made it."""
+(``cpu.cfs_quota_us``). Used by the ``slow`` fault and by placement (:mod:`.shares`); every
+path is recorded so ``recover`` can move processes back and remove the group without the
+process that made it."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def detect() -> CpuHierarchy:
         if (v1 / "cpu.cfs_quota_us").exists():
             return CpuHierarchy(1, v1)
     raise FaultError(
-        f"slow: no cgroup cpu controller under {CGROUP_ROOT} (neither cgroup v2 with 'cpu' in "
+        f"no cgroup cpu controller under {CGROUP_ROOT} (neither cgroup v2 with 'cpu' in "
         "cgroup.controllers nor a v1 'cpu' hierarchy with cpu.cfs_quota_us); CPU throttling "
         "needs the kernel's CFS bandwidth control and a writable cgroup filesystem"
     )
@@ -67,29 +68,34 @@ def _write(path: Path, value: str) -> None:
     try:
         path.write_text(value, encoding="utf-8")
     except PermissionError as e:
-        raise FaultError(f"slow: cannot write {path} ({e}); run arfl as root") from e
+        raise FaultError(f"cgroup: cannot write {path} ({e}); run arfl as root") from e
 
 
-def create(h: CpuHierarchy, name: str, percent: float) -> Path:
-    """Create ``arfl/<name>`` limited to ``percent`` % of one CPU; returns its path.
+def create(h: CpuHierarchy, name: str, percent: float | None) -> Path:
+    """Create ``arfl/<name>`` limited to ``percent`` % of one CPU (None: no quota of its own);
+    returns its path. ``name`` may hold ``/``: the groups on the way are made too.
 
     Raises:
         FaultError: the group cannot be created or limited.
     """
     parent = h.mount / "arfl"
+    path = h.group(name)
+    chain = [
+        parent,
+        *(parent.joinpath(*Path(name).parts[:i]) for i in range(1, len(Path(name).parts))),
+    ]
     try:
         if h.version == 2:
             _enable_cpu_v2(h.mount)
-            parent.mkdir(exist_ok=True)
-            _enable_cpu_v2(parent)
-        else:
-            parent.mkdir(exist_ok=True)
-        path = h.group(name)
+        for d in chain:
+            d.mkdir(exist_ok=True)
+            if h.version == 2:
+                _enable_cpu_v2(d)
         path.mkdir(exist_ok=True)
     except OSError as e:
-        raise FaultError(
-            f"slow: cannot create cgroup {h.group(name)} ({e}); run arfl as root"
-        ) from e
+        raise FaultError(f"cgroup: cannot create {path} ({e}); run arfl as root") from e
+    if percent is None:
+        return path
     quota = max(1000, int(PERIOD_US * percent / 100))
     if h.version == 2:
         _write(path / "cpu.max", f"{quota} {PERIOD_US}")
@@ -113,7 +119,7 @@ def move(group: Path, pid: int) -> bool:
     except OSError as e:
         if e.errno in (errno.ESRCH, errno.ENOENT):
             return False
-        raise FaultError(f"slow: cannot move pid {pid} into {group} ({e})") from e
+        raise FaultError(f"cgroup: cannot move pid {pid} into {group} ({e})") from e
 
 
 def members(group: Path) -> list[int]:
@@ -143,12 +149,12 @@ def remove(group: Path, fallback: Path, originals: dict[int, Path]) -> None:
             if e.errno == errno.ENOENT:
                 break
             if e.errno != errno.EBUSY:
-                raise FaultError(f"slow: cannot remove cgroup {group} ({e})") from e
+                raise FaultError(f"cgroup: cannot remove {group} ({e})") from e
             time.sleep(0.02)  # a child forked while we moved its parent; go again
     else:
         raise FaultError(
-            f"slow: cgroup {group} still busy (pids {members(group)}); "
-            "run 'arfl chaos recover' again"
+            f"cgroup {group} still busy (pids {members(group)}); run 'arfl chaos recover' again"
         )
-    with contextlib.suppress(OSError):
-        group.parent.rmdir()  # arfl/ itself, once the last run's group is gone
+    if group.parent.name == "arfl":
+        with contextlib.suppress(OSError):
+            group.parent.rmdir()  # arfl/ itself, once the last run's group is gone

@@ -3,12 +3,13 @@ in a network namespace of its own: signals, a cgroup, the namespace's veth and r
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
 from arfl.errors import FaultError
 from arfl.run.state import IsolationState, NamespaceState
-from arfl.targets import cgroups, netns, procs
+from arfl.targets import cgroups, netns, procs, shares
 from arfl.targets.base import Reach, Record, Target
 
 
@@ -86,24 +87,37 @@ class ProcessReach(Reach):
                 f"slow: replica {self.replica} of run {self.target.run} has no processes left"
             )
         group = h.group(f"{self.target.run}-r{self.replica}")
+        here = originals[str(pids[0])]
+        limit = None
+        if here.startswith(f"/arfl/{self.target.run}/"):
+            # The replica has a CPU share of its own (placement): the slow group nests inside
+            # it, beside the processes' leaf, so the share's quota still holds over it; the
+            # lower quota is the one that binds (cgroup v1 refuses a child above its parent).
+            group = h.mount / here.lstrip("/") / ".." / "slow"
+            group = Path(os.path.normpath(group))
+            limit = shares.limit_of(h, here)
+        applied = percent if limit is None else min(percent, limit * 100)
         record = {
             "via": self.via,
             "version": h.version,
             "mount": str(h.mount),
             "group": str(group),
             "pids": pids,
-            "cpu_percent": percent,
+            "cpu_percent": applied,
             "originals": originals,
-            "fallback": originals[str(pids[0])],
+            "fallback": here,
         }
         details = {"cgroup": str(group), "cgroup_version": h.version, "pids": pids}
+        if applied != percent:
+            details["cpu_percent_applied"] = applied
         return record, details
 
     @classmethod
     def limit_cpu(cls, record: Record) -> None:
         """Create the limited group and move the processes in."""
         h = cgroups.CpuHierarchy(int(record["version"]), Path(record["mount"]))
-        group = cgroups.create(h, Path(record["group"]).name, float(record["cpu_percent"]))
+        name = Path(record["group"]).relative_to(h.mount / "arfl")
+        group = cgroups.create(h, str(name), float(record["cpu_percent"]))
         for pid in record["pids"]:
             cgroups.move(group, int(pid))
 

@@ -463,13 +463,15 @@ def recover_runs(dirs: list[Path], force: bool = False) -> None:
             out.print(f"[green]stopped[/] {line}  ({d})", highlight=False)
         if rep.removed_network:
             out.print(f"removed {', '.join(rep.removed_network)}", highlight=False)
+        if rep.removed_cgroups:
+            out.print(f"removed cgroups {', '.join(rep.removed_cgroups)}", highlight=False)
         for line in rep.kept:
             out.print(f"[yellow]kept[/] {line}  ({d}; recover again later)", highlight=False)
         if rep.removed_spark_home:
             out.print(f"removed {rep.removed_spark_home}  ({d})", highlight=False, soft_wrap=True)
         if not (
             rep.reverted or rep.skipped or rep.stopped or rep.removed_network
-            or rep.removed_spark_home or rep.kept
+            or rep.removed_cgroups or rep.removed_spark_home or rep.kept
         ):  # fmt: skip
             out.print(f"nothing pending in {d}", highlight=False)
     if failures:

@@ -170,6 +170,9 @@ def _print_report(rep: Report) -> None:
         f"tolerance {rep.tolerance:g}x",
         highlight=False,
     )
+    share = rep.resources.placement_line()
+    if share:
+        out.print(escape(share), highlight=False, soft_wrap=True)
     for w in rep.warnings:
         out.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
     out.print(_rich_table("phases (latency, gaps: ms; * warm-up, excluded)", *phase_rows(rep)))

@@ -11,6 +11,7 @@ from rich.markup import escape
 from arfl.cli.app import app
 from arfl.cli.console import err, out
 from arfl.configs.chaos import in_warmup, unjudgeable
+from arfl.configs.checks import placement_warning
 from arfl.configs.load import load_spec
 from arfl.configs.masking import masking_problems
 from arfl.configs.realtime import host_cores, plan_slots
@@ -26,7 +27,8 @@ def validate(
 
     For each valid spec, also say what it will ask of this host: replicas, the master each one
     uses and its task slots; a warning when they oversubscribe the host, when a fault comes
-    too late for its impact window to close before the input ends, or when a spec that asks
+    too late for its impact window to close before the input ends, when the replicas' CPU
+    quotas (``[placement]``) add up to more than the host's cores, or when a spec that asks
     for masking will likely not get it, with what to set (exit code unchanged).
     """
     failed: list[SpecError] = []
@@ -69,6 +71,8 @@ def validate(
         short = short_warmup(spec)
         warnings += [short] if short else []
         warnings += [f"will likely not mask: {w}" for w in masking_problems(spec, cores)]
+        overcommit = placement_warning(spec, cores)
+        warnings += [overcommit] if overcommit else []
         for warning in warnings:
             err.print(
                 f"[yellow]warning:[/] {escape(path.name)}: {escape(warning)}",
