@@ -9,6 +9,7 @@ import psutil
 from deploy_checks import check_against_offline, journal_events, windowed_spec
 
 from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.processes import wait_until
 from arfl.stack import StackInfo
 from arfl.targets.local import executors_of_app
 from arfl.testing.spark import StandaloneCluster
@@ -45,5 +46,10 @@ def test_kill_executor_on_a_standalone_cluster_asks_its_manager(
         assert f"Asked to launch executor {app}/{new}" in worker_log, worker_log[-3000:]
         assert not [e for e in journal_events(result.run_dir, "replica-died")]
         check_against_offline(stack, spec, result)
-        # Nothing of the application is left on the worker after the deployment stopped.
-        assert not [p for p in executors_of_app(app).values() if psutil.pid_exists(p)]
+        # Nothing of the application is left on the worker once the deployment stopped (the
+        # worker ends them on its own time: they are not in the driver's process tree).
+        wait_until(
+            lambda: not [p for p in executors_of_app(app).values() if psutil.pid_exists(p)],
+            timeout_s=60,
+            what="the application's executors to exit",
+        )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,8 @@ class Seen:
     cmdline: str
     cpu_group: str
     limit: float | None
+    t: float
+    """When the look began (epoch s): looks after the stop began are not judged."""
 
 
 def _groups_of(pid: int) -> dict[str, str]:
@@ -74,6 +77,7 @@ class Sampler(threading.Thread):
                 self.errors.append(str(e))
 
     def _look(self, target: LocalTarget) -> None:
+        t = time.time()
         st = target.state()
         for name, pid in (("merger", st.merger_pid), ("injector", st.injector_pid)):
             if pid is not None:
@@ -87,11 +91,11 @@ class Sampler(threading.Thread):
             except FaultError:
                 continue  # not running any more
             for pid in pids:
-                seen = self._process(replica, pid)
+                seen = self._process(replica, pid, t)
                 if seen is not None:
                     self.seen.append(seen)
 
-    def _process(self, replica: int, pid: int) -> Seen | None:
+    def _process(self, replica: int, pid: int, t: float) -> Seen | None:
         """The process's group, or None when it ended meanwhile: gone, or a zombie (whose
         ``/proc/<pid>/cgroup`` can read ``/``), checked after the read too."""
         try:
@@ -104,7 +108,7 @@ class Sampler(threading.Thread):
                 return None
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
             return None
-        return Seen(replica, pid, cmdline, group, shares.limit_of(self.h, group))
+        return Seen(replica, pid, cmdline, group, shares.limit_of(self.h, group), t)
 
 
 def test_each_replica_runs_in_its_own_cpu_share_and_nothing_is_left(
@@ -136,8 +140,14 @@ def test_each_replica_runs_in_its_own_cpu_share_and_nothing_is_left(
     assert result.summary["produced"] == 200 * 10
 
     # While it ran: each replica's every process in its own leaf, under the share's quota.
+    # (Not judged once the stop began: it drains and removes the groups while state.json may
+    # still say running.)
+    journal = journal_events(result.run_dir, "replica-stopped") + journal_events(
+        result.run_dir, "run-stopped"
+    )
+    stop_t = min((e["t"] for e in journal), default=float("inf"))
     for replica in (0, 1):
-        mine = [s for s in sampler.seen if s.replica == replica]
+        mine = [s for s in sampler.seen if s.replica == replica and s.t < stop_t]
         assert mine, f"replica {replica} never seen running ({sampler.errors[-3:]})"
         assert any("CoarseGrainedExecutorBackend" in s.cmdline for s in mine), (
             f"replica {replica}: no executor JVM seen in its tree"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,8 @@ from arfl.faults.base import FaultParams, make_fault
 from arfl.faults.kinds.kill_executor import resolve_via
 from arfl.faults.runner import ChaosRunner
 from arfl.replica.control import SparkControl
-from arfl.run.control import REQUEST_SUFFIX, ask, serve
-from arfl.run.rundir import RunPaths
+from arfl.run.control import REQUEST_SUFFIX, RESPONSE_SUFFIX, ask, serve
+from arfl.run.rundir import RunPaths, write_json_atomic
 from arfl.targets.local import LocalTarget
 from arfl.testing.faults import write_state
 
@@ -65,7 +66,9 @@ def test_a_request_is_answered_and_both_files_are_gone(tmp_path: Path, stop: thr
 
     serve(tmp_path, handle, stop, poll_s=0.01)
     assert ask(tmp_path, {"op": "echo", "x": 7}, timeout_s=5)["echo"] == 7
-    assert seen == [{"op": "echo", "x": 7}]
+    assert [{k: v for k, v in r.items() if k != "expires"} for r in seen] == [
+        {"op": "echo", "x": 7}
+    ]
     assert os.listdir(tmp_path) == []
 
 
@@ -147,6 +150,11 @@ def test_a_refused_kill_is_an_error_and_no_replacement_is_awaited(
     fault.prepare(target)
     with pytest.raises(FaultError, match="did not accept"):
         fault.inject(target)
+    # Nothing was killed, so nothing is awaited: the revert returns at once.
+    t = time.monotonic()
+    fault.revert(target)
+    assert time.monotonic() - t < 1.0
+    assert "replacement_s" not in fault.details and "killed_at" not in fault.details
 
 
 def test_an_unknown_executor_is_refused_before_anything_is_killed(
@@ -159,3 +167,32 @@ def test_an_unknown_executor_is_refused_before_anything_is_killed(
     with pytest.raises(FaultError, match=r"no executor '3' \(running: 0\)"):
         fault.prepare(LocalTarget.from_run_dir(run))
     assert sc.killed == []
+
+
+def test_a_request_its_asker_gave_up_on_is_never_acted_on(
+    tmp_path: Path, stop: threading.Event
+) -> None:
+    """A request left by an arfl that died (its wait over) is dropped, not run by the next
+    driver that serves the directory."""
+    sc = FakeContext(["0"])
+    write_json_atomic(
+        tmp_path / ("1-stale" + REQUEST_SUFFIX),
+        {"op": "kill-executor", "expires": time.time() - 1},
+    )
+    lines: list[str] = []
+    serve(tmp_path, SparkControl(sc).handle, stop, poll_s=0.01, log=lines.append)
+    assert ask(tmp_path, {"op": "executors"}, timeout_s=5)["executors"] == ["0"]
+    assert sc.killed == [] and any("expired" in line for line in lines), lines
+    assert not list(tmp_path.glob("*" + RESPONSE_SUFFIX))
+
+
+def test_an_asker_stopped_while_waiting_leaves_no_request(tmp_path: Path) -> None:
+    """Ctrl-C (here: an exception from its sleep) takes the request back."""
+    import unittest.mock
+
+    with (
+        unittest.mock.patch("arfl.run.control.time.sleep", side_effect=KeyboardInterrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        ask(tmp_path, {"op": "kill-executor"}, timeout_s=5)
+    assert os.listdir(tmp_path) == []

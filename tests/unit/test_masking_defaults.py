@@ -179,3 +179,12 @@ def test_validate_says_when_the_written_standbys_are_too_few_for_the_kills() -> 
     assert "set replication.standby = 2" in problem
     spaced = parse_spec({**_raw(standby=1, trigger_interval="60s"), "chaos": _kills("30s", "115s")})
     assert masking_problems(spaced, cores=2) == []
+
+
+def test_a_kill_placed_after_a_boundary_may_fall_an_interval_later() -> None:
+    """``after_boundary`` waits for a batch boundary (up to an interval, 60 s here) and then the
+    wait: a kill 100 s after one placed so may come 35 s after it."""
+    chaos = _kills("30s", "130s")
+    assert parse_spec({**_raw(), "chaos": chaos}).replication.standby == 1
+    chaos[0]["after_boundary"] = "5s"
+    assert parse_spec({**_raw(), "chaos": chaos}).replication.standby == 2

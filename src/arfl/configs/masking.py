@@ -58,30 +58,41 @@ MAX_STANDBY = 4
 """``replication.standby``'s upper bound (:class:`arfl.configs.spec.Replication`)."""
 
 
-def standbys_needed(at_s: list[float]) -> int:
-    """The spares a spec's kills (their ``at`` in seconds) need: the most kills inside any
-    :data:`STANDBY_READY_S` (at least 1, at most :data:`MAX_STANDBY`)."""
-    times = sorted(at_s)
+def standbys_needed(kills: list[tuple[float, float]]) -> int:
+    """The spares a spec's kills need: the most kills that can fall inside one
+    :data:`STANDBY_READY_S` (at least 1, at most :data:`MAX_STANDBY`). Each kill is
+    ``(earliest, latest)`` seconds: ``at``, and with ``after_boundary`` up to an interval and
+    that wait later (it waits for a batch boundary)."""
+    spans = sorted(kills)
     most = 1
-    for i, start in enumerate(times):
-        inside = sum(1 for t in times[i:] if t - start < STANDBY_READY_S)
+    for i, (_, latest) in enumerate(spans):
+        inside = sum(1 for earliest, _ in spans[i:] if earliest - latest < STANDBY_READY_S)
         most = max(most, inside)
     return min(most, MAX_STANDBY)
 
 
-def _kill_times(chaos: Any) -> list[float]:
-    """The ``at`` (seconds) of every kill among a raw spec's ``[[chaos]]`` entries; entries that
-    are malformed are left to their own error."""
-    out: list[float] = []
+def _kill_spans(raw: dict[str, Any]) -> list[tuple[float, float]]:
+    """When each kill among a raw spec's ``[[chaos]]`` entries can fall (:func:`standbys_needed`);
+    entries that are malformed are left to their own error."""
+    chaos = raw.get("chaos")
+    repl = raw.get("replication") if isinstance(raw.get("replication"), dict) else {}
+    assert isinstance(repl, dict)
+    try:
+        interval = parse_duration(repl.get("trigger_interval"))
+    except ValueError:
+        interval = STATELESS_INTERVAL_S  # unset: at most the longest arfl chooses
+    out: list[tuple[float, float]] = []
     for c in chaos if isinstance(chaos, list) else []:
         if not isinstance(c, dict) or c.get("fault") not in FAULTS:
             continue
         if FAULTS.info(str(c["fault"])).kills not in ("replica", "executor"):
             continue
         try:
-            out.append(parse_duration(c.get("at")))
+            at = parse_duration(c.get("at"))
+            wait = parse_duration(c["after_boundary"]) if "after_boundary" in c else None
         except ValueError:
             continue
+        out.append((at, at if wait is None else at + interval + wait))
     return out
 
 
@@ -116,7 +127,7 @@ def chosen_defaults(raw: dict[str, Any]) -> list[Chosen]:
             why += "; a stateless pipeline resumes at the output frontier and replays nothing"
         out.append(Chosen("replication.trigger_interval", f"{interval:g}s", why))
     if "standby" not in repl and _standby_allowed(raw):
-        needed = standbys_needed(_kill_times(raw.get("chaos")))
+        needed = standbys_needed(_kill_spans(raw))
         why = (
             "a warm driver takes a killed replica's place in seconds, not a new "
             "application's 20-40 s"
@@ -182,7 +193,13 @@ def masking_problems(spec: Spec, cores: int) -> list[str]:
             "(20-40 s here), and a survivor's batch boundary in that time stalls the output; "
             "set replication.standby = 1 (or leave it out: arfl sets it)"
         )
-    needed = standbys_needed([c.at for c in kills])
+    interval_s = rep.trigger_interval or RTM_MIN_BATCH_S
+    needed = standbys_needed(
+        [
+            (c.at, c.at if c.after_boundary is None else c.at + interval_s + c.after_boundary)
+            for c in kills
+        ]
+    )
     if 0 < rep.standby < needed and spec.spark.target == "local":
         out.append(
             f"replication.standby = {rep.standby}: {needed} kills come within "

@@ -618,7 +618,13 @@ class Merger(_Model):
 class Placement(_Model):
     """Where each replica runs: a CPU share of its own (``[placement]``)."""
 
-    cpus_per_replica: float | None = Field(None, gt=0)
+    cpus_per_replica: float | None = Field(
+        None,
+        gt=0,
+        json_schema_extra={
+            "constraint": "unset: no quota; the local target and a local master only; needs root"
+        },
+    )
     """The cores each replica may use: its whole process tree (the driver, its JVM and
     executor JVMs; a standby driver's too) runs under a CPU quota of that many cores, a
     cgroup of its own (cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``; needs root). Kafka,

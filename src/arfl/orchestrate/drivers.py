@@ -170,7 +170,7 @@ class Drivers:
         if self.launch.shares is not None:
             try:
                 argv = self.launch.shares.wrap(name, argv)
-            except FaultError as e:
+            except (FaultError, OSError) as e:
                 raise DeployError(f"cannot place {name.replace('-', ' ')}: {e}") from None
         try:
             return ManagedProcess.start(name, argv, log, env=self.env(name), cwd=self.paths.root)

@@ -302,7 +302,7 @@ class StandbyPool:
             return
         try:
             shares.absorb(f"standby-{sb.sid}", f"replica-{rep.index}")
-        except FaultError as e:  # the take-over goes on: a replica unplaced beats none
+        except (FaultError, OSError) as e:  # the take-over goes on: unplaced beats none
             self.journal.write(
                 Event.WARNING,
                 message=f"standby {sb.sid} took replica {rep.index} over outside its CPU "

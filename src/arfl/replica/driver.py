@@ -104,14 +104,14 @@ def run(cfg: DriverConfig) -> int:
     t_assigned = time.time()
     mode = get_mode(spec.replication.mode)
     ctx = replica_context(cfg)
+    if cfg.control_dir:  # before the app file: a fault may ask as soon as the replica runs
+        serve_control(Path(cfg.control_dir), SparkControl(sc._jsc.sc()).handle, stop, log=log)
     write_json_atomic(
         Path(cfg.app_id_file),
         app_info(cfg, sc, session_s, **({"standby": True} if promoted else {})),
     )
     if not promoted:
         log(f"session {sc.applicationId} up in {session_s:.1f}s (master {cfg.master})")
-    if cfg.control_dir:
-        serve_control(Path(cfg.control_dir), SparkControl(sc._jsc.sc()).handle, stop)
     progress_writer = ProgressWriter(Path(cfg.progress_file))
     spark.streams.addListener(progress_listener(progress_writer))
 

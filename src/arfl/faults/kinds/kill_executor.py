@@ -140,8 +140,8 @@ class KillExecutor(FaultBase):
 
     def inject(self, target: Target) -> None:
         """SIGKILL the executor JVM, or ask the driver to have the cluster manager kill it."""
-        self.details["killed_at"] = time.time()
         if self.details.get("via") == "spark":
+            asked = time.time()
             answer = self._ask(
                 target, {"op": "kill-executor", "executor": self.details["executor"]}
             )
@@ -151,7 +151,10 @@ class KillExecutor(FaultBase):
                     f"kill-executor via spark: the cluster manager did not accept killing "
                     f"executor {self.details['executor']} of replica {self.details['replica']}"
                 )
+            # Only a kill that was asked for and accepted has a replacement to wait for.
+            self.details["killed_at"] = asked
             return
+        self.details["killed_at"] = time.time()
         procs.kill(int(self.details["pid"]), "kill-executor: executor")
 
     def revert(self, target: Target) -> None:
