@@ -16,6 +16,8 @@ mode (``none`` 1 replica; ``passive`` 1; ``active-leaderless`` / ``active-leader
 * ``jvm`` / ``py``: ``replication.reader`` (active-leader/-leaderless: arfl's JVM or Python
   reader);
 * ``conf:<key>=<value>``: one Spark conf entry in ``[spark.conf]``;
+* ``cpu=<cores>``: ``[placement] cpus_per_replica``, each replica on a CPU share of its own
+  (needs root), so that one replica and two compare as on hosts of equal size;
 * a name from :data:`KNOBS` (a named set of Spark conf entries).
 
 Figures: the steady phase's p50/p99 end to end (the run's report: end of the warm-up to the end
@@ -100,12 +102,14 @@ class Variant:
         mode: the replication mode.
         conf: Spark conf entries added to ``[spark.conf]`` (``spark.master`` sets the master).
         replication: extra ``[replication]`` keys (``batch_interval``, ``heartbeat_interval``).
+        cpus: ``[placement] cpus_per_replica`` (None: no share).
     """
 
     name: str
     mode: str
     conf: dict[str, str] = field(default_factory=dict)
     replication: dict[str, str] = field(default_factory=dict)
+    cpus: float | None = None
 
     @classmethod
     def parse(cls, text: str) -> Variant:
@@ -119,6 +123,7 @@ class Variant:
             raise ValueError(f"{text}: unknown mode {mode!r} (known: {', '.join(REPLICAS)})")
         conf: dict[str, str] = {}
         repl: dict[str, str] = {}
+        cpus: float | None = None
         for k in knobs:
             if k.startswith("conf:") and "=" in k:
                 key, _, value = k[5:].partition("=")
@@ -127,6 +132,8 @@ class Variant:
                 repl["batch_interval"] = k[3:]
             elif k.startswith("hb="):
                 repl["heartbeat_interval"] = k[3:]
+            elif k.startswith("cpu="):
+                cpus = float(k[4:])
             elif k.startswith("catch="):
                 repl["catch_up"] = k[6:]
             elif k in ("jvm", "py"):
@@ -134,10 +141,11 @@ class Variant:
             elif k in KNOBS:
                 conf.update(KNOBS[k])
             else:
-                more = ["bi=<d>", "hb=<d>", "catch=<auto|aligned>", "jvm|py", "conf:<key>=<value>"]
+                more = ["bi=<d>", "hb=<d>", "catch=<auto|aligned>", "jvm|py", "conf:<k>=<v>"]
+                more.append("cpu=<cores>")
                 known = ", ".join([*KNOBS, *more])
                 raise ValueError(f"{text}: unknown knob {k!r} (known: {known})")
-        return cls(text, mode, conf, repl)
+        return cls(text, mode, conf, repl, cpus)
 
 
 WINDOW = {
@@ -181,6 +189,8 @@ def spec_for(
             "warmup": f"{warmup:g}s",
         },
     }
+    if v.cpus is not None:
+        raw["placement"] = {"cpus_per_replica": v.cpus}
     return parse_spec(raw, "microbatch")
 
 
@@ -301,6 +311,15 @@ def analyse(
         "late_drops": report.late_drops.rows,
         "max_lag_s": max((summary.get("max_lag_s") or {}).values(), default=None),
         "cpu_s": summary.get("cpu_s_total"),
+        # With a CPU share: the most any replica used of its own (1.0: it ran into its quota).
+        "share_used": max(
+            (
+                g.get("used_fraction") or 0.0
+                for name, g in ((summary.get("placement") or {}).get("groups") or {}).items()
+                if name.startswith("replica-")
+            ),
+            default=None,
+        ),
         **batch_figures(run_dir, after),
     }
     if event_log is not None:
@@ -341,6 +360,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         Column("late", 5, "", lambda r: str(r.get("late_drops", "-"))),
         Column("lag s", 6, ".1f", lambda r: _num(r.get("max_lag_s"))),
         Column("cpu s", 6, ".0f", lambda r: _num(r["cpu_s"])),
+        Column("share", 6, ".2f", lambda r: _num(r.get("share_used"))),
     ]
     if any("task_task_ms" in r for r in rows):
         columns += [
