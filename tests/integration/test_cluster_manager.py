@@ -24,8 +24,9 @@ def test_kill_executor_on_a_standalone_cluster_asks_its_manager(
         spec = windowed_spec(
             "cluster-manager",
             mode="passive",
-            duration="22s",
-            chaos=[{"at": "6s", "fault": "kill-executor", "replica": 0}],
+            # The replacement comes 2-3 s after the kill: 14 s of input leave room for it.
+            duration="14s",
+            chaos=[{"at": "5s", "fault": "kill-executor", "replica": 0}],
         )
         result = deploy(
             spec, None, DeployOptions(runs_root=tmp_path / "runs", master=cluster.master_url)
