@@ -79,17 +79,25 @@ def placement_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 "cgroup; use spark.target = 'local', or leave placement unset",
             )
         )
+    out.extend(
+        _needs_local_master(
+            raw,
+            "placement.cpus_per_replica",
+            "the executors of a spark:// cluster run under its workers, outside the replica's "
+            "process tree and its quota",
+        )
+    )
+    return out
+
+
+def _needs_local_master(raw: dict[str, Any], key: str, why: str) -> list[tuple[str, str]]:
+    """``key`` refused, with ``why``, unless ``spark.master`` is a local one."""
     master = raw_key(raw, "spark", "master")
     if isinstance(master, str) and not master.startswith("local"):
-        out.append(
-            (
-                "placement.cpus_per_replica",
-                f"needs a local master (local-cluster[...] or local[...]), not {master!r}: "
-                "the executors of a spark:// cluster run under its workers, outside the "
-                "replica's process tree and its quota",
-            )
-        )
-    return out
+        return [
+            (key, f"needs a local master (local-cluster[...] or local[...]), not {master!r}: {why}")
+        ]
+    return []
 
 
 def placement_warning(spec: Spec, cores: int) -> str | None:
@@ -121,15 +129,13 @@ def standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     why = "a standby driver runs on this host in no replica's namespace or container"
     if raw_key(raw, "spark", "target") == "docker":
         out.append(("replication.standby", f"not with spark.target = 'docker': {why}"))
-    master = raw_key(raw, "spark", "master")
-    if isinstance(master, str) and not master.startswith("local"):
-        out.append(
-            (
-                "replication.standby",
-                f"needs a local master (local-cluster[...] or local[...]), not {master!r}: a "
-                "standby is a Spark application of its own, kept warm on this host",
-            )
+    out.extend(
+        _needs_local_master(
+            raw,
+            "replication.standby",
+            "a standby is a Spark application of its own, kept warm on this host",
         )
+    )
     if raw_key(raw, "replication", "restart") is False:
         out.append(("replication.standby", "replication.restart = false: nothing to take over"))
     chaos = raw.get("chaos") if isinstance(raw.get("chaos"), list) else []

@@ -55,14 +55,19 @@ compete with the catch-up) and it was ready 45-52 s after that on a host carryin
 replicas at 1,500 ev/s (docs/benchmarks.md, "Two kills closer than a standby's start"). A
 second kill sooner than this finds no warm spare unless the spec keeps two."""
 MAX_STANDBY = 4
-"""``replication.standby``'s upper bound (:class:`arfl.configs.spec.Replication`)."""
+"""``replication.standby``'s upper bound (:class:`arfl.configs.spec.Replication` uses it)."""
+
+
+def kill_span(at: float, after_boundary: float | None, interval: float) -> tuple[float, float]:
+    """When a kill at ``at`` can fall: then, or with ``after_boundary`` up to an interval (the
+    wait for a batch boundary) and that wait later."""
+    return (at, at if after_boundary is None else at + interval + after_boundary)
 
 
 def standbys_needed(kills: list[tuple[float, float]]) -> int:
     """The spares a spec's kills need: the most kills that can fall inside one
-    :data:`STANDBY_READY_S` (at least 1, at most :data:`MAX_STANDBY`). Each kill is
-    ``(earliest, latest)`` seconds: ``at``, and with ``after_boundary`` up to an interval and
-    that wait later (it waits for a batch boundary)."""
+    :data:`STANDBY_READY_S` (at least 1, at most :data:`MAX_STANDBY`); each kill is its
+    :func:`kill_span`."""
     spans = sorted(kills)
     most = 1
     for i, (_, latest) in enumerate(spans):
@@ -92,7 +97,7 @@ def _kill_spans(raw: dict[str, Any]) -> list[tuple[float, float]]:
             wait = parse_duration(c["after_boundary"]) if "after_boundary" in c else None
         except ValueError:
             continue
-        out.append((at, at if wait is None else at + interval + wait))
+        out.append(kill_span(at, wait, interval))
     return out
 
 
@@ -193,13 +198,8 @@ def masking_problems(spec: Spec, cores: int) -> list[str]:
             "(20-40 s here), and a survivor's batch boundary in that time stalls the output; "
             "set replication.standby = 1 (or leave it out: arfl sets it)"
         )
-    interval_s = rep.trigger_interval or RTM_MIN_BATCH_S
-    needed = standbys_needed(
-        [
-            (c.at, c.at if c.after_boundary is None else c.at + interval_s + c.after_boundary)
-            for c in kills
-        ]
-    )
+    interval = rep.trigger_interval or RTM_MIN_BATCH_S
+    needed = standbys_needed([kill_span(c.at, c.after_boundary, interval) for c in kills])
     if 0 < rep.standby < needed and spec.spark.target == "local":
         out.append(
             f"replication.standby = {rep.standby}: {needed} kills come within "
@@ -207,7 +207,6 @@ def masking_problems(spec: Spec, cores: int) -> list[str]:
             f"for ~65-75 s; set replication.standby = {needed} (or leave it out: arfl sets it), "
             f"or space the kills {STANDBY_READY_S:g} s or more apart"
         )
-    interval = rep.trigger_interval or RTM_MIN_BATCH_S
     if interval < MASKING_INTERVAL_S and not spec.has_window:
         chosen = STATELESS_INTERVAL_S if spec.resumes_from_output else MASKING_INTERVAL_S
         out.append(

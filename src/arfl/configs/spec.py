@@ -23,7 +23,7 @@ from pydantic import (
 from arfl.configs.chaos import Chaos
 from arfl.configs.defaults import MERGER_FETCH_WAIT_MS, MERGER_LINGER_MS
 from arfl.configs.kafka_options import KafkaOptions, keeps_partition_order
-from arfl.configs.masking import MASKING_INTERVAL_S, STATELESS_INTERVAL_S
+from arfl.configs.masking import MASKING_INTERVAL_S, MAX_STANDBY, STATELESS_INTERVAL_S
 from arfl.configs.realtime import RTM_MIN_BATCH_S
 from arfl.configs.replay import Replay
 from arfl.configs.workload import LingerDuration, Workload
@@ -375,7 +375,7 @@ class Replication(_Model):
     standby: int = Field(
         0,
         ge=0,
-        le=4,
+        le=MAX_STANDBY,
         description="Spare drivers kept warm at low CPU priority: a dead replica's driver is "
         "replaced by one at once instead of by a new Spark application; mode active on "
         "real-time without it: 1 where a standby can run, or one per kill when kills come "

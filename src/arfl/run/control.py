@@ -71,7 +71,6 @@ def serve(
     def loop() -> None:
         while not stop.wait(poll_s):
             try:
-                control_dir.mkdir(parents=True, exist_ok=True)
                 for req in sorted(control_dir.glob("*" + REQUEST_SUFFIX)):
                     one(req)
             except OSError as e:

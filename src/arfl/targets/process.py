@@ -3,7 +3,6 @@ in a network namespace of its own: signals, a cgroup, the namespace's veth and r
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 
@@ -93,8 +92,7 @@ class ProcessReach(Reach):
             # The replica has a CPU share of its own (placement): the slow group nests inside
             # it, beside the processes' leaf, so the share's quota still holds over it; the
             # lower quota is the one that binds (cgroup v1 refuses a child above its parent).
-            group = h.mount / here.lstrip("/") / ".." / "slow"
-            group = Path(os.path.normpath(group))
+            group = (h.mount / here.lstrip("/")).parent / "slow"
             limit = shares.limit_of(h, here)
         applied = percent if limit is None else min(percent, limit * 100)
         record = {

@@ -227,16 +227,10 @@ class CpuShares:
         if source in self.created:
             self.retired[source] = self._usage_of(source, time.time())
             del self.created[source]
-        targets = self.ensure(into)
-        sources = [self.group(source) / LEAF]
-        if self.acct_root is not None:
-            sources.append(self.acct_root / source / LEAF)
-        for src, dst in zip(sources, targets, strict=True):
+        for src, dst in zip(self.leaves(source), self.ensure(into), strict=True):
             cgroups.remove(src, dst, {})
             with contextlib.suppress(OSError):
                 src.parent.rmdir()
-        if into not in self.created:
-            self.created[into] = time.time()
         return moved
 
     def usage(self) -> dict[str, tuple[float | None, float]]:
@@ -261,10 +255,7 @@ class CpuShares:
         Raises:
             FaultError: a group stayed busy.
         """
-        remove_tree(self.root, self.hierarchy.mount / self.fallback.lstrip("/"))
-        acct = self.acct_root
-        if acct is not None:
-            remove_tree(acct, _mount_of(acct) / self.acct_fallback.lstrip("/"))
+        remove_recorded(self.record())
 
 
 def remove_recorded(rec: SharesRecord) -> list[str]:

@@ -8,6 +8,7 @@ replica's container), or a request to the replica's driver, which asks the clust
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import Field
@@ -102,7 +103,7 @@ class KillExecutor(FaultBase):
         if via == "spark":
             self.details = {"replica": replica, "via": via}
             running = self._ask(target, {"op": "executors"})["executors"]
-            exe = self._pick(replica, params.executor, {e: 0 for e in running})
+            exe = self._pick(replica, params.executor, running)
             self.details["executor"] = exe
             return {}
         executors = target.executor_pids(replica)
@@ -118,14 +119,15 @@ class KillExecutor(FaultBase):
         return {}
 
     @staticmethod
-    def _pick(replica: int, wanted: str | None, executors: dict[str, int]) -> str:
-        if not executors:
+    def _pick(replica: int, wanted: str | None, executors: Iterable[str]) -> str:
+        ids = sorted(executors, key=control.executor_order)
+        if not ids:
             raise FaultError(f"kill-executor: replica {replica}'s application has no executor")
-        exe = wanted if wanted is not None else min(executors, key=control.executor_order)
-        if exe not in executors:
+        exe = wanted if wanted is not None else ids[0]
+        if exe not in ids:
             raise FaultError(
                 f"kill-executor: replica {replica} has no executor {exe!r} "
-                f"(running: {', '.join(sorted(executors, key=control.executor_order))})"
+                f"(running: {', '.join(ids)})"
             )
         return exe
 
