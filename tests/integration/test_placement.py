@@ -54,6 +54,17 @@ def _groups_of(pid: int) -> dict[str, str]:
     return out
 
 
+PF_EXITING = 0x4  # include/linux/sched.h
+
+
+def _exiting(pid: int) -> bool:
+    """Whether the kernel has begun the task's exit (the flags are field 9 of /proc/<pid>/stat,
+    counted after the parenthesised command name, which may hold spaces)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    flags = int(stat[stat.rindex(")") + 2 :].split()[6])
+    return bool(flags & PF_EXITING)
+
+
 class Sampler(threading.Thread):
     """Every 0.5 s while the run goes: every process of each replica's tree (through
     ``state.json``, as ``arfl chaos`` finds them) and the cpu group it is in."""
@@ -96,15 +107,17 @@ class Sampler(threading.Thread):
                     self.seen.append(seen)
 
     def _process(self, replica: int, pid: int, t: float) -> Seen | None:
-        """The process's group, or None when it ended meanwhile: gone, or a zombie (whose
-        ``/proc/<pid>/cgroup`` can read ``/``), checked after the read too."""
+        """The process's group, or None when it is ending: gone, a zombie, or exiting. On a v1
+        hierarchy ``/proc/<pid>/cgroup`` reads ``/`` once the kernel has marked the task
+        exiting (PF_EXITING in /proc/<pid>/stat's flags), so that mark is read after the group.
+        """
         try:
             p = psutil.Process(pid)
             if p.status() == psutil.STATUS_ZOMBIE:
                 return None
             cmdline = " ".join(p.cmdline())
             group = self.h.cgroup_of(pid)
-            if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+            if _exiting(pid) or not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
                 return None
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
             return None
