@@ -64,7 +64,7 @@ def docker_daemon() -> None:
         pytest.skip(str(e))
 
 
-def _spec(name: str, duration: str, chaos: list[dict[str, Any]], warmup: str) -> Spec:
+def _spec(name: str, duration: str, chaos: list[dict[str, Any]], warmup: str, **extra: Any) -> Spec:
     # Real-time mode: both replicas stream every record, so the output goes on when one is
     # lost. (Whether the loss is *masked* by DESIGN §4 is not asserted: on 2 cores it was not
     # in 5 of 6 runs, in every active mode; see docs/benchmarks.md.)
@@ -74,7 +74,12 @@ def _spec(name: str, duration: str, chaos: list[dict[str, Any]], warmup: str) ->
         spark={"target": "docker"},
         workload={"rate": 200, "warmup": warmup},
         chaos=chaos,
+        **extra,
     )
+
+
+SHARE = 0.9
+"""Each replica container's CPU quota in the faults test (cores): 90 ms per 100-ms period."""
 
 
 @dataclass
@@ -163,6 +168,7 @@ def test_container_faults_show_their_effect_and_revert(
             {"at": "84s", "fault": "kill-replica", "replica": 0},
         ],
         warmup="40s",
+        placement={"cpus_per_replica": SHARE},
     )
     result = deploy(
         spec,
@@ -198,10 +204,17 @@ def test_container_faults_show_their_effect_and_revert(
     assert {s.status for s in during} == {"paused"}, (during, sampler.errors[-5:])
     assert {s.status for s in sampler.of(0, p1 + 1, p1 + 3)} == {"running"}
     check_silent_then_resumed(run, 0, p0, p1)
-    # slow: the container's CPU quota is 20 ms per 100 ms while slowed (cpu = 20), lifted after.
+    # placement: every container of either replica (replica 0's second one too) was created
+    # under its share's quota, and kept it outside the slow fault's window.
+    share_quota = round(SHARE * 100_000)
     s0, s1 = _window(run, "slow")
+    outside = [s for s in sampler.samples if not s0 - 0.5 <= s.t <= s1 + 0.5]
+    assert {s.cpu_quota for s in outside} == {share_quota}, sampler.errors[-3:]
+    assert {s.id for s in outside} == ids[0] | ids[1]
+    # slow: the container's CPU quota is 20 ms per 100 ms while slowed (cpu = 20), nested in
+    # the share; the share's quota again after.
     assert {s.cpu_quota for s in sampler.of(0, s0 + 0.3, s1 - 0.3)} == {20_000}
-    assert all(s.cpu_quota <= 0 for s in sampler.of(0, s1 + 1, s1 + 3))
+    assert {s.cpu_quota for s in sampler.of(0, s1 + 1, s1 + 3)} == {share_quota}
     # partition: replica 0's container is off the run's network, silent; reconnected after.
     c0, c1 = _window(run, "partition")
     assert {tuple(s.networks) for s in sampler.of(0, c0 + 0.3, c1 - 0.3)} == {()}
@@ -219,6 +232,14 @@ def test_container_faults_show_their_effect_and_revert(
     # a usable steady state (the verdict 'arfl report' prints; masked or not, see the spec).
     s = result.summary
     assert s["divergent"] == 0 and s["bad_records"] == 0
+    # The summary: each replica's share and a use within it (what its processes were seen to
+    # use, over the time from the replicas' start to the stop).
+    placement = s["placement"]
+    assert placement["cpus_per_replica"] == SHARE and placement["quota"] == "container"
+    for r in (0, 1):
+        g = placement["groups"][f"replica-{r}"]
+        assert g["share_cores"] == SHARE and g["cpu_s"] > 0, g
+        assert 0 < g["used_cores"] <= SHARE + 0.05, g
     # The run's stack is gone with the run: the deploy's own independent check (no Spark, no
     # replica code; it read the final topic before the stack stopped) is the witness.
     check: dict[str, Any] = json.loads((run / "check.json").read_text())

@@ -19,7 +19,7 @@ from arfl.configs.checks import placement_warning
 from arfl.configs.load import parse_spec
 from arfl.errors import SpecError
 from arfl.faults.runner import recover, runs_with_pending
-from arfl.orchestrate.summary import placement_summary
+from arfl.orchestrate.summary import cgroup_placement, placement_summary
 from arfl.report.sections import Resources
 from arfl.run.rundir import read_jsonl
 from arfl.run.state import RunState, SharesRecord, load_state
@@ -57,10 +57,9 @@ def test_placement_is_unset_by_default_and_takes_a_positive_number_of_cores() ->
     assert any("placement.cores" in p for p in _problems(_spec(placement={"cores": 1})))
 
 
-def test_placement_is_refused_on_docker_and_with_a_cluster_master() -> None:
-    docker = _problems(_spec(placement={"cpus_per_replica": 1}, spark={"target": "docker"}))
-    (msg,) = [p for p in docker if "placement.cpus_per_replica" in p]
-    assert "spark.target = 'docker'" in msg and "nano_cpus" in msg, msg
+def test_placement_is_taken_on_docker_and_refused_with_a_cluster_master() -> None:
+    spec = parse_spec(_spec(placement={"cpus_per_replica": 1}, spark={"target": "docker"}))
+    assert spec.placement.cpus_per_replica == 1.0
     cluster = _problems(
         _spec(placement={"cpus_per_replica": 1}, spark={"master": "spark://10.0.0.1:7077"})
     )
@@ -251,8 +250,9 @@ def test_slow_nests_inside_the_share_and_the_lower_quota_binds(
 
 def test_the_summary_and_the_report_say_the_share_and_its_use(fake: FakeCgroups) -> None:
     s = CpuShares.plan("run-a", 0.5)
-    summary = placement_summary(s, {"replica-0": (12.0, 60.0), "replica-1": (None, 60.0)})
+    summary = cgroup_placement(s, {"replica-0": (12.0, 60.0), "replica-1": (None, 60.0)})
     assert summary["cpus_per_replica"] == 0.5 and summary["cgroup_version"] == 1
+    assert summary["quota"] == "cgroup" and summary["root"] == str(s.root)
     assert summary["groups"]["replica-0"] == {
         "share_cores": 0.5,
         "cpu_s": 12.0,
@@ -266,6 +266,14 @@ def test_the_summary_and_the_report_say_the_share_and_its_use(fake: FakeCgroups)
         "CPU share 0.5 core(s) per replica (cgroup quota); used: replica-0 0.20 (40%), replica-1 ?"
     )
     assert Resources.from_summary({}).placement_line() is None
+
+
+def test_a_container_share_is_summarised_as_the_containers_quota() -> None:
+    summary = placement_summary(0.9, {"replica-0": (27.0, 60.0)}, quota="container")
+    assert summary["quota"] == "container" and summary["root"] is None
+    assert summary["groups"]["replica-0"]["used_fraction"] == 0.5
+    line = Resources.from_summary({"placement": summary}).placement_line()
+    assert line == "CPU share 0.9 core(s) per replica (container quota); used: replica-0 0.45 (50%)"
 
 
 def test_usage_is_read_from_the_accounting_hierarchy(fake: FakeCgroups) -> None:

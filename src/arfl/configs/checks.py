@@ -65,20 +65,11 @@ def _docker_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def placement_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    """``[placement] cpus_per_replica`` puts each driver's process tree in a cgroup of this
-    host: the executors must be in that tree, and the drivers local processes."""
+    """``[placement] cpus_per_replica`` puts each driver's process tree under a quota (a
+    cgroup of this host, or its container's): the executors must be in that tree."""
     if raw_key(raw, "placement", "cpus_per_replica") is None:
         return []
     out: list[tuple[str, str]] = []
-    if raw_key(raw, "spark", "target") == "docker":
-        out.append(
-            (
-                "placement.cpus_per_replica",
-                "not with spark.target = 'docker' (yet): arfl does not set a container's CPU "
-                "quota (docker's cpus / nano_cpus) for placement, only a local process tree's "
-                "cgroup; use spark.target = 'local', or leave placement unset",
-            )
-        )
     out.extend(
         _needs_local_master(
             raw,

@@ -622,15 +622,17 @@ class Placement(_Model):
         None,
         gt=0,
         json_schema_extra={
-            "constraint": "unset: no quota; the local target and a local master only; needs root"
+            "constraint": "unset: no quota; a local master only; needs root (local target)"
         },
     )
     """The cores each replica may use: its whole process tree (the driver, its JVM and
-    executor JVMs; a standby driver's too) runs under a CPU quota of that many cores, a
-    cgroup of its own (cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``; needs root). Kafka,
-    ZooKeeper, the merger and the injector stay outside. Every mode gets the same share per
-    replica, so one replica and two compare as on hosts of equal size. Unset: no quota. Local
-    target only."""
+    executor JVMs; a standby driver's too) runs under a CPU quota of that many cores. On the
+    local target a cgroup of its own (cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``; needs
+    root); on the docker target its container's CFS quota (``docker run --cpu-quota``), a
+    new container of the replica's getting it again. Kafka, ZooKeeper, the merger and the
+    injector stay outside. Every mode gets the same share per replica, so one replica and two
+    compare as on hosts of equal size. A ``slow`` fault nests a lower quota inside the share
+    and restores the share at its revert. Unset: no quota."""
 
 
 class Spec(_Model):

@@ -46,7 +46,7 @@ from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.orchestrate.network import RunNetwork
 from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.state import write_state
-from arfl.orchestrate.summary import placement_summary, summarise
+from arfl.orchestrate.summary import cgroup_placement, placement_summary, summarise
 from arfl.orchestrate.supervisor import ReplicaRunner
 from arfl.orchestrate.watch import FaultState, Tick, Watcher, drain_seconds
 from arfl.priority import priority_of
@@ -113,6 +113,10 @@ class Deployment:
         self.share_usage: dict[str, tuple[float | None, float]] = {}
         """Each share group's (CPU seconds, wall seconds), read at the stop before removal."""
         self.started_at = time.time()
+        self.replicas_started: float | None = None
+        """When the first driver was started (a container share's use is measured from it)."""
+        self.stopped_at: float | None = None
+        """When the stop began (the last moment the replicas' CPU was sampled)."""
         self.t0: float | None = None
         self.drained = False
         """The output drained: the run is worth checking when it stops."""
@@ -280,6 +284,7 @@ class Deployment:
             journal=self.ctx.journal,
         )
         self.write_state()  # its SPARK_HOME recorded before a driver runs there
+        self.replicas_started = time.time()
         self.runner.start()
         self.write_state()
         deadline = time.monotonic() + self.ctx.options.ready_timeout_s
@@ -412,6 +417,7 @@ class Deployment:
 
     def _stop(self) -> None:
         self.phase = "stopping"
+        self.stopped_at = time.time()
         self._stopping = True  # the runner holds its lock while it stops: no states read
         errors: list[str] = []
         if self.chaos is not None:
@@ -499,7 +505,19 @@ class Deployment:
         master = self.ctx.options.master or self.ctx.spec.spark.master
         placement = None
         if self.shares is not None:
-            placement = placement_summary(self.shares, self.share_usage)
+            placement = cgroup_placement(self.shares, self.share_usage)
+        elif self.net.container_cpus is not None and self.replicas_started is not None:
+            # Containers: the replica's processes as the resource sampler saw them (every
+            # container it had, a killed one to its last sample).
+            wall = (self.stopped_at or time.time()) - self.replicas_started
+            placement = placement_summary(
+                self.net.container_cpus,
+                {
+                    f"replica-{i}": (self.resources.cpu_seconds().get(i), wall)
+                    for i in range(self.ctx.spec.replication.replicas)
+                },
+                quota="container",
+            )
         return summarise(self.ctx, self.resources, master, placement)
 
     # --- helpers ------------------------------------------------------------------------

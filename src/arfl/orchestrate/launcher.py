@@ -86,6 +86,7 @@ def run(spec: dict[str, Any], argv: Sequence[str]) -> int:
         scratch=["/tmp", *spec.get("scratch", [])],
         hostname=str(spec.get("hostname") or name[-63:]),
         cwd=str(spec.get("cwd") or "/"),
+        cpus=None if spec.get("cpus") is None else float(spec["cpus"]),
     )
     t1 = time.monotonic()
     if stopping.is_set():

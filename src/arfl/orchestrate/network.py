@@ -52,6 +52,8 @@ class RunNetwork:
         self.docker: DockerNetState | None = None
         self._run: str | None = None
         self._run_dir: Path | None = None
+        self.container_cpus: float | None = None
+        """Each replica container's CPU quota in cores (``[placement]`` on the docker target)."""
 
     def open(self, ctx: RunContext, on_change: Callable[[], None] | None = None) -> stack.StackInfo:
         """Resolve (or start) the stack the run uses; isolate the replicas if faults need it.
@@ -99,6 +101,7 @@ class RunNetwork:
         """
         self._run, self._run_dir = ctx.run_id, ctx.dir
         spec = ctx.spec
+        self.container_cpus = spec.placement.cpus_per_replica
         try:
             image = dk.ensure_image(spec.docker.image)
             ctx.journal.write(
@@ -166,6 +169,7 @@ class RunNetwork:
             "cwd": str(self._run_dir),
             "run_dir": str(self._run_dir),  # pending faults that outlive a restart
             "timing": str(config.with_name(f"replica-{replica}.container.json")),
+            "cpus": self.container_cpus,
         }
         spec_path = config.with_name(f"replica-{replica}.launch.json")
         spec_path.write_text(json.dumps(launch, indent=1), encoding="utf-8")

@@ -14,26 +14,47 @@ from arfl.targets.shares import CpuShares
 
 
 def placement_summary(
-    shares: CpuShares, usage: dict[str, tuple[float | None, float]]
+    cores: float,
+    usage: dict[str, tuple[float | None, float]],
+    *,
+    quota: str,
+    cgroup_version: int | None = None,
+    root: str | None = None,
 ) -> dict[str, Any]:
-    """``summary.json`` ``placement``: each driver group's share and how much of it it used
-    (its CPU seconds over the wall seconds from its start to the run's stop, in cores)."""
+    """``summary.json`` ``placement``: each replica's share and how much of it it used (its
+    CPU seconds over the wall seconds from its start to the run's stop, in cores). ``quota``
+    says what enforced the share: ``cgroup`` (a group of arfl's under ``root``) or
+    ``container`` (each replica container's own CFS quota)."""
     groups: dict[str, Any] = {}
     for name, (cpu_s, wall_s) in usage.items():
         used = None if cpu_s is None or wall_s <= 0 else cpu_s / wall_s
         groups[name] = {
-            "share_cores": shares.cores,
+            "share_cores": cores,
             "cpu_s": None if cpu_s is None else round(cpu_s, 2),
             "wall_s": round(wall_s, 2),
             "used_cores": None if used is None else round(used, 3),
-            "used_fraction": None if used is None else round(used / shares.cores, 3),
+            "used_fraction": None if used is None else round(used / cores, 3),
         }
     return {
-        "cpus_per_replica": shares.cores,
-        "cgroup_version": shares.hierarchy.version,
-        "root": str(shares.root),
+        "cpus_per_replica": cores,
+        "quota": quota,
+        "cgroup_version": cgroup_version,
+        "root": root,
         "groups": groups,
     }
+
+
+def cgroup_placement(
+    shares: CpuShares, usage: dict[str, tuple[float | None, float]]
+) -> dict[str, Any]:
+    """:func:`placement_summary` of the local target's share groups."""
+    return placement_summary(
+        shares.cores,
+        usage,
+        quota="cgroup",
+        cgroup_version=shares.hierarchy.version,
+        root=str(shares.root),
+    )
 
 
 def summarise(

@@ -163,8 +163,9 @@ class Resources:
                 + ("" if frac is None else f" ({frac:.0%})")
             )  # fmt: skip
         share = opt_float(p.get("cpus_per_replica"))
+        quota = str(p.get("quota") or "cgroup")
         return (
-            f"CPU share {'?' if share is None else f'{share:g}'} core(s) per replica (cgroup "
+            f"CPU share {'?' if share is None else f'{share:g}'} core(s) per replica ({quota} "
             f"quota); used: {', '.join(used) or 'not measured'}"
         )
 

@@ -13,7 +13,7 @@ from arfl.targets import docker as dk
 from arfl.targets import netns
 from arfl.targets.base import Reach, Record, Target
 
-CPU_PERIOD_US = 100_000
+CPU_PERIOD_US = dk.CPU_PERIOD_US
 
 
 def docker_net(target: Target) -> DockerNetState:
@@ -75,23 +75,31 @@ class ContainerReach(Reach):
     # --- slow: the container's own CPU quota -------------------------------------------
 
     def cpu_plan(self, percent: float) -> tuple[Record, Record]:
-        """The container and the share of a 100-ms period."""
-        return {"via": self.via, "container": self.name, "cpu_percent": percent}, {
-            "container": self.name
+        """The container and the share of a 100-ms period; the revert restores the quota the
+        container has now (its ``[placement]`` share, or none)."""
+        own = dk.cpu_quota(self.name)
+        return {"via": self.via, "container": self.name, "cpu_percent": percent, "own": own}, {
+            "container": self.name,
+            "own": own,
         }
 
     @classmethod
     def limit_cpu(cls, record: Record) -> None:
-        """``container.update`` with ``cpu_period`` 100 ms and ``cpu_quota`` that share."""
+        """``container.update`` with ``cpu_period`` 100 ms and ``cpu_quota`` that share, never
+        above the container's own quota (a ``slow`` nests inside its placement share)."""
         name = str(record["container"])
         quota = max(1000, int(CPU_PERIOD_US * float(record["cpu_percent"]) / 100))
+        if record.get("own") is not None:
+            quota = min(quota, int(record["own"]))
         if not dk.set_cpu_quota(name, CPU_PERIOD_US, quota):
             raise FaultError(f"slow: container {name} is gone")
 
     @classmethod
     def unlimit_cpu(cls, record: Record) -> None:
-        """Quota -1 (gone with its run: nothing is throttled)."""
-        dk.set_cpu_quota(str(record["container"]), CPU_PERIOD_US, -1)
+        """The container's own quota again, or -1 when it had none (gone with its run: nothing
+        is throttled)."""
+        own = record.get("own")
+        dk.set_cpu_quota(str(record["container"]), CPU_PERIOD_US, -1 if own is None else int(own))
 
     @classmethod
     def cpu_claims(cls, record: Record) -> frozenset[str]:

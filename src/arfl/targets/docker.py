@@ -49,6 +49,8 @@ _RUNTIME_DIRS = ("tmp", "proc", "sys", "dev", "root", "run", "var", "var/tmp", "
 init (``/sbin/docker-init``) there, which a read-only bind of the host's would refuse."""
 _RECIPE_VERSION = "2"
 FREEZE_ATTEMPTS = 5
+CPU_PERIOD_US = 100_000
+"""The CFS period of every quota arfl sets on a container (placement and ``slow``)."""
 
 
 class ContainerGone(FaultError):
@@ -361,11 +363,14 @@ def create_container(
     scratch: Sequence[str] = ("/tmp",),
     hostname: str | None = None,
     cwd: str = "/",
+    cpus: float | None = None,
 ) -> str:
     """Create (not start) a container at ``address`` on ``network``, with docker's init as
     PID 1, ``scratch`` directories as tmpfs and this host's uid:gid (what it writes in the run
     directory stays the deploying user's); a leftover container of the same name (its
-    launcher was killed with -9) is removed first. Returns its id.
+    launcher was killed with -9) is removed first. ``cpus``: its CPU quota in cores, as a CFS
+    quota per :data:`CPU_PERIOD_US` (not ``nano_cpus``, which docker refuses to combine with
+    the quota a ``slow`` fault sets later). Returns its id.
 
     Raises:
         FaultError: no daemon, or the daemon refused.
@@ -378,6 +383,7 @@ def create_container(
             tmpfs={p: "exec,mode=1777" for p in scratch},
             init=True,
             network_mode=network,
+            **({} if cpus is None else {"cpu_period": CPU_PERIOD_US, "cpu_quota": quota_us(cpus)}),
         )
         net_config = c.api.create_networking_config(
             {network: c.api.create_endpoint_config(ipv4_address=address)}
@@ -541,6 +547,29 @@ def unpause(name: str) -> bool:
     except ContainerGone:
         return False
     return True
+
+
+def quota_us(cores: float) -> int:
+    """``cores`` as a CFS quota per :data:`CPU_PERIOD_US` (at least the kernel's 1 ms)."""
+    return max(1000, round(CPU_PERIOD_US * cores))
+
+
+def cpu_quota(name: str) -> int | None:
+    """Container ``name``'s CFS quota per :data:`CPU_PERIOD_US` as created or last updated
+    (None: unlimited, or the container is gone).
+
+    Raises:
+        FaultError: the daemon refused.
+    """
+    try:
+        with sdk_errors(f"container {name}: its CPU quota"):
+            host = container(name).attrs["HostConfig"]
+    except ContainerGone:
+        return None
+    quota, period = int(host.get("CpuQuota") or 0), int(host.get("CpuPeriod") or 0)
+    if quota <= 0:
+        return None
+    return round(quota * CPU_PERIOD_US / period) if period > 0 else quota
 
 
 def set_cpu_quota(name: str, period_us: int, quota_us: int) -> bool:
