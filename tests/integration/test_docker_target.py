@@ -33,6 +33,7 @@ from deploy_checks import (
     kill_deploy_while_its_stack_starts,
     read_state,
     realtime_spec,
+    received_over_time,
     start_deploy,
     wait_for,
     wait_run_dir,
@@ -86,10 +87,12 @@ SHARE = 0.9
 class Sample:
     t: float
     replica: int
+    """The replica label's, or ``-1 - K`` for standby K's container (labels never change)."""
     id: str
     status: str
     cpu_quota: int
     networks: list[str]
+    name: str = ""
 
 
 @dataclass
@@ -117,14 +120,20 @@ class Sampler:
         flt = {"label": f"{dk.LABEL_RUN}={self.run[0]}"}
         for ctr in c.containers.list(all=True, filters=flt):
             attrs = ctr.attrs
+            labels = ctr.labels
+            if dk.LABEL_REPLICA in labels:
+                replica = int(labels[dk.LABEL_REPLICA])
+            else:
+                replica = -1 - int(labels[dk.LABEL_STANDBY])
             self.samples.append(
                 Sample(
                     time.time(),
-                    int(ctr.labels[dk.LABEL_REPLICA]),
+                    replica,
                     ctr.id,
                     ctr.status,
                     int(attrs["HostConfig"].get("CpuQuota") or 0),
                     sorted(attrs["NetworkSettings"]["Networks"]),
+                    ctr.name,
                 )
             )
 
@@ -281,6 +290,74 @@ def test_container_faults_show_their_effect_and_revert(
     # Nothing of the run is left: no container, no network.
     assert dk.run_leftovers(run.name) == []
     assert journal_events(run, "docker-removed")
+
+
+def test_a_standby_container_takes_a_killed_replica_over(
+    docker_daemon: None, sampler: Sampler, tmp_path: Path
+) -> None:
+    # The keys a user writes and nothing else: arfl chooses a standby and the interval; each
+    # replica (and the standby) on a CPU share of its own.
+    spec = realtime_spec(
+        "dock-sb",
+        "46s",
+        interval_s=None,
+        spark={"target": "docker"},
+        workload={"rate": 200, "warmup": "20s"},
+        chaos=[
+            {"at": "26s", "fault": "kill-replica", "replica": 0},
+            # The other one paused: the promoted standby serves alone meanwhile.
+            {"at": "32s", "fault": "pause", "replica": 1, "duration": "5s"},
+        ],
+        placement={"cpus_per_replica": 0.6},
+    )
+    assert spec.replication.standby == 1
+    result = deploy(
+        spec,
+        None,
+        DeployOptions(runs_root=tmp_path),
+        on_run_dir=lambda d: sampler.run.append(d.name),
+    )
+    run = result.run_dir
+    net = journal_events(run, "docker-network-created")[0]
+    [ready] = journal_events(run, "standby-ready")
+    [died] = journal_events(run, "replica-died")
+    assert (died["replica"], died["exit_code"]) == (0, -9), died
+    # The standby took the replica over at once (no new container, no new application) ...
+    [took] = [e for e in journal_events(run, "replica-started") if e.get("standby") is not None]
+    assert (took["replica"], took["standby"]) == (0, ready["standby"]), took
+    assert took["t"] - died["t"] < 2.0, (died, took)
+    # ... and its container became the replica's: renamed, at its own address, still on its
+    # share; the next replica-0 container is the standby's, never a new one.
+    [promoted] = journal_events(run, "standby-promoted")
+    assert promoted["replica"] == 0 and promoted["standby"] == ready["standby"], promoted
+    standby_ids = {s.id for s in sampler.samples if s.replica == -1 - ready["standby"]}
+    assert len(standby_ids) == 1, standby_ids
+    replica0 = net["containers"]["0"]
+    named = [s for s in sampler.samples if s.name == replica0 and s.t > promoted["t"] + 0.5]
+    assert named and {s.id for s in named} == standby_ids, named[:3]
+    assert {s.cpu_quota for s in sampler.samples} == {60_000}
+    state = read_state(run)
+    assert state is not None
+    assert state["docker"]["addresses"]["0"] == dk.standby_address(net["subnet"], ready["standby"])
+
+    # The output went on through the kill and is complete and exact.
+    s = result.summary
+    assert s["divergent"] == 0 and s["bad_records"] == 0
+    check: dict[str, Any] = json.loads((run / "check.json").read_text())
+    assert check["ok"] is True, check
+    assert check["missing"] == check["duplicates"] == check["wrong"] == 0, check
+    report = build_report(run)
+    assert [f.kind for f in report.faults] == ["kill-replica", "pause"]
+    for i, fault in enumerate(report.faults, 1):
+        assert fault.masked is not None, fault.verdict
+        [phase] = [p for p in report.phases if p.name == f"fault-{i}"]
+        assert phase.max_gap_ms is not None and phase.max_gap_ms < 2_000, (phase, fault.verdict)
+    # While replica 1 was paused, the promoted standby's results went out.
+    p0, p1 = _window(run, "pause")
+    check_silent_then_resumed(run, 1, p0, p1)
+    by_promoted = [n for t, n in received_over_time(run, 0) if p0 + 1 <= t <= p1]
+    assert by_promoted and by_promoted[-1] > by_promoted[0], by_promoted
+    assert dk.run_leftovers(run.name) == []
 
 
 SPEC_TOML = """\

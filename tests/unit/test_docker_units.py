@@ -5,6 +5,7 @@ tests/integration/test_docker_target.py)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -13,7 +14,9 @@ import pytest
 
 from arfl.configs.load import parse_spec
 from arfl.errors import FaultError, SpecError
+from arfl.orchestrate.drivers import STANDBY
 from arfl.orchestrate.launcher import container_env
+from arfl.orchestrate.network import RunNetwork
 from arfl.run.state import DockerNetState, parse_state, to_json
 from arfl.targets import docker as dk
 
@@ -321,3 +324,59 @@ def test_a_docker_run_that_died_before_its_network_is_nothing_to_recover_without
     assert runs_with_pending(tmp_path / "runs") == [run_dir]
     with pytest.raises(FaultError, match="no docker daemon answers"):
         recover(run_dir)
+
+
+def _net_on(tmp_path: Path) -> tuple[RunNetwork, DockerNetState]:
+    net = RunNetwork()
+    state = DockerNetState(
+        network="arfl-r",
+        subnet="10.214.7.0/24",
+        gateway="10.214.7.1",
+        image="img",
+        containers={0: dk.container_name("r", 0), 1: dk.container_name("r", 1)},
+        addresses={0: "10.214.7.2", 1: "10.214.7.3"},
+    )
+    net.docker, net._run, net._run_dir, net.container_cpus = state, "r", tmp_path, 0.6
+    return net, state
+
+
+def test_a_standby_gets_a_container_and_address_of_its_own(tmp_path: Path) -> None:
+    net, _ = _net_on(tmp_path)
+    (tmp_path / "replicas").mkdir()
+    config = tmp_path / "replicas" / "standby-3.json"
+    config.write_text('{"jars": []}')
+    argv = net.driver_command(STANDBY, config)
+    launch = json.loads((tmp_path / "replicas" / "standby-3.launch.json").read_text())
+    assert argv[argv.index("--spec") + 1] == str(tmp_path / "replicas" / "standby-3.launch.json")
+    assert launch["name"] == "arfl-r-s3" and launch["address"] == "10.214.7.132"
+    assert launch["labels"] == {dk.LABEL_RUN: "r", dk.LABEL_KIND: "standby", dk.LABEL_STANDBY: "3"}
+    assert launch["cpus"] == 0.6
+    # Standby K's address is host K % 100 + 129: never a replica's, free again after 100 more.
+    assert dk.standby_address("10.214.7.0/24", 103) == "10.214.7.132"
+    replica = tmp_path / "replicas" / "replica-1.json"
+    replica.write_text('{"jars": []}')
+    net.driver_command(1, replica)
+    launch = json.loads((tmp_path / "replicas" / "replica-1.launch.json").read_text())
+    assert (launch["name"], launch["address"]) == ("arfl-r-r1", "10.214.7.3")
+    assert launch["labels"][dk.LABEL_REPLICA] == "1" and launch["cpus"] == 0.6
+
+
+def test_a_promoted_standby_is_renamed_the_replicas_and_takes_its_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    net, state = _net_on(tmp_path)
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(dk, "remove_container", lambda name: calls.append(("remove", name)))
+    monkeypatch.setattr(dk, "rename", lambda name, new: calls.append(("rename", name, new)))
+    net.promote_standby(3, 0)
+    # The dead replica's container first (its launcher may have left it), then the renaming.
+    assert calls == [("remove", "arfl-r-r0"), ("rename", "arfl-r-s3", "arfl-r-r0")]
+    assert state.addresses == {0: "10.214.7.132", 1: "10.214.7.3"}
+    assert state.containers[0] == "arfl-r-r0"
+    # A replica container started later (the promoted one died) takes the replica's address.
+    (tmp_path / "replicas").mkdir()
+    config = tmp_path / "replicas" / "replica-0.json"
+    config.write_text('{"jars": []}')
+    net.driver_command(0, config)
+    launch = json.loads((tmp_path / "replicas" / "replica-0.launch.json").read_text())
+    assert launch["address"] == "10.214.7.132"

@@ -71,7 +71,14 @@ def test_what_the_user_wrote_is_kept() -> None:
 @pytest.mark.parametrize(
     ("change", "standby"),
     [
-        ({"spark": {"target": "docker"}}, False),
+        ({"spark": {"target": "docker"}}, True),
+        (
+            {
+                "spark": {"target": "docker"},
+                "chaos": [{"at": "20s", "fault": "partition", "replica": 0, "duration": "2s"}],
+            },
+            True,
+        ),
         ({"spark": {"master": "spark://h:7077"}}, False),
         ({"replication": {"restart": False}}, False),
         ({"chaos": [{"at": "20s", "fault": "partition", "replica": 0, "duration": "2s"}]}, False),

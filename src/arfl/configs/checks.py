@@ -111,15 +111,13 @@ def placement_warning(spec: Spec, cores: int) -> str | None:
 
 
 def standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    """A standby driver runs on this host, outside any replica's network namespace or
-    container, and takes a dead driver's place."""
+    """A standby driver takes a dead driver's place: on this host outside any replica's
+    network namespace, or (docker target) in a container of its own on the run's network."""
     standby = raw_key(raw, "replication", "standby")
     if not isinstance(standby, int) or isinstance(standby, bool) or standby <= 0:
         return []
     out: list[tuple[str, str]] = []
-    why = "a standby driver runs on this host in no replica's namespace or container"
-    if raw_key(raw, "spark", "target") == "docker":
-        out.append(("replication.standby", f"not with spark.target = 'docker': {why}"))
+    docker = raw_key(raw, "spark", "target") == "docker"
     out.extend(
         _needs_local_master(
             raw,
@@ -133,11 +131,13 @@ def standby_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     assert isinstance(chaos, list)
     kinds = [str(c.get("fault")) for c in chaos if isinstance(c, dict)]
     network = [k for k in kinds if k in FAULTS and FAULTS.info(k).network]
-    if network:
+    if network and not docker:  # a container takes its place on the run's network instead
         out.append(
             (
                 "replication.standby",
-                f"not with network faults ({', '.join(sorted(set(network)))}): {why}",
+                f"not with network faults ({', '.join(sorted(set(network)))}): a standby "
+                "driver runs on this host in no replica's namespace; with spark.target = "
+                "'docker' it runs in a container of its own on the run's network",
             )
         )
     return out

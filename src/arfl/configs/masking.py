@@ -9,7 +9,7 @@ spec, the run directory's ``spec.json`` included, sees the same values):
 
 * ``replication.standby = 1``: a warm spare driver takes a killed replica's place in seconds
   instead of a new Spark application's 20-40 s. Only where a standby can run (a local master,
-  not the docker target, restarts on, no network fault). A take-over uses the spare up, and its
+  restarts on, no network fault on the local target). A take-over uses the spare up, and its
   successor is warm only ~65-75 s later on a loaded host, so a spec whose kills come closer than
   :data:`STANDBY_READY_S` gets one spare per kill in such a stretch (:func:`standbys_needed`).
 * ``replication.trigger_interval``: a survivor's boundary then comes every 60 s (a stateless
@@ -192,7 +192,7 @@ def masking_problems(spec: Spec, cores: int) -> list[str]:
     if not asked or rep.replicas < 2 or rep.trigger != REALTIME:
         return []
     out = []
-    if rep.standby == 0 and spec.spark.target == "local":
+    if rep.standby == 0:
         out.append(
             "replication.standby = 0: a killed replica comes back as a new Spark application "
             "(20-40 s here), and a survivor's batch boundary in that time stalls the output; "
@@ -200,7 +200,7 @@ def masking_problems(spec: Spec, cores: int) -> list[str]:
         )
     interval = rep.trigger_interval or RTM_MIN_BATCH_S
     needed = standbys_needed([kill_span(c.at, c.after_boundary, interval) for c in kills])
-    if 0 < rep.standby < needed and spec.spark.target == "local":
+    if 0 < rep.standby < needed:
         out.append(
             f"replication.standby = {rep.standby}: {needed} kills come within "
             f"{STANDBY_READY_S:g} s, and a spare used by one take-over has no warm successor "

@@ -271,6 +271,7 @@ class Deployment:
                 master=self._replica_master(),
                 command=self.net.driver_command,
                 shares=self.shares,
+                promote=self.net.promote_standby if self.net.docker is not None else None,
                 # Its own SPARK_HOME, removed at the stop (a container's is its own tmpfs).
                 spark_home=run_spark_home(self.ctx.dir) if self.net.docker is None else None,
                 # Active modes: ZooKeeper for the leader election; the run id names this run's

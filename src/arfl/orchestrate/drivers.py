@@ -70,6 +70,9 @@ class DriverLaunch:
         command: argv factory for a driver (tests); default :func:`default_command`.
         shares: each driver's CPU share (``[placement]``): it starts inside a cgroup of its
             own (:mod:`arfl.targets.shares`); None: no quota.
+        promote: ``(standby, replica)`` when a standby takes a replica over, for a driver that
+            runs in a container (the docker target's renaming); None: drivers are local
+            processes (niced while they wait).
     """
 
     bootstrap: str
@@ -80,6 +83,7 @@ class DriverLaunch:
     spark_home: Path | None = None
     command: CommandFactory = default_command
     shares: CpuShares | None = None
+    promote: Callable[[int, int], None] | None = None
 
 
 class Drivers:

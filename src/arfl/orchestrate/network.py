@@ -9,7 +9,10 @@ On the docker target (``spark.target = "docker"``) each replica's driver runs in
 on a docker network of the run's own (explicit subnet, labelled ``arfl.run``), started by
 :mod:`arfl.orchestrate.launcher`; the run's own ZooKeeper and Kafka listen on the network's
 gateway, the host's address on that bridge (the same design as the namespaces: a replica's
-only way to its stack is its own network, so cutting the network cuts the stack).
+only way to its stack is its own network, so cutting the network cuts the stack). A standby
+driver runs in a container of its own on that network too; when it takes a replica over, its
+container is renamed the replica's (every fault finds a replica's container by that name) and
+its address becomes the replica's.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from arfl import stack
 from arfl.errors import ArflError, DeployError, FaultError
 from arfl.orchestrate.context import RunContext
-from arfl.orchestrate.drivers import default_command
+from arfl.orchestrate.drivers import STANDBY, default_command
 from arfl.paths import state_dir
 from arfl.replica.sparkenv import WRITABLE_SPARK_DIRS, java_home
 from arfl.run.events import Event
@@ -134,7 +137,19 @@ class RunNetwork:
         return netns_command(self.isolation.namespaces[replica].name, argv)
 
     def _container_command(self, replica: int, config: Path, argv: Sequence[str]) -> list[str]:
+        """The launcher's argv and its launch spec (next to ``config``). A standby's number is
+        its config's (``standby-K.json``): the command factory is given :data:`STANDBY`."""
         assert self.docker is not None and self._run is not None and self._run_dir is not None
+        if replica == STANDBY:
+            sid = int(config.stem.removeprefix("standby-"))
+            name = dk.standby_container_name(self._run, sid)
+            address = dk.standby_address(self.docker.subnet, sid)
+            hostname, labels = f"standby-{sid}", {dk.LABEL_STANDBY: str(sid)}
+            timing = config.with_name(f"standby-{sid}.container.json")
+        else:
+            name, address = self.docker.containers[replica], self.docker.addresses[replica]
+            hostname, labels = f"replica-{replica}", {dk.LABEL_REPLICA: str(replica)}
+            timing = config.with_name(f"replica-{replica}.container.json")
         jars = json.loads(config.read_text(encoding="utf-8")).get("jars") or []
         jar_dirs = sorted({str(Path(j).parent) for j in jars})
         host_runtime = self.docker.image.startswith(dk.RUNTIME_REPO + ":")
@@ -152,15 +167,15 @@ class RunNetwork:
             read_only, scratch = jar_dirs, []
             argv = ["python3", *argv[1:]]
         launch = {
-            "name": self.docker.containers[replica],
-            "hostname": f"replica-{replica}",
+            "name": name,
+            "hostname": hostname,
             "image": self.docker.image,
             "network": self.docker.network,
-            "address": self.docker.addresses[replica],
+            "address": address,
             "labels": {
                 dk.LABEL_RUN: self._run,
-                dk.LABEL_REPLICA: str(replica),
-                dk.LABEL_KIND: "replica",
+                dk.LABEL_KIND: "replica" if replica != STANDBY else "standby",
+                **labels,
             },
             "host_runtime": host_runtime,
             "read_only": read_only,
@@ -168,13 +183,27 @@ class RunNetwork:
             "scratch": scratch,
             "cwd": str(self._run_dir),
             "run_dir": str(self._run_dir),  # pending faults that outlive a restart
-            "timing": str(config.with_name(f"replica-{replica}.container.json")),
+            "timing": str(timing),
             "cpus": self.container_cpus,
         }
-        spec_path = config.with_name(f"replica-{replica}.launch.json")
+        spec_path = config.with_name(f"{config.stem}.launch.json")
         spec_path.write_text(json.dumps(launch, indent=1), encoding="utf-8")
         return [sys.executable, "-m", "arfl.orchestrate.launcher", "--spec", str(spec_path),
                 "--", *argv]  # fmt: skip
+
+    def promote_standby(self, standby: int, replica: int) -> None:
+        """Standby ``standby``'s container becomes ``replica``'s: the dead replica's container
+        removed if its launcher left it, the standby's renamed to the replica's name, and its
+        address recorded as the replica's (faults and ``state.json`` find it by both).
+
+        Raises:
+            FaultError: the daemon refused (the standby keeps serving under its own name).
+        """
+        assert self.docker is not None and self._run is not None
+        name = self.docker.containers[replica]
+        dk.remove_container(name)
+        dk.rename(dk.standby_container_name(self._run, standby), name)
+        self.docker.addresses[replica] = dk.standby_address(self.docker.subnet, standby)
 
     def close(self, ctx: RunContext) -> list[str]:
         """Stop the run's own stack and remove its namespaces; the errors, as lines."""

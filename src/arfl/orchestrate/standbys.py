@@ -189,8 +189,10 @@ class StandbyPool:
         sb.spawned_at = time.time()
         # Before the interpreter starts its JVM: every process and thread after inherits it.
         # Only where it can be undone at the take-over (else the replica would stay niced).
+        # Not a container's launcher: the container's processes are not its descendants.
         p = same_process(proc.pid, None)
-        niced = p is not None and can_unnice() and set_nice([p], STANDBY_NICE)
+        local = self.drivers.launch.promote is None
+        niced = local and p is not None and can_unnice() and set_nice([p], STANDBY_NICE)
         sb.niced = niced
         self.journal.write(
             Event.STANDBY_STARTED, standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0
@@ -276,6 +278,7 @@ class StandbyPool:
             out.write(banner.encode())
         self._place(sb, rep)
         write_json_atomic(self._paths(sb.sid)[2], asdict(cfg))
+        self._promote(sb, rep)
         rep.proc, rep.proc_log = sb.proc, log
         rep.state = replace(
             rep.state, status="starting", pid=sb.proc.pid, app_id=None, started_at=now
@@ -308,6 +311,30 @@ class StandbyPool:
                 message=f"standby {sb.sid} took replica {rep.index} over outside its CPU "
                 f"share: {e}",
             )
+
+    def _promote(self, sb: _Standby, rep: ReplicaSlot) -> None:
+        """A standby in a container: its container becomes the replica's (once it was handed
+        the assignment, which it acts on meanwhile: the renaming is not on the take-over's
+        path). Journaled ``standby-promoted`` with how long it took."""
+        promote = self.drivers.launch.promote
+        if promote is None:
+            return
+        t0 = time.monotonic()
+        try:
+            promote(sb.sid, rep.index)
+        except FaultError as e:  # it serves on; faults on the replica will not find it
+            self.journal.write(
+                Event.WARNING,
+                message=f"standby {sb.sid} took replica {rep.index} over, but its container "
+                f"was not renamed the replica's: {e}",
+            )
+            return
+        self.journal.write(
+            Event.STANDBY_PROMOTED,
+            standby=sb.sid,
+            replica=rep.index,
+            after_s=round(time.monotonic() - t0, 3),
+        )
 
     def end_yield(self, rep: ReplicaSlot) -> None:
         """Give a promoted standby that yielded the CPU its full priority back once the merger

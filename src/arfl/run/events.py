@@ -136,6 +136,8 @@ class Event(StrEnum):
     """Fields: exit_code, pid, standby. Written by orchestrate/standbys.py."""
     STANDBY_GAVE_UP = "standby-gave-up"
     """Fields: reason. Written by orchestrate/standbys.py."""
+    STANDBY_PROMOTED = "standby-promoted"
+    """Fields: after_s, replica, standby. Written by orchestrate/standbys.py."""
     STANDBY_READY = "standby-ready"
     """Fields: pid, standby, startup_s. Written by orchestrate/standbys.py."""
     STANDBY_STARTED = "standby-started"

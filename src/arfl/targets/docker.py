@@ -1,8 +1,9 @@
 """The docker target's mechanisms, all through the docker SDK: the runtime image, a run's
 network, its replica containers, and what faults and ``recover`` need of them.
 
-Everything arfl creates carries labels (``arfl.run=<run>``, ``arfl.replica=<N>``,
-``arfl.kind=replica|network|runtime``) and is found again by label, never by name alone.
+Everything arfl creates carries labels (``arfl.run=<run>``, ``arfl.replica=<N>`` or
+``arfl.standby=<K>``, ``arfl.kind=replica|standby|network|runtime``) and is found again by
+label, never by name alone.
 
 Layout of run ``R`` (network number ``k``)::
 
@@ -10,6 +11,8 @@ Layout of run ``R`` (network number ``k``)::
                                         the run's own ZooKeeper and Kafka listen here
     container arfl-<R>-r<N>:  10.214.<k>.<N+2>, the replica's driver, its local-cluster
                               worker and executor JVMs (real JVMs, inside the container)
+    container arfl-<R>-s<K>:  10.214.<k>.<K%100+129>, standby driver K, warm; renamed
+                              arfl-<R>-r<N> when it takes replica N over
 
 The runtime image has no files of its own: ``docker import`` of an almost empty root
 (mount points only), labelled, tagged by the hash of its recipe. Containers bind-mount the
@@ -38,6 +41,7 @@ from arfl.run.state import DockerNetState
 
 LABEL_RUN = "arfl.run"
 LABEL_REPLICA = "arfl.replica"
+LABEL_STANDBY = "arfl.standby"
 LABEL_KIND = "arfl.kind"
 SUBNET_BASE = "10.214"  # 10.214.<k>.0/24; checked against this host's addresses and networks
 RUNTIME_REPO = "arfl-runtime"
@@ -204,6 +208,32 @@ def mounts_for(
 def container_name(run: str, replica: int) -> str:
     """The container of ``replica`` in ``run``."""
     return f"arfl-{run}-r{replica}"
+
+
+def standby_container_name(run: str, standby: int) -> str:
+    """The container of standby driver ``standby`` in ``run`` (until it takes a replica over
+    and is renamed :func:`container_name`)."""
+    return f"arfl-{run}-s{standby}"
+
+
+STANDBY_HOST_BASE = 128
+"""Standby ``K`` has host ``STANDBY_HOST_BASE + K % 100`` of the run's /24 (the replicas have
+hosts 1..R): a standby's address is free again long before a hundred more have started."""
+
+
+def standby_address(subnet: str, standby: int) -> str:
+    """Standby ``standby``'s address on the run's network (``subnet``: its /24)."""
+    return str(list(ipaddress.ip_network(subnet).hosts())[STANDBY_HOST_BASE + standby % 100])
+
+
+def rename(name: str, new_name: str) -> None:
+    """Rename container ``name`` to ``new_name`` (whatever follows it by id is unaffected).
+
+    Raises:
+        FaultError: no daemon, the container is gone, or ``new_name`` is taken.
+    """
+    with sdk_errors(f"docker target: renaming container {name} to {new_name}"):
+        client().api.rename(name, new_name)
 
 
 def network_name(run: str) -> str:

@@ -23,7 +23,8 @@ from arfl.run.events import Event
         "fault is injected; the other replicas elect a new one.",
         reverted="Nothing to undo: the supervisor restarts the replica (unless "
         "``restart = false``).",
-        docker="``container.kill``; the supervisor starts a new container",
+        docker="``container.kill``; a ready standby container takes over, else the supervisor "
+        "starts a new container",
         journal=(
             (Event.LEADER_ELECTED, "another replica leads"),
             *RESTART_JOURNAL,

@@ -38,7 +38,8 @@ class KillReplicaParams(Params):
         "on without it.",
         reverted="Nothing to undo: the supervisor restarts the replica (unless "
         "``restart = false``).",
-        docker="``container.kill``; the supervisor starts a new container",
+        docker="``container.kill``; a ready standby container takes over, else the supervisor "
+        "starts a new container",
         journal=RESTART_JOURNAL,
     ),
 )

@@ -49,7 +49,8 @@ class SlowParams(Params):
         reverted="The processes move back out of the cgroup, which is removed.",
         requires="cgroup v2 with the cpu controller, or a v1 cpu hierarchy, writable by arfl "
         "(root)",
-        docker="the container's own CPU quota (``container.update``), lifted again",
+        docker="the container's own CPU quota (``container.update``), inside its "
+        "``[placement]`` share; back to the share (or none) after",
         journal=LAG_JOURNAL,
     ),
 )
