@@ -299,14 +299,14 @@ def test_a_standby_container_takes_a_killed_replica_over(
     # replica (and the standby) on a CPU share of its own.
     spec = realtime_spec(
         "dock-sb",
-        "46s",
+        "40s",
         interval_s=None,
         spark={"target": "docker"},
-        workload={"rate": 200, "warmup": "20s"},
+        workload={"rate": 200, "warmup": "14s"},
         chaos=[
-            {"at": "26s", "fault": "kill-replica", "replica": 0},
+            {"at": "20s", "fault": "kill-replica", "replica": 0},
             # The other one paused: the promoted standby serves alone meanwhile.
-            {"at": "32s", "fault": "pause", "replica": 1, "duration": "5s"},
+            {"at": "26s", "fault": "pause", "replica": 1, "duration": "5s"},
         ],
         placement={"cpus_per_replica": 0.6},
     )
