@@ -53,3 +53,33 @@ def test_a_step_of_the_wall_clock_does_not_count_a_process_twice(
     monkeypatch.setattr(_pslinux, "boot_time", lambda: stepped)
     r.sample({0: ReplicaState(replica=0, status="running", pid=me.pid)}, [])
     assert before <= r.cpu_seconds()[0] < 2 * before
+
+
+def test_a_standby_containers_processes_count_as_standby_until_it_is_the_replicas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the docker target a container's processes are not the launcher's descendants: they
+    are listed through the daemon, a standby's by its container's name, and once the container
+    is renamed the replica's they count towards the replica."""
+    from arfl.targets import docker as dk
+
+    me = psutil.Process()
+    where = {"s-0": [me.pid]}  # container name -> host pids, as the daemon would list them
+    monkeypatch.setattr(dk, "container", lambda name: name)
+    monkeypatch.setattr(dk, "host_pids", lambda name: {p: "" for p in where.get(name, [])})
+    r = ResourceSampler()
+    r.containers = {0: "r-0"}
+    r.standby_container = lambda k: f"s-{k}"
+    r.sample({}, [], [0])
+    assert r.standby_cpu_seconds() > 0 and r.cpu_seconds() == {}
+    # Renamed the replica's; its launcher is the replica's driver pid now.
+    where = {"r-0": [me.pid]}
+    r.CONTAINER_LIST_S = 0.0
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        r.sample({0: ReplicaState(replica=0, status="running", pid=launcher.pid)}, [], [])
+        assert r.standby_cpu_seconds() == 0
+        assert r.cpu_seconds()[0] >= sum(me.cpu_times()[:2]) - 0.1
+    finally:
+        launcher.kill()
+        launcher.wait()

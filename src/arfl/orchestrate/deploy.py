@@ -157,6 +157,7 @@ class Deployment:
         info = self.net.open(self.ctx, on_change=self.write_state)
         if self.net.docker is not None:
             self.resources.containers = dict(self.net.docker.containers)
+            self.resources.standby_container = self.net.standby_container
         self._jars = stack.ensure_installed().spark_kafka_jars
         spec = self.ctx.spec
         self.ctx.journal.write(

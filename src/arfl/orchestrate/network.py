@@ -191,6 +191,11 @@ class RunNetwork:
         return [sys.executable, "-m", "arfl.orchestrate.launcher", "--spec", str(spec_path),
                 "--", *argv]  # fmt: skip
 
+    def standby_container(self, standby: int) -> str:
+        """Standby ``standby``'s container name on the docker target."""
+        assert self._run is not None
+        return dk.standby_container_name(self._run, standby)
+
     def promote_standby(self, standby: int, replica: int) -> None:
         """Standby ``standby``'s container becomes ``replica``'s: the dead replica's container
         removed if its launcher left it, the standby's renamed to the replica's name, and its

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import psutil
 
@@ -30,29 +30,44 @@ class ResourceSampler:
         self.peak_rss = 0
         self.containers: dict[int, str] = {}
         """Replica -> container name, set by deploy on the docker target."""
-        self._in_containers: dict[int, list[psutil.Process]] = {}
+        self.standby_container: Callable[[int], str] | None = None
+        """Standby number -> its container's name, set by deploy on the docker target."""
+        self._in_containers: dict[str, list[psutil.Process]] = {}
         self._listed_at = float("-inf")
 
-    def _container_processes(self, replica: int) -> list[psutil.Process]:
-        if not self.containers:
-            return []
+    def _container_processes(self, names: Sequence[str]) -> dict[str, list[psutil.Process]]:
+        """The processes of each container in ``names``, listed through the daemon at most
+        every :data:`CONTAINER_LIST_S` seconds (a name not yet listed: none)."""
         now = time.monotonic()
-        if now - self._listed_at > self.CONTAINER_LIST_S:
+        if names and now - self._listed_at > self.CONTAINER_LIST_S:
             self._listed_at = now
-            for i, name in self.containers.items():
+            listed: dict[str, list[psutil.Process]] = {}
+            for name in names:
                 procs: list[psutil.Process] = []
                 with contextlib.suppress(FaultError):
                     for pid in dk.host_pids(dk.container(name)):
                         with contextlib.suppress(psutil.Error):
                             procs.append(psutil.Process(pid))
-                self._in_containers[i] = procs
-        return self._in_containers.get(replica, [])
+                listed[name] = procs
+            self._in_containers = listed
+        return self._in_containers
 
-    def sample(self, states: Mapping[int, ReplicaState], standbys: Sequence[int] = ()) -> None:
+    def sample(
+        self,
+        states: Mapping[int, ReplicaState],
+        standbys: Sequence[int] = (),
+        standby_ids: Sequence[int] = (),
+    ) -> None:
         """Remember the CPU time of every process of every replica and of every standby driver
-        (``standbys``: their pids), and the replicas' summed RSS."""
-        for pid in standbys:
-            for p in process_tree(pid):
+        (``standbys``: their pids; ``standby_ids``: their numbers, for their containers), and
+        the replicas' summed RSS."""
+        spare = [self.standby_container(k) for k in standby_ids] if self.standby_container else []
+        inside = self._container_processes([*self.containers.values(), *spare])
+        for procs in [
+            *(process_tree(pid) for pid in standbys),
+            *(inside.get(n, []) for n in spare),
+        ]:
+            for p in procs:
                 try:
                     key = start_key(p)
                     t = p.cpu_times()
@@ -63,7 +78,8 @@ class ResourceSampler:
         for i, st in states.items():
             if st.pid is None:
                 continue
-            for p in [*process_tree(st.pid), *self._container_processes(i)]:
+            mine = inside.get(self.containers[i], []) if i in self.containers else []
+            for p in [*process_tree(st.pid), *mine]:
                 try:
                     t = p.cpu_times()
                     key = start_key(p)

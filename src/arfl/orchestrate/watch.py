@@ -360,7 +360,8 @@ class Watcher:
             drops.poll()
             if leader is not None:
                 leader.poll()
-            self.resources.sample(states, [s.pid for s in self.runner.standby_states()])
+            spares = self.runner.standby_states()
+            self.resources.sample(states, [s.pid for s in spares], [s.standby for s in spares])
             if time.monotonic() - last_state_write > 2.0:
                 self.write_state()
                 last_state_write = time.monotonic()
