@@ -220,6 +220,23 @@ def test_a_standby_taking_over_moves_its_tree_into_the_replicas_group(
     assert set(usage) == {"replica-0", "standby-0"}
 
 
+def test_a_dead_standbys_group_goes_with_it_and_its_usage_stays(fake: FakeCgroups) -> None:
+    s = CpuShares.plan("run-a", 0.5)
+    leaves = s.ensure("standby-1")
+    fake.move(leaves[0], 301)  # a leftover of its tree, not yet reaped
+    (fake.root / "cpuacct" / "arfl" / "run-a" / "standby-1" / "cpuacct.usage").write_text(
+        str(2 * 10**9)
+    )
+    s.ensure("replica-0")
+    s.retire("standby-1")
+    assert not s.group("standby-1").exists()
+    assert not (fake.root / "cpuacct" / "arfl" / "run-a" / "standby-1").exists()
+    assert fake.where("cpu", 301) == "/"  # moved to arfl's own group (here the root)
+    assert s.group("replica-0").is_dir()
+    assert s.usage()["standby-1"][0] == 2.0
+    s.retire("standby-1")  # once gone, nothing to do
+
+
 def test_slow_nests_inside_the_share_and_the_lower_quota_binds(
     fake: FakeCgroups, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -222,6 +222,7 @@ class StandbyPool:
         if code is not None:
             signal_all(sb.proc.descendants(), signal.SIGKILL)
             self.journal.write(Event.STANDBY_DIED, standby=sb.sid, pid=sb.proc.pid, exit_code=code)
+            self._retire(sb.sid)
             self._failures = 0 if sb.ready else self._failures + 1
             sb.proc, sb.ready = None, False
             if self._failures >= STANDBY_FAILURE_LIMIT:
@@ -335,6 +336,18 @@ class StandbyPool:
             replica=rep.index,
             after_s=round(time.monotonic() - t0, 3),
         )
+
+    def _retire(self, sid: int) -> None:
+        """With CPU shares: a dead standby's group goes now, not at the run's stop."""
+        shares = self.drivers.launch.shares
+        if shares is None:
+            return
+        try:
+            shares.retire(f"standby-{sid}")
+        except (FaultError, OSError) as e:  # the stop (or recover) removes it then
+            self.journal.write(
+                Event.WARNING, message=f"standby {sid}'s CPU-share group not removed: {e}"
+            )
 
     def end_yield(self, rep: ReplicaSlot) -> None:
         """Give a promoted standby that yielded the CPU its full priority back once the merger

@@ -233,6 +233,23 @@ class CpuShares:
                 src.parent.rmdir()
         return moved
 
+    def retire(self, name: str) -> None:
+        """Driver ``name`` is gone for good (a standby that died): its usage is kept and its
+        groups removed, anything still inside moved to arfl's own group first.
+
+        Raises:
+            FaultError: a group stayed busy.
+        """
+        if name not in self.created:
+            return
+        self.retired[name] = self._usage_of(name, time.time())
+        del self.created[name]
+        rec = self.record()
+        remove_tree(self.group(name), Path(rec.mount) / rec.fallback.lstrip("/"))
+        if self.acct_root is not None:
+            acct_mount = _mount_of(self.acct_root)
+            remove_tree(self.acct_root / name, acct_mount / rec.acct_fallback.lstrip("/"))
+
     def usage(self) -> dict[str, tuple[float | None, float]]:
         """Each group's (CPU seconds, wall seconds since it was made), read now; a group
         removed during the run, as it was then."""
