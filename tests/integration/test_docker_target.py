@@ -48,6 +48,7 @@ from arfl.report.build import build_report
 from arfl.run.rundir import read_jsonl
 from arfl.targets import docker as dk
 from arfl.targets import netns
+from arfl.targets.cgroups import SHARE_PERIOD_US
 from arfl.targets.local import LocalTarget
 
 pytestmark = pytest.mark.integration
@@ -80,7 +81,7 @@ def _spec(name: str, duration: str, chaos: list[dict[str, Any]], warmup: str, **
 
 
 SHARE = 0.9
-"""Each replica container's CPU quota in the faults test (cores): 90 ms per 100-ms period."""
+"""Each replica container's CPU quota in the faults test (cores): 9 ms per 10-ms period."""
 
 
 @dataclass
@@ -215,7 +216,7 @@ def test_container_faults_show_their_effect_and_revert(
     check_silent_then_resumed(run, 0, p0, p1)
     # placement: every container of either replica (replica 0's second one too) was created
     # under its share's quota, and kept it outside the slow fault's window.
-    share_quota = round(SHARE * 100_000)
+    share_quota = round(SHARE * SHARE_PERIOD_US)
     s0, s1 = _window(run, "slow")
     outside = [s for s in sampler.samples if not s0 - 0.5 <= s.t <= s1 + 0.5]
     assert {s.cpu_quota for s in outside} == {share_quota}, sampler.errors[-3:]
@@ -335,7 +336,7 @@ def test_a_standby_container_takes_a_killed_replica_over(
     replica0 = net["containers"]["0"]
     named = [s for s in sampler.samples if s.name == replica0 and s.t > promoted["t"] + 0.5]
     assert named and {s.id for s in named} == standby_ids, named[:3]
-    assert {s.cpu_quota for s in sampler.samples} == {60_000}
+    assert {s.cpu_quota for s in sampler.samples} == {round(0.6 * SHARE_PERIOD_US)}
     state = read_state(run)
     assert state is not None
     assert state["docker"]["addresses"]["0"] == dk.standby_address(net["subnet"], ready["standby"])

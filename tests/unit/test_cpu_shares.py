@@ -155,8 +155,9 @@ def test_each_driver_gets_a_quota_group_with_a_leaf_in_both_hierarchies(
     leaves = s.ensure("replica-0")
     group = fake.root / "cpu" / "arfl" / "run-a" / "replica-0"
     assert leaves == [group / LEAF, fake.root / "cpuacct" / "arfl" / "run-a" / "replica-0" / LEAF]
-    assert (group / "cpu.cfs_quota_us").read_text() == "50000"
-    assert (group / "cpu.cfs_period_us").read_text() == "100000"
+    # Per 10-ms period (cgroups.SHARE_PERIOD_US): a burst waits at most the period out.
+    assert (group / "cpu.cfs_quota_us").read_text() == "5000"
+    assert (group / "cpu.cfs_period_us").read_text() == "10000"
     assert not (group / LEAF / "cpu.cfs_quota_us").exists()  # the leaf has no quota of its own
     assert shares.limit_of(s.hierarchy, "/arfl/run-a/replica-0/run") == 0.5
     assert all(p.is_dir() for p in leaves)

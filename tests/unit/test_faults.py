@@ -176,7 +176,7 @@ def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
 
     quotas: list[tuple[str, int, int]] = []
     monkeypatch.setattr(dk, "set_cpu_quota", lambda n, p, q: quotas.append((n, p, q)) or True)
-    own_quota: list[int | None] = [None]
+    own_quota: list[tuple[int, int] | None] = [None]
     monkeypatch.setattr(dk, "cpu_quota", lambda n: own_quota[0])
 
     class OnDocker:
@@ -197,15 +197,16 @@ def test_slow_sets_the_quota_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
         assert quotas[-1] == ("arfl-r-1", 100_000, quota)
         fault.revert(OnDocker())  # type: ignore[arg-type]
         assert quotas[-1] == ("arfl-r-1", 100_000, -1)  # no quota of its own: none again
-    # A container on a [placement] share: the slow nests inside it, the revert restores it.
-    own_quota[0] = 50_000
+    # A container on a [placement] share (0.5 cores per 10-ms period): the slow nests inside
+    # it, per 100 ms; the revert restores the share's period and quota.
+    own_quota[0] = (10_000, 5_000)
     for cpu, quota in [(20.0, 20_000), (80.0, 50_000)]:
         fault = make_fault(FaultParams.of("slow", replica=0, duration_s=1.0, cpu=cpu))
         fault.prepare(OnDocker())  # type: ignore[arg-type]
         fault.inject(OnDocker())  # type: ignore[arg-type]
         assert quotas[-1] == ("arfl-r-0", 100_000, quota)
         fault.revert(OnDocker())  # type: ignore[arg-type]
-        assert quotas[-1] == ("arfl-r-0", 100_000, 50_000)
+        assert quotas[-1] == ("arfl-r-0", 10_000, 5_000)
     for cpu in (0.5, 101.0):
         with pytest.raises(FaultError, match=r"slow: cpu: Input should be (greater|less) than"):
             FaultParams.of("slow", replica=1, duration_s=1.0, cpu=cpu)

@@ -16,6 +16,11 @@ from arfl.errors import FaultError
 
 CGROUP_ROOT = Path(os.environ.get("ARFL_CGROUP_ROOT", "/sys/fs/cgroup"))
 PERIOD_US = 100_000
+SHARE_PERIOD_US = 10_000
+"""The CFS period of a ``[placement]`` share's quota (a group's or a container's). With the
+kernel's 100 ms, a replica's threads spend a 0.6-core quota in bursts and then wait the
+period out: tens of ms added to a result's latency (docs/benchmarks.md, "CPU shares: the CFS
+period")."""
 
 
 @dataclass(frozen=True)
@@ -71,9 +76,10 @@ def _write(path: Path, value: str) -> None:
         raise FaultError(f"cgroup: cannot write {path} ({e}); run arfl as root") from e
 
 
-def create(h: CpuHierarchy, name: str, percent: float | None) -> Path:
-    """Create ``arfl/<name>`` limited to ``percent`` % of one CPU (None: no quota of its own);
-    returns its path. ``name`` may hold ``/``: the groups on the way are made too.
+def create(h: CpuHierarchy, name: str, percent: float | None, period_us: int = PERIOD_US) -> Path:
+    """Create ``arfl/<name>`` limited to ``percent`` % of one CPU (None: no quota of its own)
+    per CFS period of ``period_us``; returns its path. ``name`` may hold ``/``: the groups on
+    the way are made too.
 
     Raises:
         FaultError: the group cannot be created or limited.
@@ -96,11 +102,11 @@ def create(h: CpuHierarchy, name: str, percent: float | None) -> Path:
         raise FaultError(f"cgroup: cannot create {path} ({e}); run arfl as root") from e
     if percent is None:
         return path
-    quota = max(1000, int(PERIOD_US * percent / 100))
+    quota = max(1000, int(period_us * percent / 100))
     if h.version == 2:
-        _write(path / "cpu.max", f"{quota} {PERIOD_US}")
+        _write(path / "cpu.max", f"{quota} {period_us}")
     else:
-        _write(path / "cpu.cfs_period_us", str(PERIOD_US))
+        _write(path / "cpu.cfs_period_us", str(period_us))
         _write(path / "cpu.cfs_quota_us", str(quota))
     return path
 

@@ -77,7 +77,8 @@ class ContainerReach(Reach):
     def cpu_plan(self, percent: float) -> tuple[Record, Record]:
         """The container and the share of a 100-ms period; the revert restores the quota the
         container has now (its ``[placement]`` share, or none)."""
-        own = dk.cpu_quota(self.name)
+        quota = dk.cpu_quota(self.name)
+        own = None if quota is None else list(quota)
         return {"via": self.via, "container": self.name, "cpu_percent": percent, "own": own}, {
             "container": self.name,
             "own": own,
@@ -89,17 +90,22 @@ class ContainerReach(Reach):
         above the container's own quota (a ``slow`` nests inside its placement share)."""
         name = str(record["container"])
         quota = max(1000, int(CPU_PERIOD_US * float(record["cpu_percent"]) / 100))
-        if record.get("own") is not None:
-            quota = min(quota, int(record["own"]))
+        own = record.get("own")
+        if own is not None:  # [period, quota] of its share, compared per 100 ms
+            quota = min(quota, int(int(own[1]) * CPU_PERIOD_US / int(own[0])))
         if not dk.set_cpu_quota(name, CPU_PERIOD_US, quota):
             raise FaultError(f"slow: container {name} is gone")
 
     @classmethod
     def unlimit_cpu(cls, record: Record) -> None:
-        """The container's own quota again, or -1 when it had none (gone with its run: nothing
-        is throttled)."""
+        """The container's own period and quota again, or quota -1 when it had none (gone with
+        its run: nothing is throttled)."""
         own = record.get("own")
-        dk.set_cpu_quota(str(record["container"]), CPU_PERIOD_US, -1 if own is None else int(own))
+        name = str(record["container"])
+        if own is None:
+            dk.set_cpu_quota(name, CPU_PERIOD_US, -1)
+        else:
+            dk.set_cpu_quota(name, int(own[0]), int(own[1]))
 
     @classmethod
     def cpu_claims(cls, record: Record) -> frozenset[str]:

@@ -38,6 +38,7 @@ from typing import Any
 
 from arfl.errors import FaultError
 from arfl.run.state import DockerNetState
+from arfl.targets.cgroups import SHARE_PERIOD_US
 
 LABEL_RUN = "arfl.run"
 LABEL_REPLICA = "arfl.replica"
@@ -54,7 +55,7 @@ init (``/sbin/docker-init``) there, which a read-only bind of the host's would r
 _RECIPE_VERSION = "2"
 FREEZE_ATTEMPTS = 5
 CPU_PERIOD_US = 100_000
-"""The CFS period of every quota arfl sets on a container (placement and ``slow``)."""
+"""The CFS period of a ``slow`` fault's quota on a container."""
 
 
 class ContainerGone(FaultError):
@@ -399,8 +400,8 @@ def create_container(
     PID 1, ``scratch`` directories as tmpfs and this host's uid:gid (what it writes in the run
     directory stays the deploying user's); a leftover container of the same name (its
     launcher was killed with -9) is removed first. ``cpus``: its CPU quota in cores, as a CFS
-    quota per :data:`CPU_PERIOD_US` (not ``nano_cpus``, which docker refuses to combine with
-    the quota a ``slow`` fault sets later). Returns its id.
+    quota per :data:`~arfl.targets.cgroups.SHARE_PERIOD_US` (not ``nano_cpus``, which docker
+    refuses to combine with the quota a ``slow`` fault sets later). Returns its id.
 
     Raises:
         FaultError: no daemon, or the daemon refused.
@@ -413,7 +414,11 @@ def create_container(
             tmpfs={p: "exec,mode=1777" for p in scratch},
             init=True,
             network_mode=network,
-            **({} if cpus is None else {"cpu_period": CPU_PERIOD_US, "cpu_quota": quota_us(cpus)}),
+            **(
+                {}
+                if cpus is None
+                else {"cpu_period": SHARE_PERIOD_US, "cpu_quota": share_quota_us(cpus)}
+            ),
         )
         net_config = c.api.create_networking_config(
             {network: c.api.create_endpoint_config(ipv4_address=address)}
@@ -579,14 +584,15 @@ def unpause(name: str) -> bool:
     return True
 
 
-def quota_us(cores: float) -> int:
-    """``cores`` as a CFS quota per :data:`CPU_PERIOD_US` (at least the kernel's 1 ms)."""
-    return max(1000, round(CPU_PERIOD_US * cores))
+def share_quota_us(cores: float) -> int:
+    """``cores`` as a CFS quota per :data:`~arfl.targets.cgroups.SHARE_PERIOD_US` (at least
+    the kernel's 1 ms)."""
+    return max(1000, round(SHARE_PERIOD_US * cores))
 
 
-def cpu_quota(name: str) -> int | None:
-    """Container ``name``'s CFS quota per :data:`CPU_PERIOD_US` as created or last updated
-    (None: unlimited, or the container is gone).
+def cpu_quota(name: str) -> tuple[int, int] | None:
+    """Container ``name``'s CFS ``(period, quota)`` in µs as created or last updated (None:
+    unlimited, or the container is gone).
 
     Raises:
         FaultError: the daemon refused.
@@ -599,7 +605,7 @@ def cpu_quota(name: str) -> int | None:
     quota, period = int(host.get("CpuQuota") or 0), int(host.get("CpuPeriod") or 0)
     if quota <= 0:
         return None
-    return round(quota * CPU_PERIOD_US / period) if period > 0 else quota
+    return (period or CPU_PERIOD_US), quota
 
 
 def set_cpu_quota(name: str, period_us: int, quota_us: int) -> bool:

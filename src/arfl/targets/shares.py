@@ -192,7 +192,9 @@ class CpuShares:
         Raises:
             FaultError: a group cannot be made or limited (not root, no controller).
         """
-        cgroups.create(self.hierarchy, f"{self.run}/{name}", self.cores * 100)
+        cgroups.create(
+            self.hierarchy, f"{self.run}/{name}", self.cores * 100, cgroups.SHARE_PERIOD_US
+        )
         cgroups.create(self.hierarchy, f"{self.run}/{name}/{LEAF}", None)
         if self.acct_root is not None:
             try:
