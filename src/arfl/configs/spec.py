@@ -626,10 +626,11 @@ class Placement(_Model):
         },
     )
     """The cores each replica may use: its whole process tree (the driver, its JVM and
-    executor JVMs; a standby driver's too) runs under a CPU quota of that many cores. On the
-    local target a cgroup of its own (cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``; needs
-    root); on the docker target its container's CFS quota (``docker run --cpu-quota``), a
-    new container of the replica's getting it again. Kafka, ZooKeeper, the merger and the
+    executor JVMs; a standby driver's too) runs under a CPU quota of that many cores per 10-ms
+    CFS period. On the local target a cgroup of its own (cgroup v2 ``cpu.max`` or v1
+    ``cpu.cfs_quota_us``; needs root); on the docker target its container's CFS quota
+    (``docker run --cpu-period --cpu-quota``), a new container of the replica's getting it
+    again. Kafka, ZooKeeper, the merger and the
     injector stay outside. Every mode gets the same share per replica, so one replica and two
     compare as on hosts of equal size. A ``slow`` fault nests a lower quota inside the share
     and restores the share at its revert. Unset: no quota."""
