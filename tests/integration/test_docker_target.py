@@ -43,7 +43,7 @@ from arfl.configs.spec import Spec
 from arfl.errors import FaultError
 from arfl.faults.base import FaultParams
 from arfl.faults.runner import ChaosRunner
-from arfl.orchestrate.deploy import DeployOptions, deploy
+from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.report.build import build_report
 from arfl.run.rundir import read_jsonl
 from arfl.targets import docker as dk
@@ -159,6 +159,27 @@ def _window(run: Path, kind: str) -> tuple[float, float]:
     return float(inj["ended"]), float(rev["started"])
 
 
+def _deploy_sampled(spec: Spec, sampler: Sampler, tmp_path: Path) -> DeployResult:
+    """Deploy ``spec``, the sampler following the run's containers from its creation."""
+    return deploy(
+        spec,
+        None,
+        DeployOptions(runs_root=tmp_path),
+        on_run_dir=lambda d: sampler.run.append(d.name),
+    )
+
+
+def _output_exact(result: DeployResult) -> None:
+    """Complete, exact and nothing twice by the deploy's own independent check (no Spark, no
+    replica code; it read the final topic before the run's stack went with the run)."""
+    s = result.summary
+    assert s["divergent"] == 0 and s["bad_records"] == 0
+    check: dict[str, Any] = json.loads((result.run_dir / "check.json").read_text())
+    assert check["ok"] is True, check
+    assert check["missing"] == check["duplicates"] == check["wrong"] == 0, check
+    assert check["results"] == s["results"] > 0
+
+
 def test_container_faults_show_their_effect_and_revert(
     docker_daemon: None, sampler: Sampler, tmp_path: Path
 ) -> None:
@@ -180,12 +201,7 @@ def test_container_faults_show_their_effect_and_revert(
         warmup="40s",
         placement={"cpus_per_replica": SHARE},
     )
-    result = deploy(
-        spec,
-        None,
-        DeployOptions(runs_root=tmp_path),
-        on_run_dir=lambda d: sampler.run.append(d.name),
-    )
+    result = _deploy_sampled(spec, sampler, tmp_path)
     run = result.run_dir
     journal = read_jsonl(run / "journal.jsonl")
     net = next(e for e in journal if e["event"] == "docker-network-created")
@@ -240,8 +256,8 @@ def test_container_faults_show_their_effect_and_revert(
     # The output: complete and nothing twice, although a container was killed; the output
     # went on through the kill (the other replica's), and the report judged the kill against
     # a usable steady state (the verdict 'arfl report' prints; masked or not, see the spec).
+    _output_exact(result)
     s = result.summary
-    assert s["divergent"] == 0 and s["bad_records"] == 0
     # The summary: each replica's share and a use within it (what its processes were seen to
     # use, over the time from the replicas' start to the stop).
     placement = s["placement"]
@@ -250,12 +266,6 @@ def test_container_faults_show_their_effect_and_revert(
         g = placement["groups"][f"replica-{r}"]
         assert g["share_cores"] == SHARE and g["cpu_s"] > 0, g
         assert 0 < g["used_cores"] <= SHARE + 0.05, g
-    # The run's stack is gone with the run: the deploy's own independent check (no Spark, no
-    # replica code; it read the final topic before the stack stopped) is the witness.
-    check: dict[str, Any] = json.loads((run / "check.json").read_text())
-    assert check["ok"] is True, check
-    assert check["missing"] == check["duplicates"] == check["wrong"] == 0, check
-    assert check["results"] == s["results"] > 0
     report = build_report(run)
     kill = report.faults[0]
     assert kill.kind == "kill-replica" and kill.masked is not None, kill.verdict
@@ -312,12 +322,7 @@ def test_a_standby_container_takes_a_killed_replica_over(
         placement={"cpus_per_replica": 0.6},
     )
     assert spec.replication.standby == 1
-    result = deploy(
-        spec,
-        None,
-        DeployOptions(runs_root=tmp_path),
-        on_run_dir=lambda d: sampler.run.append(d.name),
-    )
+    result = _deploy_sampled(spec, sampler, tmp_path)
     run = result.run_dir
     net = journal_events(run, "docker-network-created")[0]
     [ready] = journal_events(run, "standby-ready")
@@ -342,11 +347,7 @@ def test_a_standby_container_takes_a_killed_replica_over(
     assert state["docker"]["addresses"]["0"] == dk.standby_address(net["subnet"], ready["standby"])
 
     # The output went on through the kill and is complete and exact.
-    s = result.summary
-    assert s["divergent"] == 0 and s["bad_records"] == 0
-    check: dict[str, Any] = json.loads((run / "check.json").read_text())
-    assert check["ok"] is True, check
-    assert check["missing"] == check["duplicates"] == check["wrong"] == 0, check
+    _output_exact(result)
     report = build_report(run)
     assert [f.kind for f in report.faults] == ["kill-replica", "pause"]
     for i, fault in enumerate(report.faults, 1):
