@@ -43,5 +43,5 @@ class FakeProcess:
 class FakeResources:
     """A resource sampler that samples nothing."""
 
-    def sample(self, states: dict[int, Any], standbys: Any = ()) -> None:
-        del states, standbys
+    def sample(self, states: dict[int, Any], standbys: Any = (), standby_ids: Any = ()) -> None:
+        del states, standbys, standby_ids
