@@ -512,10 +512,11 @@ class Deployment:
             # Containers: the replica's processes as the resource sampler saw them (every
             # container it had, a killed one to its last sample).
             wall = (self.stopped_at or time.time()) - self.replicas_started
+            cpu = self.resources.cpu_seconds()
             placement = placement_summary(
                 self.net.container_cpus,
                 {
-                    f"replica-{i}": (self.resources.cpu_seconds().get(i), wall)
+                    f"replica-{i}": (cpu.get(i), wall)
                     for i in range(self.ctx.spec.replication.replicas)
                 },
                 quota="container",

@@ -76,6 +76,11 @@ def _write(path: Path, value: str) -> None:
         raise FaultError(f"cgroup: cannot write {path} ({e}); run arfl as root") from e
 
 
+def quota_us(percent: float, period_us: int = PERIOD_US) -> int:
+    """``percent`` % of one CPU as a CFS quota per ``period_us`` (at least the kernel's 1 ms)."""
+    return max(1000, round(period_us * percent / 100))
+
+
 def create(h: CpuHierarchy, name: str, percent: float | None, period_us: int = PERIOD_US) -> Path:
     """Create ``arfl/<name>`` limited to ``percent`` % of one CPU (None: no quota of its own)
     per CFS period of ``period_us``; returns its path. ``name`` may hold ``/``: the groups on
@@ -102,7 +107,7 @@ def create(h: CpuHierarchy, name: str, percent: float | None, period_us: int = P
         raise FaultError(f"cgroup: cannot create {path} ({e}); run arfl as root") from e
     if percent is None:
         return path
-    quota = max(1000, int(period_us * percent / 100))
+    quota = quota_us(percent, period_us)
     if h.version == 2:
         _write(path / "cpu.max", f"{quota} {period_us}")
     else:

@@ -9,11 +9,12 @@ from typing import Any
 from arfl.errors import FaultError
 from arfl.run.pending import PendingFaults
 from arfl.run.state import DockerNetState
+from arfl.targets import cgroups, netns
 from arfl.targets import docker as dk
-from arfl.targets import netns
 from arfl.targets.base import Reach, Record, Target
 
-CPU_PERIOD_US = dk.CPU_PERIOD_US
+CPU_PERIOD_US = cgroups.PERIOD_US
+"""The CFS period of a ``slow`` fault's quota on a container."""
 
 
 def docker_net(target: Target) -> DockerNetState:
@@ -89,7 +90,7 @@ class ContainerReach(Reach):
         """``container.update`` with ``cpu_period`` 100 ms and ``cpu_quota`` that share, never
         above the container's own quota (a ``slow`` nests inside its placement share)."""
         name = str(record["container"])
-        quota = max(1000, int(CPU_PERIOD_US * float(record["cpu_percent"]) / 100))
+        quota = cgroups.quota_us(float(record["cpu_percent"]))
         own = record.get("own")
         if own is not None:  # [period, quota] of its share, compared per 100 ms
             quota = min(quota, int(int(own[1]) * CPU_PERIOD_US / int(own[0])))

@@ -38,7 +38,7 @@ from typing import Any
 
 from arfl.errors import FaultError
 from arfl.run.state import DockerNetState
-from arfl.targets.cgroups import SHARE_PERIOD_US
+from arfl.targets.cgroups import PERIOD_US, SHARE_PERIOD_US, quota_us
 
 LABEL_RUN = "arfl.run"
 LABEL_REPLICA = "arfl.replica"
@@ -54,8 +54,6 @@ _RUNTIME_DIRS = ("tmp", "proc", "sys", "dev", "root", "run", "var", "var/tmp", "
 init (``/sbin/docker-init``) there, which a read-only bind of the host's would refuse."""
 _RECIPE_VERSION = "2"
 FREEZE_ATTEMPTS = 5
-CPU_PERIOD_US = 100_000
-"""The CFS period of a ``slow`` fault's quota on a container."""
 
 
 class ContainerGone(FaultError):
@@ -417,7 +415,10 @@ def create_container(
             **(
                 {}
                 if cpus is None
-                else {"cpu_period": SHARE_PERIOD_US, "cpu_quota": share_quota_us(cpus)}
+                else {
+                    "cpu_period": SHARE_PERIOD_US,
+                    "cpu_quota": quota_us(cpus * 100, SHARE_PERIOD_US),
+                }
             ),
         )
         net_config = c.api.create_networking_config(
@@ -584,12 +585,6 @@ def unpause(name: str) -> bool:
     return True
 
 
-def share_quota_us(cores: float) -> int:
-    """``cores`` as a CFS quota per :data:`~arfl.targets.cgroups.SHARE_PERIOD_US` (at least
-    the kernel's 1 ms)."""
-    return max(1000, round(SHARE_PERIOD_US * cores))
-
-
 def cpu_quota(name: str) -> tuple[int, int] | None:
     """Container ``name``'s CFS ``(period, quota)`` in µs as created or last updated (None:
     unlimited, or the container is gone).
@@ -605,7 +600,7 @@ def cpu_quota(name: str) -> tuple[int, int] | None:
     quota, period = int(host.get("CpuQuota") or 0), int(host.get("CpuPeriod") or 0)
     if quota <= 0:
         return None
-    return (period or CPU_PERIOD_US), quota
+    return (period or PERIOD_US), quota
 
 
 def set_cpu_quota(name: str, period_us: int, quota_us: int) -> bool:
