@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from arfl.measure.frontier import PER_RECORD_RID
 from arfl.measure.merger import core
 from arfl.measure.merger.core import DedupState, MergeCore
 
@@ -235,3 +236,14 @@ def test_the_loop_expires_in_small_steps_that_keep_pace_with_the_input() -> None
     c.housekeep(now, arrived=5)  # twice what came in, and a little
     assert len(c.dedup) == 990 - (2 * 5 + core.EXPIRE_SLACK)
     assert c.dedup.expire(now) == 990 - 26 and len(c.dedup) == 0
+
+
+@given(st.text(alphabet="0123456789:-#ab٣", max_size=12))
+def test_a_per_record_id_is_read_as_the_frontier_reads_it(rid: str) -> None:
+    """The dedup's id rule (no regular expression, it runs per copy) is the frontier's."""
+    m = PER_RECORD_RID.match(rid)
+    key = core._key(rid, 3)
+    if m is not None:
+        assert key == core._Key((int(m.group(1)), 3), int(m.group(2)))
+    else:
+        assert key is None or key.channel[0] == -1

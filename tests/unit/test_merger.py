@@ -25,6 +25,7 @@ from arfl.measure.merger.core import (
     ReplicaCounters,
 )
 from arfl.measure.merger.process import Merger
+from arfl.run import records
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.run.streams import MonitorSnapshot, MonitorTail
@@ -69,19 +70,47 @@ def test_copy_with_other_hash_is_a_divergence_naming_both_replicas() -> None:
     )
 
 
+def _copy(rid: str, data: dict[str, Any]) -> bytes:
+    return json.dumps({"rid": rid, "src_ts": 1, "replica": 0, "hash": "h", "data": data}).encode()
+
+
 def test_divergence_carries_both_values_while_remembered() -> None:
     d = DedupState()
-    d.offer("a", 1, "h1", T0, {"total": 1.0})
-    _, div = d.offer("a", 0, "h2", T0 + 0.1, {"total": 1.5})
+    d.offer("a", 1, "h1", T0, _copy("a", {"total": 1.0}))
+    _, div = d.offer("a", 0, "h2", T0 + 0.1, _copy("a", {"total": 1.5}))
     assert div is not None
     assert div.to_dict()["first_data"] == {"total": 1.0}
     assert div.to_dict()["data"] == {"total": 1.5}
-    # Only the newest first copies' contents are kept; older ones report None.
+    # Only the newest first copies' records are kept; older ones report None.
     for i in range(core.DATA_MEMORY):
         d.offer(f"x{i}", 0, "h", T0 + 1)
-        d.offer(f"y{i}", 0, "h", T0 + 1, {"i": i})
-    _, old = d.offer("a", 0, "h3", T0 + 2, {"total": 2.0})
+        d.offer(f"y{i}", 0, "h", T0 + 1, _copy(f"y{i}", {"i": i}))
+    _, old = d.offer("a", 0, "h3", T0 + 2, _copy("a", {"total": 2.0}))
     assert old is not None and old.first_data is None and old.data == {"total": 2.0}
+
+
+def test_a_copy_is_read_as_the_full_parser_reads_it() -> None:
+    """The merger's parse (no data built) accepts and refuses what parse_result does."""
+    good = {"rid": "0:1", "src_ts": 5, "replica": 1, "hash": "h", "data": {"a": 1}}
+    cases: list[Any] = [
+        good, {**good, "sent_ts": 7}, {**good, "sent_ts": None}, {**good, "data": None},
+        {**good, "data": [["a", 1]]}, {**good, "data": [1, 2]}, {**good, "data": 3},
+        {**good, "src_ts": "x"}, {**good, "replica": None}, {k: v for k, v in good.items()
+        if k != "hash"}, {**good, "sent_ts": "y"}, [1], "s",
+    ]  # fmt: skip
+    for obj in cases:
+        raw = json.dumps(obj).encode()
+        try:
+            full = records.parse_result(raw)
+        except records.BadRecord:
+            with pytest.raises(records.BadRecord):
+                records.parse_copy(raw)
+            continue
+        assert records.parse_copy(raw) == (full.rid, full.src_ts, full.hash, full.sent_ts)
+        assert records.copy_data(raw) == full.data
+    for raw in (b"{", b"", None):
+        with pytest.raises(records.BadRecord):
+            records.parse_copy(raw)
 
 
 # ------------------------------------------------------------------ gaps

@@ -51,7 +51,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import orjson
 
@@ -162,3 +162,45 @@ def parse_result(value: bytes | None) -> Result:
         )
     except (ValueError, KeyError, TypeError) as e:
         raise BadRecord(f"not a result record: {e}") from None
+
+
+class Copy(NamedTuple):
+    """What the merger decides one copy on: :class:`Result` without its data."""
+
+    rid: str
+    src_ts: int
+    hash: str
+    sent_ts: int | None
+
+
+def parse_copy(value: bytes | None) -> Copy:
+    """:func:`parse_result`'s checks, without building the result's data: the merger reads
+    every copy (two a result at R=2) and needs the data only of a divergent one
+    (:func:`copy_data`).
+
+    Raises:
+        BadRecord: what :func:`parse_result` refuses.
+    """
+    if value is None:
+        raise BadRecord("empty value")
+    try:
+        obj = orjson.loads(value)
+        int(obj["replica"])
+        data = obj.get("data")
+        if data and not isinstance(data, dict):
+            dict(data)
+        sent = obj.get("sent_ts")
+        return Copy(
+            str(obj["rid"]), int(obj["src_ts"]), str(obj["hash"]),
+            None if sent is None else int(sent),
+        )  # fmt: skip
+    except (ValueError, KeyError, TypeError) as e:
+        raise BadRecord(f"not a result record: {e}") from None
+
+
+def copy_data(value: bytes | None) -> dict[str, Any] | None:
+    """The data of a copy :func:`parse_copy` accepted (None for anything else)."""
+    try:
+        return parse_result(value).data
+    except BadRecord:
+        return None

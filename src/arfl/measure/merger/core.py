@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple
 
-from arfl.measure.frontier import PER_RECORD_RID, Frontier
+from arfl.measure.frontier import Frontier
 from arfl.measure.histogram import (
     DEFAULT_PERCENTILES,
     IntervalHistogram,
     IntervalRecorder,
     percentiles_ms,
 )
-from arfl.run.records import BadRecord, parse_result, split_update
+from arfl.run.records import BadRecord, copy_data, parse_copy, split_update
 
 MAX_JOURNALED_DIVERGENCES = 100
 """Beyond this many, divergences are only counted (one ``divergence_suppressed`` event)."""
@@ -92,9 +92,10 @@ class _Key(NamedTuple):
 def _key(rid: str, out_partition: int | None) -> _Key | None:
     """None for an id of neither form (none of arfl's pipelines makes one)."""
     q = -1 if out_partition is None else out_partition
-    m = PER_RECORD_RID.match(rid)
-    if m is not None:
-        return _Key((int(m.group(1)), q), int(m.group(2)))
+    # frontier.PER_RECORD_RID's rule without a regular expression: this runs for every copy.
+    p, colon, o = rid.partition(":")
+    if colon and p.isdecimal() and o.isdecimal():
+        return _Key((int(p), q), int(o))
     span = split_update(rid)[0].split(":", 1)[0].split("-")
     if len(span) == 2 and span[0].isdigit() and span[1].isdigit():
         return _Key((-1, q), int(span[1]))
@@ -143,7 +144,8 @@ class DedupState:
         self._saturated: dict[int, float] = {}
         """Replica -> the first arrival of the oldest result it owed when :data:`OWED_MAX_S`
         made the merger stop following it (its trail is at least that old)."""
-        self._data: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+        """Rid -> the first copy's record, for a divergence's values (parsed only then)."""
         self.uncompared = 0
         """Duplicates decided by a floor: their first copy's hash was no longer in memory."""
 
@@ -164,13 +166,13 @@ class DedupState:
         replica: int,
         content_hash: str,
         arrival_s: float,
-        data: dict[str, Any] | None = None,
+        value: bytes | None = None,
         out_partition: int | None = None,
         key: _Key | None = None,
     ) -> tuple[bool, Divergence | None]:
-        """Offer one copy read from ``out_partition`` of its replica's topic (``data``: its
-        content, remembered to report a divergence; ``key``: :func:`_key` of the id, when the
-        caller read it already).
+        """Offer one copy read from ``out_partition`` of its replica's topic (``value``: its
+        record, remembered to report a divergence's data; ``key``: :func:`_key` of the id,
+        when the caller read it already).
 
         Returns:
             ``(True, None)`` for the first copy of ``rid``; ``(False, divergence)`` for a later
@@ -187,8 +189,9 @@ class DedupState:
         if prev is not None:
             if prev[2] != content_hash:
                 return False, Divergence(
-                    rid, prev[1], prev[2], replica, content_hash, self._data.get(rid), data
-                )
+                    rid, prev[1], prev[2], replica, content_hash,
+                    copy_data(self._data.get(rid)), copy_data(value),
+                )  # fmt: skip
             return False, None
         if key is None:
             self._other[rid] = (arrival_s, replica, content_hash)
@@ -204,8 +207,8 @@ class DedupState:
                 for r, owed in self._owed.items():
                     if r != replica:
                         owed.append((rid, arrival_s, key))
-        if data is not None:
-            self._data[rid] = data
+        if value is not None:
+            self._data[rid] = value
             if len(self._data) > DATA_MEMORY:
                 self._data.popitem(last=False)
         return True, None
@@ -455,24 +458,24 @@ class MergeCore:
         self.received += 1
         self._second.received += 1
         try:
-            rec = parse_result(value)
+            rid, src_ts, content_hash, sent_ts = parse_copy(value)
         except BadRecord:
             rc.bad += 1
             self.bad += 1
             return Outcome.BAD, None
-        if rc.last_src_ts is None or rec.src_ts > rc.last_src_ts:
-            rc.last_src_ts = rec.src_ts
+        if rc.last_src_ts is None or src_ts > rc.last_src_ts:
+            rc.last_src_ts = src_ts
         # The id is read once per record, for the frontier and the dedup both.
-        key = _key(rec.rid, out_partition)
+        key = _key(rid, out_partition)
         if out_partition is not None and key is not None and key.channel[0] >= 0:
             self.frontier.offer_at(replica, out_partition, key.channel[0], key.order)
         first, div = self.dedup.offer(
-            rec.rid, replica, rec.hash, arrival_s, rec.data, out_partition, key
+            rid, replica, content_hash, arrival_s, value, out_partition, key
         )
         if first:
             rc.wins += 1
-            self.last_rid = rec.rid
-            self.forwarded(rec.src_ts, rec.sent_ts, arrival_s)
+            self.last_rid = rid
+            self.forwarded(src_ts, sent_ts, arrival_s)
             return Outcome.FIRST, None
         self.duplicates += 1
         self._second.duplicates += 1
