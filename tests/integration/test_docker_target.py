@@ -94,6 +94,8 @@ class Sample:
     cpu_quota: int
     networks: list[str]
     name: str = ""
+    cpu_shares: int = 0
+    """The container's CFS weight (0: docker's default)."""
 
 
 @dataclass
@@ -135,6 +137,7 @@ class Sampler:
                     int(attrs["HostConfig"].get("CpuQuota") or 0),
                     sorted(attrs["NetworkSettings"]["Networks"]),
                     ctr.name,
+                    int(attrs["HostConfig"].get("CpuShares") or 0),
                 )
             )
 
@@ -342,6 +345,10 @@ def test_a_standby_container_takes_a_killed_replica_over(
     replica0 = net["containers"]["0"]
     named = [s for s in sampler.samples if s.name == replica0 and s.t > promoted["t"] + 0.5]
     assert named and {s.id for s in named} == standby_ids, named[:3]
+    # It waited at a standby's CPU weight and serves at a replica's.
+    waiting = [s for s in sampler.samples if s.id in standby_ids and s.t < died["t"]]
+    assert waiting and {s.cpu_shares for s in waiting} == {dk.STANDBY_CPU_SHARES}, waiting[:3]
+    assert {s.cpu_shares for s in named} == {dk.DEFAULT_CPU_SHARES}, named[:3]
     assert {s.cpu_quota for s in sampler.samples} == {round(0.6 * SHARE_PERIOD_US)}
     state = read_state(run)
     assert state is not None

@@ -351,6 +351,8 @@ def test_a_standby_gets_a_container_and_address_of_its_own(tmp_path: Path) -> No
     assert launch["name"] == "arfl-r-s3" and launch["address"] == "10.214.7.132"
     assert launch["labels"] == {dk.LABEL_RUN: "r", dk.LABEL_KIND: "standby", dk.LABEL_STANDBY: "3"}
     assert launch["cpus"] == 0.6
+    # It waits at a standby's CPU weight, as a local standby waits niced.
+    assert launch["cpu_shares"] == dk.STANDBY_CPU_SHARES < dk.DEFAULT_CPU_SHARES
     # Standby K's address is host K % 100 + 129: never a replica's, free again after 100 more.
     assert dk.standby_address("10.214.7.0/24", 103) == "10.214.7.132"
     replica = tmp_path / "replicas" / "replica-1.json"
@@ -359,6 +361,7 @@ def test_a_standby_gets_a_container_and_address_of_its_own(tmp_path: Path) -> No
     launch = json.loads((tmp_path / "replicas" / "replica-1.launch.json").read_text())
     assert (launch["name"], launch["address"]) == ("arfl-r-r1", "10.214.7.3")
     assert launch["labels"][dk.LABEL_REPLICA] == "1" and launch["cpus"] == 0.6
+    assert launch["cpu_shares"] is None
 
 
 def test_a_promoted_standby_is_renamed_the_replicas_and_takes_its_address(
@@ -368,9 +371,17 @@ def test_a_promoted_standby_is_renamed_the_replicas_and_takes_its_address(
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(dk, "remove_container", lambda name: calls.append(("remove", name)))
     monkeypatch.setattr(dk, "rename", lambda name, new: calls.append(("rename", name, new)))
+    monkeypatch.setattr(
+        dk, "set_cpu_shares", lambda name, shares: calls.append(("shares", name, str(shares)))
+    )
     net.promote_standby(3, 0)
-    # The dead replica's container first (its launcher may have left it), then the renaming.
-    assert calls == [("remove", "arfl-r-r0"), ("rename", "arfl-r-s3", "arfl-r-r0")]
+    # The dead replica's container first (its launcher may have left it), then the renaming,
+    # then a replica's CPU weight.
+    assert calls == [
+        ("remove", "arfl-r-r0"),
+        ("rename", "arfl-r-s3", "arfl-r-r0"),
+        ("shares", "arfl-r-r0", str(dk.DEFAULT_CPU_SHARES)),
+    ]
     assert state.addresses == {0: "10.214.7.132", 1: "10.214.7.3"}
     assert state.containers[0] == "arfl-r-r0"
     # A replica container started later (the promoted one died) takes the replica's address.

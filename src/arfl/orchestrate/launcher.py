@@ -87,6 +87,7 @@ def run(spec: dict[str, Any], argv: Sequence[str]) -> int:
         hostname=str(spec.get("hostname") or name[-63:]),
         cwd=str(spec.get("cwd") or "/"),
         cpus=None if spec.get("cpus") is None else float(spec["cpus"]),
+        cpu_shares=None if spec.get("cpu_shares") is None else int(spec["cpu_shares"]),
     )
     t1 = time.monotonic()
     if stopping.is_set():

@@ -185,6 +185,8 @@ class RunNetwork:
             "run_dir": str(self._run_dir),  # pending faults that outlive a restart
             "timing": str(timing),
             "cpus": self.container_cpus,
+            # A waiting standby yields the CPU as a local one does by its niceness.
+            "cpu_shares": dk.STANDBY_CPU_SHARES if replica == STANDBY else None,
         }
         spec_path = config.with_name(f"{config.stem}.launch.json")
         spec_path.write_text(json.dumps(launch, indent=1), encoding="utf-8")
@@ -199,7 +201,8 @@ class RunNetwork:
     def promote_standby(self, standby: int, replica: int) -> None:
         """Standby ``standby``'s container becomes ``replica``'s: the dead replica's container
         removed if its launcher left it, the standby's renamed to the replica's name, and its
-        address recorded as the replica's (faults and ``state.json`` find it by both).
+        address recorded as the replica's (faults and ``state.json`` find it by both), and
+        its CPU weight raised to a replica's.
 
         Raises:
             FaultError: the daemon refused (the standby keeps serving under its own name).
@@ -208,6 +211,7 @@ class RunNetwork:
         name = self.docker.containers[replica]
         dk.remove_container(name)
         dk.rename(dk.standby_container_name(self._run, standby), name)
+        dk.set_cpu_shares(name, dk.DEFAULT_CPU_SHARES)
         self.docker.addresses[replica] = dk.standby_address(self.docker.subnet, standby)
 
     def close(self, ctx: RunContext) -> list[str]:

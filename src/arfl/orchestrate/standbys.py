@@ -33,6 +33,7 @@ from arfl.replica.app import DriverConfig
 from arfl.run.events import Event
 from arfl.run.rundir import Journal, write_json_atomic
 from arfl.run.streams import MonitorTail
+from arfl.targets.docker import STANDBY_CPU_SHARES
 
 STANDBY_NICE = 19
 """Niceness of a waiting standby's processes (CFS weight 15 against a replica's 1024)."""
@@ -189,14 +190,16 @@ class StandbyPool:
         sb.spawned_at = time.time()
         # Before the interpreter starts its JVM: every process and thread after inherits it.
         # Only where it can be undone at the take-over (else the replica would stay niced).
-        # Not a container's launcher: the container's processes are not its descendants.
+        # Not a container's launcher: the container's processes are not its descendants; the
+        # container is created with a low CPU weight instead (targets.docker.STANDBY_CPU_SHARES).
         p = same_process(proc.pid, None)
         local = self.drivers.launch.promote is None
         niced = local and p is not None and can_unnice() and set_nice([p], STANDBY_NICE)
         sb.niced = niced
         self.journal.write(
-            Event.STANDBY_STARTED, standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0
-        )
+            Event.STANDBY_STARTED, standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0,
+            **({} if local else {"cpu_shares": STANDBY_CPU_SHARES}),
+        )  # fmt: skip
 
     def _start(self, sb: _Standby) -> None:
         if self.given_up:

@@ -215,6 +215,15 @@ def standby_container_name(run: str, standby: int) -> str:
     return f"arfl-{run}-s{standby}"
 
 
+STANDBY_CPU_SHARES = 15
+"""CFS weight (``cpu_shares``) of a waiting standby's container against a replica's
+:data:`DEFAULT_CPU_SHARES`: what niceness 19 is to a local standby's processes
+(``orchestrate.standbys.STANDBY_NICE``). A niceness set inside a container weighs only
+against the container's own processes; the container's cgroup is what competes with the
+replicas'."""
+DEFAULT_CPU_SHARES = 1024
+"""Docker's default weight, which a standby's container gets when it takes a replica over."""
+
 STANDBY_HOST_BASE = 128
 """Standby ``K`` has host ``STANDBY_HOST_BASE + K % 100`` of the run's /24 (the replicas have
 hosts 1..R): a standby's address is free again long before a hundred more have started."""
@@ -393,13 +402,15 @@ def create_container(
     hostname: str | None = None,
     cwd: str = "/",
     cpus: float | None = None,
+    cpu_shares: int | None = None,
 ) -> str:
     """Create (not start) a container at ``address`` on ``network``, with docker's init as
     PID 1, ``scratch`` directories as tmpfs and this host's uid:gid (what it writes in the run
     directory stays the deploying user's); a leftover container of the same name (its
     launcher was killed with -9) is removed first. ``cpus``: its CPU quota in cores, as a CFS
     quota per :data:`~arfl.targets.cgroups.SHARE_PERIOD_US` (not ``nano_cpus``, which docker
-    refuses to combine with the quota a ``slow`` fault sets later). Returns its id.
+    refuses to combine with the quota a ``slow`` fault sets later); ``cpu_shares``: its CFS
+    weight (None: docker's default). Returns its id.
 
     Raises:
         FaultError: no daemon, or the daemon refused.
@@ -412,6 +423,7 @@ def create_container(
             tmpfs={p: "exec,mode=1777" for p in scratch},
             init=True,
             network_mode=network,
+            **({} if cpu_shares is None else {"cpu_shares": cpu_shares}),
             **(
                 {}
                 if cpus is None
@@ -601,6 +613,35 @@ def cpu_quota(name: str) -> tuple[int, int] | None:
     if quota <= 0:
         return None
     return (period or PERIOD_US), quota
+
+
+def set_cpu_shares(name: str, shares: int) -> bool:
+    """Set container ``name``'s CFS weight; False when the container is gone.
+
+    Raises:
+        FaultError: the daemon refused.
+    """
+    try:
+        with sdk_errors(f"container {name}: its CPU weight"):
+            container(name).update(cpu_shares=shares)
+    except ContainerGone:
+        return False
+    return True
+
+
+def cpu_shares(name: str) -> int | None:
+    """Container ``name``'s CFS weight as created or last updated (None: docker's default,
+    or the container is gone).
+
+    Raises:
+        FaultError: the daemon refused.
+    """
+    try:
+        with sdk_errors(f"container {name}: its CPU weight"):
+            shares = int(container(name).attrs["HostConfig"].get("CpuShares") or 0)
+    except ContainerGone:
+        return None
+    return shares or None
 
 
 def set_cpu_quota(name: str, period_us: int, quota_us: int) -> bool:
