@@ -629,21 +629,6 @@ def set_cpu_shares(name: str, shares: int) -> bool:
     return True
 
 
-def cpu_shares(name: str) -> int | None:
-    """Container ``name``'s CFS weight as created or last updated (None: docker's default,
-    or the container is gone).
-
-    Raises:
-        FaultError: the daemon refused.
-    """
-    try:
-        with sdk_errors(f"container {name}: its CPU weight"):
-            shares = int(container(name).attrs["HostConfig"].get("CpuShares") or 0)
-    except ContainerGone:
-        return None
-    return shares or None
-
-
 def set_cpu_quota(name: str, period_us: int, quota_us: int) -> bool:
     """Set container ``name``'s CFS quota (``-1``: none); False when the container is gone.
 
