@@ -198,7 +198,7 @@ class StandbyPool:
         sb.niced = niced
         self.journal.write(
             Event.STANDBY_STARTED, standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0,
-            **({} if local else {"cpu_shares": STANDBY_CPU_SHARES}),
+            cpu_shares=None if local else STANDBY_CPU_SHARES,
         )  # fmt: skip
 
     def _start(self, sb: _Standby) -> None:

@@ -141,7 +141,7 @@ class Event(StrEnum):
     STANDBY_READY = "standby-ready"
     """Fields: pid, standby, startup_s. Written by orchestrate/standbys.py."""
     STANDBY_STARTED = "standby-started"
-    """Fields: nice, pid, standby. Written by orchestrate/standbys.py."""
+    """Fields: cpu_shares, nice, pid, standby. Written by orchestrate/standbys.py."""
     STANDBY_STOPPED = "standby-stopped"
     """Fields: after_s, exit_code, graceful, leftover_pids, pid, ready, standby. Written by
     orchestrate/standbys.py."""
