@@ -348,6 +348,8 @@ def test_a_standby_container_takes_a_killed_replica_over(
     # It waited at a standby's CPU weight and serves at a replica's.
     waiting = [s for s in sampler.samples if s.id in standby_ids and s.t < died["t"]]
     assert waiting and {s.cpu_shares for s in waiting} == {dk.STANDBY_CPU_SHARES}, waiting[:3]
+    started = journal_events(run, "standby-started")[0]
+    assert started["cpu_shares"] == dk.STANDBY_CPU_SHARES and started["nice"] == 0, started
     assert {s.cpu_shares for s in named} == {dk.DEFAULT_CPU_SHARES}, named[:3]
     assert {s.cpu_quota for s in sampler.samples} == {round(0.6 * SHARE_PERIOD_US)}
     state = read_state(run)

@@ -19,8 +19,9 @@ true (same checkpoint: a ``passive`` replica resumes). Journal events (``rundir.
 * ``replica-gave-up``  {replica, reason, detail?} — restart disabled, or ``crash-loop``
 * ``replica-stopped``  {replica, pid, exit_code, graceful}
 * ``interrupt-ignored`` {signals, during} — Ctrl-C or SIGTERM arrived while stopping
-* ``standby-started`` {standby, pid, nice} / ``standby-ready`` {standby, pid, startup_s} /
-  ``standby-died`` {standby, pid, exit_code} / ``standby-gave-up`` {reason} /
+* ``standby-started`` {standby, pid, nice, cpu_shares} /
+  ``standby-ready`` {standby, pid, startup_s} / ``standby-died`` {standby, pid, exit_code} /
+  ``standby-gave-up`` {reason} /
   ``standby-stopped`` {standby, pid, ready, exit_code, graceful, leftover_pids, after_s} — at
   the run's stop, ``after_s`` after its SIGTERM: at most :data:`STANDBY_STOP_GRACE_S` before
   its tree is killed (a standby holds no replica); ``ready`` as supervision last saw it, and a
