@@ -621,12 +621,7 @@ def set_cpu_shares(name: str, shares: int) -> bool:
     Raises:
         FaultError: the daemon refused.
     """
-    try:
-        with sdk_errors(f"container {name}: its CPU weight"):
-            container(name).update(cpu_shares=shares)
-    except ContainerGone:
-        return False
-    return True
+    return _update(name, f"container {name}: its CPU weight", cpu_shares=shares)
 
 
 def set_cpu_quota(name: str, period_us: int, quota_us: int) -> bool:
@@ -635,9 +630,14 @@ def set_cpu_quota(name: str, period_us: int, quota_us: int) -> bool:
     Raises:
         FaultError: the daemon refused.
     """
+    return _update(name, f"slow: container {name}", cpu_period=period_us, cpu_quota=quota_us)
+
+
+def _update(name: str, context: str, **fields: int) -> bool:
+    """``container.update(**fields)``; False when the container is gone."""
     try:
-        with sdk_errors(f"slow: container {name}"):
-            container(name).update(cpu_period=period_us, cpu_quota=quota_us)
+        with sdk_errors(context):
+            container(name).update(**fields)
     except ContainerGone:
         return False
     return True
