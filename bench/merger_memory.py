@@ -189,19 +189,26 @@ def produce_results(
     lag_s: float,
     out: Produced,
     progress: Any,
+    hold: tuple[float, float] | None = None,
+    replicas: tuple[int, ...] = (0, 1),
 ) -> None:
     """Write ``rate`` results a second from ``t0`` for ``seconds`` to both replica topics,
-    replica 1's copies ``lag_s`` behind replica 0's; ``progress(now)`` is called every loop."""
-    prods = [replica_producer(bootstrap, r) for r in range(REPLICAS)]
+    replica 1's copies ``lag_s`` behind replica 0's; ``progress(now)`` is called every loop.
+    ``hold = (start, end)`` (epoch s): replica 0's copies due in between are held and written
+    at ``end`` all at once, as a paused replica's backlog goes out when it resumes.
+    ``replicas``: whose copies this process writes (a process a replica: one's burst does not
+    hold up the other's copies)."""
+    prods = [replica_producer(bootstrap, r) for r in replicas]
     topics = [replica_topic(sink, r) for r in range(REPLICAS)]
     cbs = [out.callback(r) for r in range(REPLICAS)]
     total = round(rate * seconds)
     pending: collections.deque[tuple[float, bytes, bytes]] = collections.deque()
+    held: list[tuple[bytes, bytes]] = []
     try:
         while time.time() < t0:
             time.sleep(min(0.05, max(0.0, t0 - time.time())))
         n = 0
-        while n < total or pending:
+        while n < total or pending or held:
             now = time.time()
             due = min(total, int((now - t0) * rate) + 1)
             if n < due:
@@ -214,14 +221,24 @@ def produce_results(
                 src_ms = int((t0 + n / rate) * 1000)
                 offset = n // PARTITIONS
                 v0 = result_value(rid, offset, src_ms, sent_ms, 0, h)
-                _produce(prods[0], topics[0], key, v0, cbs[0])
-                v1 = result_value(rid, offset, src_ms, sent_ms, 1, h)
-                pending.append((now + lag_s, key, v1))
+                if 0 not in replicas:
+                    pass
+                elif hold is not None and hold[0] <= now < hold[1]:
+                    held.append((key, v0))
+                else:
+                    _produce(prods[0], topics[0], key, v0, cbs[0])
+                if 1 in replicas:
+                    v1 = result_value(rid, offset, src_ms, sent_ms, 1, h)
+                    pending.append((now + lag_s, key, v1))
                 n += 1
             out.results = n
+            if held and (hold is None or now >= hold[1]):
+                for key, value in held:
+                    _produce(prods[0], topics[0], key, value, cbs[0])
+                held.clear()
             while pending and pending[0][0] <= now:
                 _, key, value = pending.popleft()
-                _produce(prods[1], topics[1], key, value, cbs[1])
+                _produce(prods[-1], topics[1], key, value, cbs[1])
             for p in prods:
                 p.poll(0)
             progress(now)

@@ -852,6 +852,21 @@ def test_the_kafka_latency_settings_reach_the_clients_through_the_config_file(
         MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, linger_ms=-1.0)
 
 
+def test_the_merger_queues_a_few_hundred_copies_ahead_not_megabytes() -> None:
+    """A replica's backlog (a resumed replica, a newcomer catching up) must not queue
+    megabytes of copies ahead of the other replica's fresh ones (docs/benchmarks.md, "A
+    replica's backlog in the merger's path"); librdkafka accepts the settings."""
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    conf = kafka.consumer_config("127.0.0.1:9", "g")
+    assert conf["queued.min.messages"] <= 1000
+    assert conf["queued.max.messages.kbytes"] <= 1024
+    assert conf["max.partition.fetch.bytes"] <= 64 * 1024
+    # A full queue is retried at once, not after librdkafka's default second.
+    assert conf["fetch.queue.backoff.ms"] <= 5
+    KafkaConsumer(conf).close()
+
+
 def test_a_restarted_merger_reads_on_from_its_commits_and_forwards_nothing_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

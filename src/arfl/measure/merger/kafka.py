@@ -126,6 +126,13 @@ def consumer_config(
         "enable.auto.commit": False,
         "fetch.wait.max.ms": fetch_wait_ms,
         "fetch.min.bytes": 1,
+        # A few hundred copies queued ahead, not librdkafka's 64 MB: a replica's backlog (one
+        # resumed, one catching up) then delays the other's fresh copies by milliseconds, not
+        # by all of it (docs/benchmarks.md, "A replica's backlog in the merger's path").
+        "queued.min.messages": 500,
+        "queued.max.messages.kbytes": 256,
+        "max.partition.fetch.bytes": 32 * 1024,
+        "fetch.queue.backoff.ms": 1,
         "topic.metadata.refresh.interval.ms": 1000,
         "allow.auto.create.topics": False,
         # A standby reads the final topic too: every record appended there was forwarded,
