@@ -18,6 +18,10 @@ mode (``none`` 1 replica; ``passive`` 1; ``active-leaderless`` / ``active-leader
 * ``conf:<key>=<value>``: one Spark conf entry in ``[spark.conf]``;
 * ``cpu=<cores>``: ``[placement] cpus_per_replica``, each replica on a CPU share of its own
   (needs root), so that one replica and two compare as on hosts of equal size;
+* ``rate=<ev/s>``: this variant's input rate instead of ``--rate`` (a rate search in one
+  invocation: ``none+cpu=0.6+rate=600,none+cpu=0.6+rate=800``);
+* ``kill=<at>``: a ``kill-executor`` of replica 0 at ``<at>`` of the input; the table adds the
+  report's verdict on it (masked, the impact window's p99 and longest gap);
 * a name from :data:`KNOBS` (a named set of Spark conf entries).
 
 Figures: the steady phase's p50/p99 end to end (the run's report: end of the warm-up to the end
@@ -103,6 +107,8 @@ class Variant:
         conf: Spark conf entries added to ``[spark.conf]`` (``spark.master`` sets the master).
         replication: extra ``[replication]`` keys (``batch_interval``, ``heartbeat_interval``).
         cpus: ``[placement] cpus_per_replica`` (None: no share).
+        rate: the input rate (None: ``--rate``).
+        kill_at: when replica 0's executor is killed, seconds into the input (None: no fault).
     """
 
     name: str
@@ -110,6 +116,8 @@ class Variant:
     conf: dict[str, str] = field(default_factory=dict)
     replication: dict[str, str] = field(default_factory=dict)
     cpus: float | None = None
+    rate: int | None = None
+    kill_at: float | None = None
 
     @classmethod
     def parse(cls, text: str) -> Variant:
@@ -124,6 +132,8 @@ class Variant:
         conf: dict[str, str] = {}
         repl: dict[str, str] = {}
         cpus: float | None = None
+        rate: int | None = None
+        kill_at: float | None = None
         for k in knobs:
             if k.startswith("conf:") and "=" in k:
                 key, _, value = k[5:].partition("=")
@@ -134,6 +144,10 @@ class Variant:
                 repl["heartbeat_interval"] = k[3:]
             elif k.startswith("cpu="):
                 cpus = float(k[4:])
+            elif k.startswith("rate="):
+                rate = int(k[5:])
+            elif k.startswith("kill="):
+                kill_at = parse_duration(k[5:])
             elif k.startswith("catch="):
                 repl["catch_up"] = k[6:]
             elif k in ("jvm", "py"):
@@ -142,10 +156,10 @@ class Variant:
                 conf.update(KNOBS[k])
             else:
                 more = ["bi=<d>", "hb=<d>", "catch=<auto|aligned>", "jvm|py", "conf:<k>=<v>"]
-                more.append("cpu=<cores>")
+                more += ["cpu=<cores>", "rate=<ev/s>", "kill=<at>"]
                 known = ", ".join([*KNOBS, *more])
                 raise ValueError(f"{text}: unknown knob {k!r} (known: {known})")
-        return cls(text, mode, conf, repl, cpus)
+        return cls(text, mode, conf, repl, cpus, rate, kill_at)
 
 
 WINDOW = {
@@ -183,7 +197,7 @@ def spec_for(
         "replication": {"mode": v.mode, "replicas": REPLICAS[v.mode], **v.replication},
         "spark": {"master": master, "conf": conf},
         "workload": {
-            "rate": rate,
+            "rate": v.rate or rate,
             "duration": f"{duration:g}s",
             "keys": 100,
             "warmup": f"{warmup:g}s",
@@ -191,6 +205,8 @@ def spec_for(
     }
     if v.cpus is not None:
         raw["placement"] = {"cpus_per_replica": v.cpus}
+    if v.kill_at is not None:
+        raw["chaos"] = [{"at": f"{v.kill_at:g}s", "fault": "kill-executor", "replica": 0}]
     return parse_spec(raw, "microbatch")
 
 
@@ -322,6 +338,15 @@ def analyse(
         ),
         **batch_figures(run_dir, after),
     }
+    if report.faults:
+        f = report.faults[0]
+        row.update(
+            masked=f.masked,
+            verdict=f.verdict,
+            window_p99=f.p99_ms,
+            fault_gap_ms=f.max_gap_ms,
+            caught_up_s=f.caught_up_s,
+        )
     if event_log is not None:
         row.update(task_figures(event_log, _app_ids(run_dir), after))
     return row
@@ -344,6 +369,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     ref = next((r for r in rows if r["variant"].split("+")[0] == "none" and "error" not in r), None)
     ref_p50 = _num(ref["p50"]) if ref else math.nan
     columns = [
+        Column("ev/s", 5, ".0f", lambda r: _num(r.get("rate"))),
         Column("p50", 7, ".0f", lambda r: _num(r["p50"])),
         Column("p99", 7, ".0f", lambda r: _num(r["p99"])),
         Column("÷none", 6, ".2f", lambda r: _num(r["p50"]) / ref_p50),
@@ -362,6 +388,12 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         Column("cpu s", 6, ".0f", lambda r: _num(r["cpu_s"])),
         Column("share", 6, ".2f", lambda r: _num(r.get("share_used"))),
     ]
+    if any("masked" in r for r in rows):
+        columns += [
+            Column("masked", 6, "", lambda r: {True: "yes", False: "no"}.get(r.get("masked"), "-")),
+            Column("win99", 6, ".0f", lambda r: _num(r.get("window_p99"))),
+            Column("gap", 6, ".0f", lambda r: _num(r.get("fault_gap_ms"))),
+        ]
     if any("task_task_ms" in r for r in rows):
         columns += [
             Column("job", 5, ".0f", lambda r: _num(r.get("job_ms"))),
@@ -411,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     stack.up()  # once, up front; a no-op when the embedded stack runs
     rows: list[dict[str, Any]] = []
     for v in variants:
-        row: dict[str, Any] = {"variant": v.name}
+        row: dict[str, Any] = {"variant": v.name, "rate": v.rate or args.rate}
         try:
             spec = spec_for(v, args.rate, duration, warmup, event_log, args.windowed)
             run_dir, summary, wall = run(spec, args.runs)
