@@ -28,25 +28,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import psutil
 from _common import Column, cpu_lock, print_table, write_rows
+from merger_cpu import BOOTSTRAP, run_merger
 from merger_memory import Produced, produce_results
 
 import arfl.measure.merger.kafka as merger_kafka
 from arfl.measure.histogram import merge, percentiles_ms, read_latency_log
-from arfl.measure.merger.config import MergerConfig
-from arfl.measure.merger.process import Merger
 from arfl.run.records import replica_topic
 from arfl.stack.topics import ensure_topic
 from arfl.units import parse_duration
 
-BOOTSTRAP = "127.0.0.1:9092"
 AFTER_S = 3.0
 """The seconds after the hold's end that count as the backlog's."""
 
@@ -97,25 +93,8 @@ def one_run(
         return {**saved(*args, **kwargs), **over}
 
     merger_kafka.consumer_config = consumer_config  # type: ignore[assignment]
-    cfg = MergerConfig(
-        bootstrap=BOOTSTRAP, sink=sink, replicas=2, run_dir=work / sink,
-        until=start + seconds + 2.5,
-    )  # fmt: skip
-    merger = Merger(cfg)
-    thread_s: list[float] = []
-
-    def run() -> None:
-        t0 = time.thread_time()
-        merger.run()
-        thread_s.append(time.thread_time() - t0)
-
-    proc = psutil.Process()
     try:
-        c0, w0 = proc.cpu_times(), time.time()
-        th = threading.Thread(target=run)
-        th.start()
-        th.join()
-        c1, wall = proc.cpu_times(), time.time() - w0
+        cores = run_merger(sink, start + seconds + 2.5, work)
     finally:
         merger_kafka.consumer_config = saved  # type: ignore[assignment]
         for child in children:
@@ -132,8 +111,7 @@ def one_run(
         "backlog_p99": worst["p99"],
         "backlog_max": whole["max"],
         "backlog_results": int(whole["count"] or 0),
-        "thread_cores": thread_s[0] / wall,
-        "process_cores": (c1.user + c1.system - c0.user - c0.system) / wall,
+        **cores,
     }
 
 

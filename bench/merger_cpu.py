@@ -78,16 +78,10 @@ def start_input(prefix: str, rate: float, seconds: float) -> tuple[str, float, i
     return sink, start, child
 
 
-def one_run(variant: str, rate: float, seconds: float, work: Path) -> dict[str, Any]:
-    """One merger run of ``variant``; its CPU in cores."""
-    sink, start, child = start_input("merger-cpu", rate, seconds)
-    saved = records.orjson
-    if variant == "json":
-        records.orjson = _StdlibJson  # type: ignore[assignment]
-    cfg = MergerConfig(
-        bootstrap=BOOTSTRAP, sink=sink, replicas=2, run_dir=work / sink,
-        until=start + seconds + 2.5,
-    )  # fmt: skip
+def run_merger(sink: str, until: float, work: Path) -> dict[str, float]:
+    """arfl's merger of ``sink`` (R=2) in a thread of this process until ``until`` (epoch s),
+    its run directory ``work / sink``: the thread's and the process's cores over its run."""
+    cfg = MergerConfig(bootstrap=BOOTSTRAP, sink=sink, replicas=2, run_dir=work / sink, until=until)
     merger = Merger(cfg)
     thread_s: list[float] = []
 
@@ -102,13 +96,27 @@ def one_run(variant: str, rate: float, seconds: float, work: Path) -> dict[str, 
     th.start()
     th.join()
     c1, wall = proc.cpu_times(), time.time() - w0
-    records.orjson = saved
+    return {
+        "thread_cores": thread_s[0] / wall,
+        "process_cores": (c1.user + c1.system - c0.user - c0.system) / wall,
+    }
+
+
+def one_run(variant: str, rate: float, seconds: float, work: Path) -> dict[str, Any]:
+    """One merger run of ``variant``; its CPU in cores."""
+    sink, start, child = start_input("merger-cpu", rate, seconds)
+    saved = records.orjson
+    if variant == "json":
+        records.orjson = _StdlibJson  # type: ignore[assignment]
+    try:
+        cores = run_merger(sink, start + seconds + 2.5, work)
+    finally:
+        records.orjson = saved
     os.waitpid(child, 0)
     final = json.loads((work / sink / "merger.json").read_text())
     return {
         "variant": variant,
-        "thread_cores": thread_s[0] / wall,
-        "process_cores": (c1.user + c1.system - c0.user - c0.system) / wall,
+        **cores,
         "results": final["results"],
         "duplicates": final["duplicates"],
         "p50_ms": final["latency_ms"].get("p50"),
