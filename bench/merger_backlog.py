@@ -19,7 +19,8 @@ or 64 MB queued ahead, a partition fetched up to 1 MB at a time) and ``tight`` (
 
 Figures, from the merger's own interval log (``latency.hlog``, 1-s intervals, latency
 from each result's intended time): the p99 of the intervals before the hold (steady), the
-largest interval p99 and the max in the 3 s after the hold ends (the backlog's seconds), and
+largest interval p99 and the max over the second the burst lands in and the 3 s after (the
+backlog's seconds), and
 the merger thread's and process's cores over the run.
 """
 
@@ -29,6 +30,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 import uuid
 from pathlib import Path
 from typing import Any
@@ -83,8 +85,10 @@ def one_run(
             try:
                 produce_results(BOOTSTRAP, sink, rate, seconds, start, 0.002, Produced(),
                                 lambda _now: None, span, (replica,))  # fmt: skip
-            finally:
-                os._exit(0)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
+            os._exit(0)
         children.append(child)
     saved = merger_kafka.consumer_config
     over = VARIANTS[variant]
@@ -97,11 +101,14 @@ def one_run(
         cores = run_merger(sink, start + seconds + 2.5, work)
     finally:
         merger_kafka.consumer_config = saved  # type: ignore[assignment]
-        for child in children:
-            os.waitpid(child, 0)
+        failed = [c for c in children if os.waitpid(c, 0)[1] != 0]
+    if failed:
+        raise RuntimeError(f"a replica's writer failed (pids {failed}); its traceback is above")
     intervals = read_latency_log(work / sink / "latency.hlog")
     steady = percentiles_ms(merge(intervals, start + 2.0, span[0] - 1.0), (50.0, 99.0))
     after = [iv for iv in intervals if span[1] - 1.0 <= iv.start_s < span[1] + AFTER_S]
+    if not after:
+        raise RuntimeError(f"the merger logged no interval after the burst ({sink})")
     worst = max((iv.percentiles_ms((99.0,)) for iv in after), key=lambda p: p["p99"] or 0.0)
     whole = percentiles_ms(merge(after), (99.0,))
     return {
@@ -151,14 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(args.rounds):
         for variant in args.variants.split(","):
             print(f"--- {variant} #{rnd + 1}", file=sys.stderr, flush=True)
-            with cpu_lock():
-                row = one_run(variant, args.rate, args.seconds, hold, args.work)
+            try:
+                with cpu_lock():
+                    row = one_run(variant, args.rate, args.seconds, hold, args.work)
+            except RuntimeError as e:
+                row = {"error": str(e)}
             rows.append({**row, "variant": f"{variant} #{rnd + 1}"})
             write_rows(args.out, rows)
     print_table(rows, Column("variant", 15, "", lambda r: r["variant"], True), COLUMNS)
     print(
         f"(ms; {args.rate:g} results/s, replica 0 held {hold[1]:g} s from {hold[0]:g} s; "
-        f"backlog: the {AFTER_S:g} s after the hold)"
+        f"backlog: the burst's second and the {AFTER_S:g} s after)"
     )
     return 0
 

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,10 @@ def start_input(prefix: str, rate: float, seconds: float) -> tuple[str, float, i
         try:
             produce_results(BOOTSTRAP, sink, rate, seconds + 2, start, 0.002, Produced(),
                             lambda _now: None)  # fmt: skip
-        finally:
-            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
     return sink, start, child
 
 
@@ -112,7 +115,8 @@ def one_run(variant: str, rate: float, seconds: float, work: Path) -> dict[str, 
         cores = run_merger(sink, start + seconds + 2.5, work)
     finally:
         records.orjson = saved
-    os.waitpid(child, 0)
+    if os.waitpid(child, 0)[1] != 0:
+        raise RuntimeError("the replicas' writer failed; its traceback is above")
     final = json.loads((work / sink / "merger.json").read_text())
     return {
         "variant": variant,

@@ -192,13 +192,13 @@ def produce_results(
     hold: tuple[float, float] | None = None,
     replicas: tuple[int, ...] = (0, 1),
 ) -> None:
-    """Write ``rate`` results a second from ``t0`` for ``seconds`` to both replica topics,
+    """Write ``rate`` results a second from ``t0`` for ``seconds`` to the replica topics,
     replica 1's copies ``lag_s`` behind replica 0's; ``progress(now)`` is called every loop.
     ``hold = (start, end)`` (epoch s): replica 0's copies due in between are held and written
     at ``end`` all at once, as a paused replica's backlog goes out when it resumes.
     ``replicas``: whose copies this process writes (a process a replica: one's burst does not
     hold up the other's copies)."""
-    prods = [replica_producer(bootstrap, r) for r in replicas]
+    prods = {r: replica_producer(bootstrap, r) for r in replicas}
     topics = [replica_topic(sink, r) for r in range(REPLICAS)]
     cbs = [out.callback(r) for r in range(REPLICAS)]
     total = round(rate * seconds)
@@ -238,14 +238,14 @@ def produce_results(
                 held.clear()
             while pending and pending[0][0] <= now:
                 _, key, value = pending.popleft()
-                _produce(prods[-1], topics[1], key, value, cbs[1])
-            for p in prods:
+                _produce(prods[1], topics[1], key, value, cbs[1])
+            for p in prods.values():
                 p.poll(0)
             progress(now)
             time.sleep(0.002)
         out.end = time.time()
     finally:
-        for p in prods:
+        for p in prods.values():
             p.flush(30)
 
 

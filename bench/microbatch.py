@@ -21,7 +21,9 @@ mode (``none`` 1 replica; ``passive`` 1; ``active-leaderless`` / ``active-leader
 * ``rate=<ev/s>``: this variant's input rate instead of ``--rate`` (a rate search in one
   invocation: ``none+cpu=0.6+rate=600,none+cpu=0.6+rate=800``);
 * ``kill=<at>``: a ``kill-executor`` of replica 0 at ``<at>`` of the input; the table adds the
-  report's verdict on it (masked, the impact window's p99 and longest gap);
+  report's verdict on it (masked, the impact window's p99 and longest gap). The report's
+  steady phase (p50/p99, ÷none) then ends at the kill; the batch figures and the share still
+  run to the end of the output;
 * a name from :data:`KNOBS` (a named set of Spark conf entries).
 
 Figures: the steady phase's p50/p99 end to end (the run's report: end of the warm-up to the end
@@ -408,7 +410,8 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         " batch..plan: median durationMs phases of every replica's data batches after the\n"
         " warm-up; b/s: replica 0's batches per second; rows: rows per batch; job/task/run/deser/\n"
         " sched: event-log medians: job wall time, task launch-to-finish, executor run time,\n"
-        " deserialisation, scheduler delay)"
+        " deserialisation, scheduler delay; masked/win99/gap: the report's verdict on a kill=,\n"
+        " its impact window's p99 and longest gap)"
     )
 
 
@@ -455,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row, default=str), flush=True)
         write_rows(args.out, rows)
     shape = "windowed" if args.windowed else "per-record"
-    print(f"\n{args.rate} ev/s {shape}, 2 partitions, {duration:g}s runs, warm-up {warmup:g}s")
+    rates = "ev/s as its column says" if any(v.rate for v in variants) else f"{args.rate} ev/s"
+    print(f"\n{rates}, {shape}, 2 partitions, {duration:g}s runs, warm-up {warmup:g}s")
     print_rows(rows)
     return 0
 
