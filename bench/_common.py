@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import sys
 import threading
 import time
@@ -46,6 +47,16 @@ class Column:
     def cell(self, row: Row) -> str:
         """The formatted value of ``row``."""
         return format(self.value(row), f">{self.width}{self.fmt}")
+
+
+def num(v: Any) -> float:
+    """A table cell's number: NaN for a figure the run did not give."""
+    return math.nan if v is None else float(v)
+
+
+def yes_no(v: Any) -> str:
+    """A verdict's cell: yes, no, or ? when it was not given."""
+    return {True: "yes", False: "no"}.get(v, "?")
 
 
 def print_table(

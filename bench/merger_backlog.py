@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import Column, cpu_lock, print_table, write_rows
+from _common import Column, cpu_lock, num, print_table, write_rows
 from merger_cpu import BOOTSTRAP, run_merger
 from merger_memory import Produced, produce_results
 
@@ -122,17 +122,13 @@ def one_run(
     }
 
 
-def _num(v: Any) -> float:
-    return float("nan") if v is None else float(v)
-
-
 COLUMNS = [
-    Column("steady p50", 10, ".1f", lambda r: _num(r.get("steady_p50"))),
-    Column("steady p99", 10, ".1f", lambda r: _num(r.get("steady_p99"))),
-    Column("backlog worst p99", 17, ".1f", lambda r: _num(r.get("backlog_p99"))),
-    Column("backlog max", 11, ".1f", lambda r: _num(r.get("backlog_max"))),
-    Column("thread cores", 12, ".3f", lambda r: _num(r.get("thread_cores"))),
-    Column("process cores", 13, ".3f", lambda r: _num(r.get("process_cores"))),
+    Column("steady p50", 10, ".1f", lambda r: num(r.get("steady_p50"))),
+    Column("steady p99", 10, ".1f", lambda r: num(r.get("steady_p99"))),
+    Column("backlog worst p99", 17, ".1f", lambda r: num(r.get("backlog_p99"))),
+    Column("backlog max", 11, ".1f", lambda r: num(r.get("backlog_max"))),
+    Column("thread cores", 12, ".3f", lambda r: num(r.get("thread_cores"))),
+    Column("process cores", 13, ".3f", lambda r: num(r.get("process_cores"))),
 ]
 
 

@@ -220,13 +220,12 @@ def produce_results(
                 h = hashlib.sha256(key).hexdigest()
                 src_ms = int((t0 + n / rate) * 1000)
                 offset = n // PARTITIONS
-                v0 = result_value(rid, offset, src_ms, sent_ms, 0, h)
-                if 0 not in replicas:
-                    pass
-                elif hold is not None and hold[0] <= now < hold[1]:
-                    held.append((key, v0))
-                else:
-                    _produce(prods[0], topics[0], key, v0, cbs[0])
+                if 0 in replicas:
+                    v0 = result_value(rid, offset, src_ms, sent_ms, 0, h)
+                    if hold is not None and hold[0] <= now < hold[1]:
+                        held.append((key, v0))
+                    else:
+                        _produce(prods[0], topics[0], key, v0, cbs[0])
                 if 1 in replicas:
                     v1 = result_value(rid, offset, src_ms, sent_ms, 1, h)
                     pending.append((now + lag_s, key, v1))

@@ -31,7 +31,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from _common import Column, print_table, write_rows
+from _common import Column, num, print_table, write_rows
 
 from arfl.configs.load import parse_spec
 from arfl.configs.spec import Spec
@@ -106,19 +106,15 @@ def analyse(run_dir: Path) -> dict[str, Any]:
     return row
 
 
-def _num(v: Any) -> float:
-    return float("nan") if v is None else float(v)
-
-
 COLUMNS = [
-    Column("detect ms", 10, ".0f", lambda r: _num(r.get("detect_ms"))),
-    Column("serving ms", 11, ".0f", lambda r: _num(r.get("serving_ms"))),
-    Column("fresh ms", 9, ".0f", lambda r: _num(r.get("fresh_ms"))),
+    Column("detect ms", 10, ".0f", lambda r: num(r.get("detect_ms"))),
+    Column("serving ms", 11, ".0f", lambda r: num(r.get("serving_ms"))),
+    Column("fresh ms", 9, ".0f", lambda r: num(r.get("fresh_ms"))),
     Column("owed", 5, "", lambda r: str(r.get("owed", "-"))),
     Column("fresh", 6, "", lambda r: str(r.get("fresh", "-"))),
-    Column("gap ms", 8, ".0f", lambda r: _num(r.get("gap_ms"))),
-    Column("window p99", 11, ".1f", lambda r: _num(r.get("p99_ms"))),
-    Column("bar", 7, ".1f", lambda r: _num(r.get("bar_ms"))),
+    Column("gap ms", 8, ".0f", lambda r: num(r.get("gap_ms"))),
+    Column("window p99", 11, ".1f", lambda r: num(r.get("p99_ms"))),
+    Column("bar", 7, ".1f", lambda r: num(r.get("bar_ms"))),
     Column("masked", 7, "", lambda r: str(r.get("masked"))),
     Column("missing", 8, "", lambda r: str(r.get("missing"))),
     Column("dups", 5, "", lambda r: str(r.get("duplicates"))),

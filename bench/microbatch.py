@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import Column, cpu_lock, print_table, write_rows
+from _common import Column, cpu_lock, num, print_table, write_rows, yes_no
 
 from arfl import stack
 from arfl.configs.load import parse_spec
@@ -362,47 +362,43 @@ def run(spec: Spec, runs: Path) -> tuple[Path, dict[str, Any], float]:
         return res.run_dir, res.summary, time.monotonic() - t
 
 
-def _num(v: Any) -> float:
-    return math.nan if v is None else float(v)
-
-
 def print_rows(rows: list[dict[str, Any]]) -> None:
     """The results table (ratios to the first ``none`` variant)."""
     ref = next((r for r in rows if r["variant"].split("+")[0] == "none" and "error" not in r), None)
-    ref_p50 = _num(ref["p50"]) if ref else math.nan
+    ref_p50 = num(ref["p50"]) if ref else math.nan
     columns = [
-        Column("ev/s", 5, ".0f", lambda r: _num(r.get("rate"))),
-        Column("p50", 7, ".0f", lambda r: _num(r["p50"])),
-        Column("p99", 7, ".0f", lambda r: _num(r["p99"])),
-        Column("÷none", 6, ".2f", lambda r: _num(r["p50"]) / ref_p50),
-        Column("batch", 6, ".0f", lambda r: _num(r["triggerExecution_ms"])),
-        Column("addB", 6, ".0f", lambda r: _num(r["addBatch_ms"])),
-        Column("wal", 5, ".0f", lambda r: _num(r["walCommit_ms"])),
-        Column("commit", 6, ".0f", lambda r: _num(r["commitOffsets_ms"])),
-        Column("latest", 6, ".0f", lambda r: _num(r["latestOffset_ms"])),
-        Column("plan", 5, ".0f", lambda r: _num(r["queryPlanning_ms"])),
-        Column("b/s", 5, ".2f", lambda r: _num(r["batches_per_s"])),
-        Column("rows", 6, ".0f", lambda r: _num(r["rows_per_batch"])),
+        Column("ev/s", 5, ".0f", lambda r: num(r.get("rate"))),
+        Column("p50", 7, ".0f", lambda r: num(r["p50"])),
+        Column("p99", 7, ".0f", lambda r: num(r["p99"])),
+        Column("÷none", 6, ".2f", lambda r: num(r["p50"]) / ref_p50),
+        Column("batch", 6, ".0f", lambda r: num(r["triggerExecution_ms"])),
+        Column("addB", 6, ".0f", lambda r: num(r["addBatch_ms"])),
+        Column("wal", 5, ".0f", lambda r: num(r["walCommit_ms"])),
+        Column("commit", 6, ".0f", lambda r: num(r["commitOffsets_ms"])),
+        Column("latest", 6, ".0f", lambda r: num(r["latestOffset_ms"])),
+        Column("plan", 5, ".0f", lambda r: num(r["queryPlanning_ms"])),
+        Column("b/s", 5, ".2f", lambda r: num(r["batches_per_s"])),
+        Column("rows", 6, ".0f", lambda r: num(r["rows_per_batch"])),
         Column("miss", 5, "", lambda r: str(r["missing"])),
         Column("div", 4, "", lambda r: str(r["divergent"])),
         Column("late", 5, "", lambda r: str(r.get("late_drops", "-"))),
-        Column("lag s", 6, ".1f", lambda r: _num(r.get("max_lag_s"))),
-        Column("cpu s", 6, ".0f", lambda r: _num(r["cpu_s"])),
-        Column("share", 6, ".2f", lambda r: _num(r.get("share_used"))),
+        Column("lag s", 6, ".1f", lambda r: num(r.get("max_lag_s"))),
+        Column("cpu s", 6, ".0f", lambda r: num(r["cpu_s"])),
+        Column("share", 6, ".2f", lambda r: num(r.get("share_used"))),
     ]
     if any("masked" in r for r in rows):
         columns += [
-            Column("masked", 6, "", lambda r: {True: "yes", False: "no"}.get(r.get("masked"), "-")),
-            Column("win99", 6, ".0f", lambda r: _num(r.get("window_p99"))),
-            Column("gap", 6, ".0f", lambda r: _num(r.get("fault_gap_ms"))),
+            Column("masked", 6, "", lambda r: yes_no(r.get("masked"))),
+            Column("win99", 6, ".0f", lambda r: num(r.get("window_p99"))),
+            Column("gap", 6, ".0f", lambda r: num(r.get("fault_gap_ms"))),
         ]
     if any("task_task_ms" in r for r in rows):
         columns += [
-            Column("job", 5, ".0f", lambda r: _num(r.get("job_ms"))),
-            Column("task", 5, ".0f", lambda r: _num(r.get("task_task_ms"))),
-            Column("run", 5, ".0f", lambda r: _num(r.get("task_run_ms"))),
-            Column("deser", 5, ".0f", lambda r: _num(r.get("task_deser_ms"))),
-            Column("sched", 5, ".0f", lambda r: _num(r.get("task_sched_ms"))),
+            Column("job", 5, ".0f", lambda r: num(r.get("job_ms"))),
+            Column("task", 5, ".0f", lambda r: num(r.get("task_task_ms"))),
+            Column("run", 5, ".0f", lambda r: num(r.get("task_run_ms"))),
+            Column("deser", 5, ".0f", lambda r: num(r.get("task_deser_ms"))),
+            Column("sched", 5, ".0f", lambda r: num(r.get("task_sched_ms"))),
         ]
     print_table(rows, Column("variant", 34, "", lambda r: r["variant"]), columns)
     print(

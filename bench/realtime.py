@@ -79,7 +79,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import HOST, Column, ProcessCpu, cpu_lock, print_table, write_rows
+from _common import HOST, Column, ProcessCpu, cpu_lock, num, print_table, write_rows, yes_no
 
 from arfl import stack
 from arfl.configs.load import parse_spec
@@ -340,16 +340,16 @@ def offset_table(rows: Sequence[dict[str, Any]]) -> None:
     if not kills:
         return
     print_table(
-        sorted(kills, key=lambda r: (_variant(r), _num(r["survivor_boundary_s"]))),
+        sorted(kills, key=lambda r: (_variant(r), num(r["survivor_boundary_s"]))),
         Column("pipeline fault mode", 40, "", _variant),
         [
-            Column("at s", 5, ".0f", lambda r: _num(r.get("fault_at"))),
-            Column("bnd s", 6, ".1f", lambda r: _num(r["survivor_boundary_s"])),
-            Column("take s", 6, ".2f", lambda r: _num(r.get("takeover_s"))),
-            Column("healthy s", 9, ".1f", lambda r: _num(r.get("healthy_s"))),
-            Column("caught s", 8, ".1f", lambda r: _num(r.get("caught_up_s"))),
-            Column("ratio", 6, ".2f", lambda r: _num(r.get("ratio"))),
-            Column("masked", 6, "", lambda r: _masked(r.get("masked"))),
+            Column("at s", 5, ".0f", lambda r: num(r.get("fault_at"))),
+            Column("bnd s", 6, ".1f", lambda r: num(r["survivor_boundary_s"])),
+            Column("take s", 6, ".2f", lambda r: num(r.get("takeover_s"))),
+            Column("healthy s", 9, ".1f", lambda r: num(r.get("healthy_s"))),
+            Column("caught s", 8, ".1f", lambda r: num(r.get("caught_up_s"))),
+            Column("ratio", 6, ".2f", lambda r: num(r.get("ratio"))),
+            Column("masked", 6, "", lambda r: yes_no(r.get("masked"))),
         ],
         error_chars=60,
     )
@@ -371,7 +371,7 @@ def offset_table(rows: Sequence[dict[str, Any]]) -> None:
 
 def _after_catch_up(r: dict[str, Any]) -> bool:
     caught = r.get("caught_up_s")
-    return caught is not None and _num(r["survivor_boundary_s"]) > float(caught)
+    return caught is not None and num(r["survivor_boundary_s"]) > float(caught)
 
 
 def _events(journal: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -537,16 +537,8 @@ def _variant(r: dict[str, Any]) -> str:
     return f"{r['pipeline']} {r['fault']} {r['mode']}{more}"
 
 
-def _num(v: Any) -> float:
-    return math.nan if v is None else float(v)
-
-
 def _cnt(v: Any) -> str:
     return "?" if v is None else str(v)
-
-
-def _masked(v: Any) -> str:
-    return {True: "yes", False: "no"}.get(v, "?")
 
 
 LEGEND = """\
@@ -565,23 +557,23 @@ def fault_table(rows: Sequence[dict[str, Any]]) -> None:
         rows,
         Column("pipeline fault mode", 40, "", _variant),
         [
-            Column("p50", 7, ".1f", lambda r: _num(r["steady_p50"])),
-            Column("p99", 7, ".1f", lambda r: _num(r["steady_p99"])),
-            Column("all p99", 8, ".1f", lambda r: _num(r["overall_p99"])),
-            Column("win s", 5, ".1f", lambda r: _num(r.get("window_s"))),
-            Column("win p99", 8, ".1f", lambda r: _num(r.get("window_p99"))),
-            Column("ratio", 6, ".2f", lambda r: _num(r.get("ratio"))),
-            Column("gap", 6, ".0f", lambda r: _num(r.get("fault_gap_ms"))),
-            Column("st gap", 6, ".0f", lambda r: _num(r["steady_gap_ms"])),
-            Column("masked", 6, "", lambda r: _masked(r.get("masked"))),
+            Column("p50", 7, ".1f", lambda r: num(r["steady_p50"])),
+            Column("p99", 7, ".1f", lambda r: num(r["steady_p99"])),
+            Column("all p99", 8, ".1f", lambda r: num(r["overall_p99"])),
+            Column("win s", 5, ".1f", lambda r: num(r.get("window_s"))),
+            Column("win p99", 8, ".1f", lambda r: num(r.get("window_p99"))),
+            Column("ratio", 6, ".2f", lambda r: num(r.get("ratio"))),
+            Column("gap", 6, ".0f", lambda r: num(r.get("fault_gap_ms"))),
+            Column("st gap", 6, ".0f", lambda r: num(r["steady_gap_ms"])),
+            Column("masked", 6, "", lambda r: yes_no(r.get("masked"))),
             Column("miss", 4, "", lambda r: _cnt(r["missing"])),
             Column("dup", 4, "", lambda r: _cnt(r["duplicates"])),
             Column("div", 4, "", lambda r: _cnt(r["divergent"])),
             Column("late", 5, "", lambda r: _cnt(r["late_drop_rows"])),
             Column("rst", 3, "", lambda r: _cnt(r["restarts"])),
             Column("lost", 4, "", lambda r: ",".join(map(str, r.get("lost_executor", []))) or "-"),
-            Column("cpu s", 6, ".0f", lambda r: _num(r["cpu_s"])),
-            Column("stag s", 6, ".1f", lambda r: _num(r.get("steady_stagger_s"))),
+            Column("cpu s", 6, ".0f", lambda r: num(r["cpu_s"])),
+            Column("stag s", 6, ".1f", lambda r: num(r.get("steady_stagger_s"))),
         ],
         error_chars=60,
     )
@@ -596,20 +588,20 @@ def sweep_table(rows: Sequence[dict[str, Any]]) -> None:
         [
             Column("jit", 3, "", lambda r: r.get("jit", "c1")),
             Column("stagger", 7, "", lambda r: "off" if r.get("stagger") is False else "on"),
-            Column("stag s", 6, ".1f", lambda r: _num(r.get("overall_stagger_s"))),
-            Column("p50", 7, ".1f", lambda r: _num(r["overall_p50"])),
-            Column("p99", 8, ".1f", lambda r: _num(r["overall_p99"])),
-            Column("sent p99", 9, ".1f", lambda r: _num(r["overall_sent_p99"])),
-            Column("ev/s", 7, ".0f", lambda r: _num(r["achieved_rate"])),
-            Column("host", 5, ".2f", lambda r: _num(r.get("host_cores_busy"))),
+            Column("stag s", 6, ".1f", lambda r: num(r.get("overall_stagger_s"))),
+            Column("p50", 7, ".1f", lambda r: num(r["overall_p50"])),
+            Column("p99", 8, ".1f", lambda r: num(r["overall_p99"])),
+            Column("sent p99", 9, ".1f", lambda r: num(r["overall_sent_p99"])),
+            Column("ev/s", 7, ".0f", lambda r: num(r["achieved_rate"])),
+            Column("host", 5, ".2f", lambda r: num(r.get("host_cores_busy"))),
             Column("top process", 16, "", lambda r: r.get("top_process", "?")),
-            Column("cores", 5, ".2f", lambda r: _num(r.get("top_cores"))),
+            Column("cores", 5, ".2f", lambda r: num(r.get("top_cores"))),
             Column("miss", 4, "", lambda r: _cnt(r["missing"])),
             Column("div", 4, "", lambda r: _cnt(r["divergent"])),
-            Column("plan", 5, ".0f", lambda r: _num(r.get("queryPlanning_ms"))),
-            Column("wal", 5, ".0f", lambda r: _num(r.get("walCommit_ms"))),
-            Column("commit", 6, ".0f", lambda r: _num(r.get("commitOffsets_ms"))),
-            Column("betw", 5, ".0f", lambda r: _num(r.get("between_ms"))),
+            Column("plan", 5, ".0f", lambda r: num(r.get("queryPlanning_ms"))),
+            Column("wal", 5, ".0f", lambda r: num(r.get("walCommit_ms"))),
+            Column("commit", 6, ".0f", lambda r: num(r.get("commitOffsets_ms"))),
+            Column("betw", 5, ".0f", lambda r: num(r.get("between_ms"))),
         ],
         error_chars=60,
     )
@@ -640,7 +632,7 @@ def print_tables(rows: Sequence[dict[str, Any]], sweep: Sequence[dict[str, Any]]
             if r.get("stagger", True)
             and r.get("mode", "active") == "active"
             and r.get("jit", "c1") == "c1"
-            and _num(r.get("overall_p99")) < P99_LIMIT_MS
+            and num(r.get("overall_p99")) < P99_LIMIT_MS
         ]
         rates = ", ".join(str(r) for r in sorted({r["rate"] for r in sweep}))
         print(
@@ -948,7 +940,7 @@ def main(argv: list[str] | None = None) -> int:
             row["error"] = str(e)
         sweep.append(row)
         record(row)
-        if "error" in row or _num(row.get("overall_p99")) >= P99_LIMIT_MS:
+        if "error" in row or num(row.get("overall_p99")) >= P99_LIMIT_MS:
             done.add((rnd, mode, jit, stagger, interval))
     if rows:
         print(f"\n{args.rate} ev/s, 2 partitions, fault on replica 0")
