@@ -8,9 +8,11 @@ A script is run as ``.venv/bin/python bench/<name>.py``, so this module is impor
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import json
 import math
+import re
 import sys
 import threading
 import time
@@ -244,3 +246,24 @@ class ProcessCpu(Periodic):
         except (OSError, ValueError):
             return {}
         return doc if isinstance(doc, dict) else {}
+
+
+GC_LINE = re.compile(
+    r"^\[(?P<time>[^\]]+)\]\[[^\]]+\] GC\(\d+\) Pause (?P<what>.*?) (?P<ms>[\d.]+)ms$"
+)
+
+
+def gc_pauses(log: Path, lo: float, hi: float) -> list[float]:
+    """Pause durations (ms) in a JVM's GC log (``-Xlog:gc,gc+phases`` with ``time``, as the
+    stack's broker writes ``arfl.stack.config.KAFKA_GC_LOG``, and the files the JVM rotated it
+    to, ``<log>.<n>``) whose wall-clock time is in [lo, hi), in time order."""
+    out: list[tuple[float, float]] = []
+    for path in sorted(log.parent.glob(f"{log.name}*")):
+        for line in path.read_text(errors="replace").splitlines():
+            m = GC_LINE.match(line)
+            if not m:
+                continue
+            t = dt.datetime.strptime(m["time"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+            if lo <= t < hi:
+                out.append((t, float(m["ms"])))
+    return [ms for _, ms in sorted(out)]

@@ -25,10 +25,12 @@ effect, unjudged, unknown), the impact window's p99 against what it was held to,
 what ended it, when the faulted replica caught up, and when the survivor's next batch boundary
 came (its progress). An unmasked run is put down to the first of: **survivor boundary** (the
 survivor's boundary fell inside the impact window, before the faulted replica caught up), **not
-caught up** (it was not back within its allowance before the window's cap), **gap** or
-**p99** (neither of those: the output was slower than steady all the same, e.g. the host), or
-the outcome itself when it is not a verdict. The table gives P(masked) per kind: masked runs ÷
-runs whose fault took effect.
+caught up** (it was not back within its allowance before the window's cap), **broker pause**
+(the embedded broker's GC log holds a pause of :data:`BROKER_PAUSE_MS` or more inside the
+window: a stall on the one path every copy takes, which no replica covers), **gap** or **p99**
+(none of those: the output was slower than steady all the same, e.g. the host), or the outcome
+itself when it is not a verdict. Each row lists the broker's pauses in its window. The table
+gives P(masked) per kind: masked runs ÷ runs whose fault took effect.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import gc_pauses
 from realtime import run, survivor_boundary_s
 
 from arfl.configs.load import load_spec, parse_spec
@@ -50,6 +53,7 @@ from arfl.configs.spec import Spec
 from arfl.errors import ArflError
 from arfl.report.build import build_report
 from arfl.run.rundir import read_jsonl
+from arfl.stack import config, lifecycle
 from arfl.units import parse_duration
 
 DEFAULT_SPEC: dict[str, Any] = {
@@ -81,6 +85,11 @@ def placements(n: int, start: float, end: float, seed: int) -> list[float]:
     return [round(start + (k + rng.random()) * width, 1) for k in range(n)]
 
 
+BROKER_PAUSE_MS = 10.0
+"""A broker GC pause this long or longer inside an impact window is named as its cause: the
+1.1 x bar over a steady p99 of 11-13 ms leaves 1-2 ms (docs/benchmarks.md, "P(masked)")."""
+
+
 def with_fault(base: dict[str, Any], fault: str, at: float, k: int) -> Spec:
     raw = copy.deepcopy(base)
     raw["name"] = f"{base.get('name', 'pm')}-{fault}-{k}"
@@ -100,6 +109,8 @@ def cause(row: dict[str, Any]) -> str:
         return "survivor boundary"
     if caught is None:
         return "not caught up"
+    if any(p >= BROKER_PAUSE_MS for p in row.get("broker_pauses_ms") or []):
+        return "broker pause"
     return "gap" if str(row.get("verdict", "")).startswith("not masked: output gap") else "p99"
 
 
@@ -124,6 +135,10 @@ def analyse(run_dir: Path) -> dict[str, Any]:
         "missing": report.correctness.missing,
         "duplicates": report.correctness.duplicates,
     }
+    if report.input_start is not None and f.at_s is not None and f.window_s is not None:
+        at = report.input_start + f.at_s
+        gc_log = lifecycle.layout_of(None).logs / config.KAFKA_GC_LOG
+        row["broker_pauses_ms"] = [p for p in gc_pauses(gc_log, at, at + f.window_s) if p >= 1]
     row["cause"] = cause(row)
     return row
 
@@ -181,13 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nP(masked), seed {seed}, {args.placements} placements in [{start:g}, {end:g}] s")
     print(
         f"{'fault':14} {'at s':>6} {'outcome':11} {'p99 ms':>8} {'held to':>8} {'window s':>8} "
-        f"{'caught up':>9} {'boundary':>8}  cause"
+        f"{'caught up':>9} {'boundary':>8} {'gc max':>6}  cause"
     )
     for r in rows:
         print(
             f"{r['fault']:14} {r['at']:6.1f} {r['outcome']:11} {_f(r.get('p99_ms')):>8} "
             f"{_f(r.get('held_to_ms')):>8} {_f(r.get('window_s')):>8} "
-            f"{_f(r.get('caught_up_s')):>9} {_f(r.get('survivor_boundary_s')):>8}  "
+            f"{_f(r.get('caught_up_s')):>9} {_f(r.get('survivor_boundary_s')):>8} "
+            f"{_f(max(r.get('broker_pauses_ms') or [0.0])):>6}  "
             f"{r.get('cause', '')}"
         )
     for fault in faults:

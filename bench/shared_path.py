@@ -8,7 +8,9 @@ the same fault-free per-record active RTM R=2 run, and prints per run:
 * the merged output's p50/p99 after the warm-up (arfl's report);
 * the hops through the broker (``bench/latency_breakdown.py``, from the topics' timestamps):
   ``append`` (injector send → broker append of the input) and ``merge`` (replica send → merger);
-* the broker's GC pauses during the steady part (from its GC log): count, total, ≥ 20 ms, max.
+* the broker's GC pauses during the steady part (from its GC log): count, total, ≥ 20 ms, max;
+* the steady part's seconds (the merger's 1-s intervals): the worst one's p99, and how many had
+  a p99 over 1.5 x their median (the stalls a fault's impact window is judged against).
 
 Variants:
 
@@ -21,7 +23,12 @@ Variants:
   and the injector at niceness -10 while the run lasts (root only): the non-redundant path wins
   the CPU — what deploy does by default (``arfl.stack.config.HARNESS_NICE``);
 * ``replicas-last``: ``after``, with every thread of the replicas' drivers and Spark JVMs at
-  niceness 10 (any user): the same order, from the other side.
+  niceness 10 (any user): the same order, from the other side;
+* ``g1``, ``zgc``: ``shared-first`` with the broker's collector set
+  (``arfl.stack.config.KAFKA_GC``): G1 (young pauses of 10-80 ms on this host) or ZGC
+  (concurrent, pauses under a millisecond).
+
+Variants that set the broker (``before``, ``g1``, ``zgc``) restart the stack before every run.
 
     .venv/bin/python bench/shared_path.py --reps 2 --runs /tmp/b15/broker --out /tmp/b15/broker.json
 """
@@ -29,10 +36,8 @@ Variants:
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import re
 import sys
 import threading
 from pathlib import Path
@@ -41,22 +46,27 @@ from typing import Any
 import latency_breakdown as lb
 import psutil
 import realtime as rt
-from _common import Column, print_table, write_rows
+from _common import Column, gc_pauses, print_table, write_rows
 
 from arfl import stack
 from arfl.priority import set_nice
 from arfl.processes import process_tree
 from arfl.report.build import build_report
+from arfl.run.rundir import read_jsonl
 from arfl.stack import config, lifecycle
-
-GC_LINE = re.compile(
-    r"^\[(?P<time>[^\]]+)\]\[[^\]]+\] GC\(\d+\) Pause (?P<what>.*?) (?P<ms>[\d.]+)ms$"
-)
-
 
 ORIG_HEAP = config.KAFKA_HEAP
 ORIG_JVM = config._kafka_jvm
 ORIG_PROPS = config.kafka_properties
+ORIG_GC = config.KAFKA_GC
+G1 = (
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+)
+ZGC = ("-XX:+UseZGC",)
+BROKER_VARIANTS = ("before", "g1", "zgc")
 
 
 def _set_variant(variant: str) -> None:
@@ -64,6 +74,7 @@ def _set_variant(variant: str) -> None:
     config.KAFKA_HEAP = ORIG_HEAP
     config._kafka_jvm = ORIG_JVM
     config.kafka_properties = ORIG_PROPS
+    config.KAFKA_GC = {"zgc": ZGC, "g1": G1, "before": G1}.get(variant, ORIG_GC)
     if variant != "before":
         return
 
@@ -109,24 +120,11 @@ class Renicer(threading.Thread):
 def renicer(variant: str) -> Renicer | None:
     """The priority of ``variant`` (None: every process at 0; the long-lived broker is put back
     to 0 once before each run, :meth:`Renicer._pass`)."""
-    if variant == "shared-first":
+    if variant in ("shared-first", "g1", "zgc"):
         return Renicer(SHARED, -10)
     if variant == "replicas-last":
         return Renicer(REPLICAS, 10)
     return None
-
-
-def gc_pauses(log: Path, lo: float, hi: float) -> list[float]:
-    """Pause durations (ms) of the broker's GC log whose wall-clock time is in [lo, hi)."""
-    out: list[float] = []
-    for line in log.read_text(errors="replace").splitlines():
-        m = GC_LINE.match(line)
-        if not m:
-            continue
-        t = dt.datetime.strptime(m["time"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
-        if lo <= t < hi:
-            out.append(float(m["ms"]))
-    return out
 
 
 def measure(run_dir: Path, warmup: float, gc_log: Path) -> dict[str, Any]:
@@ -136,7 +134,15 @@ def measure(run_dir: Path, warmup: float, gc_log: Path) -> dict[str, Any]:
     hops = lb.breakdown(run_dir, warmup, 1e9)["all"]
     t0 = report.input_start or 0.0
     pauses = gc_pauses(gc_log, t0 + warmup, t0 + 1e9)
+    seconds = sorted(
+        r["interval"]["p99"]
+        for r in read_jsonl(run_dir / "monitor.jsonl")
+        if r["t"] >= t0 + warmup and r.get("input_flowing") and r["interval"]["p99"] is not None
+    )
+    median = seconds[len(seconds) // 2] if seconds else float("nan")
     return {
+        "worst_second_p99": seconds[-1] if seconds else None,
+        "stalled_seconds": sum(p > 1.5 * median for p in seconds),
         "p50": rt._pct(steady, "p50"),
         "p99": rt._pct(steady, "p99"),
         "append_p99": hops.get("append"),
@@ -166,6 +172,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ["ARFL_HARNESS_NICE"] = "0"  # the variants set the priorities themselves
     variants = args.variants.split(",")
+    restarts = any(v in BROKER_VARIANTS for v in variants)
     args.runs.mkdir(parents=True, exist_ok=True)
     t = rt.Timing(duration=args.duration, fault_at=args.duration, warmup=args.warmup,
                   sweep_duration=args.duration, windowed_later=0.0)  # fmt: skip
@@ -174,7 +181,7 @@ def main() -> int:
     try:
         for rep in range(args.reps):
             for v in variants:
-                if "before" in variants:  # a broker of each kind in turn
+                if restarts:  # a broker of each kind in turn
                     stack.down()
                     _set_variant(v)
                 stack.up()
@@ -200,7 +207,7 @@ def main() -> int:
                 print(json.dumps(row), flush=True)
                 write_rows(args.out, rows)
     finally:
-        if "before" in variants:  # leave the stack with today's broker
+        if restarts:  # leave the stack with today's broker
             stack.down()
             _set_variant("after")
             stack.up()
@@ -210,6 +217,8 @@ def main() -> int:
         Column("p99", 7, ".1f", lambda r: r["p99"]),
         Column("append p99", 11, ".0f", lambda r: r["append_p99"]),
         Column("merge p99", 10, ".0f", lambda r: r["merge_p99"]),
+        Column("worst 1s", 9, ".1f", lambda r: r["worst_second_p99"]),
+        Column(">1.5x s", 8, "d", lambda r: r["stalled_seconds"]),
         Column("gc pauses", 10, "d", lambda r: r["gc_pauses"]),
         Column("gc ms", 8, ".0f", lambda r: r["gc_total_ms"]),
         Column(">=20ms", 7, "d", lambda r: r["gc_over_20ms"]),
@@ -220,7 +229,8 @@ def main() -> int:
     print_table(rows, name, cols)
     print(
         "(p50/p99: merged output after the warm-up, ms; append/merge: hops through the broker "
-        "from the topics' timestamps, ms; gc: the broker's pauses after the warm-up)"
+        "from the topics' timestamps, ms; worst 1s: the worst second's p99, ms; >1.5x s: seconds "
+        "whose p99 was over 1.5 x the median second's; gc: the broker's pauses after the warm-up)"
     )
     return 0
 

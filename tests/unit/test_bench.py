@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +368,36 @@ def test_p_masked_places_one_moment_per_stratum_and_bounds_its_share() -> None:
     lo, hi = p_masked.wilson(9, 10)
     assert lo == pytest.approx(0.596, abs=0.001) and hi == pytest.approx(0.982, abs=0.001)
     assert p_masked.wilson(10, 10)[1] == 1.0 and p_masked.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_gc_pauses_reads_g1_and_zgc_pauses_from_the_log_and_its_rotations(tmp_path: Path) -> None:
+    from _common import gc_pauses
+
+    log = tmp_path / "kafka-gc.log"
+    (tmp_path / "kafka-gc.log.0").write_text(
+        "[2026-12-06T04:02:33.758+0000][469.152s] GC(60) Pause Young (Normal) "
+        "(G1 Evacuation Pause) 267M->101M(1024M) 81.339ms\n"
+    )
+    log.write_text(
+        "[2026-12-06T04:05:05.538+0000][5.066s] GC(3) Pause Relocate Start 0.010ms\n"
+        "[2026-12-06T04:05:05.614+0000][5.142s] GC(3) Concurrent Relocate 72.097ms\n"
+        "[2026-12-06T04:05:05.614+0000][5.142s] GC(3) Garbage Collection (Warmup) 320M->192M\n"
+    )
+    t = datetime(2026, 12, 6, 4, 2, 33, 758000, tzinfo=UTC).timestamp()
+    assert gc_pauses(log, t, t + 1e4) == [81.339, 0.01]  # a concurrent phase is no pause
+    assert gc_pauses(log, t + 0.001, t + 1e4) == [0.01]
+
+
+def test_p_masked_names_a_broker_pause_only_after_the_replicas_own_causes() -> None:
+    import p_masked
+
+    row = {"outcome": "not masked", "verdict": "not masked: p99", "window_s": 6.6,
+           "caught_up_s": 1.6, "survivor_boundary_s": 54.8,
+           "broker_pauses_ms": [18.6, 13.6]}  # fmt: skip
+    assert p_masked.cause(row) == "broker pause"
+    assert p_masked.cause({**row, "broker_pauses_ms": [0.01, 9.9]}) == "p99"
+    assert p_masked.cause({**row, "survivor_boundary_s": 1.0}) == "survivor boundary"
+    assert p_masked.cause({**row, "outcome": "masked"}) == ""
 
 
 def test_boundary_costs_splits_a_boundary_into_sparks_own_parts(tmp_path: Path) -> None:

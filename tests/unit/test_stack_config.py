@@ -62,6 +62,9 @@ def test_kafka_heap_is_fixed_and_its_gc_pauses_logged() -> None:
     assert len(xmx) == len(xms) == 1 and xmx[0][4:] == xms[0][4:], "no heap resizing"
     gc_logs = [a for a in cmd if a.startswith("-Xlog:gc")]
     assert gc_logs and f"file={logs / config.KAFKA_GC_LOG}:" in gc_logs[0]
+    # gc+phases: a concurrent collector (ZGC) logs its pauses only there.
+    assert gc_logs[0].startswith("-Xlog:gc,gc+phases:")
+    assert all(flag in cmd for flag in config.KAFKA_GC)
     assert cmd[-2:] == [config.KAFKA_MAIN, "/c/server.properties"]
     # The storage tool shares the JVM flags but must not write over the broker's GC log.
     fmt = config.format_command("java", Path("/k/libs"), Path("/c/p"), Path("/c/l"), logs, "id")

@@ -51,6 +51,13 @@ KAFKA_HEAP = "1g"
 KAFKA_DEDUPE_BUFFER = 16 * 1024 * 1024
 """``log.cleaner.dedupe.buffer.size``: Kafka's 128 MB default is sized for compacting large
 production topics; this stack compacts only its small internal topics."""
+KAFKA_GC = (
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+)
+"""The broker's garbage collector and its settings."""
 KAFKA_GC_LOG = "kafka-gc.log"
 """The broker's GC log (pauses with wall-clock times) in the stack's log directory."""
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -191,10 +198,7 @@ def _kafka_jvm(
         java,
         f"-Xmx{heap}",
         f"-Xms{min_heap}",
-        "-XX:+UseG1GC",
-        "-XX:MaxGCPauseMillis=20",
-        "-XX:InitiatingHeapOccupancyPercent=35",
-        "-XX:+ExplicitGCInvokesConcurrent",
+        *KAFKA_GC,
         "-Djava.awt.headless=true",
         f"-Dkafka.logs.dir={logs}",
         f"-Dlog4j2.configurationFile={log4j}",
@@ -210,7 +214,7 @@ def kafka_command(
     ``logs/kafka-gc.log`` (two files of at most 10 MB)."""
     return [
         *_kafka_jvm(java, libs, log4j, logs, KAFKA_HEAP, KAFKA_HEAP),
-        f"-Xlog:gc:file={logs / KAFKA_GC_LOG}:time,uptime:filecount=2,filesize=10m",
+        f"-Xlog:gc,gc+phases:file={logs / KAFKA_GC_LOG}:time,uptime:filecount=2,filesize=10m",
         KAFKA_MAIN,
         str(server_properties),
     ]
