@@ -24,11 +24,14 @@ Variants:
   the CPU — what deploy does by default (``arfl.stack.config.HARNESS_NICE``);
 * ``replicas-last``: ``after``, with every thread of the replicas' drivers and Spark JVMs at
   niceness 10 (any user): the same order, from the other side;
-* ``g1``, ``zgc``: ``shared-first`` with the broker's collector set
-  (``arfl.stack.config.KAFKA_GC``): G1 (young pauses of 10-80 ms on this host) or ZGC
-  (concurrent, pauses under a millisecond).
+* ``g1``, ``pretouch``, ``zgc``: ``shared-first`` with the broker's collector set
+  (``arfl.stack.config.KAFKA_GC``): G1 (young pauses of 10-80 ms on this host), G1 with its
+  whole heap touched at start (``-XX:+AlwaysPreTouch``: a pause that copies into regions never
+  used before page-faults on each of their pages), or ZGC (concurrent, pauses under a
+  millisecond).
 
-Variants that set the broker (``before``, ``g1``, ``zgc``) restart the stack before every run.
+Variants that set the broker (``before``, ``g1``, ``pretouch``, ``zgc``) restart the stack
+before every run.
 
     .venv/bin/python bench/shared_path.py --reps 2 --runs /tmp/b15/broker --out /tmp/b15/broker.json
 """
@@ -66,7 +69,7 @@ G1 = (
     "-XX:+ExplicitGCInvokesConcurrent",
 )
 ZGC = ("-XX:+UseZGC",)
-BROKER_VARIANTS = ("before", "g1", "zgc")
+BROKER_GC = {"before": G1, "g1": G1, "pretouch": (*G1, "-XX:+AlwaysPreTouch"), "zgc": ZGC}
 
 
 def _set_variant(variant: str) -> None:
@@ -74,7 +77,7 @@ def _set_variant(variant: str) -> None:
     config.KAFKA_HEAP = ORIG_HEAP
     config._kafka_jvm = ORIG_JVM
     config.kafka_properties = ORIG_PROPS
-    config.KAFKA_GC = {"zgc": ZGC, "g1": G1, "before": G1}.get(variant, ORIG_GC)
+    config.KAFKA_GC = BROKER_GC.get(variant, ORIG_GC)
     if variant != "before":
         return
 
@@ -120,7 +123,7 @@ class Renicer(threading.Thread):
 def renicer(variant: str) -> Renicer | None:
     """The priority of ``variant`` (None: every process at 0; the long-lived broker is put back
     to 0 once before each run, :meth:`Renicer._pass`)."""
-    if variant in ("shared-first", "g1", "zgc"):
+    if variant == "shared-first" or (variant in BROKER_GC and variant != "before"):
         return Renicer(SHARED, -10)
     if variant == "replicas-last":
         return Renicer(REPLICAS, 10)
@@ -172,7 +175,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ["ARFL_HARNESS_NICE"] = "0"  # the variants set the priorities themselves
     variants = args.variants.split(",")
-    restarts = any(v in BROKER_VARIANTS for v in variants)
+    restarts = any(v in BROKER_GC for v in variants)
     args.runs.mkdir(parents=True, exist_ok=True)
     t = rt.Timing(duration=args.duration, fault_at=args.duration, warmup=args.warmup,
                   sweep_duration=args.duration, windowed_later=0.0)  # fmt: skip
