@@ -249,21 +249,32 @@ class ProcessCpu(Periodic):
 
 
 GC_LINE = re.compile(
-    r"^\[(?P<time>[^\]]+)\]\[[^\]]+\] GC\(\d+\) Pause (?P<what>.*?) (?P<ms>[\d.]+)ms$"
+    r"^\[(?P<time>[^\]]+)\]\[[^\]]+\] GC\(\d+\) (?:[YO]: )?Pause (?P<what>.*?) (?P<ms>[\d.]+)ms$"
 )
+"""A pause in a JVM's ``-Xlog:gc,gc+phases`` log with ``time,uptime`` decorators: G1's
+(``Pause Young ...``), ZGC's (``Pause Mark Start``) and generational ZGC's (``Y: Pause ...``)."""
 
 
-def gc_pauses(log: Path, lo: float, hi: float) -> list[float]:
-    """Pause durations (ms) in a JVM's GC log (``-Xlog:gc,gc+phases`` with ``time``, as the
-    stack's broker writes ``arfl.stack.config.KAFKA_GC_LOG``, and the files the JVM rotated it
-    to, ``<log>.<n>``) whose wall-clock time is in [lo, hi), in time order."""
+def gc_pauses(log: Path, lo: float, hi: float) -> list[float] | None:
+    """Durations (ms) of the pauses in a JVM's GC log (as the stack's broker writes
+    ``arfl.stack.config.KAFKA_GC_LOG``, and the files the JVM rotated it to, ``<log>.<n>``) that
+    overlap [lo, hi) in wall-clock time (a line's time is its pause's end), in time order; None
+    when there is no such log (another broker, or the log rotated away)."""
+    paths = [
+        p
+        for p in log.parent.glob(f"{log.name}*")
+        if re.fullmatch(rf"{re.escape(log.name)}(\.\d+)?", p.name)
+    ]
+    if not paths:
+        return None
     out: list[tuple[float, float]] = []
-    for path in sorted(log.parent.glob(f"{log.name}*")):
+    for path in paths:
         for line in path.read_text(errors="replace").splitlines():
             m = GC_LINE.match(line)
             if not m:
                 continue
-            t = dt.datetime.strptime(m["time"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
-            if lo <= t < hi:
-                out.append((t, float(m["ms"])))
+            end = dt.datetime.strptime(m["time"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+            ms = float(m["ms"])
+            if end > lo and end - ms / 1000 < hi:
+                out.append((end, ms))
     return [ms for _, ms in sorted(out)]

@@ -374,30 +374,47 @@ def test_gc_pauses_reads_g1_and_zgc_pauses_from_the_log_and_its_rotations(tmp_pa
     from _common import gc_pauses
 
     log = tmp_path / "kafka-gc.log"
+    assert gc_pauses(log, 0.0, 1e12) is None  # no log: nothing known, not "no pauses"
     (tmp_path / "kafka-gc.log.0").write_text(
         "[2026-12-06T04:02:33.758+0000][469.152s] GC(60) Pause Young (Normal) "
         "(G1 Evacuation Pause) 267M->101M(1024M) 81.339ms\n"
+    )
+    (tmp_path / "kafka-gc.log.bak").write_text(
+        "[2026-12-06T04:03:00.000+0000][1.0s] GC(1) Pause Young (Normal) 5M->1M(1024M) 50.0ms\n"
     )
     log.write_text(
         "[2026-12-06T04:05:05.538+0000][5.066s] GC(3) Pause Relocate Start 0.010ms\n"
         "[2026-12-06T04:05:05.614+0000][5.142s] GC(3) Concurrent Relocate 72.097ms\n"
         "[2026-12-06T04:05:05.614+0000][5.142s] GC(3) Garbage Collection (Warmup) 320M->192M\n"
+        "[2026-12-06T04:05:06.000+0000][5.5s] GC(4) Y: Pause Mark Start (Major) 0.020ms\n"
     )
-    t = datetime(2026, 12, 6, 4, 2, 33, 758000, tzinfo=UTC).timestamp()
-    assert gc_pauses(log, t, t + 1e4) == [81.339, 0.01]  # a concurrent phase is no pause
-    assert gc_pauses(log, t + 0.001, t + 1e4) == [0.01]
+    end = datetime(2026, 12, 6, 4, 2, 33, 758000, tzinfo=UTC).timestamp()
+    # A concurrent phase is no pause; another file beside the log is not its rotation.
+    assert gc_pauses(log, end - 1, end + 1e4) == [81.339, 0.01, 0.02]
+    # A line's time is the pause's end: a pause overlaps a window that ends during it ...
+    assert gc_pauses(log, end - 1, end - 0.05) == [81.339]
+    # ... and not one that starts after it ended.
+    assert gc_pauses(log, end + 0.001, end + 1e4) == [0.01, 0.02]
 
 
-def test_p_masked_names_a_broker_pause_only_after_the_replicas_own_causes() -> None:
+def test_p_masked_names_a_broker_pause_long_enough_to_break_the_bar_on_its_own() -> None:
     import p_masked
 
     row = {"outcome": "not masked", "verdict": "not masked: p99", "window_s": 6.6,
-           "caught_up_s": 1.6, "survivor_boundary_s": 54.8,
-           "broker_pauses_ms": [18.6, 13.6]}  # fmt: skip
+           "caught_up_s": 1.6, "survivor_boundary_s": 54.8, "held_to_ms": 14.3,
+           "steady_p50_ms": 6.5, "broker_pauses_ms": [18.6, 13.6]}  # fmt: skip
     assert p_masked.cause(row) == "broker pause"
-    assert p_masked.cause({**row, "broker_pauses_ms": [0.01, 9.9]}) == "p99"
+    # 13.6 ms lifts a 6.5-ms record past 14.3 ms; 7 ms does not, and against a 85-ms bar
+    # neither does 18.6 ms.
+    assert p_masked.cause({**row, "broker_pauses_ms": [13.6]}) == "broker pause"
+    assert p_masked.cause({**row, "broker_pauses_ms": [0.01, 7.0]}) == "p99"
+    assert p_masked.cause({**row, "held_to_ms": 85.0}) == "p99"
+    assert p_masked.cause({**row, "broker_pauses_ms": None}) == "p99"  # no GC log
+    # The replicas' own causes come first.
     assert p_masked.cause({**row, "survivor_boundary_s": 1.0}) == "survivor boundary"
+    assert p_masked.cause({**row, "caught_up_s": None}) == "not caught up"
     assert p_masked.cause({**row, "outcome": "masked"}) == ""
+    assert p_masked.longest_pause(row) == 18.6 and p_masked.longest_pause({}) is None
 
 
 def test_boundary_costs_splits_a_boundary_into_sparks_own_parts(tmp_path: Path) -> None:
