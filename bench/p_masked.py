@@ -28,11 +28,10 @@ survivor's boundary fell inside the impact window, before the faulted replica ca
 caught up** (it was not back within its allowance before the window's cap), **broker pause**
 (the embedded broker's GC log holds a pause inside the window long enough on its own to lift a
 record past the bar: at least the bar minus the steady p50; a stall on the one path every copy
-takes, which no replica covers), **gap** or **p99**
-(none of those: the output was slower than steady all the same, e.g. the host), or the outcome
-itself when it is not a verdict. Each row lists the broker's pauses in its window (none: no
-GC log of the broker, e.g. a Kafka arfl did not start). The table
-gives P(masked) per kind: masked runs ÷ runs whose fault took effect.
+takes, which no replica covers), **gap** or **p99** (none of those: the output was slower than
+steady all the same, e.g. the host), or the outcome itself when it is not a verdict. Each row
+lists the broker's pauses in its window (none: no GC log of the broker, e.g. a Kafka arfl did
+not start). The table gives P(masked) per kind: masked runs ÷ runs whose fault took effect.
 """
 
 from __future__ import annotations
