@@ -108,10 +108,10 @@ def test_valid_spec_says_what_it_asks_for(
     [note] = [line for line in lines if line.startswith("rtm.toml: note: ")]
     assert "local-cluster[1,1,1024] has 1 task slot" in note
     assert "warning" not in captured.err
-    # a window pipeline replays from the freshest replica's checkpoint after a restart
+    # a tumbling window on generated input starts at a recent window after a restart
     assert (
-        "rtm.toml: a restarted replica replays from the freshest committed checkpoint of any "
-        "replica, its own or a copy of another's (not only filter/select steps)" in lines
+        "rtm.toml: a restarted replica starts at a recent window's first events (a fresh "
+        "checkpoint, about a window replayed: replication.resume)" in lines
     )
 
 

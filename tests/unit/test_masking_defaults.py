@@ -11,6 +11,17 @@ from arfl.configs.masking import MASKING_INTERVAL_S, STATELESS_INTERVAL_S, chose
 from arfl.errors import ArflError
 
 WINDOW = {"window": {"size": "2s", "key": "user", "agg": {"n": "count(*)"}}}
+SLIDING = {"window": {"size": "2s", "slide": "1s", "key": "user", "agg": {"n": "count(*)"}}}
+LONG_WINDOW = {"window": {"size": "1m", "key": "user", "agg": {"n": "count(*)"}}}
+SKU_WINDOW = {
+    "window": {"size": "1s", "key": "sku", "watermark": "300ms", "agg": {"n": "count(*)"}}
+}
+DECLARED: dict[str, Any] = {
+    "source": {"key": "sku", "event_time": "event_ts"},
+    "workload": {
+        "fields": {"sku": {"kind": "key", "cardinality": 50}, "event_ts": {"kind": "event-time"}}
+    },
+}
 
 
 def _raw(**replication: Any) -> dict[str, Any]:
@@ -44,22 +55,36 @@ def test_an_active_realtime_spec_without_the_keys_gets_a_standby_and_a_long_inte
         ({"resume": "output"}, STATELESS_INTERVAL_S),
         # It replays from its own checkpoint: a longer interval lengthens the replay.
         ({"resume": "checkpoint"}, MASKING_INTERVAL_S),
-        # A window keeps state and replays from a peer's checkpoint.
-        ({"steps": [WINDOW]}, MASKING_INTERVAL_S),
-        ({"steps": [{"filter": "amount > 10"}, WINDOW]},
+        # One tumbling window on generated input resumes at a window's start: ~a window replayed.
+        ({"steps": [WINDOW]}, STATELESS_INTERVAL_S),
+        ({"steps": [{"filter": "amount > 10"}, WINDOW]}, STATELESS_INTERVAL_S),
+        ({"steps": [WINDOW], "resume": "window"}, STATELESS_INTERVAL_S),
+        # Any other window keeps state and replays from a peer's checkpoint.
+        ({"steps": [WINDOW], "resume": "peer"}, MASKING_INTERVAL_S),
+        ({"steps": [SLIDING]}, MASKING_INTERVAL_S),
+        ({"steps": [LONG_WINDOW]}, MASKING_INTERVAL_S),
+        # Declared fields: their event-time field, unless it lags the send time by a disorder.
+        ({"steps": [SKU_WINDOW], **DECLARED}, STATELESS_INTERVAL_S),
+        ({"steps": [SKU_WINDOW], **DECLARED, "workload": {**DECLARED["workload"],
+                                                          "disorder": "300ms"}},
          MASKING_INTERVAL_S),
     ],
 )  # fmt: skip
-def test_a_stateless_pipeline_gets_the_longer_interval(
+def test_a_pipeline_that_replays_little_gets_the_longer_interval(
     change: dict[str, Any], interval: float
 ) -> None:
-    raw = _raw(**{k: v for k, v in change.items() if k != "steps"})
+    raw = _raw(**{k: v for k, v in change.items() if k not in ("steps", "workload", "source")})
     if "steps" in change:
         raw["steps"] = change["steps"]
         raw["source"]["event_time"] = "ts"
+    raw["source"].update(change.get("source", {}))
+    raw["workload"].update(change.get("workload", {}))
     spec = parse_spec(raw)
     assert spec.replication.trigger_interval == interval
-    assert spec.resumes_from_output == (interval == STATELESS_INTERVAL_S)
+    fresh = spec.resumes_from_output or spec.resumes_from_window_start
+    assert fresh == (interval == STATELESS_INTERVAL_S)
+    assert not (spec.resumes_from_output and spec.resumes_from_window_start)
+    assert spec.resumes_from_peer == (spec.has_window and not fresh)
 
 
 def test_what_the_user_wrote_is_kept() -> None:
@@ -111,7 +136,7 @@ def test_nothing_is_chosen_outside_coordination_free_realtime(replication: dict[
     assert spec.replication.trigger_interval == 0.0
 
 
-@pytest.mark.parametrize("resume", [None, "auto", "output", "checkpoint", "peer"])
+@pytest.mark.parametrize("resume", [None, "auto", "output", "checkpoint", "peer", "window"])
 @pytest.mark.parametrize(
     "steps",
     [
@@ -119,6 +144,9 @@ def test_nothing_is_chosen_outside_coordination_free_realtime(replication: dict[
         [],
         [{"filter": "amount > 10"}, {"select": ["user", "amount", "ts"]}],
         [{"filter": "amount > 10"}, WINDOW],
+        [SLIDING],
+        [LONG_WINDOW],
+        [WINDOW, {"filter": "n > 1"}],
     ],
 )
 def test_the_raw_rule_agrees_with_the_parsed_spec(
@@ -135,9 +163,36 @@ def test_the_raw_rule_agrees_with_the_parsed_spec(
     try:
         spec = parse_spec(raw)
     except ArflError:
-        pytest.skip("a spec the rules refuse (resume = output on a stateful pipeline)")
-    want = STATELESS_INTERVAL_S if spec.resumes_from_output else MASKING_INTERVAL_S
+        pytest.skip("a spec the rules refuse (resume = output or window where it cannot be)")
+    fresh = spec.resumes_from_output or spec.resumes_from_window_start
+    want = STATELESS_INTERVAL_S if fresh else MASKING_INTERVAL_S
     assert spec.replication.trigger_interval == want
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"steps": [SLIDING]}, "a sliding window shares events"),
+        ({"steps": [LONG_WINDOW]}, "a window longer than 10 s"),
+        ({"steps": [WINDOW], "workload": {"late": 0.1}}, "workload.disorder or workload.late"),
+        ({"steps": [WINDOW], "source": {"event_time": "sent_ms"}}, "is not the generated"),
+        ({"steps": [{"filter": "amount > 10"}]}, "no single window step"),
+        ({"steps": [WINDOW], "mode": "active-leader"}, "'window' needs mode 'active'"),
+    ],
+)
+def test_a_window_start_that_cannot_be_placed_is_refused_with_its_reason(
+    change: dict[str, Any], says: str
+) -> None:
+    raw = _raw(resume="window")
+    raw["source"]["event_time"] = "ts"
+    raw["steps"] = change["steps"]
+    raw["source"].update(change.get("source", {}))
+    raw["workload"].update(change.get("workload", {}))
+    if "mode" in change:
+        raw["replication"]["mode"] = change["mode"]
+    with pytest.raises(ArflError) as e:
+        parse_spec(raw)
+    assert "replication.resume" in str(e.value) and says in str(e.value)
 
 
 def _kills(*at: str) -> list[dict[str, Any]]:

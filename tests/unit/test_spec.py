@@ -492,9 +492,17 @@ def test_resume_from_output_is_the_default_only_for_stateless_active_pipelines()
 
 def test_resume_from_a_peer_is_the_default_for_other_active_pipelines() -> None:
     active = {"mode": "active", "replicas": 2}
-    windowed = parse_spec(_with(replication=active, steps=[_WINDOW]))
+    # One tumbling window on generated input resumes at a window's start instead.
+    tumbling = parse_spec(_with(replication=active, steps=[_WINDOW]))
+    assert tumbling.resumes_from_window_start and not tumbling.resumes_from_peer
+    assert "a recent window's first events" in (tumbling.restart_plan or "")
+    sliding = {"window": {**_WINDOW["window"], "size": "2s", "slide": "1s"}}
+    windowed = parse_spec(_with(replication=active, steps=[sliding]))
     assert windowed.resumes_from_peer and not windowed.resumes_from_output
-    assert "freshest committed checkpoint of any replica" in (windowed.restart_plan or "")
+    assert not windowed.resumes_from_window_start
+    plan = windowed.restart_plan or ""
+    assert "freshest committed checkpoint of any replica" in plan
+    assert "a sliding window shares events with the windows before it" in plan
     # Asked for: also a stateless pipeline, which then does not resume from the output.
     peer = parse_spec(_with(replication=active | {"resume": "peer"}))
     assert peer.resumes_from_peer and not peer.resumes_from_output

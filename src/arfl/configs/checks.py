@@ -161,6 +161,8 @@ def _resume_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 "depend on their batch boundaries can start from another replica's checkpoint",
             )
         ]
+    if resume == "window":
+        return _window_resume_problems(raw, mode, takes)
     if resume != "output":
         return []
     out: list[tuple[str, str]] = []
@@ -185,6 +187,26 @@ def _resume_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 )
             )
     return out
+
+
+def _window_resume_problems(raw: dict[str, Any], mode: str, takes: str) -> list[tuple[str, str]]:
+    """``resume = "window"`` starts a fresh query at a window boundary: only sound where every
+    result is one tumbling window's and event times never go back
+    (:mod:`arfl.configs.window_start`)."""
+    if not MODES.info(mode).resumes_from_peers:
+        return [
+            (
+                "replication.resume",
+                f"'window' needs mode {takes}, not {mode!r}: only independent replicas reading "
+                "Spark's Kafka source can start at another position than their own",
+            )
+        ]
+    from arfl.configs.masking import window_start_problem
+
+    why = window_start_problem(raw)
+    if why is None:
+        return []
+    return [("replication.resume", f"'window' cannot be placed: {why}; leave it 'auto'")]
 
 
 def cross_checks(raw: dict[str, Any]) -> list[tuple[str, str]]:

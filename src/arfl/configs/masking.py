@@ -13,10 +13,12 @@ spec, the run directory's ``spec.json`` included, sees the same values):
   successor is warm only ~65-75 s later on a loaded host, so a spec whose kills come closer than
   :data:`STANDBY_READY_S` gets one spare per kill in such a stretch (:func:`standbys_needed`).
 * ``replication.trigger_interval``: a survivor's boundary then comes every 60 s (a stateless
-  pipeline) or 30 s (any other) instead of every 5 s. A stateless pipeline resumes at the output
-  frontier and replays nothing, so the longer interval costs it nothing and leaves fewer
-  boundaries for a catch-up to meet; a windowed one replays at most interval / R from a peer's
-  checkpoint, so its interval is the one its kills were measured masked at.
+  pipeline, or one tumbling window on generated input) or 30 s (any other) instead of every
+  5 s. A stateless pipeline resumes at the output frontier and replays nothing, a tumbling
+  window at a recent window's start (:mod:`arfl.configs.window_start`) and replays about a
+  window, so the longer interval costs them nothing and leaves fewer boundaries for a catch-up
+  to meet; any other replays at most interval / R from a peer's checkpoint, so its interval is
+  the one its kills were measured masked at.
 
 P(masked) with and without them: docs/benchmarks.md, "P(masked)".
 """
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from arfl.configs.realtime import REALTIME, RTM_MIN_BATCH_S
+from arfl.configs.window_start import window_start_blocker
 from arfl.registry import FAULTS, MODES
 from arfl.units import format_duration, parse_duration
 
@@ -42,9 +45,10 @@ MASKING_INTERVAL_S = 30.0
 the shortest it does not warn about: a survivor's boundary (~0.3-1.4 s of stall) then rarely
 falls inside a newcomer's catch-up (docs/benchmarks.md, "P(masked)")."""
 STATELESS_INTERVAL_S = 60.0
-"""The real-time interval arfl chooses for a stateless one that resumes at the output frontier:
-nothing is replayed, so only the share of each interval where a catch-up meets the survivor's
-boundary counts, and it halves against 30 s (no kill in twenty met it at 60 s, two did at 30 s:
+"""The real-time interval arfl chooses for a stateless one that resumes at the output frontier
+(and for one that resumes at a window's start, which replays about a window): nothing is
+replayed, so only the share of each interval where a catch-up meets the survivor's boundary
+counts, and it halves against 30 s (no kill in twenty met it at 60 s, two did at 30 s:
 docs/benchmarks.md, "P(masked)")."""
 
 
@@ -126,10 +130,13 @@ def chosen_defaults(raw: dict[str, Any]) -> list[Chosen]:
     out: list[Chosen] = []
     if "trigger_interval" not in repl:
         stateless = _resumes_from_output(raw)
-        interval = STATELESS_INTERVAL_S if stateless else MASKING_INTERVAL_S
+        at_window = not stateless and _resumes_from_window_start(raw)
+        interval = STATELESS_INTERVAL_S if stateless or at_window else MASKING_INTERVAL_S
         why = "a survivor's batch boundary rarely falls inside a killed replica's catch-up"
         if stateless:
             why += "; a stateless pipeline resumes at the output frontier and replays nothing"
+        elif at_window:
+            why += "; a restarted replica resumes at a recent window's start and replays ~a window"
         out.append(Chosen("replication.trigger_interval", f"{interval:g}s", why))
     if "standby" not in repl and _standby_allowed(raw):
         needed = standbys_needed(_kill_spans(raw))
@@ -173,6 +180,50 @@ def _resumes_from_output(raw: dict[str, Any]) -> bool:
     return all(len(k) == 1 and k <= {"filter", "select"} for k in kinds)
 
 
+def _resumes_from_window_start(raw: dict[str, Any]) -> bool:
+    """The raw spec's replicas resume at a window's start (what
+    :attr:`arfl.configs.spec.Spec.resumes_from_window_start` says of a parsed one)."""
+    repl = raw["replication"]
+    mode = repl.get("mode")
+    if not MODES.info(mode).resumes_from_peers or repl.get("resume", "auto") not in (
+        "auto",
+        "window",
+    ):
+        return False
+    return window_start_problem(raw) is None
+
+
+def window_start_problem(raw: dict[str, Any]) -> str | None:
+    """Why a raw spec's pipeline and input do not allow a resume at a window's start
+    (:func:`arfl.configs.window_start.window_start_blocker`); None when they do. A malformed
+    section is a reason too (its own problem is the one reported)."""
+    steps, source, workload = raw.get("steps", []), raw.get("source", {}), raw.get("workload", {})
+    if not (isinstance(steps, list) and isinstance(source, dict) and isinstance(workload, dict)):
+        return "a malformed section"
+    try:
+        kinds = [next(k for k, v in s.items() if v is not None) for s in steps]
+        windows = [s["window"] for s in steps if s.get("window") is not None]
+        window = windows[0] if len(windows) == 1 else {}
+        size = parse_duration(window["size"]) if "size" in window else None
+        slide = parse_duration(window["slide"]) if window.get("slide") is not None else None
+        fields = workload.get("fields") or {}
+        event_time = source.get("event_time")
+        decl = fields.get(event_time) if isinstance(event_time, str) else None
+        return window_start_blocker(
+            kinds,
+            size,
+            slide,
+            replayed=source.get("replay") is not None,
+            event_time=event_time,
+            event_time_kind=decl.get("kind") if isinstance(decl, dict) else None,
+            declared_fields=bool(fields),
+            disorder_s=parse_duration(workload.get("disorder", "0s")),
+            late=float(workload.get("late", 0)),
+        )
+    except (AttributeError, KeyError, StopIteration, TypeError, ValueError):
+        return "a malformed step, window or workload"
+
+
 def _standby_allowed(raw: dict[str, Any]) -> bool:
     """Whether ``replication.standby = 1`` would be accepted here (the spec's own standby rules,
     :func:`arfl.configs.checks.standby_problems`)."""
@@ -208,7 +259,8 @@ def masking_problems(spec: Spec, cores: int) -> list[str]:
             f"or space the kills {STANDBY_READY_S:g} s or more apart"
         )
     if interval < MASKING_INTERVAL_S and not spec.has_window:
-        chosen = STATELESS_INTERVAL_S if spec.resumes_from_output else MASKING_INTERVAL_S
+        fresh = spec.resumes_from_output or spec.resumes_from_window_start
+        chosen = STATELESS_INTERVAL_S if fresh else MASKING_INTERVAL_S
         out.append(
             f"replication.trigger_interval {format_duration(interval)}: a survivor's boundary "
             "comes that often and falls inside a newcomer's catch-up (1.5-4 s) most of the "

@@ -26,6 +26,7 @@ from arfl.configs.kafka_options import KafkaOptions, keeps_partition_order
 from arfl.configs.masking import MASKING_INTERVAL_S, MAX_STANDBY, STATELESS_INTERVAL_S
 from arfl.configs.realtime import RTM_MIN_BATCH_S
 from arfl.configs.replay import Replay
+from arfl.configs.window_start import window_start_blocker as _window_start_blocker
 from arfl.configs.workload import LingerDuration, Workload
 from arfl.params import Duration
 from arfl.registry import MODES, UnknownKind
@@ -353,12 +354,14 @@ class Replication(_Model):
     drift (for comparison)."""
     restart: bool = True
     """Restart a replica whose driver died (from its checkpoint where it has one)."""
-    resume: Literal["auto", "checkpoint", "output", "peer"] = Field(
+    resume: Literal["auto", "checkpoint", "output", "peer", "window"] = Field(
         "auto",
         description="Where a restarted replica starts reading: checkpoint = its own "
         "checkpoint; peer = the freshest committed checkpoint of any replica (active); output "
         "= a fresh checkpoint at the output frontier, no replay (active, filter/select steps); "
-        "auto = output where allowed, else peer in active, else checkpoint.",
+        "window = a fresh checkpoint at a recent window's first events (active, one tumbling "
+        "window on generated input); auto = output, else window where allowed, else peer in "
+        "active, else checkpoint.",
     )
     """Where a restarted replica starts reading. ``checkpoint``: from its own checkpoint (it
     replays what it read since its last batch end; the merger drops the copies). ``peer``: from
@@ -369,8 +372,11 @@ class Replication(_Model):
     fresh checkpoint at the input offsets below which every result is already delivered
     (:mod:`arfl.measure.frontier`), so it is caught up within about a second instead of
     replaying an interval: only ``active`` with a stateless pipeline (filter and select steps),
-    whose results depend on one record each. ``auto`` (default): ``output`` where allowed, else
-    ``peer`` for ``active``, else ``checkpoint`` (:attr:`Spec.resumes_from_output`,
+    whose results depend on one record each. ``window``: a fresh checkpoint at every partition's
+    first event of a recent window boundary (:mod:`arfl.configs.window_start`), replaying about a
+    window: only ``active`` with one tumbling window on generated input. ``auto`` (default):
+    ``output`` where allowed, else ``window``, else ``peer`` for ``active``, else ``checkpoint``
+    (:attr:`Spec.resumes_from_output`, :attr:`Spec.resumes_from_window_start`,
     :attr:`Spec.resumes_from_peer`)."""
     standby: int = Field(
         0,
@@ -685,14 +691,47 @@ class Spec(_Model):
         )
 
     @property
+    def window_start_blocker(self) -> str | None:
+        """Why a restarted replica cannot start at a window's start; None when it can
+        (:func:`arfl.configs.window_start.window_start_blocker`)."""
+        w = self.window
+        fields = self.workload.fields
+        decl = fields.get(self.source.event_time or "") if fields else None
+        return _window_start_blocker(
+            [s.kind for s in self.steps],
+            None if w is None else float(w.size),
+            None if w is None or w.slide is None else float(w.slide),
+            replayed=self.source.replay is not None,
+            event_time=self.source.event_time,
+            event_time_kind=None if decl is None else decl.kind,
+            declared_fields=bool(fields),
+            disorder_s=float(self.workload.disorder),
+            late=self.workload.late,
+        )
+
+    @property
+    def resumes_from_window_start(self) -> bool:
+        """A restarted replica starts at every partition's first event of a recent window
+        boundary (``replication.resume``): ``active`` with one tumbling window on generated
+        input (:attr:`window_start_blocker`), with ``auto`` or ``window``."""
+        return (
+            self.replication.resume in ("auto", "window")
+            and MODES.info(self.replication.mode).resumes_from_peers
+            and not self.resumes_from_output
+            and self.window_start_blocker is None
+        )
+
+    @property
     def resumes_from_peer(self) -> bool:
         """A restarted replica starts from the freshest committed checkpoint of any replica
-        (``replication.resume``): ``active`` when it does not resume from the output, unless
-        ``checkpoint``."""
+        (``replication.resume``): ``active`` when it resumes neither from the output nor at a
+        window's start, unless ``checkpoint``. A planned window start that cannot be placed
+        falls back to it (:mod:`arfl.orchestrate.resume`)."""
         return (
             self.replication.resume in ("auto", "peer")
             and MODES.info(self.replication.mode).resumes_from_peers
             and not self.resumes_from_output
+            and not self.resumes_from_window_start
         )
 
     @property
@@ -707,8 +746,17 @@ class Spec(_Model):
                 "a restarted replica starts at the output frontier (a fresh checkpoint, no "
                 "replay: replication.resume)"
             )
+        if self.resumes_from_window_start:
+            return (
+                "a restarted replica starts at a recent window's first events (a fresh "
+                "checkpoint, about a window replayed: replication.resume)"
+            )
         if self.resumes_from_peer:
-            why = "" if self.replication.resume == "peer" else " (not only filter/select steps)"
+            why = (
+                ""
+                if self.replication.resume == "peer"
+                else f" (not only filter/select steps, and {self.window_start_blocker})"
+            )
             return (
                 "a restarted replica replays from the freshest committed checkpoint of any "
                 f"replica, its own or a copy of another's{why}"
