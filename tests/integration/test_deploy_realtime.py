@@ -45,7 +45,7 @@ from arfl.errors import ArflError
 from arfl.orchestrate.deploy import DeployOptions, DeployResult, deploy
 from arfl.orchestrate.standbys import STANDBY_STOP_GRACE_S, YIELD_MAX_S
 from arfl.paths import state_dir
-from arfl.replica.standby import REHEARSAL_RECORDS
+from arfl.replica.standby import KAFKA_SOURCE_LOG, KAFKA_SOURCE_LOG_HEADER, REHEARSAL_RECORDS
 from arfl.replica.warmup import WARMUP_RECORDS, warmup_topic
 from arfl.report import build_report, verdicts
 from arfl.run.records import parse_result
@@ -287,6 +287,7 @@ def test_a_killed_windowed_replica_resumes_from_its_peers_fresher_checkpoint(
             "trigger": "realtime",
             "trigger_interval": f"{INTERVAL_S:g}s",
             "standby": 1,
+            "resume": "peer",
         },
         chaos=[{"at": "8s", "fault": "kill-replica", "replica": 0, "after_boundary": "1s"}],
     )
@@ -324,6 +325,80 @@ def test_a_killed_windowed_replica_resumes_from_its_peers_fresher_checkpoint(
     assert "take-over: pipeline built ahead, sink added in" in log, log
     # From that state its window updates are the survivor's: every id once in the output,
     # the final values the batch job's, both replicas' updates equal where both emitted them.
+    assert not journal_events(run, "replica-gave-up")
+    assert result.summary["divergent"] == 0
+    check_against_offline(stack, spec, result)
+    check = _check_ok(result)
+    assert check["final_values_wrong"] == 0 and check["final_values_checked"] == check["windows"]
+    _both_replicas_agree(stack, result)
+    caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
+    assert 0 in caught_up
+
+
+def test_a_killed_windowed_replica_resumes_at_a_recent_windows_first_events(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    """With the default ``resume``, a 1-s tumbling window on generated input: the standby taking
+    over starts a fresh query at a window boundary about a second behind the survivor, each
+    partition at its first event of that time (arfl.orchestrate.window_resume). It replays a
+    second or two of input instead of a checkpoint's interval / 2, and every window from the
+    boundary on is read whole: its updates are the survivor's, none diverges."""
+    spec = windowed_spec(
+        "rtm-win-start",
+        mode="active",
+        replicas=2,
+        duration="25s",
+        replication={
+            "trigger": "realtime",
+            "trigger_interval": f"{INTERVAL_S:g}s",
+            "standby": 1,
+        },
+        chaos=[{"at": "8s", "fault": "kill-replica", "replica": 0, "after_boundary": "1s"}],
+    )
+    assert spec.resumes_from_window_start and not spec.resumes_from_peer
+    result = deploy(spec, None, DeployOptions(runs_root=tmp_path))
+    run = result.run_dir
+    (restarted,) = journal_events(run, "replica-restarted")
+    assert restarted["replica"] == 0 and restarted["standby"] == 0, restarted
+    assert restarted["resume"] == "window", restarted
+    start_ms = restarted["window_start"]
+    assert start_ms % 1000 == 0, restarted
+    (killed,) = journal_events(run, "fault-injected")
+    # About a second (the margin) and less than a window behind the kill, not an interval.
+    assert 0 < killed["t"] * 1000 - start_ms < 3_000, (killed, restarted)
+    # A fresh checkpoint (a new query) whose Kafka source starts at the placed offsets (the
+    # source's initial-offsets log, where Spark reads them from), which are each partition's
+    # first event of the window boundary or later (the input read back).
+    fresh = run / "checkpoints" / "replica-0.1"
+    cfg = json.loads((run / "replicas" / "replica-0.json").read_text())
+    assert cfg["checkpoint_dir"] == str(fresh)
+    lines = read_jsonl(run / "progress" / "replica-0.jsonl")
+    queries = list(dict.fromkeys(p["id"] for p in lines))
+    assert len(queries) == 2, queries
+    [start] = journal_events(run, "starting-offsets")
+    topic = start["topic"]
+    seeded = (fresh / KAFKA_SOURCE_LOG / "0").read_bytes()
+    assert seeded.startswith(KAFKA_SOURCE_LOG_HEADER), seeded
+    placed = {p: int(o) for p, o in restarted["offsets"].items()}
+    assert json.loads(seeded[len(KAFKA_SOURCE_LOG_HEADER) :]) == {topic: placed}, seeded
+    msgs = read_to_end(
+        stack.kafka, topic, error=ArflError, missing_hint="-", unreachable_hint="-", timeout_s=30
+    )
+    for p, offset in restarted["offsets"].items():
+        run_events = {
+            m.offset(): json.loads(m.value())
+            for m in msgs
+            if m.partition() == int(p) and m.offset() >= start["offsets"][p]
+        }
+        assert run_events[offset]["ts"] >= start_ms > run_events[offset - 1]["ts"], (p, offset)
+        times = [e["ts"] for _, e in sorted(run_events.items()) if not e.get("eoi")]
+        assert times == sorted(times)  # the order the rule rests on
+    # The standby used the pipeline it built ahead, its first offsets seeded.
+    log = (run / "logs" / "standby-0.log").read_text()
+    assert "take-over: the query's first offsets written to" in log, log
+    assert "take-over: pipeline built ahead, sink added in" in log, log
+    # Its updates are the survivor's: every id once, the final values the batch job's, both
+    # replicas' updates equal where both emitted them.
     assert not journal_events(run, "replica-gave-up")
     assert result.summary["divergent"] == 0
     check_against_offline(stack, spec, result)

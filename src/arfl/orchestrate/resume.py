@@ -1,20 +1,23 @@
 """Where a restarted replica starts reading (``replication.resume``): its own checkpoint, a copy
-of the freshest committed checkpoint of any replica (``peer``), or a fresh checkpoint at the
-output frontier (``output``). The supervisor asks :func:`plan_resume` at every restart and
-applies the answer (:class:`Resume`); nothing here starts or stops a process."""
+of the freshest committed checkpoint of any replica (``peer``), a fresh checkpoint at the
+output frontier (``output``), or a fresh checkpoint at a recent window's first events
+(``window``, :mod:`.window_resume`; a peer's checkpoint where none can be placed). The
+supervisor asks :func:`plan_resume` at every restart and applies the answer (:class:`Resume`);
+nothing here starts or stops a process."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from arfl.configs.spec import Spec
 from arfl.measure import frontier as frontier_file
-from arfl.orchestrate import checkpoints
+from arfl.orchestrate import checkpoints, window_resume
+from arfl.run.rundir import RunPaths
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ def plan_resume(
     attempt: int,
     checkpoints_now: Mapping[int, Path],
     starting_offsets: str | None,
+    bootstrap: str | None = None,
+    place: Callable[..., window_resume.WindowStart | str] | None = None,
 ) -> Resume:
     """Where replica ``replica``'s attempt ``attempt`` starts reading.
 
@@ -70,8 +75,31 @@ def plan_resume(
         attempt: its new attempt's number (a fresh checkpoint is named after it).
         checkpoints_now: every replica's current checkpoint location.
         starting_offsets: deploy's explicit start offsets (``startingOffsets`` JSON), if any.
+        bootstrap: Kafka, to place a start at a window (:mod:`.window_resume`).
+        place: places a window start (a :class:`.window_resume.Placer`; None: a placer of its
+            own for this one restart).
     """
     fresh = run_dir / "checkpoints" / f"replica-{replica}.{attempt}"
+    if spec.resumes_from_window_start:
+        placer = None if place is not None or bootstrap is None else window_resume.Placer(bootstrap)
+        try:
+            placed = _at_window_start(
+                spec,
+                run_dir,
+                replica,
+                fresh,
+                starting_offsets,
+                bootstrap,
+                len(checkpoints_now),
+                place or placer or (lambda *_: "no Kafka to place it with"),
+            )
+        finally:
+            if placer is not None:
+                placer.close()
+        if isinstance(placed, Resume):
+            return placed
+        peer = _from_peer(replica, fresh, checkpoints_now)
+        return replace(peer, journal={**peer.journal, "why": f"no window start: {placed}"})
     if spec.resumes_from_peer:
         return _from_peer(replica, fresh, checkpoints_now)
     if not spec.resumes_from_output:
@@ -90,6 +118,53 @@ def plan_resume(
         checkpoint=fresh,
         start_offsets=json.dumps(offsets),
         journal={"resume": "output", "offsets": per_partition},
+    )
+
+
+def _at_window_start(
+    spec: Spec,
+    run_dir: Path,
+    replica: int,
+    fresh: Path,
+    starting_offsets: str | None,
+    bootstrap: str | None,
+    replicas: int,
+    place: Callable[..., window_resume.WindowStart | str],
+) -> Resume | str:
+    """A fresh checkpoint at a window boundary's first events (:mod:`.window_resume`), or why
+    none could be placed."""
+    window, event_time = spec.window, spec.source.event_time
+    if bootstrap is None or starting_offsets is None or window is None or event_time is None:
+        return "no Kafka or start offsets to place it with"
+    try:
+        [(topic, floors)] = json.loads(starting_offsets).items()
+        floor_at = {int(p): int(o) for p, o in floors.items()}
+    except (ValueError, AttributeError, TypeError):
+        return "deploy's start offsets are not explicit"
+    others = [r for r in range(replicas) if r != replica]
+    started = time.monotonic()
+    placed = place(
+        bootstrap,
+        topic,
+        floor_at,
+        event_time,
+        round(float(window.size) * 1000),
+        window_resume.newest_results(RunPaths(run_dir).monitor, others),
+    )
+    if isinstance(placed, str):
+        return placed
+    shutil.rmtree(fresh, ignore_errors=True)
+    offsets = {topic: {str(p): o for p, o in sorted(placed.offsets.items())}}
+    return Resume(
+        checkpoint=fresh,
+        start_offsets=json.dumps(offsets),
+        journal={
+            "resume": "window",
+            "window_start": placed.start_ms,
+            "offsets": offsets[topic],
+            "replay": {str(p): n for p, n in placed.replay.items()},
+            "place_s": round(time.monotonic() - started, 3),
+        },
     )
 
 

@@ -59,7 +59,7 @@ import psutil
 
 from arfl.configs.spec import Spec
 from arfl.errors import DeployError
-from arfl.orchestrate import failover
+from arfl.orchestrate import failover, window_resume
 from arfl.orchestrate.drivers import DriverLaunch, Drivers
 from arfl.orchestrate.interrupts import DeferredInterrupts
 from arfl.orchestrate.restarts import RestartPolicy
@@ -128,6 +128,10 @@ class ReplicaRunner:
         """Set when a driver exits: supervision looks at once, not at its next period (every
         millisecond before a standby takes over is one the survivors cover alone)."""
         self._deaths = ExitWatch(self._driver_pids, self._wake, self._stopping)
+        self._placer = (
+            window_resume.Placer(launch.bootstrap) if spec.resumes_from_window_start else None
+        )
+        """Places a restarted replica's start at a window (:mod:`.window_resume`)."""
         rdir = run_dir / "replicas"
         self._replicas = [
             ReplicaSlot(
@@ -174,6 +178,8 @@ class ReplicaRunner:
             rep.config_path.parent.mkdir(parents=True, exist_ok=True)
             self._spawn(rep)
         self.standbys.start_all()
+        if self._placer is not None:
+            self._placer.connect()
         self._thread = threading.Thread(target=self._supervise, name="arfl-replicas", daemon=True)
         self._thread.start()
         self._deaths.start()
@@ -301,6 +307,8 @@ class ReplicaRunner:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._placer is not None:
+            self._placer.close()
         with self._lock:
             live = [r for r in self._replicas if r.proc is not None]
             # SIGTERM every driver first, so that they shut down in parallel.
@@ -373,6 +381,8 @@ class ReplicaRunner:
             rep.attempt,
             {r.index: r.checkpoint or self.checkpoint_dir(r.index) for r in self._replicas},
             self.launch.mode_options.get(STARTING_OFFSETS),
+            self.launch.bootstrap,
+            self._placer,
         )
         if planned.checkpoint is not None:
             if planned.journal.get("resume") == "peer" and rep.checkpoint is not None:
