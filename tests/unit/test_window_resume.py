@@ -172,13 +172,12 @@ def test_plan_resume_starts_a_fresh_checkpoint_at_the_placed_offsets(tmp_path: P
 
     start = json.dumps({"in": {"0": 3, "1": 4}})
     own = {0: tmp_path / "c0", 1: tmp_path / "c1"}
-    got = plan_resume(spec, tmp_path, 0, 2, own, start, "127.0.0.1:9092", fake_place)
+    got = plan_resume(spec, tmp_path, 0, 2, own, start, fake_place)
     assert got.checkpoint == tmp_path / "checkpoints" / "replica-0.2"
     assert json.loads(got.start_offsets or "") == {"in": {"0": 10, "1": 20}}
     assert got.journal["resume"] == "window" and got.journal["window_start"] == T0
-    [(bootstrap, topic, floors, field, size_ms, others)] = asked
-    assert (bootstrap, topic, floors, field, size_ms) == (
-        "127.0.0.1:9092",
+    [(topic, floors, field, size_ms, others)] = asked
+    assert (topic, floors, field, size_ms) == (
         "in",
         {0: 3, 1: 4},
         "ts",
@@ -191,7 +190,7 @@ def test_plan_resume_falls_back_to_a_peers_checkpoint_with_the_reason(tmp_path: 
     spec = _spec()
     own = {0: tmp_path / "c0", 1: tmp_path / "c1"}
     got = plan_resume(
-        spec, tmp_path, 0, 2, own, json.dumps({"in": {"0": 0}}), "b:1", lambda *a: "no reason"
+        spec, tmp_path, 0, 2, own, json.dumps({"in": {"0": 0}}), lambda *a: "no reason"
     )
     assert got.journal["resume"] in ("peer", "checkpoint")
     assert got.journal["why"] == "no window start: no reason"
@@ -204,5 +203,5 @@ def test_a_window_resume_needs_kafka_and_explicit_offsets(tmp_path: Path) -> Non
     def never(*a: Any) -> str:
         raise AssertionError("not asked")
 
-    got = plan_resume(_spec(), tmp_path, 0, 2, own, None, "b:1", never)
+    got = plan_resume(_spec(), tmp_path, 0, 2, own, None, never)
     assert "no Kafka or start offsets" in str(got.journal["why"])

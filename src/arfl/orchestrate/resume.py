@@ -63,7 +63,6 @@ def plan_resume(
     attempt: int,
     checkpoints_now: Mapping[int, Path],
     starting_offsets: str | None,
-    bootstrap: str | None = None,
     place: Callable[..., window_resume.WindowStart | str] | None = None,
 ) -> Resume:
     """Where replica ``replica``'s attempt ``attempt`` starts reading.
@@ -75,27 +74,14 @@ def plan_resume(
         attempt: its new attempt's number (a fresh checkpoint is named after it).
         checkpoints_now: every replica's current checkpoint location.
         starting_offsets: deploy's explicit start offsets (``startingOffsets`` JSON), if any.
-        bootstrap: Kafka, to place a start at a window (:mod:`.window_resume`).
-        place: places a window start (a :class:`.window_resume.Placer`; None: a placer of its
-            own for this one restart).
+        place: places a start at a window (the supervisor's :class:`.window_resume.Placer`;
+            None: no Kafka to place it with).
     """
     fresh = run_dir / "checkpoints" / f"replica-{replica}.{attempt}"
     if spec.resumes_from_window_start:
-        placer = None if place is not None or bootstrap is None else window_resume.Placer(bootstrap)
-        try:
-            placed = _at_window_start(
-                spec,
-                run_dir,
-                replica,
-                fresh,
-                starting_offsets,
-                bootstrap,
-                len(checkpoints_now),
-                place or placer or (lambda *_: "no Kafka to place it with"),
-            )
-        finally:
-            if placer is not None:
-                placer.close()
+        placed = _at_window_start(
+            spec, run_dir, replica, fresh, starting_offsets, len(checkpoints_now), place
+        )
         if isinstance(placed, Resume):
             return placed
         peer = _from_peer(replica, fresh, checkpoints_now)
@@ -127,14 +113,13 @@ def _at_window_start(
     replica: int,
     fresh: Path,
     starting_offsets: str | None,
-    bootstrap: str | None,
     replicas: int,
-    place: Callable[..., window_resume.WindowStart | str],
+    place: Callable[..., window_resume.WindowStart | str] | None,
 ) -> Resume | str:
     """A fresh checkpoint at a window boundary's first events (:mod:`.window_resume`), or why
     none could be placed."""
     window, event_time = spec.window, spec.source.event_time
-    if bootstrap is None or starting_offsets is None or window is None or event_time is None:
+    if place is None or starting_offsets is None or window is None or event_time is None:
         return "no Kafka or start offsets to place it with"
     try:
         [(topic, floors)] = json.loads(starting_offsets).items()
@@ -144,7 +129,6 @@ def _at_window_start(
     others = [r for r in range(replicas) if r != replica]
     started = time.monotonic()
     placed = place(
-        bootstrap,
         topic,
         floor_at,
         event_time,

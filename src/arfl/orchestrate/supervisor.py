@@ -381,7 +381,6 @@ class ReplicaRunner:
             rep.attempt,
             {r.index: r.checkpoint or self.checkpoint_dir(r.index) for r in self._replicas},
             self.launch.mode_options.get(STARTING_OFFSETS),
-            self.launch.bootstrap,
             self._placer,
         )
         if planned.checkpoint is not None:

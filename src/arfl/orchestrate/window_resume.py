@@ -35,6 +35,9 @@ TIMESTAMP_SLACK_MS = 1_000
 at the send) is at or after its event time, give or take the clocks' milliseconds."""
 PLACE_TIMEOUT_S = 2.0
 """How long placing may take in all: the standby waits for it."""
+INPUT_ENDED = "the input has ended"
+"""What :func:`_event_time` says of an end-of-input marker (a day past the last event: at or
+after any start)."""
 POLL_S = 0.01
 """One poll of the scan: what arrived by then is read, and the scan goes on."""
 MAX_BEHIND_MARGINS = 3
@@ -86,7 +89,7 @@ def _event_time(value: bytes | None, field: str) -> int | str:
     if not isinstance(event, dict):
         return "an input record is not a JSON object"
     if event.get(END_OF_INPUT_FIELD) is True:
-        return "the input has ended"
+        return INPUT_ENDED
     et = event.get(field)
     if isinstance(et, bool) or not isinstance(et, (int, float)):
         return f"an input record has no numeric {field!r}"
@@ -119,10 +122,10 @@ def _first_at_or_after(
                 if msg.error() is not None or p not in todo:
                     continue
                 et = _event_time(msg.value(), field)
-                if isinstance(et, str) and et != "the input has ended":
+                if isinstance(et, str) and et != INPUT_ENDED:
                     return et
                 # An end-of-input marker lies a day past the last event: at or after any start.
-                if et == "the input has ended" or (isinstance(et, int) and et >= start_ms):
+                if et == INPUT_ENDED or (isinstance(et, int) and et >= start_ms):
                     found[p] = msg.offset()
                     del todo[p]
                 elif msg.offset() + 1 >= todo[p][1]:
@@ -209,14 +212,13 @@ class Placer:
 
     def __call__(
         self,
-        bootstrap: str,
         topic: str,
         floors: Mapping[int, int],
         field: str,
         size_ms: int,
         others_newest: Mapping[int, int | None],
     ) -> WindowStart | str:
-        """:func:`place` (``bootstrap`` is the placer's own)."""
+        """:func:`place` over the placer's consumer."""
         self.connect()
         return place(self._consumer, topic, floors, field, size_ms, others_newest)
 
