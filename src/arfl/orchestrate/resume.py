@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -63,7 +63,7 @@ def plan_resume(
     attempt: int,
     checkpoints_now: Mapping[int, Path],
     starting_offsets: str | None,
-    place: Callable[..., window_resume.WindowStart | str] | None = None,
+    place: window_resume.PlaceStart | None = None,
 ) -> Resume:
     """Where replica ``replica``'s attempt ``attempt`` starts reading.
 
@@ -114,7 +114,7 @@ def _at_window_start(
     fresh: Path,
     starting_offsets: str | None,
     replicas: int,
-    place: Callable[..., window_resume.WindowStart | str] | None,
+    place: window_resume.PlaceStart | None,
 ) -> Resume | str:
     """A fresh checkpoint at a window boundary's first events (:mod:`.window_resume`), or why
     none could be placed."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,6 +186,13 @@ def place(
     if isinstance(offsets, str):
         return offsets
     return WindowStart(start, offsets, {p: ends[p][1] - o for p, o in sorted(offsets.items())})
+
+
+PlaceStart = Callable[
+    [str, Mapping[int, int], str, int, Mapping[int, int | None]], "WindowStart | str"
+]
+"""Places a window start: ``(topic, floors, field, size_ms, others_newest)`` -> a
+:class:`WindowStart` or why not (:class:`Placer`, over its consumer)."""
 
 
 class Placer:
