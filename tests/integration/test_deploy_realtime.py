@@ -477,13 +477,14 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     stateless pipeline: no replay of what the survivor delivered), and the report judges the
     kill masked: the killed driver died, and the output was as good as in the steady state.
     The kill falls at a moment taken from the clock, anywhere from 16 to 22 s of the input
-    (at least 5 s of steady state after the 8-s warm-up, the verdict's minimum):
-    before the survivor's first boundary (~30 s of the input at the 60-s interval, the stagger
-    putting replica 1's at ~60 s) by more than a catch-up (1.3-3 s), where a take-over at the
-    output frontier is masked (the last seconds before a survivor's boundary are P(masked)'s
-    to measure: bench/p_masked.py). Held to 2 x the steady state (``report.tolerance``): a
-    take-over's load moved the window's p99 by 1.1-1.3 x on this host, a survivor's stall or
-    an outage by 10 x and more."""
+    (at least 5 s of steady state after the 8-s warm-up, the verdict's minimum). Where the
+    survivor's boundaries fall in the input depends on how long the standby took to be ready
+    (the queries start before it; CI: one at 16.9 s): a survivor's boundary stall while the
+    newcomer catches up is not masked with R=2 (its share is P(masked)'s to measure:
+    bench/p_masked.py), so there the test accepts either verdict and says so; anywhere else the
+    kill is masked. Held to 2 x the steady state (``report.tolerance``): a take-over's load moved
+    the window's p99 by 1.1-1.3 x on this host, a survivor's stall or an outage by 10 x and
+    more."""
     at = round(16.0 + time.time() % 6.0, 1)
     print(f"kill-replica at {at}s of the input (from the clock)")
     spec = realtime_spec(
@@ -598,14 +599,6 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     # (the merger reads a record a little after the broker stamped it), both with the floor.
     report = build_report(run)
     (kill,) = report.faults
-    # Masked; or, where the host's wall clock moved too much for the p99 to be judged
-    # against its bar (CI: 40 ms in the window, 65 ms in the steady phase), the p99 within
-    # the bar all the same.
-    if kill.verdict.startswith("unjudged: the wall clock moved"):
-        bar = None if kill.steady_p99_ms is None else report.tolerance * kill.steady_p99_ms
-        assert kill.p99_ms is not None and bar is not None and kill.p99_ms <= bar, kill.verdict
-    else:
-        assert kill.outcome == "masked" and kill.masked is True, kill.verdict
     assert kill.effect_seen and "replica 1" in (kill.effect or ""), kill.effect
     assert kill.healthy_s is not None and kill.at_s is not None, kill
     healthy, until = kill_at + kill.healthy_s, kill_at + report.overall.end_s - kill.at_s
@@ -617,6 +610,22 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     )
     assert by_merger is not None and by_topics is not None, (by_merger, by_topics, kill)
     assert abs(by_merger - by_topics) <= 1.001, (by_merger - kill_at, by_topics - kill_at)
+    # The survivor's boundaries (its batches' starts, Spark's progress) from one stall before the
+    # kill (commit, plan, launch: up to 1.4 s) to 2 s after the newcomer caught up (alone, the
+    # just-caught-up newcomer's p99 was 177-219 ms in bench/p_masked.py's misses).
+    alone = [b - kill_at for b in _batch_starts(run, 0) if kill_at - 1.5 <= b <= by_merger + 2.0]
+    print(f"{kill.verdict}; survivor boundaries in the catch-up (s after the kill): {alone}")
+    # Masked; or, where the host's wall clock moved too much for the p99 to be judged
+    # against its bar (CI: 40 ms in the window, 65 ms in the steady phase), the p99 within
+    # the bar all the same; or either verdict where the survivor hit a boundary alone.
+    if alone:
+        moved = kill.verdict.startswith("unjudged: the wall clock moved")
+        assert kill.outcome in {"masked", "not masked"} or moved, kill.verdict
+    elif kill.verdict.startswith("unjudged: the wall clock moved"):
+        bar = None if kill.steady_p99_ms is None else report.tolerance * kill.steady_p99_ms
+        assert kill.p99_ms is not None and bar is not None and kill.p99_ms <= bar, kill.verdict
+    else:
+        assert kill.outcome == "masked" and kill.masked is True, kill.verdict
 
 
 def test_the_same_kill_of_a_lone_replica_is_not_masked(stack: StackInfo, tmp_path: Path) -> None:
