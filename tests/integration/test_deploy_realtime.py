@@ -83,10 +83,27 @@ def _check_ok(result: DeployResult) -> dict[str, Any]:
     return check
 
 
-def _both_replicas_agree(info: StackInfo, result: DeployResult) -> None:
-    a, b = ({rid: cs[0].hash for rid, cs in o.items()} for o in replica_outputs(info, result))
-    assert set(a) == set(b), (sorted(set(a) - set(b))[:3], sorted(set(b) - set(a))[:3])
-    assert not [rid for rid in a if a[rid] != b[rid]]
+def _both_replicas_agree(
+    info: StackInfo, result: DeployResult, resumed_ahead: tuple[int, float] | None = None
+) -> None:
+    """Both replica topics hold the same updates, equal. ``resumed_ahead`` = (replica, cut):
+    that replica was killed and resumed ahead of where it had read (a peer's checkpoint, a
+    window's start), so its topic may lack updates of records it had not read when killed (it
+    can be seconds behind: a first real-time batch that began before the load reads little,
+    ``deploy._wait_first_batches``): those are the other's alone, in windows that began before
+    ``cut`` (epoch s; 1 s of slack for the event time's skew)."""
+    outs = [{rid: cs[0].hash for rid, cs in o.items()} for o in replica_outputs(info, result)]
+    a, b = outs
+    assert not [rid for rid in set(a) & set(b) if a[rid] != b[rid]]
+    if resumed_ahead is None:
+        assert set(a) == set(b), (sorted(set(a) - set(b))[:3], sorted(set(b) - set(a))[:3])
+        return
+    killed, cut = resumed_ahead
+    mine, other = outs[killed], outs[1 - killed]
+    assert set(mine) <= set(other), sorted(set(mine) - set(other))[:3]
+    lacking = sorted(set(other) - set(mine))
+    print(f"replica {killed}'s topic lacks {len(lacking)} updates of what it had not read")
+    assert all(int(rid.split("-", 1)[0]) / 1000 < cut + 1.0 for rid in lacking), lacking[-3:]
 
 
 def _resumed_at_the_frontier(
@@ -322,7 +339,7 @@ def test_a_killed_windowed_replica_resumes_from_its_peers_fresher_checkpoint(
     check_against_offline(stack, spec, result)
     check = _check_ok(result)
     assert check["final_values_wrong"] == 0 and check["final_values_checked"] == check["windows"]
-    _both_replicas_agree(stack, result)
+    _both_replicas_agree(stack, result, resumed_ahead=(0, float(aligned["boundary"])))
     caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
     assert 0 in caught_up
 
@@ -399,7 +416,7 @@ def test_a_killed_windowed_replica_resumes_at_a_recent_windows_first_events(
     check_against_offline(stack, spec, result)
     check = _check_ok(result)
     assert check["final_values_wrong"] == 0 and check["final_values_checked"] == check["windows"]
-    _both_replicas_agree(stack, result)
+    _both_replicas_agree(stack, result, resumed_ahead=(0, start_ms / 1000))
     caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
     assert 0 in caught_up
 
@@ -503,8 +520,8 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     (ready,) = [e for e in journal_events(run, "standby-ready") if e["standby"] == 0]
     assert ready["pid"] == started["pid"]
     assert journal_events(run, "standbys-ready"), "the load started before the standby was up"
-    if os.geteuid() == 0:
-        assert started["nice"] == 19
+    if os.geteuid() == 0:  # full priority until ready (before the load), then 19
+        assert started["nice"] == 0 and ready["nice"] == 19, (started, ready)
     restarted = _taken_over_at_the_frontier(stack, spec, result, 1)
     assert restarted["pid"] == started["pid"]
     took = [e for e in journal_events(run, "replica-started") if e.get("standby") == 0]
