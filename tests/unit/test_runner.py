@@ -658,51 +658,6 @@ def test_without_a_ready_standby_a_new_driver_is_started(tmp_path: Path) -> None
     )
 
 
-@pytest.mark.needs_root(reason="lowering a niceness needs root")
-def test_a_standby_has_full_priority_until_it_is_ready_or_the_load_starts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Before the load nothing is measured: a standby starts at the replicas' niceness and is
-    niced (its whole tree) once ready, or when the load starts if it is still starting then; a
-    standby started after that (a successor) is niced from its start."""
-    monkeypatch.setattr("arfl.orchestrate.standbys.STANDBY_RESPAWN_DELAY_S", 0.2)
-    never_ready = [sys.executable, "-c", "import time; time.sleep(600)"]
-    own = os.nice(0)
-    r = _runner(_standby_spec(), tmp_path, _with_standby(tmp_path, never_ready))
-    r.start()
-    try:
-        r.wait_ready(timeout_s=20)
-        (waiting,) = r.standby_states()
-        time.sleep(0.3)
-        assert not waiting.ready and _nice(waiting.pid) == own
-        r.calm_standbys()
-        assert _nice(waiting.pid) == 19
-        (started,) = _events(r.paths.root, "standby-started")
-        assert started["nice"] == 0
-    finally:
-        r.stop()
-    # A standby that becomes ready before the load: niced at ready, its "executor" too.
-    r = _runner(_standby_spec(), tmp_path / "b", _fake_standby(tmp_path))
-    r.start()
-    try:
-        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
-        (sb,) = r.standby_states()
-        assert _nice(sb.pid) == 19
-        assert {_nice(c.pid) for c in psutil.Process(sb.pid).children(recursive=True)} == {19}
-        (ready,) = _events(r.paths.root, "standby-ready")
-        assert ready["nice"] == 19 and _events(r.paths.root, "standby-started")[0]["nice"] == 0
-        # The load starts; the successor after a take-over is niced from its start.
-        r.calm_standbys()
-        r.kill(0)
-        _wait(lambda: [s.standby for s in r.standby_states()] == [1])
-        started = _events(r.paths.root, "standby-started")
-        assert [e["nice"] for e in started] == [0, 19], started
-        (successor,) = r.standby_states()
-        assert _nice(successor.pid) == 19
-    finally:
-        r.stop()
-
-
 def test_a_standby_is_not_niced_where_its_niceness_could_not_be_undone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

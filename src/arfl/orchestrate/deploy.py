@@ -301,8 +301,6 @@ class Deployment:
         """The injector, on its fixed-rate schedule; the workload clock starts here. With
         ``[source.replay]`` the replayer instead (it writes the injector's streams)."""
         self.phase = "starting the input"
-        if self.runner is not None:
-            self.runner.calm_standbys()
         if self.ctx.spec.source.replay is not None:
             self._start_replay()
             return

@@ -2,10 +2,7 @@
 up and its executors warm, waiting to take a dead replica over.
 
 Each standby starts its Spark session, warms its executors up and (real-time) rehearses the
-pipeline, then waits at niceness :data:`STANDBY_NICE` (the replicas keep the CPU). One started
-before the load gets a full share until it is ready or the load starts (:meth:`StandbyPool.calm`),
-whichever comes first: nothing is measured yet, and at 19 beside the replicas' own start it got
-the CPU only once they were up, which held the load back. A replica to
+pipeline at niceness :data:`STANDBY_NICE` (the replicas keep the CPU), then waits. A replica to
 restart is given a ready standby if there is one: its niceness goes back to 0 (at once, or once
 it caught up but after :data:`YIELD_MAX_S` at most: ``standby_yield``, only for a replica
 resuming at the output frontier: one that replays from a checkpoint covers no one until it is
@@ -82,9 +79,6 @@ class _Standby:
         self.spawn_at: float | None = 0.0
         """When to start the next standby here (None: not any more)."""
         self.niced = False
-        """Its threads are at :data:`STANDBY_NICE`."""
-        self.may_nice = False
-        """It may be niced: a local process whose niceness arfl can lower back at a take-over."""
 
 
 class StandbyPool:
@@ -112,8 +106,6 @@ class StandbyPool:
         at each spawn (a skewed key's distribution can take seconds to build)."""
         self._monitor: MonitorTail | None = None
         """The merger's monitor, tailed from the last take-over by a yielding standby on."""
-        self._calm = False
-        """The load started (:meth:`calm`): every standby waits, and starts, at niceness 19."""
 
     # --- what the supervisor asks ----------------------------------------------------
 
@@ -144,18 +136,6 @@ class StandbyPool:
         """Start a standby in every slot."""
         for sb in self._slots:
             self._start(sb)
-
-    def calm(self) -> None:
-        """The load starts: every standby still starting gets niceness :data:`STANDBY_NICE`
-        now, and any started later gets it from its start (a successor after a take-over)."""
-        self._calm = True
-        for sb in self._slots:
-            self._nice(sb)
-
-    def _nice(self, sb: _Standby) -> None:
-        """Nice standby ``sb``'s whole tree (its threads, its executors), once."""
-        if sb.proc is not None and sb.may_nice and not sb.niced:
-            sb.niced = set_nice(process_tree(sb.proc.pid), STANDBY_NICE)
 
     def check_all(self, stopping: threading.Event) -> None:
         """One look at every slot: journal readiness and deaths, start what is due (until
@@ -208,17 +188,16 @@ class StandbyPool:
         proc = self.drivers.start(f"standby-{sid}", STANDBY, config, log)
         sb.sid, sb.proc, sb.ready, sb.spawn_at = sid, proc, False, None
         sb.spawned_at = time.time()
+        # Before the interpreter starts its JVM: every process and thread after inherits it.
         # Only where it can be undone at the take-over (else the replica would stay niced).
         # Not a container's launcher: the container's processes are not its descendants; the
         # container is created with a low CPU weight instead (targets.docker.STANDBY_CPU_SHARES).
-        # Once the load runs, before the interpreter starts its JVM: every process and thread
-        # after inherits it; before, at ready or at the load's start (_nice: its whole tree).
         p = same_process(proc.pid, None)
         local = self.drivers.launch.promote is None
-        sb.may_nice = local and p is not None and can_unnice()
-        sb.niced = sb.may_nice and self._calm and p is not None and set_nice([p], STANDBY_NICE)
+        niced = local and p is not None and can_unnice() and set_nice([p], STANDBY_NICE)
+        sb.niced = niced
         self.journal.write(
-            Event.STANDBY_STARTED, standby=sid, pid=proc.pid, nice=STANDBY_NICE if sb.niced else 0,
+            Event.STANDBY_STARTED, standby=sid, pid=proc.pid, nice=STANDBY_NICE if niced else 0,
             cpu_shares=None if local else STANDBY_CPU_SHARES,
         )  # fmt: skip
 
@@ -265,13 +244,11 @@ class StandbyPool:
             if isinstance(info, dict) and info.get("ready"):
                 sb.ready = True
                 self._failures = 0
-                self._nice(sb)
                 self.journal.write(
                     Event.STANDBY_READY,
                     standby=sb.sid,
                     pid=sb.proc.pid,
                     startup_s=round(now - sb.spawned_at, 3),
-                    nice=STANDBY_NICE if sb.niced else 0,
                 )
 
     # --- take-over -----------------------------------------------------------------

@@ -213,11 +213,6 @@ class ReplicaRunner:
         """False once standbys were given up (none will come)."""
         return self.standbys.wanted()
 
-    def calm_standbys(self) -> None:
-        """The load starts: standbys wait (and start, from now on) at low priority."""
-        with self._lock:
-            self.standbys.calm()
-
     def wait_standbys(self, timeout_s: float) -> bool:
         """Block until every standby slot holds a ready standby (True), or until the timeout
         or until standbys were given up (False)."""

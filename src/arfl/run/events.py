@@ -139,7 +139,7 @@ class Event(StrEnum):
     STANDBY_PROMOTED = "standby-promoted"
     """Fields: after_s, replica, standby. Written by orchestrate/standbys.py."""
     STANDBY_READY = "standby-ready"
-    """Fields: nice, pid, standby, startup_s. Written by orchestrate/standbys.py."""
+    """Fields: pid, standby, startup_s. Written by orchestrate/standbys.py."""
     STANDBY_STARTED = "standby-started"
     """Fields: cpu_shares, nice, pid, standby. Written by orchestrate/standbys.py."""
     STANDBY_STOPPED = "standby-stopped"
