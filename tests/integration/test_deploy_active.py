@@ -22,11 +22,11 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from deploy_checks import (
     batch_drops,
+    both_replicas_agree,
     check_against_offline,
     check_run_dir,
     final_output,
     journal_events,
-    replica_outputs,
     windowed_spec,
 )
 
@@ -47,23 +47,6 @@ ACTIVE = ["active-leader", "active-leaderless"]
 
 def _events(result: DeployResult, name: str) -> list[dict[str, Any]]:
     return journal_events(result.run_dir, name)
-
-
-def _both_replicas_agree(info: StackInfo, result: DeployResult) -> None:
-    """Every result id of each replica is in the other's output, with the same hash."""
-    outs = replica_outputs(info, result)
-    assert len(outs) == 2
-    a, b = ({rid: copies[0].hash for rid, copies in o.items()} for o in outs)
-    only_a, only_b = set(a) - set(b), set(b) - set(a)
-    assert not only_a and not only_b, (
-        f"results emitted by one replica only: r0 {sorted(only_a)[:3]}, r1 {sorted(only_b)[:3]}"
-    )
-    differ = [rid for rid in a if a[rid] != b[rid]]
-    assert not differ, f"replicas disagree on {differ[:5]}"
-    # A replica never changes its mind either (re-emitted copies after a restart are equal).
-    for out in outs:
-        for rid, copies in out.items():
-            assert len({c.hash for c in copies}) == 1, rid
 
 
 def agreed_positions(run: Path, replica: int) -> dict[str, int | None]:
@@ -242,7 +225,7 @@ def test_executor_and_driver_killed_output_complete_and_replica_rejoins(
     # job keeps every out-of-order row: no recomputation for the disordered run).
     if not disorder:
         check_against_offline(stack, spec, result)
-    _both_replicas_agree(stack, result)
+    both_replicas_agree(stack, result)
     assert s["duplicates_dropped"] >= s["results"]
     # Each kept result was one replica's win; the other copies were dropped.
     wins = {int(r): v["wins"] for r, v in s["merger"]["replicas"].items()}
@@ -428,7 +411,7 @@ def test_per_record_leaderless_defaults_replica_killed_output_complete(
     assert restarted and caught_up and s["replica_restarts"] == 1, (restarted, caught_up)
     assert s["divergent"] == 0
     check_against_offline(stack, spec, result)  # nothing lost, nothing twice
-    _both_replicas_agree(stack, result)
+    both_replicas_agree(stack, result)
     check = json.loads((result.run_dir / "check.json").read_text())
     assert (check["missing"], check["duplicates"]) == (0, 0), check  # the independent check
     # The report judges the merger's kill like any other fault.
