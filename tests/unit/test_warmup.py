@@ -113,7 +113,7 @@ def _rehearse(
         def start(self) -> _FakeQuery:
             return spark.query
 
-    def fake_feed(spark: Any, spec: Any, bootstrap: str, topic: str, events: Any) -> int:
+    def fake_feed(spec: Any, bootstrap: str, topic: str, events: Any) -> int:
         if feed_fails:
             raise RuntimeError("no broker")
         seen.update(fed=topic, bootstrap=bootstrap, events=events)
@@ -132,7 +132,9 @@ def _rehearse(
             seen["closed"] += 1
 
     monkeypatch.setattr(standby, "kafka_source", fake_source)
-    monkeypatch.setattr(standby, "query_writer", lambda *a, **k: _Writer())
+    monkeypatch.setattr(
+        standby, "query_writer", lambda _raw, spec, *a, **k: seen.update(spec=spec) or _Writer()
+    )
     monkeypatch.setattr(standby, "_write_rehearsal_input", fake_feed)
     monkeypatch.setattr(standby, "EndOffsetProbe", _Probe)
     monkeypatch.setattr(standby, "ensure_topic", lambda *a: seen.update(ensured=a))
@@ -184,6 +186,8 @@ def test_a_rehearsal_runs_its_own_input_records_through_until_a_result(
     err = capsys.readouterr().err
     assert "rehearsed the pipeline in" in err and "200 input records, first result" in err, err
     assert "104 results" in err, err
+    # its query's batch is long (the spec's 5-s interval would end before cold tasks start)
+    assert seen["spec"].replication.trigger_interval == standby.REHEARSAL_BATCH_S
 
 
 def test_a_rehearsal_whose_records_gave_no_result_says_so(
@@ -344,34 +348,47 @@ def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
         standby, "ensure_topic", lambda b, t, n, **kw: made.update(topic=(b, t, n, kw))
     )
 
-    class _Write:
-        def format(self, f: str) -> _Write:
-            made["format"] = f
-            return self
+    class _Producer:
+        def __init__(self, conf: dict[str, Any]) -> None:
+            made["conf"] = conf
 
-        def option(self, k: str, v: str) -> _Write:
-            made.setdefault("options", {})[k] = v
-            return self
+        def produce(self, topic: str, value: bytes, key: bytes, on_delivery: Any) -> None:
+            made.setdefault("sent", []).append((topic, key, value))
+            on_delivery(None, None)
 
-        def save(self) -> None:
-            made["saved"] = True
+        def flush(self, timeout: float) -> int:
+            made["flushed"] = True
+            return 0
 
-    class _Df:
-        write = _Write()
-
-    class _Spark:
-        def createDataFrame(self, rows: Any, schema: str) -> _Df:
-            made.update(rows=rows, schema=schema)
-            return _Df()
-
+    monkeypatch.setattr(standby, "Producer", _Producer)
     raw = {"name": "r", "source": {"topic": "in", "partitions": 3}, "sink": {"topic": "out"}}
     spec = parse_spec(raw, "r.toml")
-    n = standby._write_rehearsal_input(_Spark(), spec, "b:9", "t.in", [["u1", "{}"], ["u2", "{}"]])
+    n = standby._write_rehearsal_input(spec, "b:9", "t.in", [["u1", "{}"], ["u2", "{}"]])
     assert n == 2 and made["topic"] == ("b:9", "t.in", 3, {"log_append_time": True})
-    assert made["rows"] == [("u1", "{}"), ("u2", "{}")]
-    assert made["schema"] == "key string, value string" and made["format"] == "kafka"
-    assert made["options"] == {"kafka.bootstrap.servers": "b:9", "topic": "t.in"}
-    assert made["saved"] is True
+    assert made["sent"] == [("t.in", b"u1", b"{}"), ("t.in", b"u2", b"{}")]
+    # keyed as Spark's sink keys (the Java client's murmur2), so every task gets records
+    assert made["conf"]["partitioner"] == "murmur2_random" and made["flushed"] is True
+
+
+def test_rehearsal_input_not_delivered_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from arfl.configs.load import parse_spec
+
+    monkeypatch.setattr(standby, "ensure_topic", lambda *a, **kw: None)
+
+    class _Producer:
+        def __init__(self, conf: dict[str, Any]) -> None:
+            pass
+
+        def produce(self, topic: str, value: bytes, key: bytes, on_delivery: Any) -> None:
+            on_delivery("broker down", None)
+
+        def flush(self, timeout: float) -> int:
+            return 0
+
+    monkeypatch.setattr(standby, "Producer", _Producer)
+    spec = parse_spec({"name": "r", "source": {"topic": "in"}, "sink": {"topic": "out"}}, "r")
+    with pytest.raises(RuntimeError, match="1 failed"):
+        standby._write_rehearsal_input(spec, "b:9", "t.in", [["u1", "{}"]])
 
 
 def test_a_standby_stopped_while_its_session_started_neither_warms_up_nor_rehearses(

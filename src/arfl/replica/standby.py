@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
+
 from arfl.configs.spec import (
     BUILD_AHEAD_KEY,
     REHEARSAL_KEY,
@@ -46,6 +48,8 @@ REHEARSAL_TASKS_S = 3.0
 their code generated), before it is stopped (without rehearsal input)."""
 REHEARSAL_MAX_S = 30.0
 """A rehearsal whose tasks are not up by then is stopped and skipped."""
+REHEARSAL_BATCH_S = 60.0
+"""The shortest batch interval of a rehearsal's real-time query (it is stopped long before)."""
 REHEARSAL_RECORDS = 200
 """Input-shaped records a rehearsal processes (``DriverConfig.rehearsal_input``)."""
 REHEARSAL_RESULTS_S = 10.0
@@ -59,17 +63,29 @@ def rehearsal_input_topic(output_topic: str) -> str:
     return f"{warmup_topic(output_topic)}.in"
 
 
-def _write_rehearsal_input(
-    spark: Any, spec: Spec, bootstrap: str, topic: str, events: list[list[str]]
-) -> int:
+def _write_rehearsal_input(spec: Spec, bootstrap: str, topic: str, events: list[list[str]]) -> int:
     """Write ``events`` (``[key, value]`` texts) to ``topic``, created like the input (as many
     partitions, so the rehearsal's query has as many tasks as the replica's; log-append
-    time); returns how many."""
+    time); returns how many.
+
+    Written by the driver's own Kafka client, keyed like Spark's sink (murmur2): a Spark job
+    over a Python list would boot a Python worker per task, which a real-time query never
+    uses (docs/benchmarks.md "Starting a real-time replica")."""
     ensure_topic(bootstrap, topic, spec.source.partitions, log_append_time=True)
-    df = spark.createDataFrame([tuple(e) for e in events], "key string, value string")
-    df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
-        "topic", topic
-    ).save()
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5}
+    )
+    failed: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    for key, value in events:
+        producer.produce(topic, value=value.encode(), key=key.encode(), on_delivery=delivered)
+    left = producer.flush(10.0)
+    if left or failed:
+        raise RuntimeError(f"{left} undelivered, {len(failed)} failed ({failed[:1]})")
     return len(events)
 
 
@@ -85,7 +101,7 @@ def _rehearsal_feed(
     probe = None
     try:
         topic = rehearsal_input_topic(cfg.output_topic)
-        fed = _write_rehearsal_input(spark, spec, cfg.bootstrap, topic, cfg.rehearsal_input)
+        fed = _write_rehearsal_input(spec, cfg.bootstrap, topic, cfg.rehearsal_input)
         ensure_topic(cfg.bootstrap, output_topic, 1)  # the warm-up's, unless it failed
         probe = EndOffsetProbe(cfg.bootstrap, output_topic, 1)
         return topic, fed, probe, sum(probe().values())
@@ -144,7 +160,20 @@ def rehearse(
             raw = kafka_source(spark, spec, ctx, "earliest", topic=feed[0])
         else:
             raw = kafka_source(spark, spec, ctx, "latest")
-        q = query_writer(raw, spec, mode, ctx, f"arfl-{spec.name}-rehearsal", ckpt).start()
+        # A long batch: the tasks of a cold driver's first batch start seconds after it was
+        # planned, and past a short interval's end they read nothing (0 records in 0.37 s at
+        # 5 s, a windowed pipeline's rehearsal then gave 2 results of 200); it is stopped here.
+        long = spec.replication.model_copy(
+            update={"trigger_interval": max(spec.replication.trigger_interval, REHEARSAL_BATCH_S)}
+        )
+        q = query_writer(
+            raw,
+            spec.model_copy(update={"replication": long}),
+            mode,
+            ctx,
+            f"arfl-{spec.name}-rehearsal",
+            ckpt,
+        ).start()
         built = time.time() - t0
         tracker = spark.sparkContext.statusTracker()
         while (

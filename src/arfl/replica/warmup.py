@@ -66,8 +66,12 @@ def warm_up(
     topic = warmup_topic(sink_options["topic"])
     ensure_topic(bootstrap, topic, 1)
     t0 = time.monotonic()
-    rows = [(f"w{i}", f'{{"warmup":{i}}}') for i in range(records)]
-    df = spark.createDataFrame(rows, "key string, value string").repartition(max(1, tasks))
+    # Rows made in the JVM: a real-time query runs no Python on its executors, and rows from
+    # a Python list would boot a Python worker per task first (10 s each on a loaded 2-core
+    # host, docs/benchmarks.md "Starting a real-time replica").
+    df = spark.range(0, records, 1, max(1, tasks)).selectExpr(
+        "concat('w', id) AS key", "concat('{\"warmup\":', id, '}') AS value"
+    )
     writer = df.write.format("kafka")
     for k, v in (sink_options | {"topic": topic}).items():
         writer = writer.option(k, v)
