@@ -70,7 +70,7 @@ def _write_rehearsal_input(spec: Spec, bootstrap: str, topic: str, events: list[
 
     Written by the driver's own Kafka client, keyed like Spark's sink (murmur2): a Spark job
     over a Python list would boot a Python worker per task, which a real-time query never
-    uses (docs/benchmarks.md "Starting a real-time replica")."""
+    uses (docs/benchmarks.md "Executor warm-up before the first real-time batch")."""
     ensure_topic(bootstrap, topic, spec.source.partitions, log_append_time=True)
     producer = Producer(
         {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5}

@@ -67,8 +67,8 @@ def warm_up(
     ensure_topic(bootstrap, topic, 1)
     t0 = time.monotonic()
     # Rows made in the JVM: a real-time query runs no Python on its executors, and rows from
-    # a Python list would boot a Python worker per task first (10 s each on a loaded 2-core
-    # host, docs/benchmarks.md "Starting a real-time replica").
+    # a Python list would boot a Python worker per task first (docs/benchmarks.md, "Executor
+    # warm-up before the first real-time batch").
     df = spark.range(0, records, 1, max(1, tasks)).selectExpr(
         "concat('w', id) AS key", "concat('{\"warmup\":', id, '}') AS value"
     )
