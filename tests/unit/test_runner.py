@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,29 @@ from arfl.processes import create_time, is_running, stop_pid
 from arfl.replica.driver import EXIT_BAD_CONFIG
 from arfl.replica.modes.base import STARTING_OFFSETS
 from arfl.run.rundir import new_run_dir, read_jsonl
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _reaped_at_once() -> Iterator[None]:
+    """This process adopts the fake drivers' orphaned children while these tests run, so that
+    it reaps each the moment it is killed: the supervisor waits for a killed process to leave
+    the process table, and here PID 1 reaps orphans only about a second later (2.7 s of a
+    5-s test's 6.9 s)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = {c.pid for c in psutil.Process().children()}
+    adopted = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    yield
+    if adopted:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        for c in psutil.Process().children():  # the adopted ones that exited meanwhile
+            with contextlib.suppress(psutil.Error, ChildProcessError):
+                if c.pid not in before and c.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(c.pid, os.WNOHANG)
+
 
 # A fake driver: reads its DriverConfig, reports an app id, starts a child (stands in for the
 # driver JVM), records the child's pid, then sleeps. SIGTERM -> exit 0 unless told to ignore it.
