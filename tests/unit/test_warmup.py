@@ -186,7 +186,7 @@ def test_a_rehearsal_runs_its_own_input_records_through_until_a_result(
     err = capsys.readouterr().err
     assert "rehearsed the pipeline in" in err and "200 input records, first result" in err, err
     assert "104 results" in err, err
-    # its query's batch is long (the spec's 5-s interval would end before cold tasks start)
+    # its query's batch is long (a short interval would end before cold tasks start)
     assert seen["spec"].replication.trigger_interval == standby.REHEARSAL_BATCH_S
 
 
@@ -342,6 +342,7 @@ def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from arfl.configs.load import parse_spec
+    from arfl.workload.produce import producer_config
 
     made: dict[str, Any] = {}
     monkeypatch.setattr(
@@ -366,8 +367,8 @@ def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
     n = standby._write_rehearsal_input(spec, "b:9", "t.in", [["u1", "{}"], ["u2", "{}"]])
     assert n == 2 and made["topic"] == ("b:9", "t.in", 3, {"log_append_time": True})
     assert made["sent"] == [("t.in", b"u1", b"{}"), ("t.in", b"u2", b"{}")]
-    # keyed as Spark's sink keys (the Java client's murmur2), so every task gets records
-    assert made["conf"]["partitioner"] == "murmur2_random" and made["flushed"] is True
+    # the injector's settings: keys land in the partitions the input's would
+    assert made["conf"] == producer_config("b:9") and made["flushed"] is True
 
 
 def test_rehearsal_input_not_delivered_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -606,9 +606,10 @@ class Deployment:
         A real-time batch reports progress only when it ends, so the load starts as soon as
         the queries run. Each real-time replica's driver warmed its executors up before its
         query started (:mod:`arfl.replica.warmup`: cold, the first data batch read one record
-        per partition and lost its interval); a replica whose first batch began before the
-        load can still read little in that batch (measured here), which the spec's warm-up
-        covers.
+        per partition and lost its interval). The warm-up does not run the query's own code: a
+        windowed replica's first batch that meets the input read 2-835 records at a 5-s
+        interval however long the query had run before the load (docs/design.md), which the
+        automatic warm-up covers.
         """
         assert self.runner is not None
         n = self.ctx.spec.replication.replicas

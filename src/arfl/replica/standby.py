@@ -42,6 +42,7 @@ from arfl.replica.modes.base import (
 from arfl.replica.warmup import warmup_topic
 from arfl.run.rundir import write_json_atomic
 from arfl.stack.topics import EndOffsetProbe, ensure_topic
+from arfl.workload.produce import producer_config
 
 REHEARSAL_TASKS_S = 3.0
 """How long a rehearsal's query runs once its tasks are up (their Kafka clients connected and
@@ -68,13 +69,12 @@ def _write_rehearsal_input(spec: Spec, bootstrap: str, topic: str, events: list[
     partitions, so the rehearsal's query has as many tasks as the replica's; log-append
     time); returns how many.
 
-    Written by the driver's own Kafka client, keyed like Spark's sink (murmur2): a Spark job
-    over a Python list would boot a Python worker per task, which a real-time query never
-    uses (docs/benchmarks.md "Executor warm-up before the first real-time batch")."""
+    Written by the driver's own Kafka client with the injector's settings (keys partitioned as
+    the input's are): a Spark job over a Python list would boot a Python worker per task, which
+    a real-time query never uses (docs/benchmarks.md "Executor warm-up before the first
+    real-time batch")."""
     ensure_topic(bootstrap, topic, spec.source.partitions, log_append_time=True)
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5}
-    )
+    producer = Producer(producer_config(bootstrap))
     failed: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:
