@@ -330,7 +330,7 @@ def test_the_config_round_trips_through_its_file(tmp_path: Path) -> None:
 
 def test_the_workloads_linger_reaches_the_producer(tmp_path: Path) -> None:
     from arfl.configs.workload import Workload
-    from arfl.workload.produce import producer_config
+    from arfl.stack.clients import producer_config
 
     cfg = InjectorConfig.from_workload(Workload(linger="0ms"), bootstrap="x:1", topic="t")
     a = _round_trip(cfg, tmp_path / "injector.json")

@@ -342,7 +342,7 @@ def test_rehearsal_input_goes_to_a_topic_made_like_the_input(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from arfl.configs.load import parse_spec
-    from arfl.workload.produce import producer_config
+    from arfl.stack.clients import producer_config
 
     made: dict[str, Any] = {}
     monkeypatch.setattr(

@@ -41,8 +41,8 @@ from arfl.replica.modes.base import (
 )
 from arfl.replica.warmup import warmup_topic
 from arfl.run.rundir import write_json_atomic
+from arfl.stack.clients import producer_config
 from arfl.stack.topics import EndOffsetProbe, ensure_topic
-from arfl.workload.produce import producer_config
 
 REHEARSAL_TASKS_S = 3.0
 """How long a rehearsal's query runs once its tasks are up (their Kafka clients connected and

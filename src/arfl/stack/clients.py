@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from arfl.configs.defaults import INJECTOR_LINGER_MS
+
 
 class Producer(Protocol):
     """The part of ``confluent_kafka.Producer`` the injector and the merger use."""
@@ -34,3 +36,21 @@ class Producer(Protocol):
     def flush(self, timeout: float = ...) -> int:
         """Wait for outstanding deliveries; returns how many are still queued."""
         ...
+
+
+def producer_config(bootstrap: str, linger_ms: float = INJECTOR_LINGER_MS) -> dict[str, Any]:
+    """The input producers' confluent-kafka settings (the injector, the replayer, a standby's
+    rehearsal): idempotent, short linger, Java-compatible key partitioning."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "client.id": "arfl-injector",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": linger_ms,
+        "batch.num.messages": 10_000,
+        "queue.buffering.max.messages": 1_000_000,
+        # A missing topic is a deploy error, not something to create with broker defaults.
+        "allow.auto.create.topics": False,
+        # Same partition for a key as Kafka's Java clients (and Spark) would pick.
+        "partitioner": "murmur2_random",
+    }

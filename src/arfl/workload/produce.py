@@ -32,6 +32,7 @@ from arfl.run.events import Event
 from arfl.run.records import end_of_input_marker
 from arfl.run.rundir import Journal
 from arfl.run.streams import InjectorSummary
+from arfl.stack.clients import producer_config
 
 if TYPE_CHECKING:
     from arfl.stack.clients import Producer
@@ -100,23 +101,6 @@ class SystemClock:
 MARKER_GAP_S = 0.002
 """How long the end-of-input markers wait after every event was acknowledged: their append
 time is then a later millisecond than every event's (``_write_end_of_input``)."""
-
-
-def producer_config(bootstrap: str, linger_ms: float = INJECTOR_LINGER_MS) -> dict[str, Any]:
-    """confluent-kafka settings: idempotent, short linger, Java-compatible key partitioning."""
-    return {
-        "bootstrap.servers": bootstrap,
-        "client.id": "arfl-injector",
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": linger_ms,
-        "batch.num.messages": 10_000,
-        "queue.buffering.max.messages": 1_000_000,
-        # A missing topic is a deploy error, not something to create with broker defaults.
-        "allow.auto.create.topics": False,
-        # Same partition for a key as Kafka's Java clients (and Spark) would pick.
-        "partitioner": "murmur2_random",
-    }
 
 
 def connect_producer(
