@@ -555,6 +555,15 @@ def test_killed_replica_is_taken_over_by_the_warm_standby(stack: StackInfo, tmp_
     assert replica_cfg["checkpoint_dir"].endswith("checkpoints/replica-1.1")
     caught_up = {e["replica"] for e in journal_events(run, "replica-caught-up")}
     assert 1 in caught_up
+    # The run ended on the replicas' marker copies, not on their batches' ends (60 s apart):
+    # each replica delivered one per input partition; none reached the sink (the independent
+    # check above found no result it did not expect).
+    [finished] = journal_events(run, "workload-finished")
+    last = read_jsonl(run / "monitor.jsonl")[-1]["replicas"]
+    ended = {int(r): {int(p): t for p, t in v["ended"].items()} for r, v in last.items()}
+    assert all(ended[r].keys() == {0, 1} for r in (0, 1)), ended
+    stopped = min(e["t"] for e in journal_events(run, "replica-stopped"))
+    assert stopped - finished["t"] < 20.0, (finished, stopped, ended)
     # The merger kept each replica's trail (what the report's caught up is judged on): the age of
     # the oldest output result replica 1 owed. It noticed the kill (some tick after it found replica
     # 1 owing, below), and an age never grows faster than the clock from one monitor tick to the

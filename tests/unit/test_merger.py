@@ -94,6 +94,7 @@ def test_a_copy_is_read_as_the_full_parser_reads_it() -> None:
     good = {"rid": "0:1", "src_ts": 5, "replica": 1, "hash": "h", "data": {"a": 1}}
     cases: list[Any] = [
         good, {**good, "sent_ts": 7}, {**good, "sent_ts": None}, {**good, "data": None},
+        {**good, "eoi": True}, {**good, "eoi": 1}, {**good, "eoi": None},
         {**good, "data": [["a", 1]]}, {**good, "data": [1, 2]}, {**good, "data": 3},
         {**good, "src_ts": "x"}, {**good, "replica": None}, {k: v for k, v in good.items()
         if k != "hash"}, {**good, "sent_ts": "y"}, [1], "s",
@@ -106,7 +107,8 @@ def test_a_copy_is_read_as_the_full_parser_reads_it() -> None:
             with pytest.raises(records.BadRecord):
                 records.parse_copy(raw)
             continue
-        assert records.parse_copy(raw) == (full.rid, full.src_ts, full.hash, full.sent_ts)
+        copy = records.parse_copy(raw)
+        assert copy == (full.rid, full.src_ts, full.hash, full.sent_ts, full.eoi)
         assert records.copy_data(raw) == full.data
     for raw in (b"{", b"", None):
         with pytest.raises(records.BadRecord):
@@ -171,6 +173,36 @@ def test_core_counts_first_copies_duplicates_bad_and_divergent() -> None:
     assert c.replicas[0].wins == 1 and c.replicas[1].wins == 1
     assert c.replicas[0].received == 3 and c.replicas[1].received == 4
     assert c.replicas[0].bad == 1 and c.replicas[1].bad == 2
+
+
+def marker_copy(partition: int, offset: int, replica: int) -> bytes:
+    obj = {"rid": f"{partition}:{offset}", "src_ts": 9, "replica": replica, "hash": "m",
+           "data": {}, "eoi": True}  # fmt: skip
+    return json.dumps(obj).encode()
+
+
+def test_a_marker_copy_ends_its_partition_for_its_replica_and_is_no_result() -> None:
+    c = MergeCore(2, T0)
+    ts = int(T0 * 1000)
+    assert c.on_record(0, rec("0:4", ts), T0 + 0.01, 3)[0] is Outcome.FIRST
+    assert c.on_record(0, marker_copy(0, 5, 0), T0 + 0.02, 1)[0] is Outcome.MARKER
+    assert c.on_record(1, marker_copy(0, 5, 1), T0 + 0.03, 1)[0] is Outcome.MARKER
+    # Again after a restart: the newest arrival counts.
+    assert c.on_record(0, marker_copy(0, 5, 0), T0 + 0.04, 1)[0] is Outcome.MARKER
+    assert c.on_record(0, marker_copy(1, 7, 0), T0 + 0.05, 2)[0] is Outcome.MARKER
+    # A marker copy that names no input partition is a bad record, never forwarded.
+    bad = json.dumps({"rid": "w:x", "src_ts": 9, "replica": 0, "hash": "m", "eoi": True})
+    assert c.on_record(0, bad.encode(), T0 + 0.06, 0)[0] is Outcome.BAD
+    # Not received, not a result, no latency, no frontier, not in the dedup.
+    assert (c.results, c.duplicates, c.received, c.bad) == (1, 0, 2, 1)
+    assert c.replicas[0].last_src_ts == ts and len(c.dedup) == 1
+    assert c.replicas[0].ended == {0: T0 + 0.04, 1: T0 + 0.05}
+    assert c.replicas[1].ended == {0: T0 + 0.03}
+    interval, line, _ = c.tick(T0 + 1)
+    assert interval.count == 1
+    snap = MonitorSnapshot.from_dict(json.loads(json.dumps(line)))
+    assert snap.replicas[0].ended == {0: pytest.approx(T0 + 0.04), 1: pytest.approx(T0 + 0.05)}
+    assert snap.replicas[1].ended == {0: pytest.approx(T0 + 0.03)}
 
 
 def test_core_records_latency_of_first_copies_only() -> None:

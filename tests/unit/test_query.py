@@ -344,6 +344,50 @@ def test_end_of_input_markers_yield_no_result_and_no_window(spark: SparkSession)
         assert with_markers.keys() == _results(_raw(spark, events), spec).keys()
 
 
+def _realtime_spec(steps: list[dict[str, Any]]) -> Spec:
+    return parse_spec(
+        {
+            "name": "t",
+            "source": {"topic": "in", "event_time": "ts"},
+            "sink": {"topic": "out"},
+            "steps": steps,
+            "replication": {"mode": "active", "replicas": 2, "trigger": "realtime"},
+        }
+    )
+
+
+def test_a_real_time_per_record_query_passes_each_marker_on_as_a_marker_copy(
+    spark: SparkSession,
+) -> None:
+    events = [_event(i, "u", float(i), 1000 + i) for i in range(4)]
+    spec = _realtime_spec([{"filter": "amount > 1"}, {"select": ["user", "amount"]}])
+    assert spec.passes_markers
+    raw = _raw(spark, [*events, _marker(10**9)], partition=3)
+    rows = query.build_output(query.parse_events(raw, spec, keep_markers=True), spec, 1).collect()
+    copies = {parse_result(r.value.encode()).rid: parse_result(r.value.encode()) for r in rows}
+    # The filter passes the marker (offset 4), the select keeps it; its columns are null.
+    assert sorted(copies) == ["3:2", "3:3", "3:4"]
+    marker = copies["3:4"]
+    assert marker.eoi and marker.data == {} and marker.replica == 1, marker
+    assert not copies["3:2"].eoi and not copies["3:3"].eoi
+    # The results themselves are the same bytes as without markers (no `eoi` on them) ...
+    plain = query.build_output(query.parse_events(_raw(spark, events, 3), spec), spec, 1)
+    assert {r.value for r in plain.collect()} == {
+        r.value for r in rows if not parse_result(r.value.encode()).eoi
+    }
+    # ... and the batch recomputation, which keeps no marker, makes none.
+    assert set(_results(raw, spec)) == {"3:2", "3:3"}
+
+
+def test_no_marker_copy_where_a_transform_or_a_micro_batch_or_a_window_runs() -> None:
+    # Real-time mode refuses a transform unless its allowlist check is off (then: mode none).
+    transform = _spec([{"transform": "m:f"}]).steps
+    rt = _realtime_spec([{"filter": "amount > 1"}])
+    assert not rt.model_copy(update={"steps": transform}).passes_markers
+    assert not _spec([{"filter": "amount > 1"}]).passes_markers  # micro-batch
+    assert not _realtime_spec(WINDOW_STEPS).passes_markers
+
+
 def _stream_rows(values: list[str], first_offset: int) -> str:
     return "".join(
         json.dumps({"value": v, "partition": 0, "offset": first_offset + i}) + "\n"

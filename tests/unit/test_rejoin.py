@@ -44,7 +44,7 @@ def test_caught_up_when_it_processed_what_had_arrived_at_the_restart(tmp_path: P
     w.progress[1] = _progress(113.0, 1500, {"0": 160, "1": 60})
     t.observe(115.0, {0: 0, 1: 1})
     (ev,) = _events(j, "replica-caught-up")
-    assert ev["replica"] == 1 and ev["catchup_s"] == 14.5
+    assert ev["replica"] == 1 and ev["catchup_s"] == 14.5 and ev["by"] == "progress"
     assert ev["offsets"] == {"0": 100, "1": 50}
     assert t.rejoining == []
     t.finish()
@@ -75,3 +75,23 @@ def test_a_batch_that_ended_after_the_last_tick_counts_at_the_end(tmp_path: Path
     (ev,) = _events(j, "replica-caught-up")
     assert ev["replica"] == 0 and ev["catchup_s"] == 7.0
     assert not _events(j, "replica-not-caught-up")
+
+
+def test_marker_copies_after_the_restart_say_it_caught_up_before_its_batch_ends(
+    tmp_path: Path,
+) -> None:
+    # A real-time replica's first batch after the restart ends an interval later; a marker
+    # copy of every input partition that arrived after the restart says it read to the end.
+    j = Journal(tmp_path / "journal.jsonl")
+    w = _World()
+    ended: dict[int, dict[int, float]] = {1: {0: 95.0, 1: 95.0}}  # before its death
+    t = RejoinTracker(j, lambda: dict(w.ends), lambda r: w.progress[r], lambda r: ended.get(r, {}))
+    t.observe(100.0, {0: 0, 1: 1})
+    ended[1] = {0: 104.0, 1: 95.0}  # partition 1's copy is the old attempt's
+    t.observe(105.0, {0: 0, 1: 1})
+    assert not _events(j, "replica-caught-up") and t.rejoining == [1]
+    ended[1] = {0: 104.0, 1: 106.5}
+    t.observe(107.0, {0: 0, 1: 1})
+    (ev,) = _events(j, "replica-caught-up")
+    assert (ev["replica"], ev["catchup_s"], ev["by"]) == (1, 6.5, "markers")
+    assert t.rejoining == []

@@ -17,6 +17,7 @@ from watch_fakes import FakeProcess, FakeResources, FakeRunner
 
 from arfl.configs.load import parse_spec
 from arfl.errors import DeployError
+from arfl.measure.merger.core import MergeCore
 from arfl.orchestrate import watch
 from arfl.orchestrate.context import DeployOptions, RunContext, create_run
 from arfl.orchestrate.slots import ReplicaState
@@ -135,6 +136,58 @@ def test_a_live_replica_behind_is_still_waited_for(tmp_path: Path) -> None:
     assert time.monotonic() - t0 >= DRAIN_S
     assert [e for e in _events(ctx, "warning") if "had not caught up" in e["message"]]
     assert _events(ctx, "replica-excluded") == []
+
+
+def _realtime_ctx(tmp_path: Path) -> RunContext:
+    spec = parse_spec(
+        {
+            "name": "w",
+            "source": {"topic": "in", "partitions": 2},
+            "steps": [{"filter": "amount > 10"}],
+            "sink": {"topic": "out"},
+            "replication": {"mode": "active", "replicas": 2, "trigger": "realtime"},
+        }
+    )
+    assert spec.passes_markers
+    return create_run(spec, None, DeployOptions(runs_root=tmp_path, drain_s=DRAIN_S))
+
+
+def _marker_copies(ctx: RunContext, ended: dict[int, list[int]]) -> None:
+    """A monitor line after each replica delivered the marker copies of ``ended[r]``."""
+    core = MergeCore(2, time.time() - 1)
+    for r, parts in ended.items():
+        for p in parts:
+            raw = {"rid": f"{p}:{END[p] - 1}", "src_ts": 1, "replica": r, "hash": "m", "eoi": True}
+            core.on_record(r, json.dumps(raw).encode(), time.time(), 0)
+    _, line, _ = core.tick(time.time())
+    with ctx.paths.monitor.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def test_real_time_replicas_past_every_marker_are_drained_before_their_batch_ends(
+    tmp_path: Path,
+) -> None:
+    ctx = _realtime_ctx(tmp_path)
+    _progress(ctx, 0, {0: 10, 1: 10})  # their last batches ended before the input did
+    _progress(ctx, 1, {0: 10, 1: 10})
+    _marker_copies(ctx, {0: [0, 1], 1: [1, 0]})
+    states = {0: ReplicaState(0, "running", pid=1), 1: ReplicaState(1, "running", pid=2)}
+    t0 = time.monotonic()
+    _watcher(ctx, states).run(None)
+    assert time.monotonic() - t0 < DRAIN_S / 2
+    assert not [e for e in _events(ctx, "warning") if "had not caught up" in e["message"]]
+
+
+def test_a_replica_short_of_one_marker_is_still_waited_for(tmp_path: Path) -> None:
+    ctx = _realtime_ctx(tmp_path)
+    _progress(ctx, 0, {0: 10, 1: 10})
+    _progress(ctx, 1, {0: 10, 1: 10})
+    _marker_copies(ctx, {0: [0, 1], 1: [0]})
+    states = {0: ReplicaState(0, "running", pid=1), 1: ReplicaState(1, "running", pid=2)}
+    t0 = time.monotonic()
+    _watcher(ctx, states).run(None)
+    assert time.monotonic() - t0 >= DRAIN_S
+    assert [e for e in _events(ctx, "warning") if "had not caught up" in e["message"]]
 
 
 def test_every_replica_dead_fails_the_run(tmp_path: Path) -> None:

@@ -799,3 +799,16 @@ class Spec(_Model):
         """True when window results are updates, one per input record (real-time mode, update
         output mode; rids ``<window>#<n>``, see :mod:`arfl.run.records`)."""
         return self.has_window and self.replication.trigger == "realtime"
+
+    @property
+    def passes_markers(self) -> bool:
+        """True when a replica's streaming query passes the input's end-of-input markers on to
+        its topic as marker copies (:mod:`arfl.run.records`): a per-record real-time pipeline
+        of filter and select steps (a user's ``transform`` may drop them or fail on their null
+        columns). A real-time batch reports its progress only when it ends, up to an interval
+        after the input did; a marker copy says at once that a replica read to the end."""
+        return (
+            self.replication.trigger == "realtime"
+            and not self.has_window
+            and all(step.kind in ("filter", "select") for step in self.steps)
+        )

@@ -7,7 +7,10 @@ when it was restarted: from then on it competes for first copies again and R is 
 ``replica-caught-up`` is journaled with the seconds from the restart to the end of that batch.
 It is the drain's test (commits), not the report's ``caught_up_s``: a real-time replica commits
 at its batch's end, long after its output was current again
-(:func:`arfl.report.verdicts.caught_up_at` reads the output).
+(:func:`arfl.report.verdicts.caught_up_at` reads the output). Where the pipeline passes
+end-of-input markers on (marker copies, :mod:`arfl.run.records`), a marker copy of every
+partition that arrived after the restart says it as well (``by = "markers"``): the drain may
+end before the restarted query's first batch does.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class RejoinTracker:
         journal: where ``replica-caught-up`` / ``replica-not-caught-up`` go.
         input_ends: the input topic's end offsets per partition, now.
         last_progress: replica -> its newest progress line (None before its first batch).
+        markers: replica -> input partition -> when its latest marker copy of it arrived
+            (epoch s; the merger's monitor line), where the pipeline passes markers on.
     """
 
     def __init__(
@@ -42,10 +47,12 @@ class RejoinTracker:
         journal: Journal,
         input_ends: Callable[[], dict[int, int]],
         last_progress: Callable[[int], Mapping[str, Any] | None],
+        markers: Callable[[int], Mapping[int, float]] | None = None,
     ) -> None:
         self.journal = journal
         self._input_ends = input_ends
         self._last_progress = last_progress
+        self._markers = markers
         self._restarts: dict[int, int] = {}
         self._pending: dict[int, _Pending] = {}
 
@@ -64,18 +71,32 @@ class RejoinTracker:
 
     def _check_pending(self) -> None:
         for r, p in list(self._pending.items()):
-            progress = self._last_progress(r)
-            if progress is None or _progress_time(progress) < p.restarted_at:
-                continue  # no batch of the restarted query yet
-            if reached(progress, p.target):
-                done_at = _progress_time(progress)
+            done = self._by_progress(r, p) or self._by_markers(r, p)
+            if done is not None:
+                done_at, by = done
                 self.journal.write(
                     Event.REPLICA_CAUGHT_UP,
                     replica=r,
                     catchup_s=round(max(0.0, done_at - p.restarted_at), 3),
                     offsets={str(k): v for k, v in sorted(p.target.items())},
+                    by=by,
                 )
                 del self._pending[r]
+
+    def _by_progress(self, r: int, p: _Pending) -> tuple[float, str] | None:
+        """When the restarted query's batch that reached the target ended."""
+        progress = self._last_progress(r)
+        if progress is None or _progress_time(progress) < p.restarted_at:
+            return None  # no batch of the restarted query yet
+        return (_progress_time(progress), "progress") if reached(progress, p.target) else None
+
+    def _by_markers(self, r: int, p: _Pending) -> tuple[float, str] | None:
+        """When the last marker copy arrived, if one of every partition came after the
+        restart (the replica then read past the target: the markers end the input)."""
+        ends = self._markers(r) if self._markers is not None else {}
+        if not p.target or any(ends.get(k, 0.0) < p.restarted_at for k in p.target):
+            return None
+        return max(ends[k] for k in p.target), "markers"
 
     def finish(self) -> None:
         """Journal the replicas that never caught up before the run ended (after a last look

@@ -147,6 +147,36 @@ def caught_up(
     return True
 
 
+def markers_passed(
+    spec: Spec,
+    snapshot: MonitorSnapshot | None,
+    input_end: dict[int, int],
+    without: Collection[int] = (),
+) -> bool:
+    """Every replica passed on the end-of-input marker of every input partition (a marker
+    copy, :mod:`arfl.run.records`): it read the whole input and wrote every result before the
+    marker. The drain's test where the pipeline passes markers on
+    (:attr:`~arfl.configs.spec.Spec.passes_markers`), up to a real-time interval sooner than
+    :func:`caught_up`: a real-time batch reports its progress only when it ends. Never true for
+    an input without markers (the injector writes them once every event is acknowledged).
+
+    Args:
+        spec: the run's spec.
+        snapshot: the merger's newest monitor line.
+        input_end: the input topic's end offset per partition.
+        without: replicas left out (the supervisor gave up on them).
+    """
+    if not spec.passes_markers or snapshot is None or not input_end:
+        return False
+    for i in range(spec.replication.replicas):
+        if i in without:
+            continue
+        seen = snapshot.replicas.get(i)
+        if seen is None or not set(input_end) <= set(seen.ended):
+            return False
+    return True
+
+
 class LateDropWatch:
     """Journals ``late-drop`` once per replica and batch whose progress dropped rows.
 
@@ -282,6 +312,8 @@ class Watcher:
             i: JsonlTail(ctx.paths.progress(i)) for i in range(ctx.spec.replication.replicas)
         }
         self._newest_progress: dict[int, dict[str, Any]] = {}
+        self._snapshot: MonitorSnapshot | None = None
+        """The merger's newest monitor line."""
         self.lag = LagWatch(ctx.journal, ctx.spec, self.source_end_offsets, self.last_progress)
 
     def source_end_offsets(self) -> dict[int, int]:
@@ -299,13 +331,20 @@ class Watcher:
             self._newest_progress[replica] = new[-1]
         return self._newest_progress.get(replica)
 
+    def _marker_copies(self, replica: int) -> dict[int, float]:
+        """Input partition -> when the replica's latest marker copy of it arrived (epoch s)."""
+        seen = None if self._snapshot is None else self._snapshot.replicas.get(replica)
+        return {} if seen is None else seen.ended
+
     def run(self, on_tick: Callable[[Tick], None] | None) -> None:
         """Until the input has ended and the output has drained (or the drain cap passed).
 
         Raises:
             DeployError: the merger or the injector failed, or every replica is dead.
         """
-        rejoins = RejoinTracker(self.ctx.journal, self.source_end_offsets, self.last_progress)
+        rejoins = RejoinTracker(
+            self.ctx.journal, self.source_end_offsets, self.last_progress, self._marker_copies
+        )
         drops = LateDropWatch(self.ctx.journal, self.ctx.paths, self.ctx.spec.replication.replicas)
         leader: LeaderWatch | None = None
         if self.zookeeper and MODES.info(self.ctx.spec.replication.mode).leader:
@@ -346,6 +385,7 @@ class Watcher:
         while True:
             time.sleep(TICK_S)
             monitor.poll()
+            self._snapshot = monitor.latest
             inj.poll()
             states = self.runner.states()
             rejoins.observe(time.time(), {i: st.restarts for i, st in states.items()})
@@ -410,6 +450,7 @@ class Watcher:
                 input_end,
                 rejoins,
                 gone,
+                snap,
             ):
                 return
 
@@ -483,6 +524,7 @@ class Watcher:
         input_end: dict[int, int],
         rejoins: RejoinTracker,
         gone: Collection[int] = (),
+        snapshot: MonitorSnapshot | None = None,
     ) -> bool:
         # A replica restarted late (a driver kill near the end) gets longer to rejoin: a new
         # driver and its first, cold catch-up batch take minutes on small hosts. One that then
@@ -501,4 +543,7 @@ class Watcher:
                 f"ended ({behind or 'lag unknown'}); stopping anyway (results may be missing)",
             )
             return True
-        return quiet >= QUIET_S and caught_up(self.ctx.spec, self.last_progress, input_end, gone)
+        return quiet >= QUIET_S and (
+            markers_passed(self.ctx.spec, snapshot, input_end, gone)
+            or caught_up(self.ctx.spec, self.last_progress, input_end, gone)
+        )

@@ -263,7 +263,7 @@ def warm_up_logged(spark: Any, sink_options: dict[str, str], tasks: int) -> None
 
 def pipeline(raw: Any, spec: Spec, replica: int) -> Any:
     """Replica ``replica``'s output records from the source ``raw`` (the spec's steps)."""
-    return query.build_output(query.parse_events(raw, spec), spec, replica)
+    return query.build_output(query.parse_events(raw, spec, keep_markers=True), spec, replica)
 
 
 def query_writer(

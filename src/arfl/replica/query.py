@@ -9,7 +9,8 @@ Pipeline::
       -> parse_input: JSON -> user columns + hidden __partition, __offset, __ts, __sent, __eoi
          (and __et); unparseable records dropped and counted
       -> parse_events: window pipelines: watermark on __et, then end-of-input markers dropped;
-         per-record pipelines: markers dropped
+         per-record pipelines: markers dropped, or kept to the end in the streaming query
+         where Spec.passes_markers holds (a marker copy, arfl.run.records)
       -> steps (filter / select / window / transform), hidden columns carried along
       -> build_output: (key = rid, value = JSON result record, see arfl.run.records)
 
@@ -20,7 +21,10 @@ Hidden columns start with ``__`` and never appear in a result's ``data``:
 * ``__sent``: the event's ``sent_ms`` (actual send time, ms, null when absent);
   ``max(__sent)`` after a window. Written as the result's ``sent_ts``.
 * ``__eoi``: true for an end-of-input marker (:mod:`arfl.run.records`). Always false where
-  the user's steps see rows, and a grouping column of the window (see below).
+  the user's steps see rows, and a grouping column of the window (see below); except in a
+  streaming query where ``Spec.passes_markers`` holds: there the filter and select steps see
+  the markers (a filter passes them, a select keeps the hidden columns) and each becomes a
+  marker copy, its user columns null.
 * ``__et``: the event-time column as a timestamp (only when the pipeline has a window); a
   marker's is its ``ts``.
 * ``__wstart``, ``__wend`` (ms) and ``__key`` (string): set by the window step (its rid).
@@ -197,22 +201,26 @@ def parse_input(raw: DataFrame, spec: Spec) -> DataFrame:
     )
 
 
-def parse_events(raw: DataFrame, spec: Spec) -> DataFrame:
+def parse_events(raw: DataFrame, spec: Spec, *, keep_markers: bool = False) -> DataFrame:
     """Parse input rows, set the watermark, and drop end-of-input markers after it.
 
     Args:
         raw: columns ``value`` (binary or string), ``partition`` (int), ``offset`` (long).
         spec: the pipeline spec.
+        keep_markers: keep the markers where ``spec.passes_markers`` (the streaming query;
+            the batch recomputation drops them).
 
     Returns:
-        :func:`parse_input`'s columns, without markers; watermarked on ``__et`` for window
-        pipelines.
+        :func:`parse_input`'s columns, without markers (unless ``keep_markers``); watermarked
+        on ``__et`` for window pipelines.
     """
     from pyspark.sql import functions as F
 
     events = parse_input(raw, spec)
     window = spec.window
     if window is None:
+        if keep_markers and spec.passes_markers:
+            return events
         # Nothing waits for a watermark: a marker only has to yield no result.
         return events.filter(~F.col("__eoi"))
     events = events.withWatermark("__et", _interval(window.watermark))
@@ -275,6 +283,8 @@ def shape_results(df: DataFrame, spec: Spec, replica: int) -> DataFrame:
     kafka_key = rid
     if spec.emits_updates:
         rid = F.concat(rid, F.lit(UPDATE_SEP), F.col("__n").cast("string"))
+    # A marker copy says so (`eoi`); to_json leaves the null of every result out.
+    marker = spec.passes_markers and "__eoi" in df.columns
     staged = df.select(
         kafka_key.alias("__kafka_key"),
         rid.alias("rid"),
@@ -282,11 +292,13 @@ def shape_results(df: DataFrame, spec: Spec, replica: int) -> DataFrame:
         F.col("__sent").cast("long").alias("sent_ts"),
         F.lit(replica).cast("int").alias("replica"),
         data.alias("data"),
+        *([F.when(F.col("__eoi"), F.lit(True)).alias(END_OF_INPUT_FIELD)] if marker else []),
     )
     staged = staged.withColumn("hash", F.sha2(F.to_json(F.col("data")), 256))
+    fields = ["rid", "src_ts", "sent_ts", "replica", "hash", "data"]
     return staged.select(
         F.col("__kafka_key").alias("key"),
-        F.to_json(F.struct("rid", "src_ts", "sent_ts", "replica", "hash", "data")).alias("value"),
+        F.to_json(F.struct(*fields, *([END_OF_INPUT_FIELD] if marker else []))).alias("value"),
     )
 
 
@@ -310,8 +322,8 @@ def _filter(df: DataFrame, step: Step, spec: Spec, index: int) -> DataFrame:
     assert step.filter is not None
     if "__eoi" not in df.columns:
         return df.filter(F.expr(step.filter))
-    # Markers never reach this step, but Spark may push the filter below the watermark,
-    # where they still flow: there it must let them through (see the module docstring).
+    # Markers reach this step only where Spec.passes_markers holds, but Spark may push the filter
+    # below the watermark, where they still flow: it lets them through (module docstring).
     return df.filter(F.col("__eoi") | F.expr(step.filter))
 
 

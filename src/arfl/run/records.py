@@ -17,7 +17,11 @@ with an explicit partition and no key). Value: JSON::
 event (the last intended send time + 1 day), so the watermark passes every window and a finite
 run emits its last windows. Replicas let it through their steps as far as the watermark and drop
 it right after: it never reaches an aggregation and yields no result. A record is a marker only
-when ``eoi`` is JSON ``true``.
+when ``eoi`` is JSON ``true``. In a per-record real-time pipeline of filter and select steps
+(:attr:`arfl.configs.spec.Spec.passes_markers`) the marker goes on to the replica's topic as a
+*marker copy* (below): a real-time batch reports its progress only when it ends, up to an
+interval after the input did, while the marker copy says at once that the replica has read its
+partition to the end (the drain's test, :func:`arfl.orchestrate.watch.markers_passed`).
 
 Replica output (replica N -> its own topic ``replica_topic(sink, N)``). Key: the result id.
 Value: JSON::
@@ -42,6 +46,9 @@ Value: JSON::
   (read as ``None``) when the contributing events carry no ``sent_ms`` (a user's own topic).
 * ``hash``: SHA-256 (hex) of the canonical JSON of ``data`` as Spark's ``to_json`` renders it;
   copies of one rid from different replicas must carry the same hash (divergence check).
+* ``eoi``: present (JSON ``true``) only on a *marker copy*: the end-of-input marker of the
+  input partition its rid names, passed through the steps (its ``data`` holds no column). The
+  merger counts it for the replica and never forwards it: it is no result.
 
 Final output (merger -> the spec's sink topic): the first copy of each rid, unchanged.
 """
@@ -134,6 +141,8 @@ class Result:
     data: dict[str, Any]
     sent_ts: int | None = None
     """Actual send time (ms) of the newest contributing event, when the input carried it."""
+    eoi: bool = False
+    """A marker copy (module docstring): no result."""
 
 
 class BadRecord(ValueError):
@@ -159,6 +168,7 @@ def parse_result(value: bytes | None) -> Result:
             hash=str(obj["hash"]),
             data=dict(obj.get("data") or {}),
             sent_ts=opt_int(obj.get("sent_ts")),
+            eoi=obj.get(END_OF_INPUT_FIELD) is True,
         )
     except (ValueError, KeyError, TypeError) as e:
         raise BadRecord(f"not a result record: {e}") from None
@@ -171,6 +181,8 @@ class Copy(NamedTuple):
     src_ts: int
     hash: str
     sent_ts: int | None
+    eoi: bool = False
+    """A marker copy (module docstring): no result."""
 
 
 def parse_copy(value: bytes | None) -> Copy:
@@ -192,7 +204,7 @@ def parse_copy(value: bytes | None) -> Copy:
         sent = obj.get("sent_ts")
         return Copy(
             str(obj["rid"]), int(obj["src_ts"]), str(obj["hash"]),
-            None if sent is None else int(sent),
+            None if sent is None else int(sent), obj.get(END_OF_INPUT_FIELD) is True,
         )  # fmt: skip
     except (ValueError, KeyError, TypeError) as e:
         raise BadRecord(f"not a result record: {e}") from None

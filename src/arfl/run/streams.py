@@ -59,6 +59,9 @@ class ReplicaSnapshot:
     trail_ms: float | None = None
     """How far it trails the output: the age of the oldest result the output has that it has
     not delivered (0: none); None with one replica, or in a run recorded before it existed."""
+    ended: dict[int, float] = field(default_factory=dict)
+    """Input partition -> when its latest marker copy of that partition arrived (epoch s;
+    :mod:`arfl.run.records`): it had read the partition to the end."""
 
     @property
     def behind_ms(self) -> float | None:
@@ -77,6 +80,7 @@ class ReplicaSnapshot:
             lag_ms=opt_float(d.get("lag_ms")),
             bad=int(d.get("bad", 0)),
             trail_ms=opt_float(d.get("trail_ms")),
+            ended={int(k): float(v) for k, v in (d.get("ended") or {}).items()},
         )
 
 

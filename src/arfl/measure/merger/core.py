@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -22,7 +22,7 @@ from arfl.measure.histogram import (
     IntervalRecorder,
     percentiles_ms,
 )
-from arfl.run.records import BadRecord, copy_data, parse_copy, split_update
+from arfl.run.records import BadRecord, Copy, copy_data, parse_copy, split_update
 
 MAX_JOURNALED_DIVERGENCES = 100
 """Beyond this many, divergences are only counted (one ``divergence_suppressed`` event)."""
@@ -51,6 +51,9 @@ class Outcome(Enum):
     FIRST = "first"
     DUPLICATE = "duplicate"
     BAD = "bad"
+    MARKER = "marker"
+    """A marker copy (:mod:`arfl.run.records`): the replica read an input partition to its
+    end. Never forwarded, not counted as received."""
 
 
 @dataclass(frozen=True)
@@ -360,6 +363,9 @@ class ReplicaCounters:
     bad: int = 0
     last_seen_t: float | None = None
     last_src_ts: int | None = None
+    ended: dict[int, float] = field(default_factory=dict)
+    """Input partition -> when this replica's latest marker copy of it arrived (epoch s): it
+    had read the partition to the end."""
 
     def snapshot(self, now_s: float, trail_s: float | None = None) -> dict[str, Any]:
         """The ``replicas`` entry of a monitor line (``trail_s``: :meth:`DedupState.trail_s`)."""
@@ -377,6 +383,7 @@ class ReplicaCounters:
             "last_src_ts": self.last_src_ts,
             "lag_ms": lag,
             "trail_ms": None if trail_s is None else round(trail_s * 1000, 3),
+            "ended": {str(p): round(t, 3) for p, t in sorted(self.ended.items())},
         }
 
 
@@ -453,16 +460,25 @@ class MergeCore:
         rc = self.replicas.get(replica)
         if rc is None:
             rc = self.replicas[replica] = ReplicaCounters()
-        rc.received += 1
         rc.last_seen_t = arrival_s
+        try:
+            copy: Copy | None = parse_copy(value)
+        except BadRecord:
+            copy = None
+        if copy is not None and copy.eoi:
+            part = copy.rid.partition(":")[0]
+            if part.isdecimal():
+                rc.ended[int(part)] = arrival_s
+                return Outcome.MARKER, None
+            copy = None  # a marker copy names its input partition, or it is a bad record
+        rc.received += 1
         self.received += 1
         self._second.received += 1
-        try:
-            rid, src_ts, content_hash, sent_ts = parse_copy(value)
-        except BadRecord:
+        if copy is None:
             rc.bad += 1
             self.bad += 1
             return Outcome.BAD, None
+        rid, src_ts, content_hash, sent_ts = copy.rid, copy.src_ts, copy.hash, copy.sent_ts
         if rc.last_src_ts is None or src_ts > rc.last_src_ts:
             rc.last_src_ts = src_ts
         # The id is read once per record, for the frontier and the dedup both.
