@@ -130,8 +130,11 @@ def wait_run_dir(proc: subprocess.Popen[bytes], runs: Path, log: Path) -> Path:
     return found
 
 
-def read_topic(info: StackInfo, topic: str, at_least: int) -> dict[str, list[Result]]:
-    """Every result on ``topic`` grouped by result id (waits for ``at_least`` records)."""
+def read_topic(
+    info: StackInfo, topic: str, at_least: int, *, marker_copies: bool = False
+) -> dict[str, list[Result]]:
+    """Every result on ``topic`` grouped by result id (waits for ``at_least`` records); marker
+    copies are no results, and only a replica's topic (``marker_copies``) may hold any."""
     with ResultReader(info.kafka, topic) as reader:
         reader.poll_until(lambda rs: len(rs) >= at_least, timeout_s=30)
         reader.poll(1.0)
@@ -139,6 +142,7 @@ def read_topic(info: StackInfo, topic: str, at_least: int) -> dict[str, list[Res
         for r in reader.results:
             by_rid.setdefault(r.result.rid, []).append(r.result)
         assert reader.bad == 0, f"{reader.bad} unreadable records on {topic}"
+        assert marker_copies or reader.markers == 0, f"{reader.markers} marker copies on {topic}"
     return by_rid
 
 
@@ -151,7 +155,7 @@ def replica_outputs(info: StackInfo, result: DeployResult) -> list[dict[str, lis
     """Each replica's own output topic."""
     sink = result.summary["topics"]["sink"]
     n = result.summary["replicas"]
-    return [read_topic(info, replica_topic(sink, i), 1) for i in range(n)]
+    return [read_topic(info, replica_topic(sink, i), 1, marker_copies=True) for i in range(n)]
 
 
 def both_replicas_agree(

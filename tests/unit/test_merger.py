@@ -196,6 +196,7 @@ def test_a_marker_copy_ends_its_partition_for_its_replica_and_is_no_result() -> 
     # Not received, not a result, no latency, no frontier, not in the dedup.
     assert (c.results, c.duplicates, c.received, c.bad) == (1, 0, 2, 1)
     assert c.replicas[0].last_src_ts == ts and len(c.dedup) == 1
+    assert c.replicas[0].last_seen_t == T0 + 0.06 and c.replicas[1].last_seen_t is None
     assert c.replicas[0].ended == {0: T0 + 0.04, 1: T0 + 0.05}
     assert c.replicas[1].ended == {0: T0 + 0.03}
     interval, line, _ = c.tick(T0 + 1)

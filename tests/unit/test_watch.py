@@ -190,6 +190,35 @@ def test_a_replica_short_of_one_marker_is_still_waited_for(tmp_path: Path) -> No
     assert [e for e in _events(ctx, "warning") if "had not caught up" in e["message"]]
 
 
+def test_a_restarted_replica_is_not_read_to_the_end_by_its_old_attempts_markers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "REJOIN_GRACE_S", 0.0)
+    ctx = _realtime_ctx(tmp_path)
+    _progress(ctx, 0, {0: 10, 1: 10})
+    _progress(ctx, 1, {0: 10, 1: 10})
+    _marker_copies(ctx, {0: [0, 1], 1: [0, 1]})
+    time.sleep(0.1)
+    # Replica 1 was restarted after its markers: its new attempt has read nothing yet.
+    states = {
+        0: ReplicaState(0, "running", pid=1),
+        1: ReplicaState(1, "running", pid=2, restarts=1),
+    }
+    t0 = time.monotonic()
+    _watcher(ctx, states).run(None)
+    assert time.monotonic() - t0 >= DRAIN_S
+    (not_caught_up,) = _events(ctx, "replica-not-caught-up")
+    assert not_caught_up["replica"] == 1
+
+
+def test_marker_copies_count_once_every_partition_has_one_and_the_newest_is_quiet() -> None:
+    end = {0: 40, 1: 60}
+    assert watch.markers_passed({0: 10.0, 1: 11.0}, end, now=11.0 + watch.QUIET_S)
+    assert not watch.markers_passed({0: 10.0, 1: 11.0}, end, now=10.9 + watch.QUIET_S)
+    assert not watch.markers_passed({0: 10.0}, end, now=100.0)
+    assert not watch.markers_passed({}, {}, now=100.0)  # no input end known
+
+
 def test_every_replica_dead_fails_the_run(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
     states = {0: ReplicaState(0, "dead", pid=1), 1: ReplicaState(1, "dead", pid=2)}

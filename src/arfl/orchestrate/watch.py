@@ -20,7 +20,7 @@ itself, so batches after the watch ended are counted there too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,8 +124,10 @@ def caught_up(
     last_progress: Callable[[int], dict[str, Any] | None],
     input_end: dict[int, int],
     without: Collection[int] = (),
+    read_to_end: Callable[[int], bool] | None = None,
 ) -> bool:
-    """Every replica's last batch reached the input's end and the one after it ran empty.
+    """Every replica read the whole input: its last batch reached the input's end and the one
+    after it ran empty, or ``read_to_end`` says so (its marker copies: :func:`markers_passed`).
 
     The empty (no-data) batch is the one that advances the watermark and emits the windows
     it closed; per-record pipelines need none, but it costs nothing to wait for.
@@ -135,9 +137,11 @@ def caught_up(
         last_progress: a replica's newest progress line (:meth:`Watcher.last_progress`).
         input_end: the input topic's end offset per partition.
         without: replicas left out (the supervisor gave up on them: they never catch up).
+        read_to_end: replica -> whether it read the input to its end by another sign than its
+            progress.
     """
     for i in range(spec.replication.replicas):
-        if i in without:
+        if i in without or (read_to_end is not None and read_to_end(i)):
             continue
         last = last_progress(i)
         if last is None or not reached(last, input_end):
@@ -147,34 +151,21 @@ def caught_up(
     return True
 
 
-def markers_passed(
-    spec: Spec,
-    snapshot: MonitorSnapshot | None,
-    input_end: dict[int, int],
-    without: Collection[int] = (),
-) -> bool:
-    """Every replica passed on the end-of-input marker of every input partition (a marker
-    copy, :mod:`arfl.run.records`): it read the whole input and wrote every result before the
-    marker. The drain's test where the pipeline passes markers on
-    (:attr:`~arfl.configs.spec.Spec.passes_markers`), up to a real-time interval sooner than
-    :func:`caught_up`: a real-time batch reports its progress only when it ends. Never true for
-    an input without markers (the injector writes them once every event is acknowledged).
+def markers_passed(ended: Mapping[int, float], input_end: Mapping[int, int], now: float) -> bool:
+    """A replica delivered a marker copy (:mod:`arfl.run.records`) of every input partition,
+    the newest :data:`QUIET_S` or more before ``now``: it read the whole input and had written
+    every result before the markers, and the quiet seconds cover a result of its that went to
+    another partition of its topic in a later producer batch. A real-time batch reports its
+    progress only when it ends, up to an interval after this. Never true for an input without
+    markers (the injector writes them once every event is acknowledged).
 
     Args:
-        spec: the run's spec.
-        snapshot: the merger's newest monitor line.
+        ended: input partition -> when the merger read the replica's latest marker copy of it
+            (epoch s; :attr:`arfl.run.streams.ReplicaSnapshot.ended`).
         input_end: the input topic's end offset per partition.
-        without: replicas left out (the supervisor gave up on them).
+        now: epoch seconds.
     """
-    if not spec.passes_markers or snapshot is None or not input_end:
-        return False
-    for i in range(spec.replication.replicas):
-        if i in without:
-            continue
-        seen = snapshot.replicas.get(i)
-        if seen is None or not set(input_end) <= set(seen.ended):
-            return False
-    return True
+    return bool(input_end) and all(p in ended and ended[p] <= now - QUIET_S for p in input_end)
 
 
 class LateDropWatch:
@@ -450,7 +441,6 @@ class Watcher:
                 input_end,
                 rejoins,
                 gone,
-                snap,
             ):
                 return
 
@@ -524,13 +514,23 @@ class Watcher:
         input_end: dict[int, int],
         rejoins: RejoinTracker,
         gone: Collection[int] = (),
-        snapshot: MonitorSnapshot | None = None,
     ) -> bool:
         # A replica restarted late (a driver kill near the end) gets longer to rejoin: a new
         # driver and its first, cold catch-up batch take minutes on small hosts. One that then
         # gave up never rejoins: no extra time for it.
         rejoining = [r for r in rejoins.rejoining if r not in gone]
         cap = self.drain_s + (REJOIN_GRACE_S if rejoining else 0.0)
+
+        def read_to_end(replica: int) -> bool:
+            # A restarted replica counts once its new attempt read to the end (the rejoin
+            # tracker's test, marker copies after the restart included): its old attempt's
+            # marker copies do not make it caught up.
+            return (
+                self.ctx.spec.passes_markers
+                and replica not in rejoins.rejoining
+                and markers_passed(self._marker_copies(replica), input_end, time.time())
+            )
+
         if waited >= cap:
             behind = ", ".join(
                 f"replica {r} {lag:.0f} s behind"
@@ -543,7 +543,6 @@ class Watcher:
                 f"ended ({behind or 'lag unknown'}); stopping anyway (results may be missing)",
             )
             return True
-        return quiet >= QUIET_S and (
-            markers_passed(self.ctx.spec, snapshot, input_end, gone)
-            or caught_up(self.ctx.spec, self.last_progress, input_end, gone)
+        return quiet >= QUIET_S and caught_up(
+            self.ctx.spec, self.last_progress, input_end, gone, read_to_end
         )

@@ -24,7 +24,7 @@ Hidden columns start with ``__`` and never appear in a result's ``data``:
   the user's steps see rows, and a grouping column of the window (see below); except in a
   streaming query where ``Spec.passes_markers`` holds: there the filter and select steps see
   the markers (a filter passes them, a select keeps the hidden columns) and each becomes a
-  marker copy, its user columns null.
+  marker copy (its fields but ``ts`` null).
 * ``__et``: the event-time column as a timestamp (only when the pipeline has a window); a
   marker's is its ``ts``.
 * ``__wstart``, ``__wend`` (ms) and ``__key`` (string): set by the window step (its rid).

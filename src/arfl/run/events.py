@@ -84,7 +84,7 @@ class Event(StrEnum):
     REPLICA_BEHIND_AT_END = "replica-behind-at-end"
     """Fields: behind_s, lag_s, max_lag_s, replica. Written by orchestrate/lag.py."""
     REPLICA_CAUGHT_UP = "replica-caught-up"
-    """Fields: catchup_s, offsets, replica. Written by orchestrate/rejoin.py."""
+    """Fields: by, catchup_s, offsets, replica. Written by orchestrate/rejoin.py."""
     REPLICA_DIED = "replica-died"
     """Fields: app_id, exit_code, pid, replica, uptime_s. Written by orchestrate/supervisor.py."""
     REPLICA_EXCLUDED = "replica-excluded"

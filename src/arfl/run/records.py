@@ -47,7 +47,8 @@ Value: JSON::
 * ``hash``: SHA-256 (hex) of the canonical JSON of ``data`` as Spark's ``to_json`` renders it;
   copies of one rid from different replicas must carry the same hash (divergence check).
 * ``eoi``: present (JSON ``true``) only on a *marker copy*: the end-of-input marker of the
-  input partition its rid names, passed through the steps (its ``data`` holds no column). The
+  input partition its rid names, passed through the steps (its ``data`` holds only what the
+  steps make of the marker's ``ts`` and its null fields: nothing is read from it). The
   merger counts it for the replica and never forwards it: it is no result.
 
 Final output (merger -> the spec's sink topic): the first copy of each rid, unchanged.

@@ -244,6 +244,8 @@ class ResultReader:
         self.topic = topic
         self.results: list[ReadResult] = []
         self.bad = 0
+        self.markers = 0
+        """Marker copies read (:mod:`arfl.run.records`): no result, so not in ``results``."""
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -270,6 +272,9 @@ class ResultReader:
                 res = parse_result(msg.value())
             except BadRecord:
                 self.bad += 1
+                continue
+            if res.eoi:
+                self.markers += 1
                 continue
             self.results.append(
                 ReadResult(res, int(msg.timestamp()[1]), msg.partition() or 0, msg.offset() or 0)

@@ -460,7 +460,6 @@ class MergeCore:
         rc = self.replicas.get(replica)
         if rc is None:
             rc = self.replicas[replica] = ReplicaCounters()
-        rc.last_seen_t = arrival_s
         try:
             copy: Copy | None = parse_copy(value)
         except BadRecord:
@@ -471,6 +470,7 @@ class MergeCore:
                 rc.ended[int(part)] = arrival_s
                 return Outcome.MARKER, None
             copy = None  # a marker copy names its input partition, or it is a bad record
+        rc.last_seen_t = arrival_s
         rc.received += 1
         self.received += 1
         self._second.received += 1
