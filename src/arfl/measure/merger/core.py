@@ -465,9 +465,10 @@ class MergeCore:
         except BadRecord:
             copy = None
         if copy is not None and copy.eoi:
-            part = copy.rid.partition(":")[0]
-            if part.isdecimal():
-                rc.ended[int(part)] = arrival_s
+            # A per-record id's channel starts with its input partition (-1: a window's).
+            marker = _key(copy.rid, None)
+            if marker is not None and marker.channel[0] >= 0:
+                rc.ended[marker.channel[0]] = arrival_s
                 return Outcome.MARKER, None
             copy = None  # a marker copy names its input partition, or it is a bad record
         rc.last_seen_t = arrival_s
