@@ -52,7 +52,9 @@ from realtime import _pct, _phase, run, survivor_boundary_s
 from arfl.configs.load import load_spec, parse_spec
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
+from arfl.registry import FAULTS
 from arfl.report.build import build_report
+from arfl.run.events import Event
 from arfl.run.rundir import read_jsonl
 from arfl.stack import config, lifecycle
 from arfl.units import parse_duration
@@ -86,10 +88,18 @@ def placements(n: int, start: float, end: float, seed: int) -> list[float]:
     return [round(start + (k + rng.random()) * width, 1) for k in range(n)]
 
 
+def on_merger(fault: str) -> bool:
+    """Whether a fault kind acts on the merger (no replica to name, none to catch up)."""
+    return bool(FAULTS.info(fault).on == "merger")
+
+
 def with_fault(base: dict[str, Any], fault: str, at: float, k: int) -> Spec:
     raw = copy.deepcopy(base)
     raw["name"] = f"{base.get('name', 'pm')}-{fault}-{k}"
-    raw["chaos"] = [{"at": f"{at:g}s", "fault": fault, "replica": 0}]
+    entry: dict[str, Any] = {"at": f"{at:g}s", "fault": fault}
+    if not on_merger(fault):
+        entry["replica"] = 0
+    raw["chaos"] = [entry]
     return parse_spec(raw, "p_masked")
 
 
@@ -101,9 +111,15 @@ def cause(row: dict[str, Any]) -> str:
         return row["outcome"]
     boundary, caught = row.get("survivor_boundary_s"), row.get("caught_up_s")
     window = row.get("window_s") or 0.0
-    if boundary is not None and boundary < window and (caught is None or boundary < caught):
+    replica_fault = not row.get("on_merger")
+    if (
+        replica_fault
+        and boundary is not None
+        and boundary < window
+        and (caught is None or boundary < caught)
+    ):
         return "survivor boundary"
-    if caught is None:
+    if replica_fault and caught is None:
         return "not caught up"
     bar, p50 = row.get("held_to_ms"), row.get("steady_p50_ms")
     if bar is not None and any(p >= bar - (p50 or 0.0) for p in row.get("broker_pauses_ms") or []):
@@ -117,6 +133,7 @@ def analyse(run_dir: Path) -> dict[str, Any]:
     journal = read_jsonl(run_dir / "journal.jsonl")
     row: dict[str, Any] = {
         "run": str(run_dir),
+        "on_merger": on_merger(f.kind),
         "outcome": f.outcome,
         "verdict": f.verdict,
         "at_s": f.at_s,
@@ -133,6 +150,9 @@ def analyse(run_dir: Path) -> dict[str, Any]:
         "duplicates": report.correctness.duplicates,
         "steady_p50_ms": _pct(_phase(report, "steady"), "p50"),
     }
+    took = [e for e in journal if e.get("event") == Event.MERGER_TOOK_OVER]
+    if took:  # a merger fault with a standby: how long until it served again
+        row["took_over_ms"] = round(1000 * float(took[0].get("took_s") or 0.0), 1)
     if report.input_start is not None and f.at_s is not None and f.window_s is not None:
         at = report.input_start + f.at_s
         gc_log = lifecycle.layout_of(None).logs / config.KAFKA_GC_LOG
@@ -201,14 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nP(masked), seed {seed}, {args.placements} placements in [{start:g}, {end:g}] s")
     print(
         f"{'fault':14} {'at s':>6} {'outcome':11} {'p99 ms':>8} {'held to':>8} {'window s':>8} "
-        f"{'caught up':>9} {'boundary':>8} {'gc max':>6}  cause"
+        f"{'caught up':>9} {'boundary':>8} {'gc max':>6} {'took ms':>7}  cause"
     )
     for r in rows:
         print(
             f"{r['fault']:14} {r['at']:6.1f} {r['outcome']:11} {_f(r.get('p99_ms')):>8} "
             f"{_f(r.get('held_to_ms')):>8} {_f(r.get('window_s')):>8} "
             f"{_f(r.get('caught_up_s')):>9} {_f(r.get('survivor_boundary_s')):>8} "
-            f"{_f(longest_pause(r)):>6}  "
+            f"{_f(longest_pause(r)):>6} {_f(r.get('took_over_ms')):>7}  "
             f"{r.get('cause', '')}"
         )
     for fault in faults:

@@ -30,8 +30,13 @@ Variants:
   used before page-faults on each of their pages), or ZGC (concurrent, pauses under a
   millisecond).
 
-Variants that set the broker (``before``, ``g1``, ``pretouch``, ``zgc``) restart the stack
-before every run.
+* ``tmpfs``: ``shared-first`` with the broker's log directories and the run directory (the
+  replicas' checkpoints) in memory (``/dev/shm``), off the disk the host's other writes share:
+  a replica's batch boundary writes its checkpoint's offset and commit logs, and an ext4
+  journal commit can hold up every writer on the disk, the broker's appends among them.
+
+Variants that set the broker (``before``, ``g1``, ``pretouch``, ``zgc``, ``tmpfs``) restart the
+stack before every run.
 
     .venv/bin/python bench/shared_path.py --reps 2 --runs /tmp/b15/broker --out /tmp/b15/broker.json
 """
@@ -41,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -70,6 +76,9 @@ G1 = (
 )
 ZGC = ("-XX:+UseZGC",)
 BROKER_GC = {"before": G1, "g1": G1, "pretouch": (*G1, "-XX:+AlwaysPreTouch"), "zgc": ZGC}
+IN_MEMORY = Path("/dev/shm/arfl-bench-shared-path")
+"""Where the ``tmpfs`` variant keeps the broker's logs and the runs."""
+RESTARTS = (*BROKER_GC, "tmpfs")
 
 
 def _set_variant(variant: str) -> None:
@@ -78,6 +87,7 @@ def _set_variant(variant: str) -> None:
     config._kafka_jvm = ORIG_JVM
     config.kafka_properties = ORIG_PROPS
     config.KAFKA_GC = BROKER_GC.get(variant, ORIG_GC)
+    _broker_data_in_memory(variant == "tmpfs")
     if variant != "before":
         return
 
@@ -92,6 +102,24 @@ def _set_variant(variant: str) -> None:
     config.KAFKA_HEAP = "512m"
     config._kafka_jvm = jvm
     config.kafka_properties = props
+
+
+def _broker_data_in_memory(on: bool) -> None:
+    """Put the stack's Kafka data directory in memory (a symlink to a fresh directory under
+    :data:`IN_MEMORY`; the broker formats it at ``up``) or back on disk. Call with the stack
+    down."""
+    data = lifecycle.layout_of(None).data("kafka")
+    disk = data.with_name("kafka.disk")
+    if data.is_symlink():
+        data.unlink()
+        shutil.rmtree(IN_MEMORY / "kafka", ignore_errors=True)
+        if disk.exists():
+            disk.rename(data)
+    if on:
+        if data.exists():
+            data.rename(disk)
+        (IN_MEMORY / "kafka").mkdir(parents=True, exist_ok=True)
+        data.symlink_to(IN_MEMORY / "kafka")
 
 
 SHARED = ("kafka.Kafka", "arfl.measure.merger", "arfl.workload.injector")
@@ -123,7 +151,7 @@ class Renicer(threading.Thread):
 def renicer(variant: str) -> Renicer | None:
     """The priority of ``variant`` (None: every process at 0; the long-lived broker is put back
     to 0 once before each run, :meth:`Renicer._pass`)."""
-    if variant == "shared-first" or (variant in BROKER_GC and variant != "before"):
+    if variant in ("shared-first", "tmpfs") or (variant in BROKER_GC and variant != "before"):
         return Renicer(SHARED, -10)
     if variant == "replicas-last":
         return Renicer(REPLICAS, 10)
@@ -175,7 +203,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ["ARFL_HARNESS_NICE"] = "0"  # the variants set the priorities themselves
     variants = args.variants.split(",")
-    restarts = any(v in BROKER_GC for v in variants)
+    restarts = any(v in RESTARTS for v in variants)
     args.runs.mkdir(parents=True, exist_ok=True)
     t = rt.Timing(duration=args.duration, fault_at=args.duration, warmup=args.warmup,
                   sweep_duration=args.duration, windowed_later=0.0)  # fmt: skip
@@ -197,8 +225,9 @@ def main() -> int:
                 prio = renicer(v)
                 if prio is not None:
                     prio.start()
+                runs = IN_MEMORY / "runs" if v == "tmpfs" else args.runs  # checkpoints too
                 try:
-                    run_dir, _summary, cpu, _wall = rt.run(spec, args.runs)
+                    run_dir, _summary, cpu, _wall = rt.run(spec, runs)
                     row["run"] = str(run_dir)
                     row.update(measure(run_dir, args.warmup, gc_log))
                     row.update(rt.sweep_cpu(run_dir, cpu, args.warmup))
