@@ -417,6 +417,22 @@ def test_p_masked_names_a_broker_pause_long_enough_to_break_the_bar_on_its_own()
     assert p_masked.longest_pause(row) == 18.6 and p_masked.longest_pause({}) is None
 
 
+def test_p_masked_places_a_merger_fault_without_a_replica_and_blames_no_replica_for_it() -> None:
+    import p_masked
+
+    base = {**p_masked.DEFAULT_SPEC, "merger": {"standby": 1}}
+    merger = p_masked.with_fault(base, "kill-merger", 101.5, 0).chaos[0]
+    assert merger.fault == "kill-merger" and merger.replica is None
+    assert p_masked.with_fault(base, "kill-replica", 101.5, 0).chaos[0].replica == 0
+    # A merger kill has no catch-up and no survivor: a miss is the broker's or the output's.
+    row = {"outcome": "not masked", "verdict": "not masked: p99", "window_s": 6.0,
+           "caught_up_s": None, "survivor_boundary_s": 1.0, "held_to_ms": 20.0,
+           "steady_p50_ms": 6.0, "broker_pauses_ms": [], "on_merger": True}  # fmt: skip
+    assert p_masked.cause(row) == "p99"
+    assert p_masked.cause({**row, "broker_pauses_ms": [15.0]}) == "broker pause"
+    assert p_masked.cause({**row, "on_merger": False}) == "survivor boundary"
+
+
 def test_boundary_costs_splits_a_boundary_into_sparks_own_parts(tmp_path: Path) -> None:
     import json
 
