@@ -206,6 +206,19 @@ def test_a_marker_copy_ends_its_partition_for_its_replica_and_is_no_result() -> 
     assert snap.replicas[1].ended == {0: pytest.approx(T0 + 0.03)}
 
 
+def test_a_marker_copy_is_dated_by_its_append_not_by_when_the_merger_read_it() -> None:
+    # A merger that read a replica's marker copy late (paused, or restarted behind) must not
+    # date it after a restart that came later: the copy is from before it.
+    c = MergeCore(2, T0)
+    assert c.on_record(0, marker_copy(0, 5, 0), T0 + 30.0, 1, appended_s=T0 + 0.5)[0] is (
+        Outcome.MARKER
+    )
+    assert c.replicas[0].ended == {0: T0 + 0.5}
+    # Without the broker's time (a topic that has none), the read time.
+    c.on_record(1, marker_copy(0, 5, 1), T0 + 31.0, 1)
+    assert c.replicas[1].ended == {0: T0 + 31.0}
+
+
 def test_core_records_latency_of_first_copies_only() -> None:
     c = MergeCore(2, T0)
     ts = int(T0 * 1000)
@@ -282,6 +295,9 @@ class FakeMessage:
 
     def error(self) -> Any:
         return self._e
+
+    def timestamp(self) -> tuple[int, int]:
+        return 0, -1  # confluent-kafka's TIMESTAMP_NOT_AVAILABLE
 
 
 class FakeTopicMetadata:

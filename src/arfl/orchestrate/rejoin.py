@@ -9,7 +9,7 @@ It is the drain's test (commits), not the report's ``caught_up_s``: a real-time 
 at its batch's end, long after its output was current again
 (:func:`arfl.report.verdicts.caught_up_at` reads the output). Where the pipeline passes
 end-of-input markers on (marker copies, :mod:`arfl.run.records`), a marker copy of every
-partition that arrived after the restart says it as well (``by = "markers"``): the drain may
+partition appended after the restart says it as well (``by = "markers"``): the drain may
 end before the restarted query's first batch does.
 """
 
@@ -38,7 +38,7 @@ class RejoinTracker:
         journal: where ``replica-caught-up`` / ``replica-not-caught-up`` go.
         input_ends: the input topic's end offsets per partition, now.
         last_progress: replica -> its newest progress line (None before its first batch).
-        markers: replica -> input partition -> when its latest marker copy of it arrived
+        markers: replica -> input partition -> when its latest marker copy of it was appended
             (epoch s; the merger's monitor line), where the pipeline passes markers on.
     """
 
@@ -91,7 +91,7 @@ class RejoinTracker:
         return (_progress_time(progress), "progress") if reached(progress, p.target) else None
 
     def _by_markers(self, r: int, p: _Pending) -> tuple[float, str] | None:
-        """When the last marker copy arrived, if one of every partition came after the
+        """When the last marker copy was appended, if one of every partition was after the
         restart (the replica then read past the target: the markers end the input)."""
         ends = self._markers(r) if self._markers is not None else {}
         if not p.target or any(ends.get(k, 0.0) < p.restarted_at for k in p.target):

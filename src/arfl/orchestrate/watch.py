@@ -160,8 +160,8 @@ def markers_passed(ended: Mapping[int, float], input_end: Mapping[int, int], now
     markers (the injector writes them once every event is acknowledged).
 
     Args:
-        ended: input partition -> when the merger read the replica's latest marker copy of it
-            (epoch s; :attr:`arfl.run.streams.ReplicaSnapshot.ended`).
+        ended: input partition -> when the replica's latest marker copy of it was appended to
+            its topic (epoch s; :attr:`arfl.run.streams.ReplicaSnapshot.ended`).
         input_end: the input topic's end offset per partition.
         now: epoch seconds.
     """

@@ -60,8 +60,8 @@ class ReplicaSnapshot:
     """How far it trails the output: the age of the oldest result the output has that it has
     not delivered (0: none); None with one replica, or in a run recorded before it existed."""
     ended: dict[int, float] = field(default_factory=dict)
-    """Input partition -> when its latest marker copy of that partition arrived (epoch s;
-    :mod:`arfl.run.records`): it had read the partition to the end."""
+    """Input partition -> when its latest marker copy of that partition was appended to its
+    topic (epoch s; :mod:`arfl.run.records`): it had read the partition to the end."""
 
     @property
     def behind_ms(self) -> float | None:

@@ -364,8 +364,9 @@ class ReplicaCounters:
     last_seen_t: float | None = None
     last_src_ts: int | None = None
     ended: dict[int, float] = field(default_factory=dict)
-    """Input partition -> when this replica's latest marker copy of it arrived (epoch s): it
-    had read the partition to the end."""
+    """Input partition -> when this replica's latest marker copy of it was appended to its
+    topic (epoch s; when read, for a record without a Kafka timestamp): it had read the
+    partition to the end."""
 
     def snapshot(self, now_s: float, trail_s: float | None = None) -> dict[str, Any]:
         """The ``replicas`` entry of a monitor line (``trail_s``: :meth:`DedupState.trail_s`)."""
@@ -450,9 +451,11 @@ class MergeCore:
         value: bytes | None,
         arrival_s: float,
         out_partition: int | None = None,
+        appended_s: float | None = None,
     ) -> tuple[Outcome, Divergence | None]:
         """Process one record read from replica ``replica``'s topic (partition
-        ``out_partition``, when known) at ``arrival_s``.
+        ``out_partition``, when known) at ``arrival_s``; ``appended_s``: the record's Kafka
+        timestamp (the broker's append time on arfl's replica topics), when it has one.
 
         Returns:
             The outcome and, for a divergent copy, the divergence.
@@ -468,7 +471,9 @@ class MergeCore:
             # A per-record id's channel starts with its input partition (-1: a window's).
             marker = _key(copy.rid, None)
             if marker is not None and marker.channel[0] >= 0:
-                rc.ended[marker.channel[0]] = arrival_s
+                # Dated by its append: a merger that read it late (paused, restarted behind)
+                # would date an old attempt's copy after a restart that came later.
+                rc.ended[marker.channel[0]] = arrival_s if appended_s is None else appended_s
                 return Outcome.MARKER, None
             copy = None  # a marker copy names its input partition, or it is a bad record
         rc.last_seen_t = arrival_s

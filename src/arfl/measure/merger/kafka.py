@@ -108,6 +108,13 @@ def next_messages(consumer: Consumer, idle_timeout_s: float, max_messages: int =
     return [] if one is None else [one]
 
 
+def append_time_s(msg: Any) -> float | None:
+    """A record's Kafka timestamp in epoch seconds (the broker's append time on arfl's replica
+    topics), None when it has none."""
+    kind, ms = msg.timestamp()
+    return None if kind == 0 else ms / 1000.0  # 0: TIMESTAMP_NOT_AVAILABLE
+
+
 def consumer_config(
     bootstrap: str, group_id: str, fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
 ) -> dict[str, Any]:

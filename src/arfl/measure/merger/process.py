@@ -34,6 +34,7 @@ from arfl.measure.merger.core import (
 from arfl.measure.merger.kafka import (
     Consumer,
     SinkProducer,
+    append_time_s,
     kafka_consumer,
     kafka_producer,
     next_messages,
@@ -346,7 +347,9 @@ class Merger:
                     last_record = arrival
                     replica = topic_index.get(msg.topic(), -1)
                     value = msg.value()
-                    outcome, div = core.on_record(replica, value, arrival, msg.partition())
+                    outcome, div = core.on_record(
+                        replica, value, arrival, msg.partition(), append_time_s(msg)
+                    )
                     if outcome is Outcome.FIRST:
                         self._produce(sink, msg.key(), value, core.results)
                     elif div is not None:

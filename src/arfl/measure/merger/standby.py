@@ -37,6 +37,7 @@ from arfl.errors import DeployError
 from arfl.measure.merger import recovery, transactions
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import MergeCore, Outcome
+from arfl.measure.merger.kafka import append_time_s
 from arfl.measure.merger.recovery import SinkRecord, Taken
 from arfl.processes import await_exit, same_process, wait_until
 from arfl.run.records import BadRecord, Result, parse_result
@@ -282,7 +283,9 @@ class Follower:
         arrival = time.time()
         replica = self._topic_index.get(msg.topic(), -1)
         value = msg.value()
-        outcome, _ = self.core.on_record(replica, value, arrival, msg.partition())
+        outcome, _ = self.core.on_record(
+            replica, value, arrival, msg.partition(), append_time_s(msg)
+        )
         if self._horizon and not self._fresh:
             self._passes(msg)
         if outcome is not Outcome.FIRST or value is None:
