@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from arfl.errors import DeployError
-from arfl.measure.merger import recovery
+from arfl.measure.merger import recovery, standby
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import MergeCore
 from arfl.measure.merger.process import Merger
@@ -161,26 +161,75 @@ def r1(rid: str) -> Msg:
     return Msg(replica_topic(SINK, 1), rec(rid, 1))
 
 
+class Appending(Consumer):
+    """After its batches, the broker goes on appending: a new replica copy every 5 ms, from
+    ``resume_s`` after the first empty read on (a broker stalled until then)."""
+
+    def __init__(self, batches: list[list[Msg]], resume_s: float = 0.0) -> None:
+        super().__init__(batches)
+        self.resume_s, self.began, self.n = resume_s, 0.0, 0
+
+    def consume(self, num_messages: int = 1, timeout: float = 0) -> list[Msg]:
+        if self.batches:
+            return self.batches.pop(0)
+        now = time.time()
+        self.began = self.began or now
+        time.sleep(0.005)
+        if now - self.began < self.resume_s:
+            return []
+        self.n += 1
+        return [Msg(replica_topic(SINK, 1), rec(f"1:{self.n}", 1), appended=time.time())]
+
+
 def test_the_standby_owes_what_the_sink_lacks_and_takes_over_when_it_is_late(
     tmp_path: Path,
 ) -> None:
     # Serving: this test's own process (alive). 0:1 reaches the sink, 0:3 reached it before
-    # its replica copies; 0:2 never does.
+    # its replica copies; 0:2 never does, while the broker goes on appending.
     batches = [
         [r0("0:1"), r1("0:1"), Msg(SINK, rec("0:3", 1), offset=0, n=1)],
         [r0("0:2"), r0("0:3"), Msg(SINK, rec("0:1", 1), offset=1, n=2), r1("0:3")],
     ]
     f = _follower(tmp_path, batches, serving=os.getpid(), lease_s=0.2)
+    f.consumer = Appending(batches)
     t0 = time.time()
     threading.Timer(10, f._stop.set).start()
     took = f.follow({})
     assert took is not None and took.why == "lease"
     assert 0.2 <= time.time() - t0 < 2.0
-    assert list(f.owed) == ["0:2"]  # 0:1 and 0:3 are in the sink; their copies are duplicates
+    assert next(iter(f.owed)) == "0:2"  # 0:1 and 0:3 are in the sink; their copies are duplicates
     assert [r.n for r in f.tail] == [1, 2]
     assert f.core.duplicates == 3  # replica 1's 0:1, and both copies of 0:3
     # The sink is read from its start, the replica topics' assignment is the merger's.
     assert (SINK, 0, 0) in f.consumer.assigned
+
+
+def test_the_lease_runs_only_while_the_broker_appends(tmp_path: Path) -> None:
+    # The serving merger (alive) forwarded 0:0; 0:1 is owed. The broker then appends nothing
+    # for 0.6 s (three leases): it held up the serving merger's writes too, so no take-over;
+    # once it appends again, the lease counts from there.
+    t0 = time.time()
+    batches = [[Msg(SINK, rec("0:0", 1)), r0("0:0"), Msg(replica_topic(SINK, 0), rec("0:1", 1),
+                                                           appended=t0)]]  # fmt: skip
+    f = _follower(tmp_path, batches, serving=os.getpid(), lease_s=0.2)
+    f.consumer = Appending(batches, resume_s=0.6)
+    threading.Timer(10, f._stop.set).start()
+    took = f.follow({})
+    assert took is not None and took.why == "lease" and next(iter(f.owed)) == "0:1"
+    assert 0.8 <= took.detected_at - t0 < 1.5, took.detected_at - t0
+
+
+def test_a_result_owed_long_enough_is_late_whatever_the_broker_does(tmp_path: Path) -> None:
+    # An input that ended appends nothing more: a paused merger is still taken over, after
+    # LEASE_CAP leases.
+    t0 = time.time()
+    batches = [[Msg(SINK, rec("0:0", 1)), r0("0:0"), Msg(replica_topic(SINK, 0), rec("0:1", 1),
+                                                           appended=t0)]]  # fmt: skip
+    f = _follower(tmp_path, batches, serving=os.getpid(), lease_s=0.1)
+    threading.Timer(10, f._stop.set).start()
+    took = f.follow({})
+    assert took is not None and took.why == "lease"
+    assert standby.LEASE_CAP * 0.1 <= took.detected_at - t0 < standby.LEASE_CAP * 0.1 + 0.5
 
 
 def test_the_standby_takes_over_at_once_when_the_serving_merger_dies(tmp_path: Path) -> None:

@@ -2,7 +2,11 @@
 replica topics) and what it writes (the final topic), so that its dedup state is current and
 it knows which results the serving merger owes; it writes nothing. It takes over when the
 serving merger dies, or when a result it owes is later than the lease (the serving merger is
-paused or stuck: the standby kills it first). Design: docs/design.md, "A standby merger".
+paused or stuck: the standby kills it first). The lease runs on the broker's clock as well as
+the standby's: only while the broker goes on appending the replicas' copies, since a broker that
+stalls holds up the serving merger's writes as much as anyone's (a 1-s disk stall of the host's
+broker once had a healthy merger killed, docs/benchmarks.md). Design: docs/design.md, "A standby
+merger".
 
 The fence is Kafka's: every merger of such a run has the same ``transactional.id``, and the
 standby's ``init_transactions`` bumps the producer epoch, aborts the old merger's open
@@ -48,6 +52,13 @@ at once, :func:`arfl.processes.await_exit`)."""
 SINK_SLACK = 2
 """Offsets of a final topic partition past the last record read that still count as its end:
 the marker of the transaction committed last, and one record in flight."""
+STREAM_GAP_MAX_S = 0.5
+"""The replica topics' appends count as one unbroken stream while no two are further apart
+than this (or half the lease, if less): a longer gap is the broker's, or the input's, pause,
+and the lease counts only what the broker appended since."""
+LEASE_CAP = 10
+"""A result owed this many leases by the standby's clock is late whatever the broker did (an
+input that stopped appends nothing: a paused merger is still taken over)."""
 FENCE_TIMEOUT_S = 30.0
 """How long fencing (``init_transactions``) and reading the final topic to its end may take."""
 
@@ -59,6 +70,8 @@ class Owed:
     key: bytes | None
     value: bytes
     arrival: float
+    appended: float | None = None
+    """Its copy's Kafka timestamp (s; the broker's append on arfl's replica topics)."""
 
 
 @dataclass
@@ -134,6 +147,11 @@ class Follower:
         self._serving_seen: float | None = None
         """When the standby first read a record the serving merger forwarded after the
         standby started (no lease is judged before: a merger still starting owes nothing)."""
+        self._appended: float | None = None
+        """The newest Kafka timestamp read on the replica topics (s): the broker's clock."""
+        self._stream_since: float | None = None
+        """Where the replica topics' current unbroken stream of appends began (s)."""
+        self._stream_gap = min(STREAM_GAP_MAX_S, config.lease_s / 2)
         self._next: dict[int, int] = {}
         """Final topic partition -> the next offset to read."""
         self.stop_reason: str | None = None
@@ -218,7 +236,7 @@ class Follower:
         self._started_ms = int(time.time() * 1000)
         self._start(positions)
         self._watch.start()
-        cfg, core = self.config, self.core
+        core = self.core
         next_check = 0.0
         next_tick = time.time() + 1.0
         while True:
@@ -232,8 +250,9 @@ class Follower:
             next_check = now + LIVENESS_S
             if self.owed and self._serving_seen is not None:
                 # A result seen before the serving merger was seen forwarding is owed from then.
-                since = max(next(iter(self.owed.values())).arrival, self._serving_seen)
-                if now - since > cfg.lease_s and not self._sink_behind():
+                oldest = next(iter(self.owed.values()))
+                since = max(oldest.arrival, self._serving_seen)
+                if self.lease_missed(now - since, oldest) and not self._sink_behind():
                     return TakeOver("lease", now)
             if now >= next_tick:
                 next_tick = now + 1.0
@@ -247,6 +266,21 @@ class Follower:
             if self._stop.is_set():
                 self.stop_reason = "signal"
                 return None
+
+    def lease_missed(self, late_s: float, oldest: Owed) -> bool:
+        """Whether the serving merger missed its lease on ``oldest``, the result it has owed
+        for ``late_s`` by the standby's clock: that long, and as long by the broker's, counted
+        from the later of the result's append and the start of the replica topics' current
+        unbroken stream of appends (a broker that stalled, or was stalled, appended nothing the
+        serving merger could have paid it beside); or :data:`LEASE_CAP` leases whatever the
+        broker did."""
+        lease = self.config.lease_s
+        if late_s <= lease:
+            return False
+        if late_s > LEASE_CAP * lease or oldest.appended is None or self._appended is None:
+            return True
+        since = max(oldest.appended, self._stream_since or oldest.appended)
+        return self._appended - since > lease
 
     def close(self) -> None:
         """Drop the producers kept for the fence (a standby stopped while following)."""
@@ -283,9 +317,14 @@ class Follower:
         arrival = time.time()
         replica = self._topic_index.get(msg.topic(), -1)
         value = msg.value()
-        outcome, _ = self.core.on_record(
-            replica, value, arrival, msg.partition(), append_time_s(msg)
-        )
+        appended = append_time_s(msg)
+        if appended is not None:
+            newest = self._appended
+            if newest is None or appended - newest > self._stream_gap:
+                self._stream_since = appended  # the broker appended nothing for a while
+            if newest is None or appended > newest:
+                self._appended = appended
+        outcome, _ = self.core.on_record(replica, value, arrival, msg.partition(), appended)
         if self._horizon and not self._fresh:
             self._passes(msg)
         if outcome is not Outcome.FIRST or value is None:
@@ -293,7 +332,7 @@ class Follower:
         if self._fresh:
             self._forward_fresh(msg.key(), value)
         else:
-            self.owed[self.core.last_rid] = Owed(msg.key(), value, arrival)
+            self.owed[self.core.last_rid] = Owed(msg.key(), value, arrival, appended)
 
     def _forward_fresh(self, key: bytes | None, value: bytes) -> None:
         """Forward a result no merger before this one can have read. It carries no number
