@@ -589,7 +589,8 @@ class Merger(_Model):
     lease: Duration = Field(1.0, json_schema_extra={"constraint": "50ms to 60s"})
     """How late a result the serving merger owes may be before the standby takes over (it
     kills the serving merger first): the longest pause of the serving merger that is waited
-    out."""
+    out. Counted while the broker goes on appending the replicas' copies (a stalled broker
+    holds up every writer), and at most ten leases whatever the broker did."""
 
     @field_validator("lease")
     @classmethod
