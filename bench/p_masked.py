@@ -150,9 +150,19 @@ def analyse(run_dir: Path) -> dict[str, Any]:
         "duplicates": report.correctness.duplicates,
         "steady_p50_ms": _pct(_phase(report, "steady"), "p50"),
     }
-    took = [e for e in journal if e.get("event") == Event.MERGER_TOOK_OVER]
+    injected = next((e["t"] for e in journal if e.get("event") == Event.FAULT_INJECTED), None)
+    took = [
+        e
+        for e in journal
+        if e.get("event") == Event.MERGER_TOOK_OVER and injected is not None and e["t"] >= injected
+    ]
     if took:  # a merger fault with a standby: how long until it served again
         row["took_over_ms"] = round(1000 * float(took[0].get("took_s") or 0.0), 1)
+    # Mergers that died before the fault (a standby that judged a healthy one late kills it).
+    row["merger_deaths_before"] = sum(
+        e.get("event") == Event.MERGER_DIED and injected is not None and e["t"] < injected
+        for e in journal
+    )
     if report.input_start is not None and f.at_s is not None and f.window_s is not None:
         at = report.input_start + f.at_s
         gc_log = lifecycle.layout_of(None).logs / config.KAFKA_GC_LOG
@@ -221,14 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nP(masked), seed {seed}, {args.placements} placements in [{start:g}, {end:g}] s")
     print(
         f"{'fault':14} {'at s':>6} {'outcome':11} {'p99 ms':>8} {'held to':>8} {'window s':>8} "
-        f"{'caught up':>9} {'boundary':>8} {'gc max':>6} {'took ms':>7}  cause"
+        f"{'caught up':>9} {'boundary':>8} {'gc max':>6} {'took ms':>7} {'died before':>11}  cause"
     )
     for r in rows:
         print(
             f"{r['fault']:14} {r['at']:6.1f} {r['outcome']:11} {_f(r.get('p99_ms')):>8} "
             f"{_f(r.get('held_to_ms')):>8} {_f(r.get('window_s')):>8} "
             f"{_f(r.get('caught_up_s')):>9} {_f(r.get('survivor_boundary_s')):>8} "
-            f"{_f(longest_pause(r)):>6} {_f(r.get('took_over_ms')):>7}  "
+            f"{_f(longest_pause(r)):>6} {_f(r.get('took_over_ms')):>7} "
+            f"{r.get('merger_deaths_before', '-'):>11}  "
             f"{r.get('cause', '')}"
         )
     for fault in faults:
