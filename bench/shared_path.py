@@ -245,6 +245,10 @@ def main() -> int:
             stack.down()
             _set_variant("after")
             stack.up()
+        # The tmpfs variant's runs go on disk beside the others' (rows name where they were).
+        for run in sorted((IN_MEMORY / "runs").glob("*")):
+            shutil.move(str(run), str(args.runs / run.name))
+        shutil.rmtree(IN_MEMORY, ignore_errors=True)
     name = Column("variant", 14, "", lambda r: f"{r['variant']} #{r['rep']}", on_failure=True)
     cols = [
         Column("p50", 7, ".1f", lambda r: r["p50"]),
