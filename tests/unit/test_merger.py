@@ -210,13 +210,13 @@ def test_a_marker_copy_is_dated_by_its_append_not_by_when_the_merger_read_it() -
     # A merger that read a replica's marker copy late (paused, or restarted behind) must not
     # date it after a restart that came later: the copy is from before it.
     c = MergeCore(2, T0)
-    assert c.on_record(0, marker_copy(0, 5, 0), T0 + 30.0, 1, appended_s=T0 + 0.5)[0] is (
-        Outcome.MARKER
-    )
+    assert c.on_record(0, marker_copy(0, 5, 0), T0 + 30.0, 1)[0] is Outcome.MARKER
+    c.date_marker(T0 + 0.5)
     assert c.replicas[0].ended == {0: T0 + 0.5}
     # Without the broker's time (a topic that has none), the read time.
-    c.on_record(1, marker_copy(0, 5, 1), T0 + 31.0, 1)
-    assert c.replicas[1].ended == {0: T0 + 31.0}
+    c.on_record(1, marker_copy(1, 5, 1), T0 + 31.0, 1)
+    c.date_marker(None)
+    assert c.replicas[1].ended == {1: T0 + 31.0} and c.replicas[0].ended == {0: T0 + 0.5}
 
 
 def test_core_records_latency_of_first_copies_only() -> None:
@@ -278,8 +278,10 @@ class FakeMessage:
         value: bytes | None,
         error: Any = None,
         partition: int = 0,
+        appended_ms: int | None = None,
     ) -> None:
         self._t, self._k, self._v, self._e, self._p = topic, key, value, error, partition
+        self._appended_ms = appended_ms
 
     def topic(self) -> str:
         return self._t
@@ -297,7 +299,11 @@ class FakeMessage:
         return self._e
 
     def timestamp(self) -> tuple[int, int]:
-        return 0, -1  # confluent-kafka's TIMESTAMP_NOT_AVAILABLE
+        from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
+
+        if self._appended_ms is None:
+            return TIMESTAMP_NOT_AVAILABLE, -1
+        return TIMESTAMP_LOG_APPEND_TIME, self._appended_ms
 
 
 class FakeTopicMetadata:
@@ -493,6 +499,21 @@ def test_merger_writes_the_output_frontier(tmp_path: Path) -> None:
     cfg = MergerConfig(bootstrap="x:1", sink=sink, replicas=2, run_dir=tmp_path, idle_s=0.5)
     Merger(cfg, consumer=FakeConsumer(batches), producer=FakeProducer()).run()
     assert read_frontier(tmp_path / "frontier.json") == {0: 6}
+
+
+def test_the_merger_dates_a_marker_copy_by_its_append(tmp_path: Path) -> None:
+    import time
+
+    sink = "out"
+    appended_ms = int(time.time() * 1000) - 30_000  # read 30 s after it was appended
+    batches = [
+        [FakeMessage(replica_topic(sink, 0), b"0:5", marker_copy(0, 5, 0), appended_ms=appended_ms)]
+    ]
+    cfg = MergerConfig(bootstrap="x:1", sink=sink, replicas=2, run_dir=tmp_path, idle_s=0.5)
+    Merger(cfg, consumer=FakeConsumer(batches), producer=FakeProducer()).run()
+    last = json.loads((tmp_path / "monitor.jsonl").read_text().splitlines()[-1])
+    assert last["replicas"]["0"]["ended"] == {"0": round(appended_ms / 1000, 3)}
+    assert last["results"] == 0
 
 
 def test_merger_stops_on_until(tmp_path: Path) -> None:

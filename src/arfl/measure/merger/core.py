@@ -444,6 +444,18 @@ class MergeCore:
         """The id of the last first copy :meth:`on_record` saw (a standby owes it)."""
         self.frontier = Frontier()
         """Where a restarted stateless replica may resume (:mod:`arfl.measure.frontier`)."""
+        self._marker: tuple[int, int] | None = None
+        """(replica, input partition) of the last marker copy :meth:`on_record` took."""
+
+    def date_marker(self, appended_s: float | None) -> None:
+        """Date the marker copy :meth:`on_record` just took (``Outcome.MARKER``) by its Kafka
+        timestamp, the broker's append on arfl's replica topics (None: it keeps its read
+        time). A merger that read it late, paused or restarted behind, would otherwise date an
+        old attempt's copy after a restart that came later. Called for marker copies only:
+        reading a record's timestamp is no work for every copy."""
+        if self._marker is not None and appended_s is not None:
+            replica, partition = self._marker
+            self.replicas[replica].ended[partition] = appended_s
 
     def on_record(
         self,
@@ -451,11 +463,9 @@ class MergeCore:
         value: bytes | None,
         arrival_s: float,
         out_partition: int | None = None,
-        appended_s: float | None = None,
     ) -> tuple[Outcome, Divergence | None]:
         """Process one record read from replica ``replica``'s topic (partition
-        ``out_partition``, when known) at ``arrival_s``; ``appended_s``: the record's Kafka
-        timestamp (the broker's append time on arfl's replica topics), when it has one.
+        ``out_partition``, when known) at ``arrival_s``.
 
         Returns:
             The outcome and, for a divergent copy, the divergence.
@@ -471,9 +481,8 @@ class MergeCore:
             # A per-record id's channel starts with its input partition (-1: a window's).
             marker = _key(copy.rid, None)
             if marker is not None and marker.channel[0] >= 0:
-                # Dated by its append: a merger that read it late (paused, restarted behind)
-                # would date an old attempt's copy after a restart that came later.
-                rc.ended[marker.channel[0]] = arrival_s if appended_s is None else appended_s
+                rc.ended[marker.channel[0]] = arrival_s  # until :meth:`date_marker`
+                self._marker = (replica, marker.channel[0])
                 return Outcome.MARKER, None
             copy = None  # a marker copy names its input partition, or it is a bad record
         rc.last_seen_t = arrival_s

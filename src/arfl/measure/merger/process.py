@@ -347,11 +347,11 @@ class Merger:
                     last_record = arrival
                     replica = topic_index.get(msg.topic(), -1)
                     value = msg.value()
-                    outcome, div = core.on_record(
-                        replica, value, arrival, msg.partition(), append_time_s(msg)
-                    )
+                    outcome, div = core.on_record(replica, value, arrival, msg.partition())
                     if outcome is Outcome.FIRST:
                         self._produce(sink, msg.key(), value, core.results)
+                    elif outcome is Outcome.MARKER:
+                        core.date_marker(append_time_s(msg))
                     elif div is not None:
                         journaled += 1
                         if journaled <= MAX_JOURNALED_DIVERGENCES:

@@ -279,8 +279,8 @@ class Follower:
             return False
         if late_s > LEASE_CAP * lease or oldest.appended is None or self._appended is None:
             return True
-        since = max(oldest.appended, self._stream_since or oldest.appended)
-        return self._appended - since > lease
+        assert self._stream_since is not None  # set with the first timestamp read
+        return self._appended - max(oldest.appended, self._stream_since) > lease
 
     def close(self) -> None:
         """Drop the producers kept for the fence (a standby stopped while following)."""
@@ -324,7 +324,9 @@ class Follower:
                 self._stream_since = appended  # the broker appended nothing for a while
             if newest is None or appended > newest:
                 self._appended = appended
-        outcome, _ = self.core.on_record(replica, value, arrival, msg.partition(), appended)
+        outcome, _ = self.core.on_record(replica, value, arrival, msg.partition())
+        if outcome is Outcome.MARKER:
+            self.core.date_marker(appended)
         if self._horizon and not self._fresh:
             self._passes(msg)
         if outcome is not Outcome.FIRST or value is None:
