@@ -278,3 +278,25 @@ def gc_pauses(log: Path, lo: float, hi: float) -> list[float] | None:
             if end > lo and end - ms / 1000 < hi:
                 out.append((end, ms))
     return [ms for _, ms in sorted(out)]
+
+
+def stalled_seconds(run_dir: Path, after_s: float) -> dict[str, Any]:
+    """The merged output's seconds (the merger's 1-s intervals, ``monitor.jsonl``) from
+    ``after_s`` past the input's start while the input flows: the worst one's p99, and how many
+    had a p99 over 1.5 x their median (the stalls a fault's impact window is judged against)."""
+    rows = [json.loads(line) for line in (run_dir / "monitor.jsonl").read_text().splitlines()]
+    flowing = [r for r in rows if r.get("input_flowing")]
+    if not flowing:
+        return {"worst_second_p99": None, "stalled_seconds": None}
+    t0 = min(r["t"] for r in flowing)
+    seconds = sorted(
+        r["interval"]["p99"]
+        for r in flowing
+        if r["t"] >= t0 + after_s and r["interval"]["p99"] is not None
+    )
+    median = seconds[len(seconds) // 2] if seconds else math.nan
+    return {
+        "worst_second_p99": seconds[-1] if seconds else None,
+        "stalled_seconds": sum(p > 1.5 * median for p in seconds),
+        "seconds": len(seconds),
+    }

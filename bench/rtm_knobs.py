@@ -31,11 +31,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _common import stalled_seconds
 from realtime import Timing, analyse, run, spec_for, sweep_cpu
 
 from arfl.configs.realtime import SHUFFLE_FLUSH_CONF
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
+from arfl.replica.app import C1_ONLY_JIT
 from arfl.units import parse_duration
 
 
@@ -50,6 +52,9 @@ class Knobs:
     workload: dict[str, float] = field(default_factory=dict)
     merger: dict[str, float] = field(default_factory=dict)
 
+
+EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
+GC_1_THREAD = f"{C1_ONLY_JIT} -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1"
 
 VARIANTS: dict[str, Knobs] = {
     "default": Knobs({}, {}, {}),
@@ -72,6 +77,14 @@ VARIANTS: dict[str, Knobs] = {
     "injector linger 5 ms": Knobs({}, {}, {}, workload={"linger": 0.005}),
     "merger fetch wait 1 ms": Knobs({}, {}, {}, merger={"fetch_wait": 0.001}),
     "merger fetch wait 50 ms": Knobs({}, {}, {}, merger={"fetch_wait": 0.05}),
+    # G1's pauses run on every core of a 2-core host by default: one replica's young collection
+    # takes the CPU from its peer, the pause a peer should have covered.
+    "executor GC 1 thread": Knobs(
+        {},
+        {},
+        {EXECUTOR_JAVA_OPTIONS: GC_1_THREAD},
+    ),
+    "executor serial GC": Knobs({}, {}, {EXECUTOR_JAVA_OPTIONS: f"{C1_ONLY_JIT} -XX:+UseSerialGC"}),
 }
 
 
@@ -151,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir, summary, cpu, _ = run(spec, args.runs)
             row.update(analyse(run_dir, summary))
             row.update(sweep_cpu(run_dir, cpu, warmup))
+            row.update(stalled_seconds(run_dir, warmup))
         except ArflError as e:
             row["error"] = str(e)
             print(f"{name}: failed: {e}", file=sys.stderr)
@@ -159,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nactive RTM R=2 {args.pipeline}, {args.rate} ev/s, after a {args.warmup} warm-up")
     print(
         f"{'variant':30} {'p50 ms':>7} {'p99 ms':>8} {'host':>5} {'kafka':>6} "
-        f"{'executors':>9} {'merger':>6} {'inject':>6} {'miss':>4} {'merge hop p50/p99':>17}"
+        f"{'executors':>9} {'merger':>6} {'inject':>6} {'miss':>4} {'merge hop p50/p99':>17} "
+        f"{'worst s p99':>11} {'stalled s':>9}"
     )
     for r in rows:
         if "error" in r:
@@ -172,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.get('host_cores_busy', float('nan')):5.2f} {pc.get('kafka', float('nan')):6.2f} "
             f"{execs:9.2f} {pc.get('merger', float('nan')):6.2f} "
             f"{pc.get('injector', float('nan')):6.2f} {r['missing']:4} "
-            f"{_ms(r.get('merge_hop_p50')):>8}/{_ms(r.get('merge_hop_p99')):<8}"
+            f"{_ms(r.get('merge_hop_p50')):>8}/{_ms(r.get('merge_hop_p99')):<8} "
+            f"{_ms(r.get('worst_second_p99')):>11} "
+            f"{r.get('stalled_seconds')}/{r.get('seconds')}"
         )
     return 0
 

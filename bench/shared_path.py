@@ -55,13 +55,12 @@ from typing import Any
 import latency_breakdown as lb
 import psutil
 import realtime as rt
-from _common import Column, gc_pauses, print_table, write_rows
+from _common import Column, gc_pauses, print_table, stalled_seconds, write_rows
 
 from arfl import stack
 from arfl.priority import set_nice
 from arfl.processes import process_tree
 from arfl.report.build import build_report
-from arfl.run.rundir import read_jsonl
 from arfl.stack import config, lifecycle
 
 ORIG_HEAP = config.KAFKA_HEAP
@@ -165,15 +164,8 @@ def measure(run_dir: Path, warmup: float, gc_log: Path) -> dict[str, Any]:
     hops = lb.breakdown(run_dir, warmup, 1e9)["all"]
     t0 = report.input_start or 0.0
     pauses = gc_pauses(gc_log, t0 + warmup, t0 + 1e9) or []  # the stack's broker: it has one
-    seconds = sorted(
-        r["interval"]["p99"]
-        for r in read_jsonl(run_dir / "monitor.jsonl")
-        if r["t"] >= t0 + warmup and r.get("input_flowing") and r["interval"]["p99"] is not None
-    )
-    median = seconds[len(seconds) // 2] if seconds else float("nan")
     return {
-        "worst_second_p99": seconds[-1] if seconds else None,
-        "stalled_seconds": sum(p > 1.5 * median for p in seconds),
+        **stalled_seconds(run_dir, warmup),
         "p50": rt._pct(steady, "p50"),
         "p99": rt._pct(steady, "p99"),
         "append_p99": hops.get("append"),
