@@ -34,6 +34,7 @@ from deploy_checks import (
 from arfl.faults.runner import recover, runs_with_pending
 from arfl.processes import create_time, is_running, process_tree, same_process, stop_pid
 from arfl.run.rundir import read_jsonl
+from arfl.run.sparkhome import driver_scratch
 from arfl.run.state import load_state as load_run_state
 from arfl.stack import StackInfo
 from arfl.stack.lifecycle import layout_of, load_state
@@ -115,6 +116,11 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         injector = same_process(int(st["injector_pid"]), st["injector_create_time"])
         assert driver is not None and merger is not None and injector is not None
         executors = executors_of_app(rep["app_id"])
+        # The driver JVM's temp dirs are in a directory that goes with its SPARK_HOME: a
+        # SIGKILLed JVM never removes them, and in /tmp nobody would.
+        own_tmp = driver_scratch(Path(st["spark_home"]) / "replica-0")
+        made = sorted(p.name for p in own_tmp.iterdir())
+        assert any(n.startswith("artifacts-") for n in made), made
         # The standby driver (ready before the load started) is recorded too.
         sb = st["standbys"]["0"]
         standby = same_process(int(sb["pid"]), sb["create_time"])
@@ -168,6 +174,7 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         home = Path(st["spark_home"])
         assert home.parent.name == "spark-runs" and home.name.startswith(f"{run_dir.name}-"), home
         assert not home.exists(), sorted(p.name for p in home.rglob("*"))[:20]
+        assert not own_tmp.exists(), sorted(p.name for p in own_tmp.iterdir())
         (removed,) = [e for e in journal if e["event"] == "spark-home-removed"]
         assert removed["recovered"] is True and removed["home"] == str(home), removed
         # <driver>.<app id>.<executor id>.<stream>: each driver ran in a SPARK_HOME of its own.

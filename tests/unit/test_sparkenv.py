@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
-from arfl.replica.sparkenv import ensure_spark_home, pyspark_dir, run_spark_home
+from arfl.replica.sparkenv import (
+    SCRATCH_ENV,
+    driver_env,
+    ensure_spark_home,
+    local_session,
+    pyspark_dir,
+    run_spark_home,
+)
 from arfl.run.sparkhome import (
     OWNER_FILE,
     RUN_SPARK_HOMES,
+    driver_scratch,
     driver_spark_home,
+    make_scratch,
     owns_spark_home,
     processes_using,
     retire_spark_home,
@@ -127,3 +138,48 @@ def test_a_home_is_in_use_while_a_process_names_it(state: Path, tmp_path: Path) 
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_driver_jvms_temp_dirs_go_with_its_spark_home(state: Path) -> None:
+    """A SIGKILLed driver never removes its ``spark-*``/``artifacts-*`` temp dirs and PySpark's
+    sockets: they must be where the home's retirement deletes them, not in /tmp for good, and
+    a socket's path must fit in 108 bytes however long the home's path is."""
+    run_home = run_spark_home(state / ("r" * 120))
+    home = ensure_spark_home(driver_spark_home(run_home, "replica-0"))
+    env = driver_env(home, {"SPARK_SUBMIT_OPTS": "-Dmine=1"})
+    scratch = Path(env[SCRATCH_ENV])
+    assert env["SPARK_SUBMIT_OPTS"] == f"-Dmine=1 -Djava.io.tmpdir={scratch}"
+    assert len(f"{scratch}/.{uuid.uuid4()}.sock") < 108 < len(str(home))
+    make_scratch(scratch)
+    (scratch / "artifacts-1").mkdir()
+    (scratch / ".1.sock").touch()
+    assert driver_scratch(home) == scratch and driver_scratch(run_home) != scratch
+    retire_spark_home(run_home, state / "logs")
+    assert not scratch.exists() and not run_home.exists()
+
+
+def test_a_scratch_someone_else_made_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = tmp_path / "arfl-spark-x"
+    link.symlink_to(target)
+    with pytest.raises(OSError, match="not a directory of this user's"):
+        make_scratch(link)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError):
+        make_scratch(tmp_path / "file")
+    assert make_scratch(target) == target  # ours: used again
+
+
+def test_a_local_sessions_jvm_keeps_its_temp_dirs_in_one_removed_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes its dirs
+    with local_session(app_name="arfl-test-tmpdir") as spark:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        jvm_tmp = Path(jvm.System.getProperty("java.io.tmpdir"))
+        assert jvm_tmp.parent == tmp_path, jvm_tmp
+        made = sorted(p.name for p in jvm_tmp.iterdir())
+        assert any(n.startswith(("spark-", "artifacts-")) for n in made), made
+    assert not jvm_tmp.exists()

@@ -20,6 +20,7 @@ describes; once assigned a replica whose driver died, it goes on from step 2 as 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -48,9 +49,11 @@ from arfl.replica.modes.base import (
     drop_incomplete_writes,
     get_mode,
 )
+from arfl.replica.sparkenv import SCRATCH_ENV
 from arfl.replica.standby import Ahead, run_standby
 from arfl.run.control import serve as serve_control
 from arfl.run.rundir import write_json_atomic
+from arfl.run.sparkhome import make_scratch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,6 +86,8 @@ def run(cfg: DriverConfig) -> int:
 
     spec = cfg.resolved_spec()
     t0 = time.time()
+    if os.environ.get(SCRATCH_ENV):  # its JVM's java.io.tmpdir, which must exist
+        make_scratch(Path(os.environ[SCRATCH_ENV]))
     builder = SparkSession.builder
     for k, v in spark_conf(cfg, spec).items():
         builder = builder.config(k, v)

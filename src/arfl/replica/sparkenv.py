@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from arfl.errors import DeployError
 from arfl.paths import state_dir
 from arfl.processes import kill_all, process_tree
-from arfl.run.sparkhome import claim_spark_home, spark_home_path
+from arfl.run.sparkhome import claim_spark_home, driver_scratch, spark_home_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
 # Entries of the pyspark package that a SPARK_HOME needs (spark-class, jars, python libs, ...).
 _LINKED = ("bin", "sbin", "jars", "python", "data", "examples", "licenses", "conf")
 WRITABLE_SPARK_DIRS = ("work", "logs", "tmp")
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+SCRATCH_ENV = "ARFL_SPARK_SCRATCH"
+"""A driver's environment: its JVM's ``java.io.tmpdir`` (:func:`driver_scratch`), which the
+driver makes (``arfl.replica.driver``) before it starts the JVM."""
 
 
 def pyspark_dir() -> Path:
@@ -147,6 +152,13 @@ def driver_env(spark_home: Path, base: Mapping[str, str] | None = None) -> dict[
     # Executors and workers bind to loopback only (no traffic leaves the machine).
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     env["SPARK_LOCAL_DIRS"] = str(spark_home / "tmp")
+    # The driver JVM's temp dirs and PySpark's sockets in a directory that goes with SPARK_HOME
+    # (docs/design.md, "Spark's scratch"). spark-submit adds SPARK_SUBMIT_OPTS to the driver
+    # JVM, whatever the spec's spark.driver.extraJavaOptions.
+    scratch = driver_scratch(spark_home)
+    env[SCRATCH_ENV] = str(scratch)
+    opts = env.get("SPARK_SUBMIT_OPTS", "")
+    env["SPARK_SUBMIT_OPTS"] = f"{opts} -Djava.io.tmpdir={scratch}".strip()
     env["SPARK_WORKER_DIR"] = str(spark_home / "work")
     env["SPARK_LOG_DIR"] = str(spark_home / "logs")
     # A user's PYSPARK_SUBMIT_ARGS would override the driver's --master and jars.
@@ -173,6 +185,11 @@ def local_session(
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    # The JVM's temp dirs (java.io.tmpdir: ``spark-*``, ``artifacts-*``, Spark's local dirs) in
+    # one of ours, removed below: the JVM is killed, so its own shutdown hooks never run.
+    scratch = Path(tempfile.mkdtemp(prefix="arfl-spark-"))
+    conf = dict(conf or {})
+    jvm_opts = conf.pop(DRIVER_JAVA_OPTIONS, "-XX:TieredStopAtLevel=1")  # short jobs: C1 only
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -181,12 +198,15 @@ def local_session(
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
-        # Short jobs: C1-only JIT (see arfl.replica.app.spark_conf).
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+        .config(DRIVER_JAVA_OPTIONS, f"{jvm_opts} -Djava.io.tmpdir={scratch}")
     )
-    for k, v in (conf or {}).items():
+    for k, v in conf.items():
         builder = builder.config(k, v)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None) if gateway is not None else None
     try:
@@ -205,3 +225,4 @@ def local_session(
                 kill_all(process_tree(proc.pid)[1:])
             proc.kill()
             proc.wait()
+        shutil.rmtree(scratch, ignore_errors=True)

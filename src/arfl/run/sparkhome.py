@@ -13,6 +13,8 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import stat
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -33,6 +35,32 @@ def spark_home_path(run_dir: Path) -> Path:
     get two)."""
     tag = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:8]
     return state_dir().resolve() / RUN_SPARK_HOMES / f"{run_dir.name}-{tag}"
+
+
+def driver_scratch(home: Path) -> Path:
+    """The ``java.io.tmpdir`` of the driver JVM whose SPARK_HOME is ``home``
+    (``<tmp>/arfl-spark-<h>``, ``h`` from ``home``'s absolute path): where it keeps ``spark-*``
+    and ``artifacts-*`` and PySpark binds its Unix sockets, whose paths must stay under 108
+    bytes (the SPARK_HOME's own path can be longer). Deleted with the home
+    (:func:`retire_spark_home`): a killed JVM never deletes it, and in /tmp nobody would."""
+    tag = hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"arfl-spark-{tag}"
+
+
+def make_scratch(path: Path) -> Path:
+    """Create ``path`` (:func:`driver_scratch`), private to this user, or check the one there.
+
+    Raises:
+        OSError: it cannot be made, or what is there is a symlink, not a directory, or another
+            user's (a name in a shared /tmp anyone could have taken first).
+    """
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise OSError(f"{path} is not a directory of this user's") from None
+    return path
 
 
 def driver_spark_home(run_home: Path, driver: str) -> Path:
@@ -123,7 +151,7 @@ def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
     ``logs/<driver>.<app id>.<executor id>.<stdout|stderr>`` (:func:`_executor_dirs`; a name
     already there gets ``.1``, ``.2``, ...). The home's symlinks are removed, never followed;
     its :data:`OWNER_FILE` last, so that one whose deletion failed half-way is still found (and
-    owned) by ``recover``.
+    owned) by ``recover``. Its drivers' :func:`driver_scratch` directories go first.
 
     Returns:
         None when ``home`` does not exist (nothing to do).
@@ -153,6 +181,11 @@ def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
         for f in files:
             with contextlib.suppress(OSError):
                 size += os.lstat(os.path.join(root, f)).st_size
+    for scratch in [driver_scratch(home)] + [
+        driver_scratch(d) for d in home.iterdir() if d.is_dir() and not d.is_symlink()
+    ]:
+        if scratch.is_dir() and not scratch.is_symlink():
+            shutil.rmtree(scratch)
     for child in home.iterdir():
         if child.name == OWNER_FILE:
             continue
