@@ -39,8 +39,7 @@ Variants:
   journal commit can hold up every writer on the disk, the broker's appends among them.
 
 Variants that set the broker (``before``, ``g1``, ``pretouch``, ``zgc``, ``g1-5ms``,
-``serial-young32m``, ``tmpfs``) restart the
-stack before every run.
+``serial-young32m``, ``tmpfs``) restart the stack before every run.
 
     .venv/bin/python bench/shared_path.py --reps 2 --runs /tmp/b15/broker --out /tmp/b15/broker.json
 """
