@@ -29,17 +29,17 @@ Variants:
   whole heap touched at start (``-XX:+AlwaysPreTouch``: a pause that copies into regions never
   used before page-faults on each of their pages), or ZGC (concurrent, pauses under a
   millisecond);
-* ``g1-5ms``, ``serial-young32m``: ``shared-first`` with shorter, more frequent young pauses:
-  G1 aiming at 5 ms (it shrinks the young generation), or the serial collector (one thread: a
-  pause takes one core, not both) with a 32 MB young generation.
+* ``g1-5ms``, ``serial-young32m``, ``serial-young64m``: ``shared-first`` with shorter, more
+  frequent young pauses: G1 aiming at 5 ms (it shrinks the young generation), or the serial
+  collector (one thread: a pause takes one core, not both) with a 32 or 64 MB young generation.
 
 * ``tmpfs``: ``shared-first`` with the broker's log directories and the run directory (the
   replicas' checkpoints) in memory (``/dev/shm``), off the disk the host's other writes share:
   a replica's batch boundary writes its checkpoint's offset and commit logs, and an ext4
   journal commit can hold up every writer on the disk, the broker's appends among them.
 
-Variants that set the broker (``before``, ``g1``, ``pretouch``, ``zgc``, ``g1-5ms``,
-``serial-young32m``, ``tmpfs``) restart the stack before every run.
+Variants that set the broker (all but ``after``, ``shared-first`` and ``replicas-last``) restart
+the stack before every run.
 
     .venv/bin/python bench/shared_path.py --reps 2 --runs /tmp/b15/broker --out /tmp/b15/broker.json
 """
@@ -84,6 +84,7 @@ BROKER_GC = {
     "zgc": ZGC,
     "g1-5ms": tuple(o.replace("MaxGCPauseMillis=20", "MaxGCPauseMillis=5") for o in G1),
     "serial-young32m": ("-XX:+UseSerialGC", "-Xmn32m"),
+    "serial-young64m": ("-XX:+UseSerialGC", "-Xmn64m"),
 }
 IN_MEMORY = Path("/dev/shm/arfl-bench-shared-path")
 """Where the ``tmpfs`` variant keeps the broker's logs and the runs."""
