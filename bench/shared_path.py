@@ -31,7 +31,9 @@ Variants:
   millisecond);
 * ``g1-5ms``, ``serial-young32m``, ``serial-young64m``: ``shared-first`` with shorter, more
   frequent young pauses: G1 aiming at 5 ms (it shrinks the young generation), or the serial
-  collector (one thread: a pause takes one core, not both) with a 32 or 64 MB young generation.
+  collector (one thread: a pause takes one core, not both) with a 32 or 64 MB young generation;
+* ``g1-young32m-1t``: G1 with a 32 MB young generation and one GC thread (short young pauses on
+  one core, and old space reclaimed concurrently: no full collection).
 
 * ``tmpfs``: ``shared-first`` with the broker's log directories and the run directory (the
   replicas' checkpoints) in memory (``/dev/shm``), off the disk the host's other writes share:
@@ -85,6 +87,13 @@ BROKER_GC = {
     "g1-5ms": tuple(o.replace("MaxGCPauseMillis=20", "MaxGCPauseMillis=5") for o in G1),
     "serial-young32m": ("-XX:+UseSerialGC", "-Xmn32m"),
     "serial-young64m": ("-XX:+UseSerialGC", "-Xmn64m"),
+    "g1-young32m-1t": (
+        "-XX:+UseG1GC",
+        "-Xmn32m",
+        "-XX:ParallelGCThreads=1",
+        "-XX:InitiatingHeapOccupancyPercent=35",
+        "-XX:+ExplicitGCInvokesConcurrent",
+    ),
 }
 IN_MEMORY = Path("/dev/shm/arfl-bench-shared-path")
 """Where the ``tmpfs`` variant keeps the broker's logs and the runs."""
