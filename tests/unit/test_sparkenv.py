@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -183,3 +185,16 @@ def test_a_local_sessions_jvm_keeps_its_temp_dirs_in_one_removed_after_it(
         made = sorted(p.name for p in jvm_tmp.iterdir())
         assert any(n.startswith(("spark-", "artifacts-")) for n in made), made
     assert not jvm_tmp.exists()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give a directory to another user")
+def test_retiring_a_home_leaves_a_scratch_of_another_users(state: Path) -> None:
+    run_home = run_spark_home(state / "r")
+    home = ensure_spark_home(driver_spark_home(run_home, "replica-0"))
+    scratch = make_scratch(driver_scratch(home))
+    try:
+        os.chown(scratch, 65534, 65534)
+        retire_spark_home(run_home, state / "logs")
+        assert scratch.is_dir() and not run_home.exists()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

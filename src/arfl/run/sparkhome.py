@@ -184,8 +184,10 @@ def retire_spark_home(home: Path, logs: Path) -> RetiredHome | None:
     for scratch in [driver_scratch(home)] + [
         driver_scratch(d) for d in home.iterdir() if d.is_dir() and not d.is_symlink()
     ]:
-        if scratch.is_dir() and not scratch.is_symlink():
-            shutil.rmtree(scratch)
+        with contextlib.suppress(FileNotFoundError):
+            st = scratch.lstat()
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():  # never another's
+                shutil.rmtree(scratch)
     for child in home.iterdir():
         if child.name == OWNER_FILE:
             continue
