@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from arfl.processes import process_tree, start_key
+from arfl.run.rundir import read_jsonl
 
 Row = dict[str, Any]
 
@@ -284,10 +285,9 @@ def stalled_seconds(run_dir: Path, after_s: float) -> dict[str, Any]:
     """The merged output's seconds (the merger's 1-s intervals, ``monitor.jsonl``) from
     ``after_s`` past the input's start while the input flows: the worst one's p99, and how many
     had a p99 over 1.5 x their median (the stalls a fault's impact window is judged against)."""
-    rows = [json.loads(line) for line in (run_dir / "monitor.jsonl").read_text().splitlines()]
-    flowing = [r for r in rows if r.get("input_flowing")]
+    flowing = [r for r in read_jsonl(run_dir / "monitor.jsonl") if r.get("input_flowing")]
     if not flowing:
-        return {"worst_second_p99": None, "stalled_seconds": None}
+        return {"worst_second_p99": None, "stalled_seconds": None, "seconds": 0}
     t0 = min(r["t"] for r in flowing)
     seconds = sorted(
         r["interval"]["p99"]

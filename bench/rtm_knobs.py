@@ -37,7 +37,7 @@ from realtime import Timing, analyse, run, spec_for, sweep_cpu
 from arfl.configs.realtime import SHUFFLE_FLUSH_CONF
 from arfl.configs.spec import Spec
 from arfl.errors import ArflError
-from arfl.replica.app import C1_ONLY_JIT
+from arfl.replica.sparkenv import C1_ONLY_JIT, EXECUTOR_JAVA_OPTIONS
 from arfl.units import parse_duration
 
 
@@ -52,9 +52,6 @@ class Knobs:
     workload: dict[str, float] = field(default_factory=dict)
     merger: dict[str, float] = field(default_factory=dict)
 
-
-EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
-GC_1_THREAD = f"{C1_ONLY_JIT} -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1"
 
 VARIANTS: dict[str, Knobs] = {
     "default": Knobs({}, {}, {}),
@@ -77,12 +74,12 @@ VARIANTS: dict[str, Knobs] = {
     "injector linger 5 ms": Knobs({}, {}, {}, workload={"linger": 0.005}),
     "merger fetch wait 1 ms": Knobs({}, {}, {}, merger={"fetch_wait": 0.001}),
     "merger fetch wait 50 ms": Knobs({}, {}, {}, merger={"fetch_wait": 0.05}),
-    # G1's pauses run on every core of a 2-core host by default: one replica's young collection
-    # takes the CPU from its peer, the pause a peer should have covered.
+    # The executors' collector: G1's pauses use both cores of a 2-core host, so one replica's
+    # could starve its peer (docs/benchmarks.md, "Not the executors' collectors either").
     "executor GC 1 thread": Knobs(
         {},
         {},
-        {EXECUTOR_JAVA_OPTIONS: GC_1_THREAD},
+        {EXECUTOR_JAVA_OPTIONS: f"{C1_ONLY_JIT} -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1"},
     ),
     "executor serial GC": Knobs({}, {}, {EXECUTOR_JAVA_OPTIONS: f"{C1_ONLY_JIT} -XX:+UseSerialGC"}),
 }

@@ -8,7 +8,8 @@ import pytest
 
 from arfl.configs.load import parse_spec
 from arfl.configs.realtime import SHUFFLE_FLUSH_CONF, SHUFFLE_FLUSH_MS
-from arfl.replica.app import C1_ONLY_JIT, DriverConfig, spark_conf
+from arfl.replica.app import DriverConfig, spark_conf
+from arfl.replica.sparkenv import C1_ONLY_JIT
 
 
 def _conf(spark: dict[str, Any], replication: dict[str, Any] | None = None) -> dict[str, str]:

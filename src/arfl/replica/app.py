@@ -36,6 +36,7 @@ from arfl.replica.modes.base import (
     ReplicationMode,
 )
 from arfl.replica.phase import PhaseKeeper
+from arfl.replica.sparkenv import C1_ONLY_JIT, DRIVER_JAVA_OPTIONS, EXECUTOR_JAVA_OPTIONS
 from arfl.replica.warmup import warm_up
 from arfl.run.rundir import write_json_atomic
 
@@ -97,10 +98,6 @@ class DriverConfig:
     def resolved_spec(self) -> Spec:
         """The spec, re-validated."""
         return Spec.model_validate(self.spec)
-
-
-C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
-"""JVM option of arfl's default replica JVMs (see :func:`spark_conf`)."""
 
 
 def async_progress(spec: Spec) -> bool:
@@ -177,8 +174,8 @@ def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
         # C1-only JIT: on a small host C2's compile threads starve everything for the first
         # minutes (bench/startup: session up and first batches ~2x faster, p50 4x lower, CPU
         # -40 % on 2 cores). A spec that sets these keys in [spark.conf] gets its own value.
-        "spark.driver.extraJavaOptions": C1_ONLY_JIT,
-        "spark.executor.extraJavaOptions": C1_ONLY_JIT,
+        DRIVER_JAVA_OPTIONS: C1_ONLY_JIT,
+        EXECUTOR_JAVA_OPTIONS: C1_ONLY_JIT,
     }
     if cfg.master.startswith(("local-cluster", "spark://")):
         conf["spark.executor.memory"] = "512m"

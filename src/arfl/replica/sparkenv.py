@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 _LINKED = ("bin", "sbin", "jars", "python", "data", "examples", "licenses", "conf")
 WRITABLE_SPARK_DIRS = ("work", "logs", "tmp")
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
+C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
+"""JVM option of arfl's Spark JVMs: C1-only JIT (why: :func:`arfl.replica.app.spark_conf`)."""
 SCRATCH_ENV = "ARFL_SPARK_SCRATCH"
 """A driver's environment: its JVM's ``java.io.tmpdir`` (:func:`driver_scratch`), which the
 driver makes (``arfl.replica.driver``) before it starts the JVM."""
@@ -189,7 +192,7 @@ def local_session(
     # one of ours, removed below: the JVM is killed, so its own shutdown hooks never run.
     scratch = Path(tempfile.mkdtemp(prefix="arfl-spark-"))
     conf = dict(conf or {})
-    jvm_opts = conf.pop(DRIVER_JAVA_OPTIONS, "-XX:TieredStopAtLevel=1")  # short jobs: C1 only
+    jvm_opts = conf.pop(DRIVER_JAVA_OPTIONS, C1_ONLY_JIT)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
