@@ -202,3 +202,69 @@ def test_the_producers_a_fence_refused_are_closed_before_they_would_ask_again(
         winner.commit_transaction(10)  # raises (fenced) if a refused producer asked again
     finally:
         gc.enable()
+
+
+def test_a_merger_fenced_by_a_late_racer_fences_again_and_the_sink_stays_exact(
+    stack: StackInfo, topic_name: str, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    # On a slow broker one of the fence's racing producers, closed with its second
+    # init_transactions on the way, was answered after the server was chosen and fenced it
+    # (docs/benchmarks.md, "A merger kill at moments nobody chose"). The test plays that racer:
+    # a producer of the transactional id, answered a few seconds after a restarted merger's fence.
+    sink = merger_topics(stack, topic_name)
+    run_dir = tmp_path / "run"
+    tid = f"arfl-merger-{topic_name}"
+    cfg = MergerConfig(
+        bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir,
+        input_start=time.time(), group_id=tid, transactional_id=tid,
+    )  # fmt: skip
+    serving = _spawn(cfg, tmp_path / "merger-0.log")
+    procs.append(serving)
+    replicas = Replicas(stack.kafka, sink)
+    replicas.start()
+    journal = run_dir / "journal.jsonl"
+
+    def events() -> list[str]:
+        return [str(e["event"]) for e in read_jsonl(journal)] if journal.exists() else []
+
+    try:
+        wait_until(lambda: _results(run_dir) > 0, timeout_s=30, interval_s=0.1, what="serving")
+        time.sleep(2)
+        serving.kill()
+        serving.wait(10)
+        # Restarted with commits to take over from: it fences with racing producers.
+        serving = _spawn(cfg, tmp_path / "merger-1.log")
+        procs.append(serving)
+        wait_until(lambda: "merger-recovered" in events(), timeout_s=30, interval_s=0.05)
+        before = _results(run_dir)
+        wait_until(lambda: _results(run_dir) > before, timeout_s=30, interval_s=0.05)
+        late = Producer({"bootstrap.servers": stack.kafka, "transactional.id": tid, "log_level": 0})
+        late.init_transactions(10)
+        late.close()
+        wait_until(
+            lambda: "merger-refenced" in events() or serving.poll() is not None,
+            timeout_s=30, interval_s=0.05, what="the merger fenced again",
+        )  # fmt: skip
+        assert serving.poll() is None, (tmp_path / "merger-1.log").read_text()
+        time.sleep(2)
+    finally:
+        replicas.halt.set()
+        replicas.join(30)
+    expected = replicas.sent
+    wait_until(lambda: _results(run_dir) >= expected, timeout_s=30, interval_s=0.2)
+    serving.send_signal(signal.SIGTERM)
+    assert serving.wait(30) == 0, (tmp_path / "merger-1.log").read_text()
+
+    out = read_to_end(
+        stack.kafka, sink, error=AssertionError, missing_hint="", unreachable_hint="", timeout_s=60
+    )
+    got = [m.key().decode() for m in out]
+    want = {f"{i % 2}:{i // 2}" for i in range(expected)}
+    assert len(got) == len(set(got)), "a result written twice"
+    assert set(got) == want, f"missing {len(want - set(got))}"
+    final = json.loads((run_dir / "merger.json").read_text())
+    assert final["stop_reason"] == "signal" and final["complete_output"], final
+    assert final["results"] == expected
+    # The test's producer asks again itself after its first refusal: it can be answered after
+    # the merger's new fence, a second late answer.
+    assert events().count("merger-refenced") >= 1 and "merger-fenced" not in events()

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from arfl.errors import DeployError
-from arfl.measure.merger import recovery, standby
+from arfl.measure.merger import recovery, standby, transactions
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import MergeCore
 from arfl.measure.merger.process import Merger
 from arfl.measure.merger.standby import Follower
 from arfl.run.records import replica_topic
-from arfl.run.rundir import read_jsonl
+from arfl.run.rundir import Journal, read_jsonl
 
 SINK = "out"
 
@@ -571,3 +571,35 @@ def test_results_after_the_horizon_go_out_during_the_fence_and_the_rest_waits_fo
         assert fresh.produced == [] and took.fresh == 0 and took.fresh_s is None
         assert list(f.owed) == ["0:2", "0:0", "0:4"]  # 0:3's record in the final topic
     assert f.core.duplicates == 3  # replica 1's 0:1, 0:2 and 0:3
+
+
+def test_the_producers_fatal_error_is_recognised_however_it_comes() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    assert transactions.fatal(fenced)
+    # produce after it: code _FATAL, not flagged fatal
+    assert transactions.fatal(KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce")))
+    # a delivery report served in the same poll after it was raised
+    wrapped = SystemError("returned a result with an exception set")
+    wrapped.__cause__ = fenced
+    assert transactions.fatal(wrapped)
+    assert not transactions.fatal(KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT)))
+    assert not transactions.fatal(SystemError("other"))
+    assert not transactions.fatal(None)
+
+
+def test_a_fence_is_taken_for_a_late_answer_only_soon_after_a_raced_fence(tmp_path: Path) -> None:
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+        connect_timeout_s=1.0,
+    )  # fmt: skip
+    m = Merger(cfg, consumer=Consumer([]), producer=Producer())  # type: ignore[arg-type]
+    error = Exception("fenced")
+    assert not m._refence(error)  # no raced fence: a first start fences with one producer
+    m._raced(Journal(tmp_path / "journal.jsonl"))
+    m._refence_until = time.time() - 0.1
+    assert not m._refence(error)  # past the window: a newer merger's fence
+    m._refence_until = time.time() + 10
+    m._refences = transactions.MAX_REFENCES
+    assert not m._refence(error)  # more than the fence's racers could answer late

@@ -65,6 +65,8 @@ class Event(StrEnum):
     """Fields: exit_code, pid. Written by orchestrate/watch.py."""
     MERGER_FENCED = "merger-fenced"
     """Fields: message. Written by measure/merger/process.py."""
+    MERGER_REFENCED = "merger-refenced"
+    """Fields: again, message, refence_s, unsent. Written by measure/merger/process.py."""
     MERGER_TOOK_OVER = "merger-took-over"
     """Fields: detected, fenced_s, fresh, fresh_s, init_s, owed, pid, results, took_s, why.
     Written by measure/merger/process.py."""

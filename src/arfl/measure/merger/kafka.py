@@ -95,6 +95,14 @@ class SinkProducer(Producer, Protocol):
         """Shut the producer down now (its pending requests with it)."""
         ...
 
+    def purge(self, in_queue: bool = ..., in_flight: bool = ..., blocking: bool = ...) -> None:
+        """Fail the queued and in-flight records (their delivery reports say so)."""
+        ...
+
+    def __len__(self) -> int:
+        """Records and requests waiting for their delivery report."""
+        ...
+
 
 def next_messages(consumer: Consumer, idle_timeout_s: float, max_messages: int = 1000) -> list[Any]:
     """What is queued (up to ``max_messages``) without waiting; when nothing is, the first

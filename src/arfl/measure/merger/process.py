@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -100,15 +101,23 @@ class Merger:
         self._fresh_producer: Any = None
         """The producer a standby forwarded with during its take-over's fence, until its
         records are acknowledged (:mod:`.standby`)."""
+        self._refence_until: float | None = None
+        """Until when a fence found on the server is a racer's late answer (:meth:`_refence`)."""
+        self._refences = 0
+        self._unsent: list[Any] | None = None
+        """The records whose delivery failed, kept while a re-fence may send them again."""
+        self._journal: Journal | None = None
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish (thread-safe); it flushes and writes ``merger.json``."""
         self._stop.set()
 
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
+    def _on_delivery(self, err: Any, msg: Any) -> None:
         self._acked += 1
         if err is not None:
             self.delivery_failures += 1
+            if self._unsent is not None:
+                self._unsent.append(msg)
             if self._first_delivery_error is None:
                 self._first_delivery_error = str(err)
 
@@ -237,6 +246,7 @@ class Merger:
                 return {"stop_reason": self.stop_reason, "standby": True}
             taken = follower.take_over(took)
             self._producer = follower.producer  # the one whose fence succeeded
+            self._raced(journal)
             # The serving merger's counts and intervals start now: those of the follower were
             # not its own.
             started = start_s = next_owner_check = next_frontier = took.detected_at
@@ -253,11 +263,11 @@ class Merger:
                 core.forwarded(src_ts, sent_ts, at)
             self._produced += len(follower.fresh)
             self._fresh_producer = follower.fresh_producer
-            self._producer.begin_transaction()
+            self._begin()
             owed = follower.forward(
                 core, taken, lambda key, value, n: self._produce(cfg.sink, key, value, n)
             )
-            self._producer.poll(0)
+            self._poll()
             taken.counts = recovery.last_counts(cfg.paths.monitor)
             recovery.apply_counts(core, taken, cfg.paths.monitor)
             journal.write(
@@ -278,7 +288,9 @@ class Merger:
                 self._producer = transactions.fence(
                     [self._producer, *more], cfg.sink, cfg.connect_timeout_s
                 )
-                self._producer.begin_transaction()
+                if more:
+                    self._raced(journal)
+                self._begin()
         resume = taken.counts is not None
         # The logs of the merger before this one were read by the standby as they grew, or
         # are read beside the loop (a take-over's results flow meanwhile: reading them first
@@ -322,7 +334,7 @@ class Merger:
         journaled = 0
         error_codes: set[str] = set()
         last_record: float | None = None
-        consumer, producer, sink = self._consumer, self._producer, cfg.sink
+        consumer, sink = self._consumer, cfg.sink
         topic_index = self._topic_index
         self.stop_reason = "error"  # unless the loop ends normally
         try:
@@ -364,7 +376,7 @@ class Merger:
                             )
                 now = time.time()
                 if msgs:
-                    producer.poll(0)
+                    self._poll()
                     core.housekeep(now, len(msgs))
                     if self._fresh_producer is not None:
                         self._fresh_producer.poll(0)
@@ -405,8 +417,8 @@ class Merger:
                     self.stop_reason = reason
                     break
             stitch()
-        except (Fenced, KafkaException) as e:
-            if isinstance(e, KafkaException) and not e.args[0].fatal():
+        except (Fenced, KafkaException, SystemError) as e:
+            if not isinstance(e, Fenced) and not transactions.fatal(e):
                 raise
             # Another merger took over: anything written now would count a second twice.
             self.stop_reason = "fenced"
@@ -483,7 +495,13 @@ class Merger:
         from confluent_kafka import KafkaException
 
         if self.config.transactional_id is not None:
-            transactions.commit(self._producer, begin=not last)
+            try:
+                transactions.commit(self._producer, begin=not last)
+            except Fenced as e:
+                if last or not self._refence(e):
+                    raise
+            if self._refence_until is not None and time.time() > self._refence_until:
+                self._refence_until = self._unsent = None
         if self._to_commit is not None and self._acked >= self._to_commit[0]:
             with contextlib.suppress(KafkaException, RuntimeError):
                 self._consumer.commit(offsets=self._to_commit[1], asynchronous=True)
@@ -573,6 +591,8 @@ class Merger:
         Raises:
             KafkaException: fatal when a newer merger fenced this one (:meth:`run` stops).
         """
+        from confluent_kafka import KafkaException
+
         self._produced += 1
         headers = [(SEQ_HEADER, str(n).encode())]
         while True:
@@ -582,7 +602,101 @@ class Merger:
                 )
                 return
             except BufferError:
-                self._producer.poll(0.005)
+                self._poll(0.005)
+            except (KafkaException, SystemError) as e:  # after a re-fence: produce it again
+                if not transactions.fatal(e) or not self._refence(e):
+                    raise
+
+    def _poll(self, timeout_s: float = 0) -> None:
+        """Serve the server's delivery reports; its fatal error (a fence) is raised here."""
+        from confluent_kafka import KafkaException
+
+        try:
+            self._producer.poll(timeout_s)
+        except (KafkaException, SystemError) as e:
+            if not transactions.fatal(e) or not self._refence(e):
+                raise
+
+    def _begin(self) -> None:
+        """Begin the server's first transaction (a re-fence begins its own)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            self._producer.begin_transaction()
+        except (KafkaException, SystemError) as e:
+            if not transactions.fatal(e) or not self._refence(e):
+                raise
+
+    def _raced(self, journal: Journal) -> None:
+        """The fence just made raced producers: for :data:`transactions.REFENCE_S` a fence
+        found on the server is taken for a racer's late answer (:meth:`_refence`)."""
+        self._refence_until = time.time() + transactions.REFENCE_S
+        self._unsent = []
+        self._journal = journal
+
+    def _refence(self, error: Exception) -> bool:
+        """Fence again when the server was fenced soon after the fence that chose it; returns
+        False (stay fenced) otherwise.
+
+        A producer the fence raced and closed may have had its second ``init_transactions``
+        on the way: a slow broker can answer it after the server was chosen, and its epoch
+        fences the server. No merger of the run fences a live one (a standby kills the serving
+        merger before it fences), so a fence within :data:`transactions.REFENCE_S` of this
+        merger's own is that late answer. The new fence aborts the server's open transaction;
+        its records that were appended stay in the log (the sink is read
+        ``read_uncommitted``), those that were not are produced again: the sink's tail, read
+        after the new fence, says which (docs/design.md, "A standby merger").
+        """
+        from confluent_kafka import KafkaException
+
+        until, unsent = self._refence_until, self._unsent
+        if until is None or unsent is None or time.time() > until:
+            return False
+        if self._refences >= transactions.MAX_REFENCES:
+            return False  # not a late answer after all: stay fenced
+        self._refences += 1
+        t0 = time.time()
+        cfg, old = self.config, self._producer
+        with contextlib.suppress(KafkaException, RuntimeError):
+            old.purge()  # queued and in-flight records: their reports come back failed
+        deadline = time.monotonic() + cfg.connect_timeout_s
+        while len(old) and time.monotonic() < deadline:
+            with contextlib.suppress(KafkaException, SystemError):  # its fatal error, once
+                old.poll(0.01)
+        self._unsent = []
+        with warnings.catch_warnings():  # "abort_transaction failed during close": fenced
+            warnings.simplefilter("ignore", RuntimeWarning)
+            old.close()
+        # One producer: the late answer has aborted the server's transaction already (so no
+        # 500-ms wait as a rule), and none is left racing to fence it in turn.
+        self._producer = self._new_producer()
+        self._producer.init_transactions(cfg.connect_timeout_s)
+        self._producer.begin_transaction()
+        in_sink: set[str] = set()
+        if unsent:  # which were appended before the fence: the tail, read after it, says
+            for rec in recovery.sink_tail(cfg.bootstrap, cfg.sink, cfg.connect_timeout_s):
+                with contextlib.suppress(BadRecord):
+                    in_sink.add(parse_result(rec.value).rid)
+        again = 0
+        for msg in unsent:
+            with contextlib.suppress(BadRecord):
+                if parse_result(msg.value()).rid in in_sink:
+                    continue
+            self._produced += 1
+            again += 1
+            self._producer.produce(
+                msg.topic(), value=msg.value(), key=msg.key(), headers=msg.headers(),
+                on_delivery=self._on_delivery,
+            )  # fmt: skip
+        # Each was counted failed; what is sent again reports anew.
+        self.delivery_failures -= len(unsent)
+        self._to_commit = None  # positions taken before: some of their results go out again
+        if self._journal is not None:
+            self._journal.write(
+                Event.MERGER_REFENCED, message=f"fenced soon after its own fence: {error}",
+                unsent=len(unsent), again=again, refence_s=round(time.time() - t0, 3),
+            )  # fmt: skip
+        return True
 
 
 # --------------------------------------------------------------------------- entry point

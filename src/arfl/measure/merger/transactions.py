@@ -21,6 +21,15 @@ SERVE_TRY_S = 0.02
 of a closed server can still be on its way when the next one is answered."""
 COMMIT_TIMEOUT_S = 10.0
 """How long committing a transaction may take (once a tick)."""
+REFENCE_S = 30.0
+"""How long after a fence with racing producers a merger found fenced fences again instead of
+stopping: a racer's request still on its way when it was closed can be answered after the
+server was chosen, on a broker slow enough. 30 s: sixty times the 500-ms second ask that
+carries such a request, far past the slowest fence measured on a stalled broker (1.8 s,
+docs/benchmarks.md, "A merger kill at moments nobody chose")."""
+MAX_REFENCES = FENCERS - 1
+"""Fences again within :data:`REFENCE_S`: each producer of the fence but the server can be
+one late answer; a fence past them is not."""
 
 
 class Fenced(Exception):
@@ -83,6 +92,20 @@ def fence(producers: list[SinkProducer], sink: str, timeout_s: float) -> SinkPro
     return server
 
 
+def fatal(e: BaseException | None) -> bool:
+    """Whether ``e`` is the sink producer's fatal error, a fence: raised by ``poll`` or a
+    commit, by a ``produce`` after it (code ``_FATAL``, not flagged fatal), or as the cause of
+    the ``SystemError`` of a delivery report served in the same ``poll`` after it was raised."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    while isinstance(e, SystemError):
+        e = e.__cause__
+    if not isinstance(e, KafkaException) or not isinstance(e.args[0], KafkaError):
+        return False
+    err = e.args[0]
+    return bool(err.fatal()) or err.code() in (KafkaError._FATAL, KafkaError._FENCED)
+
+
 def commit(producer: SinkProducer, begin: bool = True) -> None:
     """Commit the open transaction and, with ``begin``, begin the next (a transaction open
     longer than the broker's timeout would be aborted).
@@ -96,7 +119,7 @@ def commit(producer: SinkProducer, begin: bool = True) -> None:
         producer.commit_transaction(COMMIT_TIMEOUT_S)
     except KafkaException as e:
         err = e.args[0]
-        if err.fatal():
+        if fatal(e):
             raise Fenced(str(err)) from e
         if err.txn_requires_abort():
             # Its records stay appended, and a reader of the sink (read_uncommitted) has them:
