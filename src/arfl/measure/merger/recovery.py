@@ -133,6 +133,9 @@ def _tail_consumer(bootstrap: str) -> Any:
             "auto.offset.reset": "earliest",
             # What was appended was forwarded, also in a transaction a standby's fence aborted.
             "isolation.level": "read_uncommitted",
+            # A transactional partition's end is a marker no consumer is given: its end of
+            # partition comes from an empty fetch, which the broker holds this long.
+            "fetch.wait.max.ms": 10,
         }
     )
 
