@@ -155,6 +155,46 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def process_trees(roots: Sequence[int]) -> dict[int, list[psutil.Process]]:
+    """:func:`process_tree` of each of ``roots``, from one pass over ``/proc`` where each
+    :func:`process_tree` makes its own (~8 ms with a run's ~100 processes)."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[int, list[psutil.Process]] = {}
+    for root in roots:
+        tree: list[psutil.Process] = []
+        todo = [root]
+        while todo:
+            pid = todo.pop()
+            try:
+                tree.append(psutil.Process(pid))
+            except psutil.Error:
+                if pid == root:
+                    break
+                continue
+            todo.extend(children.get(pid, ()))
+        out[root] = tree
+    return out
+
+
+def _parents() -> dict[int, int]:
+    """Every process's parent pid, from ``/proc/<pid>/stat``: psutil's public way
+    (``process_iter``) builds an object per process and takes ~4 times as long."""
+    out: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        # after "pid (comm) ": the state, then the parent's pid; comm may hold spaces or ")"
+        out[int(name)] = int(stat[stat.rfind(b")") + 2 :].split(b" ", 2)[1])
+    return out
+
+
 def same_process(
     pid: int, recorded: float | None, *, slack_s: float = CREATE_TIME_SLACK_S
 ) -> psutil.Process | None:

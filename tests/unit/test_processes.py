@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from arfl import processes
 from arfl.priority import priority_of, set_nice
 from arfl.processes import (
     ManagedProcess,
@@ -22,7 +23,9 @@ from arfl.processes import (
     Stopped,
     await_exit,
     create_time,
+    kill_all,
     process_tree,
+    process_trees,
     same_process,
     started_since_boot,
     stop_pid,
@@ -432,3 +435,32 @@ def test_await_exit_sees_a_process_end_at_once_or_returns_when_stopped() -> None
     # A stop ends the wait on a process that still runs (this one).
     stop.set()
     assert await_exit(os.getpid(), None, stop) is False
+
+
+def test_process_trees_reads_proc_once_for_every_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    a = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+    b = subprocess.Popen(["sleep", "30"])
+    try:
+        wait_until(lambda: len(process_tree(a.pid)) == 3, timeout_s=5, interval_s=0.02)
+        reads = []
+        real = processes._parents
+
+        def counted() -> dict[int, int]:
+            reads.append(1)
+            return real()
+
+        monkeypatch.setattr(processes, "_parents", counted)
+        gone = b.pid
+        trees = process_trees([a.pid, b.pid])
+        assert len(reads) == 1
+        for root, tree in trees.items():
+            assert tree[0].pid == root
+            assert {p.pid for p in tree} == {p.pid for p in process_tree(root)}
+        b.kill()
+        b.wait()
+        assert process_trees([gone])[gone] == []
+    finally:
+        kill_all(process_tree(a.pid))
+        b.kill()
+        for p in (a, b):
+            p.wait()

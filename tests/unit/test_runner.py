@@ -21,7 +21,7 @@ from arfl.configs.spec import Spec
 from arfl.errors import DeployError
 from arfl.measure.frontier import path_in as frontier_path_in
 from arfl.measure.frontier import write_frontier
-from arfl.orchestrate import checkpoints
+from arfl.orchestrate import checkpoints, failover
 from arfl.orchestrate.drivers import DriverLaunch
 from arfl.orchestrate.restarts import RestartPolicy
 from arfl.orchestrate.standbys import STANDBY_STOP_GRACE_S
@@ -558,6 +558,46 @@ def test_an_executors_short_lived_children_are_not_taken_for_a_lost_executor(
         _wait(lambda: bool(_events(r.paths.root, "replica-executor-lost")))
         (lost,) = _events(r.paths.root, "replica-executor-lost")
         assert lost["replica"] == 0 and lost["executors"] == [executor]
+
+
+def test_a_replicas_tree_is_read_for_its_executors_every_few_seconds_not_every_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass over /proc per replica at every look (here every 50 ms) was most of arfl deploy's
+    CPU: between reads of the tree the executors it knows are checked one by one, and a lost
+    one is still seen at once."""
+    reads: list[int] = []
+    real = failover.executor_jvms
+
+    def counted(pid: int) -> Any:
+        reads.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(failover, "executor_jvms", counted)
+    spec = parse_spec(
+        {
+            "name": "fake",
+            "source": {"topic": "in"},
+            "sink": {"topic": "out"},
+            "replication": {"mode": "active", "replicas": 2, "standby": 1, "trigger": "realtime"},
+        }
+    )
+    r = _runner(spec, tmp_path, _fake_standby(tmp_path))
+    with r:
+        r.wait_ready(timeout_s=20)
+        _wait(lambda: [s.ready for s in r.standby_states()] == [True])
+        driver = r.states()[0].pid
+        _wait(lambda: len(r._replicas[0].executors) == 1)
+        reads.clear()
+        time.sleep(3 * failover.TREE_READ_S)  # 120 looks
+        assert 2 <= reads.count(driver) <= 4, reads  # every 2 s, not at each look
+        executor = int((r.paths.root / "replicas" / "replica-0.app.json.child").read_text())
+        lost_at = time.time()
+        os.kill(executor, signal.SIGKILL)
+        _wait(lambda: bool(_events(r.paths.root, "replica-executor-lost")))
+        (lost,) = _events(r.paths.root, "replica-executor-lost")
+        assert lost["executors"] == [executor]
+        assert float(lost["t"]) - lost_at < 0.5
 
 
 def _monitor_line(run: Path, replica: int, lag_ms: float, trail_ms: float | None = None) -> None:

@@ -11,6 +11,13 @@ import psutil
 from arfl.processes import is_running, process_tree
 from arfl.targets.local import EXECUTOR_MAIN, not_forked_from_another
 
+TREE_READ_S = 2.0
+"""How often the supervisor reads a replica's whole process tree for its executor JVMs (a pass
+over all of ``/proc``, ~8 ms with a run's ~100 processes); between reads it checks the ones
+it knows one by one, so a lost one is still seen within the supervision period, a new one
+within this. Every 0.2 s for each replica, the reads were most of ``arfl deploy``'s CPU
+(docs/benchmarks.md, "arfl's own processes")."""
+
 
 def executor_jvms(driver_pid: int) -> tuple[list[psutil.Process], set[int]] | None:
     """The live tree of a driver (driver first) and the pids of its executor JVMs; None when

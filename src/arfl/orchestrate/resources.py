@@ -11,7 +11,7 @@ import psutil
 
 from arfl.errors import FaultError
 from arfl.orchestrate.slots import ReplicaState
-from arfl.processes import process_tree, start_key
+from arfl.processes import process_trees, start_key
 from arfl.targets import docker as dk
 
 
@@ -63,8 +63,10 @@ class ResourceSampler:
         the replicas' summed RSS."""
         spare = [self.standby_container(k) for k in standby_ids] if self.standby_container else []
         inside = self._container_processes([*self.containers.values(), *spare])
+        roots = [*standbys, *(st.pid for st in states.values() if st.pid is not None)]
+        trees = process_trees(roots)  # one pass over /proc for all
         for procs in [
-            *(process_tree(pid) for pid in standbys),
+            *(trees[pid] for pid in standbys),
             *(inside.get(n, []) for n in spare),
         ]:
             for p in procs:
@@ -79,7 +81,7 @@ class ResourceSampler:
             if st.pid is None:
                 continue
             mine = inside.get(self.containers[i], []) if i in self.containers else []
-            for p in [*process_tree(st.pid), *mine]:
+            for p in [*trees[st.pid], *mine]:
                 try:
                     t = p.cpu_times()
                     key = start_key(p)

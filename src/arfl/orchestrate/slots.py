@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import psutil
+
 from arfl.processes import ManagedProcess
 
 Status = Literal["starting", "running", "restarting", "dead", "stopped"]
@@ -62,3 +64,7 @@ class ReplicaSlot:
         """A promoted standby still at low CPU priority since then (``standby_yield``)."""
         self.executors: set[int] = set()
         """Pids of its executor JVMs at the last look (real-time replicas with standbys)."""
+        self.executor_procs: list[psutil.Process] = []
+        """Those executor JVMs, checked one by one between reads of the whole tree."""
+        self.executors_read_at = 0.0
+        """When the tree was last read for them (``time.monotonic``)."""

@@ -121,6 +121,11 @@ class ReplicaRunner:
         self.poll_interval_s = poll_interval_s
         self.stop_timeout_s = stop_timeout_s
         self.tree_grace_s = tree_grace_s
+        self._local_executors = spec.spark.target == "local" and spec.spark.master.startswith(
+            "local-cluster["
+        )
+        """Executor JVMs in the drivers' trees: while a replica shows none, its tree is read
+        at every look."""
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -451,10 +456,19 @@ class ReplicaRunner:
             or not self.spec.replication.standby
         ):
             return
+        now = time.monotonic()
+        if (
+            (rep.executors or not self._local_executors)
+            and now - rep.executors_read_at < failover.TREE_READ_S
+            and all(is_running(p) for p in rep.executor_procs)
+        ):
+            return
         found = failover.executor_jvms(rep.proc.pid)
+        rep.executors_read_at = now
         if found is None:
             return  # the driver itself is gone: its death is handled by _check
         tree, alive = found
+        rep.executor_procs = [p for p in tree if p.pid in alive]
         lost, rep.executors = rep.executors - alive, alive
         ready = self.standbys.ready()
         if not lost or ready is None:
@@ -513,7 +527,8 @@ class ReplicaRunner:
         # Kill what is left of its tree (driver JVM, executors: still in the dead driver's
         # session) so a restart starts clean.
         signal_all(rep.proc.descendants(), signal.SIGKILL)
-        rep.yield_since, rep.executors = None, set()
+        rep.yield_since, rep.executors, rep.executor_procs = None, set(), []
+        rep.executors_read_at = 0.0
         now = time.time()
         self.policy.died(rep, code, now)
         self.journal.write(
