@@ -121,6 +121,10 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         own_tmp = driver_scratch(Path(st["spark_home"]) / "replica-0")
         made = sorted(p.name for p in own_tmp.iterdir())
         assert any(n.startswith("artifacts-") for n in made), made
+        # ... and so are the executors' (a killed executor leaves what Kafka's client extracted)
+        for pid in executors.values():
+            cmd = psutil.Process(pid).cmdline()
+            assert f"-Djava.io.tmpdir={own_tmp}" in cmd, cmd
         # The standby driver (ready before the load started) is recorded too.
         sb = st["standbys"]["0"]
         standby = same_process(int(sb["pid"]), sb["create_time"])

@@ -9,7 +9,7 @@ import pytest
 from arfl.configs.load import parse_spec
 from arfl.configs.realtime import SHUFFLE_FLUSH_CONF, SHUFFLE_FLUSH_MS
 from arfl.replica.app import DriverConfig, spark_conf
-from arfl.replica.sparkenv import C1_ONLY_JIT
+from arfl.replica.sparkenv import C1_ONLY_JIT, EXECUTOR_DEFAULT_JAVA_OPTIONS, SCRATCH_ENV
 
 
 def _conf(spark: dict[str, Any], replication: dict[str, Any] | None = None) -> dict[str, str]:
@@ -113,3 +113,18 @@ def test_async_progress_is_on_by_default_where_a_restart_may_replay(
     assert async_progress(_spec(per_record, mode=mode, replicas=replicas)) == default
     off = {ASYNC_PROGRESS_KEY: "false"}
     assert not async_progress(_spec(per_record, off, mode=mode, replicas=replicas))
+
+
+def test_the_executors_temp_files_go_to_the_drivers_scratch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A SIGKILLed executor never deletes what it extracted into java.io.tmpdir (Kafka's lz4
+    # library): in the driver's scratch it goes with the run's SPARK_HOME.
+    monkeypatch.setenv(SCRATCH_ENV, "/tmp/arfl-spark-abc")
+    conf = _conf({"conf": {"spark.executor.extraJavaOptions": "-Dx=1"}})
+    assert conf[EXECUTOR_DEFAULT_JAVA_OPTIONS] == "-Djava.io.tmpdir=/tmp/arfl-spark-abc"
+    assert conf["spark.executor.extraJavaOptions"] == "-Dx=1"  # the spec's, after it
+    # a cluster's executors run on other hosts, where the directory is not
+    assert EXECUTOR_DEFAULT_JAVA_OPTIONS not in _conf({"master": "spark://h:7077"})
+    monkeypatch.delenv(SCRATCH_ENV)
+    assert EXECUTOR_DEFAULT_JAVA_OPTIONS not in _conf({})  # no scratch: the JVM's own

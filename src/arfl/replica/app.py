@@ -36,7 +36,13 @@ from arfl.replica.modes.base import (
     ReplicationMode,
 )
 from arfl.replica.phase import PhaseKeeper
-from arfl.replica.sparkenv import C1_ONLY_JIT, DRIVER_JAVA_OPTIONS, EXECUTOR_JAVA_OPTIONS
+from arfl.replica.sparkenv import (
+    C1_ONLY_JIT,
+    DRIVER_JAVA_OPTIONS,
+    EXECUTOR_DEFAULT_JAVA_OPTIONS,
+    EXECUTOR_JAVA_OPTIONS,
+    SCRATCH_ENV,
+)
 from arfl.replica.warmup import warm_up
 from arfl.run.rundir import write_json_atomic
 
@@ -179,6 +185,12 @@ def spark_conf(cfg: DriverConfig, spec: Spec) -> dict[str, str]:
     }
     if cfg.master.startswith(("local-cluster", "spark://")):
         conf["spark.executor.memory"] = "512m"
+    scratch = os.environ.get(SCRATCH_ENV)
+    if scratch and cfg.master.startswith("local-cluster"):
+        # Executors' temp files (Kafka's client extracts its lz4 library there) with the
+        # driver's, removed with the SPARK_HOME: a killed JVM never deletes its own. Not on a
+        # spark:// cluster: the directory is on the driver's host.
+        conf[EXECUTOR_DEFAULT_JAVA_OPTIONS] = f"-Djava.io.tmpdir={scratch}"
     if spec.replication.trigger == REALTIME:
         # A real-time aggregation's shuffle sends a partly filled buffer after this wait (Spark:
         # 50 ms, half of it added to a windowed replica's median latency).

@@ -34,6 +34,8 @@ _LINKED = ("bin", "sbin", "jars", "python", "data", "examples", "licenses", "con
 WRITABLE_SPARK_DIRS = ("work", "logs", "tmp")
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
+EXECUTOR_DEFAULT_JAVA_OPTIONS = "spark.executor.defaultJavaOptions"
+"""Prepended by Spark to :data:`EXECUTOR_JAVA_OPTIONS`: a spec that sets those keeps this."""
 C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
 """JVM option of arfl's Spark JVMs: C1-only JIT (why: :func:`arfl.replica.app.spark_conf`)."""
 SCRATCH_ENV = "ARFL_SPARK_SCRATCH"
