@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from arfl.configs.load import parse_spec
 from arfl.configs.realtime import SHUFFLE_FLUSH_CONF, SHUFFLE_FLUSH_MS
+from arfl.replica import driver
 from arfl.replica.app import DriverConfig, spark_conf
 from arfl.replica.sparkenv import C1_ONLY_JIT, EXECUTOR_DEFAULT_JAVA_OPTIONS, SCRATCH_ENV
 
@@ -128,3 +130,21 @@ def test_the_executors_temp_files_go_to_the_drivers_scratch(
     assert EXECUTOR_DEFAULT_JAVA_OPTIONS not in _conf({"master": "spark://h:7077"})
     monkeypatch.delenv(SCRATCH_ENV)
     assert EXECUTOR_DEFAULT_JAVA_OPTIONS not in _conf({})  # no scratch: the JVM's own
+
+
+def test_a_driver_whose_temp_directory_is_taken_exits_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = tmp_path / "arfl-spark-abc"
+    taken.symlink_to(tmp_path)  # a name in a shared /tmp someone else made first
+    monkeypatch.setenv(SCRATCH_ENV, str(taken))
+    spec = parse_spec({"name": "c", "source": {"topic": "a"}, "sink": {"topic": "b"}}, "c.toml")
+    cfg = DriverConfig(
+        spec=spec.model_dump(mode="json", by_alias=True), replica=0, bootstrap="127.0.0.1:9",
+        output_topic="b.r0", checkpoint_dir=str(tmp_path / "ck"),
+        progress_file=str(tmp_path / "p"), app_id_file=str(tmp_path / "a"),
+        master=spec.spark.master,
+    )  # fmt: skip
+    assert driver.run(cfg) == driver.EXIT_BAD_CONFIG
+    err = capsys.readouterr()
+    assert f"{taken} is not a directory of this user's; remove it" in err.out + err.err

@@ -86,8 +86,15 @@ def run(cfg: DriverConfig) -> int:
 
     spec = cfg.resolved_spec()
     t0 = time.time()
-    if os.environ.get(SCRATCH_ENV):  # its JVM's java.io.tmpdir, which must exist
-        make_scratch(Path(os.environ[SCRATCH_ENV]))
+    if scratch := os.environ.get(SCRATCH_ENV):  # its JVM's java.io.tmpdir, which must exist
+        try:
+            make_scratch(Path(scratch))
+        except OSError as e:  # another user's, say: the same at every restart
+            log(
+                f"its JVM's temp directory: {e}; remove it, or give arfl deploy a TMPDIR of "
+                "this user's, and deploy again"
+            )
+            return EXIT_BAD_CONFIG
     builder = SparkSession.builder
     for k, v in spark_conf(cfg, spec).items():
         builder = builder.config(k, v)
