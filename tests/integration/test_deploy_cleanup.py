@@ -98,6 +98,7 @@ def _naming(text: str) -> list[psutil.Process]:
 def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_path: Path) -> None:
     arfl, runs, log = start_deploy(SPEC, tmp_path)
     seen: dict[int, psutil.Process] = {}
+    run_dir: Path | None = None
     try:
         run_dir = wait_run_dir(arfl, runs, log)
 
@@ -197,6 +198,8 @@ def test_recover_stops_what_a_killed_deploy_left_running(stack: StackInfo, tmp_p
         if arfl.poll() is None:
             arfl.kill()
             arfl.wait()
+        if run_dir is not None:  # a failure before the recover above leaves the whole run
+            subprocess.run([str(ARFL), "chaos", "recover", str(run_dir)], timeout=180, check=False)
         for p in seen.values():
             with contextlib.suppress(psutil.Error):
                 stop_pid(p.pid, create_time(p), grace_s=2.0)

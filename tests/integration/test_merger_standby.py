@@ -67,6 +67,17 @@ def _results(run_dir: Path) -> int:
     return int(json.loads(lines[-1])["results"]) if lines else 0
 
 
+def _assert_every_result_once(stack: StackInfo, sink: str, expected: int) -> None:
+    """The sink, as a read_uncommitted consumer has it, holds results 0..expected-1 once."""
+    out = read_to_end(
+        stack.kafka, sink, error=AssertionError, missing_hint="", unreachable_hint="", timeout_s=60
+    )
+    got = [m.key().decode() for m in out]
+    want = {f"{i % 2}:{i // 2}" for i in range(expected)}
+    assert len(got) == len(set(got)), "a result written twice"
+    assert set(got) == want, f"missing {len(want - set(got))}"
+
+
 def _took_over(run_dir: Path, n: int) -> list[dict[str, object]]:
     def got() -> list[dict[str, object]] | None:
         events = [
@@ -150,14 +161,7 @@ def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_e
     serving.send_signal(signal.SIGTERM)
     assert serving.wait(30) == 0, (tmp_path / "merger-4.log").read_text()
 
-    # The sink as a read_uncommitted consumer has it: every result once.
-    out = read_to_end(
-        stack.kafka, sink, error=AssertionError, missing_hint="", unreachable_hint="", timeout_s=60
-    )
-    got = [m.key().decode() for m in out]
-    want = {f"{i % 2}:{i // 2}" for i in range(expected)}
-    assert len(got) == len(set(got)), "a result written twice"
-    assert set(got) == want, f"missing {len(want - set(got))}"
+    _assert_every_result_once(stack, sink, expected)
     final = json.loads((run_dir / "merger.json").read_text())
     assert final["results"] == expected and final["stop_reason"] == "signal"
     # The latency log across three take-overs: every result once, none counted twice.
@@ -255,13 +259,7 @@ def test_a_merger_fenced_by_a_late_racer_fences_again_and_the_sink_stays_exact(
     serving.send_signal(signal.SIGTERM)
     assert serving.wait(30) == 0, (tmp_path / "merger-1.log").read_text()
 
-    out = read_to_end(
-        stack.kafka, sink, error=AssertionError, missing_hint="", unreachable_hint="", timeout_s=60
-    )
-    got = [m.key().decode() for m in out]
-    want = {f"{i % 2}:{i // 2}" for i in range(expected)}
-    assert len(got) == len(set(got)), "a result written twice"
-    assert set(got) == want, f"missing {len(want - set(got))}"
+    _assert_every_result_once(stack, sink, expected)
     final = json.loads((run_dir / "merger.json").read_text())
     assert final["stop_reason"] == "signal" and final["complete_output"], final
     assert final["results"] == expected

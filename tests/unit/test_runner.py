@@ -386,6 +386,17 @@ def _standby_spec(standby: int = 1) -> Spec:
     )
 
 
+def _realtime_standby_spec() -> Spec:
+    return parse_spec(
+        {
+            "name": "fake",
+            "source": {"topic": "in"},
+            "sink": {"topic": "out"},
+            "replication": {"mode": "active", "replicas": 2, "standby": 1, "trigger": "realtime"},
+        }
+    )
+
+
 def _at_the_frontier(
     spec: Spec, tmp_path: Path, command: Callable[[int, Path], list[str]]
 ) -> ReplicaRunner:
@@ -500,14 +511,7 @@ def test_a_ready_standby_takes_over_the_moment_the_driver_dies(
 def test_a_realtime_replica_that_lost_an_executor_is_taken_over_by_the_standby(
     tmp_path: Path,
 ) -> None:
-    spec = parse_spec(
-        {
-            "name": "fake",
-            "source": {"topic": "in"},
-            "sink": {"topic": "out"},
-            "replication": {"mode": "active", "replicas": 2, "standby": 1, "trigger": "realtime"},
-        }
-    )
+    spec = _realtime_standby_spec()
     r = _runner(spec, tmp_path, _fake_standby(tmp_path))
     with r:
         r.wait_ready(timeout_s=20)
@@ -536,14 +540,7 @@ def test_an_executors_short_lived_children_are_not_taken_for_a_lost_executor(
     executor alive: children the executor forks, which carry its command line until they exec,
     are not executors (counted, they made two 'lost executors' of one executor JVM when they
     vanished)."""
-    spec = parse_spec(
-        {
-            "name": "fake",
-            "source": {"topic": "in"},
-            "sink": {"topic": "out"},
-            "replication": {"mode": "active", "replicas": 2, "standby": 1, "trigger": "realtime"},
-        }
-    )
+    spec = _realtime_standby_spec()
     r = _runner(spec, tmp_path, _fake_standby(tmp_path, "forking"))
     with r:
         r.wait_ready(timeout_s=20)
@@ -574,14 +571,7 @@ def test_a_replicas_tree_is_read_for_its_executors_every_few_seconds_not_every_l
         return real(pid)
 
     monkeypatch.setattr(failover, "executor_jvms", counted)
-    spec = parse_spec(
-        {
-            "name": "fake",
-            "source": {"topic": "in"},
-            "sink": {"topic": "out"},
-            "replication": {"mode": "active", "replicas": 2, "standby": 1, "trigger": "realtime"},
-        }
-    )
+    spec = _realtime_standby_spec()
     r = _runner(spec, tmp_path, _fake_standby(tmp_path))
     with r:
         r.wait_ready(timeout_s=20)
