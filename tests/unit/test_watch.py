@@ -7,6 +7,8 @@ Spark, no Kafka.
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +24,7 @@ from arfl.orchestrate import watch
 from arfl.orchestrate.context import DeployOptions, RunContext, create_run
 from arfl.orchestrate.slots import ReplicaState
 from arfl.orchestrate.watch import Watcher, caught_up
+from arfl.processes import wait_until
 from arfl.run.rundir import read_jsonl
 
 END = {0: 40, 1: 60}
@@ -266,3 +269,36 @@ def test_a_dead_merger_is_replaced_and_one_that_keeps_dying_fails_the_run(
     w.merger = FakeProcess(alive=False)  # type: ignore[assignment]
     with pytest.raises(DeployError, match="the merger died"):
         w._check_alive({})
+
+
+def test_a_dead_merger_is_replaced_the_moment_it_exits_not_at_the_next_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "TICK_S", 2.5)
+    ctx = _ctx(tmp_path)
+    _progress(ctx, 0, END)
+    w = _watcher(ctx, {0: ReplicaState(0, "running", pid=1)})
+    real = subprocess.Popen(["sleep", "60"])
+
+    class Merger(FakeProcess):
+        def alive(self) -> bool:
+            self.returncode = real.poll()
+            return self.returncode is None
+
+    w.merger = Merger(alive=True)  # type: ignore[assignment]
+    w.merger.pid = real.pid
+    w.restart_merger = lambda: FakeProcess(alive=True)  # type: ignore[assignment,return-value]
+    t = threading.Thread(target=w.run, args=(None,), daemon=True)
+    t.start()
+    try:
+        time.sleep(0.5)  # the first tick's wait has begun
+        real.kill()
+        killed = time.time()
+        wait_until(lambda: _events(ctx, "merger-restarted"), timeout_s=5, interval_s=0.02)
+        (died,) = _events(ctx, "merger-died")
+        assert float(died["t"]) - killed < 1.0  # the next tick was ~2 s away
+    finally:
+        real.kill()
+        real.wait()
+        monkeypatch.setattr(watch, "TICK_S", 0.05)  # to drain and end quickly
+        t.join(30)

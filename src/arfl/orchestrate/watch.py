@@ -1,8 +1,9 @@
 """Watching a running deployment until its output has drained.
 
 Twice a second: read the merger's and the injector's streams, sample the replicas'
-resources, keep ``state.json`` current, notice a dead merger or injector or a run whose every
-replica gave up, and hand a :class:`Tick` to the live view. After the input ends, wait until
+resources, keep ``state.json`` current, notice a dead injector or a run whose every replica
+gave up, and hand a :class:`Tick` to the live view. A dead merger is replaced the moment it
+exits (a pidfd). After the input ends, wait until
 every replica has consumed all of it and the output went quiet, at most a drain time (longer
 while a restarted replica is still rejoining).
 
@@ -19,6 +20,7 @@ itself, so batches after the watch ended are counted there too.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from arfl.orchestrate.lag import LagWatch
 from arfl.orchestrate.rejoin import RejoinTracker
 from arfl.orchestrate.resources import ResourceSampler
 from arfl.orchestrate.supervisor import ReplicaRunner
-from arfl.processes import ManagedProcess
+from arfl.processes import ExitWatch, ManagedProcess
 from arfl.registry import MODES
 from arfl.run.events import Event
 from arfl.run.names import leader_path
@@ -365,6 +367,25 @@ class Watcher:
     ) -> None:
         monitor = MonitorTail(self.ctx.paths.monitor)
         inj = InjectorStatsTail(self.ctx.injector_stats)
+        # A dead merger is replaced the moment it exits, not at the next tick (up to 0.5 s of
+        # the output's gap without a standby merger: docs/benchmarks.md).
+        merger_exit, stopped = threading.Event(), threading.Event()
+        ExitWatch(lambda: [self.merger.pid], merger_exit, stopped).start()
+        try:
+            self._ticks(on_tick, rejoins, drops, leader, monitor, inj, merger_exit)
+        finally:
+            stopped.set()
+
+    def _ticks(
+        self,
+        on_tick: Callable[[Tick], None] | None,
+        rejoins: RejoinTracker,
+        drops: LateDropWatch,
+        leader: LeaderWatch | None,
+        monitor: MonitorTail,
+        inj: InjectorStatsTail,
+        merger_exit: threading.Event,
+    ) -> None:
         phase = "running"
         warmup_s = expected_warmup_s(self.ctx.spec)
         input_done_at: float | None = None
@@ -374,7 +395,11 @@ class Watcher:
         last_state_write = 0.0
         gone: set[int] = set()
         while True:
-            time.sleep(TICK_S)
+            if merger_exit.wait(TICK_S):
+                merger_exit.clear()
+                if not self.merger.alive():
+                    self._merger_died()
+                continue
             monitor.poll()
             self._snapshot = monitor.latest
             inj.poll()
