@@ -132,19 +132,31 @@ def test_the_executors_temp_files_go_to_the_drivers_scratch(
     assert EXECUTOR_DEFAULT_JAVA_OPTIONS not in _conf({})  # no scratch: the JVM's own
 
 
+def _driver_config(tmp_path: Path) -> DriverConfig:
+    spec = parse_spec({"name": "c", "source": {"topic": "a"}, "sink": {"topic": "b"}}, "c.toml")
+    return DriverConfig(
+        spec=spec.model_dump(mode="json", by_alias=True), replica=0, bootstrap="127.0.0.1:9",
+        output_topic="b.r0", checkpoint_dir=str(tmp_path / "ck"),
+        progress_file=str(tmp_path / "p"), app_id_file=str(tmp_path / "a"),
+        master=spec.spark.master,
+    )  # fmt: skip
+
+
 def test_a_driver_whose_temp_directory_is_taken_exits_with_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     taken = tmp_path / "arfl-spark-abc"
     taken.symlink_to(tmp_path)  # a name in a shared /tmp someone else made first
     monkeypatch.setenv(SCRATCH_ENV, str(taken))
-    spec = parse_spec({"name": "c", "source": {"topic": "a"}, "sink": {"topic": "b"}}, "c.toml")
-    cfg = DriverConfig(
-        spec=spec.model_dump(mode="json", by_alias=True), replica=0, bootstrap="127.0.0.1:9",
-        output_topic="b.r0", checkpoint_dir=str(tmp_path / "ck"),
-        progress_file=str(tmp_path / "p"), app_id_file=str(tmp_path / "a"),
-        master=spec.spark.master,
-    )  # fmt: skip
+    cfg = _driver_config(tmp_path)
     assert driver.run(cfg) == driver.EXIT_BAD_CONFIG
     err = capsys.readouterr()
     assert f"{taken} is not a directory of this user's; remove it" in err.out + err.err
+
+
+def test_a_driver_that_cannot_make_its_temp_directory_may_be_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "gone" / "arfl-spark-abc"))  # no parent
+    cfg = _driver_config(tmp_path)
+    assert driver.run(cfg) == driver.EXIT_QUERY_FAILED

@@ -603,3 +603,44 @@ def test_a_fence_is_taken_for_a_late_answer_only_soon_after_a_raced_fence(tmp_pa
     m._refence_until = time.time() + 10
     m._refences = transactions.MAX_REFENCES
     assert not m._refence(error)  # more than the fence's racers could answer late
+
+
+def test_a_re_fence_that_fails_partway_stops_the_merger_as_fenced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stopping as fenced commits no position: a merger that went on to its usual finish
+    # committed positions past the records it had not sent again yet.
+    class Fenced(Producer):
+        def purge(self, *a: Any) -> None:
+            self.calls.append("purge")
+
+        def poll(self, timeout: float = 0) -> int:
+            return 0
+
+        def __len__(self) -> int:
+            return 0
+
+    def unreachable(self: Merger) -> Any:
+        raise DeployError("merger: no broker at x:1")
+
+    monkeypatch.setattr(Merger, "_new_producer", unreachable)
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+        connect_timeout_s=1.0,
+    )  # fmt: skip
+    old = Fenced()
+    m = Merger(cfg, consumer=Consumer([]), producer=old)  # type: ignore[arg-type]
+    m._raced(Journal(tmp_path / "journal.jsonl"))
+    with pytest.raises(transactions.Fenced, match="fencing again failed: merger: no broker"):
+        m._refence(Exception("fenced"))
+    assert old.calls == ["purge", "close"]
+
+
+def test_only_records_the_fence_kept_out_of_the_sink_are_produced_again() -> None:
+    from confluent_kafka import KafkaError
+
+    for code in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT,
+                 KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED):  # fmt: skip
+        assert transactions.unwritten(KafkaError(code))
+    # a timed-out record may be in the sink, older than the tail a re-fence reads
+    assert not transactions.unwritten(KafkaError(KafkaError._MSG_TIMED_OUT))

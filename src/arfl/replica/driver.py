@@ -53,7 +53,7 @@ from arfl.replica.sparkenv import SCRATCH_ENV
 from arfl.replica.standby import Ahead, run_standby
 from arfl.run.control import serve as serve_control
 from arfl.run.rundir import write_json_atomic
-from arfl.run.sparkhome import make_scratch
+from arfl.run.sparkhome import ScratchTaken, make_scratch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,12 +89,15 @@ def run(cfg: DriverConfig) -> int:
     if scratch := os.environ.get(SCRATCH_ENV):  # its JVM's java.io.tmpdir, which must exist
         try:
             make_scratch(Path(scratch))
-        except OSError as e:  # another user's, say: the same at every restart
+        except ScratchTaken as e:  # the same at every restart
             log(
                 f"its JVM's temp directory: {e}; remove it, or give arfl deploy a TMPDIR of "
                 "this user's, and deploy again"
             )
             return EXIT_BAD_CONFIG
+        except OSError as e:  # a full disk, say: a restart may find room
+            log(f"its JVM's temp directory {scratch}: {e}")
+            return EXIT_QUERY_FAILED
     builder = SparkSession.builder
     for k, v in spark_conf(cfg, spec).items():
         builder = builder.config(k, v)

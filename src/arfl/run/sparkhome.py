@@ -47,19 +47,24 @@ def driver_scratch(home: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"arfl-spark-{tag}"
 
 
+class ScratchTaken(OSError):
+    """A driver's scratch name is a symlink, not a directory, or another user's."""
+
+
 def make_scratch(path: Path) -> Path:
     """Create ``path`` (:func:`driver_scratch`), private to this user, or check the one there.
 
     Raises:
-        OSError: it cannot be made, or what is there is a symlink, not a directory, or another
-            user's (a name in a shared /tmp anyone could have taken first).
+        ScratchTaken: what is there is a symlink, not a directory, or another user's (a name in
+            a shared /tmp anyone could have taken first).
+        OSError: it cannot be made.
     """
     try:
         path.mkdir(mode=0o700)
     except FileExistsError:
         st = path.lstat()
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-            raise OSError(f"{path} is not a directory of this user's") from None
+            raise ScratchTaken(f"{path} is not a directory of this user's") from None
     return path
 
 

@@ -279,8 +279,13 @@ class InputProducer:
             DeployError: no producer given, and the broker is unreachable or the topic missing.
         """
         self.clock: Clock = clock or SystemClock()
-        self._producer: Producer = producer or connect_producer(
-            target.bootstrap, target.topic, target.linger_ms, target.connect_timeout_s
+        # "is None", not "or": a producer with nothing queued is falsy (its __len__).
+        self._producer: Producer = (
+            producer
+            if producer is not None
+            else connect_producer(
+                target.bootstrap, target.topic, target.linger_ms, target.connect_timeout_s
+            )
         )
         self.bootstrap = target.bootstrap
         self.topic = target.topic

@@ -78,10 +78,13 @@ class Merger:
         self.config = config
         self._stop = threading.Event()
         group = config.group_id or f"arfl-merger-{uuid.uuid4().hex[:12]}"
-        self._consumer: Consumer = consumer or kafka_consumer(
-            config.bootstrap, group, config.fetch_wait_ms
+        # "is None", not "or": a producer with nothing queued is falsy (its __len__).
+        self._consumer: Consumer = (
+            consumer
+            if consumer is not None
+            else kafka_consumer(config.bootstrap, group, config.fetch_wait_ms)
         )
-        self._producer: SinkProducer = producer or kafka_producer(
+        self._producer: SinkProducer = producer if producer is not None else kafka_producer(
             config.bootstrap, config.sink, config.connect_timeout_s, config.linger_ms,
             config.transactional_id,
         )  # fmt: skip
@@ -116,7 +119,7 @@ class Merger:
         self._acked += 1
         if err is not None:
             self.delivery_failures += 1
-            if self._unsent is not None:
+            if self._unsent is not None and transactions.unwritten(err):
                 self._unsent.append(msg)
             if self._first_delivery_error is None:
                 self._first_delivery_error = str(err)
@@ -445,6 +448,8 @@ class Merger:
         """The last interval, the flush, the last commit, ``merger.json``."""
         cfg, producer, consumer = self.config, self._producer, self._consumer
         sink = cfg.sink
+        # Nothing is flushed after the last commits: a fence found there stays a fence.
+        self._refence_until = None
         end = time.time()
         self._update_window(window, tail, end)
         if end > core.recorder.interval_start_s:
@@ -647,14 +652,22 @@ class Merger:
         ``read_uncommitted``), those that were not are produced again: the sink's tail, read
         after the new fence, says which (docs/design.md, "A standby merger").
         """
-        from confluent_kafka import KafkaException
-
-        until, unsent = self._refence_until, self._unsent
-        if until is None or unsent is None or time.time() > until:
+        until = self._refence_until
+        if until is None or self._unsent is None or time.time() > until:
             return False
         if self._refences >= transactions.MAX_REFENCES:
             return False  # not a late answer after all: stay fenced
         self._refences += 1
+        try:
+            self._fence_again(error)
+        except Exception as e:  # stop as fenced: no position is committed past what failed
+            raise Fenced(f"fenced, and fencing again failed: {e}") from e
+        return True
+
+    def _fence_again(self, error: Exception) -> None:
+        """:meth:`_refence`'s work, once it decided to fence again."""
+        from confluent_kafka import KafkaException
+
         t0 = time.time()
         cfg, old = self.config, self._producer
         with contextlib.suppress(KafkaException, RuntimeError):
@@ -663,10 +676,10 @@ class Merger:
         while len(old) and time.monotonic() < deadline:
             with contextlib.suppress(KafkaException, SystemError):  # its fatal error, once
                 old.poll(0.01)
-        self._unsent = []
         with warnings.catch_warnings():  # "abort_transaction failed during close": fenced
             warnings.simplefilter("ignore", RuntimeWarning)
-            old.close()
+            old.close()  # serves the last reports too
+        unsent, self._unsent = self._unsent or [], []
         # One producer: the late answer has aborted the server's transaction already (so no
         # 500-ms wait as a rule), and none is left racing to fence it in turn.
         self._producer = self._new_producer()
@@ -696,7 +709,6 @@ class Merger:
                 Event.MERGER_REFENCED, message=f"fenced soon after its own fence: {error}",
                 unsent=len(unsent), again=again, refence_s=round(time.time() - t0, 3),
             )  # fmt: skip
-        return True
 
 
 # --------------------------------------------------------------------------- entry point

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from typing import Any
 
 from arfl.errors import DeployError
 from arfl.measure.merger.kafka import SinkProducer
@@ -106,6 +107,18 @@ def fatal(e: BaseException | None) -> bool:
     return bool(err.fatal()) or err.code() in (KafkaError._FATAL, KafkaError._FENCED)
 
 
+def unwritten(err: Any) -> bool:
+    """Whether a delivery report's error says the record was not appended, or may not have
+    been (purged in flight): what a re-fence produces again. A timeout is not one: its record
+    may be in the sink, older than the tail the re-fence reads."""
+    from confluent_kafka import KafkaError
+
+    return err.code() in (
+        KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.PRODUCER_FENCED, KafkaError._FENCED, KafkaError._FATAL,
+    )  # fmt: skip
+
+
 def commit(producer: SinkProducer, begin: bool = True) -> None:
     """Commit the open transaction and, with ``begin``, begin the next (a transaction open
     longer than the broker's timeout would be aborted).
@@ -128,4 +141,9 @@ def commit(producer: SinkProducer, begin: bool = True) -> None:
         else:  # retriable: the next tick commits it
             return
     if begin:
-        producer.begin_transaction()
+        try:
+            producer.begin_transaction()
+        except KafkaException as e:
+            if fatal(e):
+                raise Fenced(str(e.args[0])) from e
+            raise
