@@ -587,7 +587,7 @@ def test_a_replicas_tree_is_read_for_its_executors_every_few_seconds_not_every_l
         _wait(lambda: bool(_events(r.paths.root, "replica-executor-lost")))
         (lost,) = _events(r.paths.root, "replica-executor-lost")
         assert lost["executors"] == [executor]
-        assert float(lost["t"]) - lost_at < 0.5
+        assert float(lost["t"]) - lost_at < 1.0  # at the next look, not at the next read
 
 
 def _monitor_line(run: Path, replica: int, lag_ms: float, trail_ms: float | None = None) -> None:
