@@ -71,9 +71,13 @@ def started_since_boot(pid: int) -> float:
             data = f.read()
     except (FileNotFoundError, ProcessLookupError) as e:
         raise psutil.NoSuchProcess(pid) from e
-    # The command name (field 2) may hold spaces and parentheses: count from its last ")".
-    fields = data[data.rindex(b")") + 2 :].split()
-    return int(fields[19]) / _CLK_TCK
+    return int(_stat_fields(data)[19]) / _CLK_TCK
+
+
+def _stat_fields(stat: bytes) -> list[bytes]:
+    """The fields of a ``/proc/<pid>/stat`` after the command name, the state first: the name
+    (field 2) may hold spaces and parentheses, so they are counted from its last ")"."""
+    return stat[stat.rindex(b")") + 2 :].split()
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -148,11 +152,7 @@ def process_tree(pid: int) -> list[psutil.Process]:
 
     Exited (zombie) members are included; filter with :func:`is_running` where that matters.
     """
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
+    return process_trees([pid])[pid]
 
 
 def process_trees(roots: Sequence[int]) -> dict[int, list[psutil.Process]]:
@@ -163,17 +163,24 @@ def process_trees(roots: Sequence[int]) -> dict[int, list[psutil.Process]]:
         children.setdefault(ppid, []).append(pid)
     out: dict[int, list[psutil.Process]] = {}
     for root in roots:
-        tree: list[psutil.Process] = []
-        todo = [root]
+        try:
+            tree = [psutil.Process(root)]
+        except psutil.Error:
+            out[root] = []
+            continue
+        todo = list(tree)
         while todo:
-            pid = todo.pop()
-            try:
-                tree.append(psutil.Process(pid))
-            except psutil.Error:
-                if pid == root:
-                    break
-                continue
-            todo.extend(children.get(pid, ()))
+            parent = todo.pop()
+            for pid in children.get(parent.pid, ()):
+                try:
+                    child = psutil.Process(pid)
+                    # a child older than its parent is a reused pid (psutil's own rule)
+                    if child.create_time() < parent.create_time():
+                        continue
+                except psutil.Error:
+                    continue
+                tree.append(child)
+                todo.append(child)
         out[root] = tree
     return out
 
@@ -190,8 +197,7 @@ def _parents() -> dict[int, int]:
                 stat = f.read()
         except OSError:  # gone meanwhile
             continue
-        # after "pid (comm) ": the state, then the parent's pid; comm may hold spaces or ")"
-        out[int(name)] = int(stat[stat.rfind(b")") + 2 :].split(b" ", 2)[1])
+        out[int(name)] = int(_stat_fields(stat)[1])
     return out
 
 
