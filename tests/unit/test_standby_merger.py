@@ -644,3 +644,70 @@ def test_only_records_the_fence_kept_out_of_the_sink_are_produced_again() -> Non
         assert transactions.unwritten(KafkaError(code))
     # a timed-out record may be in the sink, older than the tail a re-fence reads
     assert not transactions.unwritten(KafkaError(KafkaError._MSG_TIMED_OUT))
+
+
+@pytest.mark.parametrize(
+    "final",
+    [{"stop_reason": "signal", "standby": True}, {"stop_reason": "fenced"}],
+    ids=["standby-stopped", "fenced"],
+)
+def test_a_merger_that_wrote_no_counts_exits_cleanly(
+    final: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A standby stopped at the run's end, or a merger fenced by the one that took over, has no
+    # counts to print: it used to end in a KeyError traceback and exit 1.
+    import gc
+
+    import arfl.measure.merger.process as process
+
+    class Stopped:
+        config = MergerConfig(bootstrap="x:1", sink=SINK, replicas=2, run_dir=Path("/nonexistent"))
+
+        def run(self) -> dict[str, Any]:
+            return final
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(process, "build_from_argv", lambda *a: Stopped())
+    monkeypatch.setattr(process, "stop_on_termination", lambda stop: None)
+    monkeypatch.setattr(gc, "disable", lambda: None)  # main stops the collector
+    assert process.main(["--config", "unused"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == final
+    assert err == ""
+
+
+def test_a_merger_fenced_while_it_flushes_at_its_end_stops_as_fenced(tmp_path: Path) -> None:
+    # Its flush serves the fence's fatal error: it used to escape from _finish as a traceback.
+    from confluent_kafka import KafkaError, KafkaException
+
+    class FencedAtFlush(Producer):
+        def produce(self, *a: Any, **kw: Any) -> None:
+            self.calls.append("produce")
+
+        def begin_transaction(self) -> None:
+            self.calls.append("begin_transaction")
+
+        def commit_transaction(self, timeout: float = -1) -> None:
+            self.calls.append("commit_transaction")
+
+        def poll(self, timeout: float = 0) -> int:
+            return 0
+
+        def flush(self, timeout: float = 0) -> int:
+            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+
+        def __len__(self) -> int:
+            return 0
+
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+        connect_timeout_s=1.0, until=time.time() + 0.3,
+    )  # fmt: skip
+    producer = FencedAtFlush()
+    m = Merger(cfg, consumer=Consumer([[r0("0:1")]]), producer=producer)  # type: ignore[arg-type]
+    assert m.run() == {"stop_reason": "fenced"}
+    assert "commit_transaction" not in producer.calls[producer.calls.index("produce") :]
+    assert not (tmp_path / "merger.json").exists()
+    assert [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")][-1] == "merger-fenced"

@@ -445,7 +445,10 @@ class Merger:
         monitor: IO[str],
         journal: Journal,
     ) -> dict[str, Any]:
-        """The last interval, the flush, the last commit, ``merger.json``."""
+        """The last interval, the flush, the last commit, ``merger.json`` (none when the
+        flush finds the merger fenced: what it wrote then counts for the one that took over)."""
+        from confluent_kafka import KafkaException
+
         cfg, producer, consumer = self.config, self._producer, self._consumer
         sink = cfg.sink
         # Nothing is flushed after the last commits: a fence found there stays a fence.
@@ -461,7 +464,15 @@ class Merger:
         sent_hlog.close()
         monitor.close()
         # Records still queued after the flush were never acknowledged: lost writes too.
-        remaining = producer.flush(30.0)
+        try:
+            remaining = producer.flush(30.0)
+        except (KafkaException, SystemError) as e:  # the flush served a fence
+            if not transactions.fatal(e):
+                raise
+            self.stop_reason = "fenced"
+            journal.write(Event.MERGER_FENCED, message=f"fenced while finishing: {e}")
+            consumer.close()
+            return {"stop_reason": "fenced"}
         if self._fresh_producer is not None:
             remaining += self._fresh_producer.flush(30.0)
         if remaining == 0 and self.stop_reason != "fenced":
@@ -742,16 +753,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeployError as e:  # e.g. what a merger before it left cannot be read
         print(f"error: {e}", file=sys.stderr)
         return int(DeployError.exit_code)
-    print(
-        json.dumps(
-            {
-                k: final[k]
-                for k in ("results", "duplicates", "divergent", "bad", "uncompared", "latency_ms")
-            }
-        ),
-        flush=True,
-    )
-    if final["delivery_failures"]:
+    # A standby stopped while standing by, or a fenced merger, has no counts: its stop reason.
+    shown = ("results", "duplicates", "divergent", "bad", "uncompared", "latency_ms")
+    print(json.dumps({k: final[k] for k in shown} if "results" in final else final), flush=True)
+    if final.get("delivery_failures"):
         print(
             f"error: merger: {final['delivery_failures']} results not written to "
             f"{cfg.sink} at {cfg.bootstrap}",
