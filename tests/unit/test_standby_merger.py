@@ -711,3 +711,69 @@ def test_a_merger_fenced_while_it_flushes_at_its_end_stops_as_fenced(tmp_path: P
     assert "commit_transaction" not in producer.calls[producer.calls.index("produce") :]
     assert not (tmp_path / "merger.json").exists()
     assert [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")][-1] == "merger-fenced"
+
+
+def test_a_merger_fenced_by_a_late_racer_at_its_last_flush_fences_again_and_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Soon after a raced fence the fence its last flush serves is a racer's late answer, as
+    # during the run: stopping as fenced there left the records the fence failed unwritten
+    # with no merger to write them.
+    from confluent_kafka import KafkaError, KafkaException
+
+    class Serving(Producer):
+        def begin_transaction(self) -> None:
+            self.calls.append("begin_transaction")
+
+        def commit_transaction(self, timeout: float = -1) -> None:
+            self.calls.append("commit_transaction")
+
+        def produce(self, *a: Any, **kw: Any) -> None:
+            self.calls.append("produce")
+
+        def poll(self, timeout: float = 0) -> int:
+            return 0
+
+        def purge(self, *a: Any) -> None:
+            self.calls.append("purge")
+
+        def flush(self, timeout: float = 0) -> int:
+            self.calls.append("flush")
+            return 0
+
+        def __len__(self) -> int:
+            return 0
+
+    class FencedAtFlush(Serving):
+        def flush(self, timeout: float = 0) -> int:
+            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+
+    made: list[Serving] = []
+
+    def new_producer(self: Merger) -> Serving:
+        made.append(Serving())
+        return made[-1]
+
+    monkeypatch.setattr(Merger, "_new_producer", new_producer)
+    # A restart: positions committed, so the fence raced producers (their answers may be late).
+    monkeypatch.setattr(
+        Merger, "_take_over", lambda self, *a: recovery.Taken(positions={("t", 0): 1})
+    )
+    monkeypatch.setattr(transactions, "fence", lambda producers, *a: producers[0])
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+        connect_timeout_s=1.0, until=time.time() + 0.3,
+    )  # fmt: skip
+    first = FencedAtFlush()
+    consumer = Positions([[r0("0:1")]])
+    consumer.commit = lambda **kw: None  # type: ignore[attr-defined]
+    m = Merger(cfg, consumer=consumer, producer=first)  # type: ignore[arg-type]
+    final = m.run()
+    assert final["stop_reason"] == "until" and final["complete_output"] is True, final
+    server = made[-1]
+    assert first.calls[-2:] == ["purge", "close"]
+    assert server.calls[:2] == ["init_transactions", "begin_transaction"]
+    assert "flush" in server.calls and server.calls[-1] == "commit_transaction", server.calls
+    events = [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")]
+    assert "merger-refenced" in events and "merger-fenced" not in events, events
+    assert events[-1] == "merger_finished"

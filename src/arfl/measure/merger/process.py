@@ -110,6 +110,8 @@ class Merger:
         self._unsent: list[Any] | None = None
         """The records whose delivery failed, kept while a re-fence may send them again."""
         self._journal: Journal | None = None
+        self._fenced_by = ""
+        """What fenced the merger at its last flush (:meth:`_flush_last`)."""
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish (thread-safe); it flushes and writes ``merger.json``."""
@@ -446,13 +448,10 @@ class Merger:
         journal: Journal,
     ) -> dict[str, Any]:
         """The last interval, the flush, the last commit, ``merger.json`` (none when the
-        flush finds the merger fenced: what it wrote then counts for the one that took over)."""
-        from confluent_kafka import KafkaException
-
-        cfg, producer, consumer = self.config, self._producer, self._consumer
+        flush finds the merger fenced for good: what it wrote then counts for the one that took
+        over)."""
+        cfg, consumer = self.config, self._consumer
         sink = cfg.sink
-        # Nothing is flushed after the last commits: a fence found there stays a fence.
-        self._refence_until = None
         end = time.time()
         self._update_window(window, tail, end)
         if end > core.recorder.interval_start_s:
@@ -464,15 +463,15 @@ class Merger:
         sent_hlog.close()
         monitor.close()
         # Records still queued after the flush were never acknowledged: lost writes too.
-        try:
-            remaining = producer.flush(30.0)
-        except (KafkaException, SystemError) as e:  # the flush served a fence
-            if not transactions.fatal(e):
-                raise
+        flushed = self._flush_last()
+        # Nothing is flushed after the last commits: a fence found there stays a fence.
+        self._refence_until = None
+        if flushed is None:
             self.stop_reason = "fenced"
-            journal.write(Event.MERGER_FENCED, message=f"fenced while finishing: {e}")
+            journal.write(Event.MERGER_FENCED, message=f"fenced while finishing: {self._fenced_by}")
             consumer.close()
             return {"stop_reason": "fenced"}
+        remaining = flushed
         if self._fresh_producer is not None:
             remaining += self._fresh_producer.flush(30.0)
         if remaining == 0 and self.stop_reason != "fenced":
@@ -502,6 +501,29 @@ class Merger:
                 f"{sink}: {self._first_delivery_error or 'flush timed out'}",
             )
         return final
+
+    def _flush_last(self) -> int | None:
+        """Flush the server at the end: the records still queued after it (None: fenced).
+
+        A fence its flush serves within :data:`transactions.REFENCE_S` of a raced fence is a
+        racer's late answer as during the run (:meth:`_refence`): the merger fences again and
+        flushes the records the fence failed on the new server. Stopping there as fenced would
+        leave them unwritten with no merger to write them."""
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                return int(self._producer.flush(30.0))
+            except (KafkaException, SystemError) as e:  # the flush served a fence
+                if not transactions.fatal(e):
+                    raise
+                self._fenced_by = str(e)
+                try:
+                    if self._refence(e):
+                        continue
+                except Fenced as again:  # fencing again failed partway: stays fenced
+                    self._fenced_by = str(again)
+                return None
 
     def _commit(self, last: bool = False) -> None:
         """Commit the positions taken at the last tick once every result forwarded before
