@@ -678,37 +678,74 @@ def test_a_merger_that_wrote_no_counts_exits_cleanly(
     assert err == ""
 
 
+class _Delivering(Producer):
+    """A transactional sink producer that keeps each record's delivery callback and reports
+    them at its flush (delivered) or its purge (purged from the queue, as a fence's purge
+    does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list[tuple[Any, Msg]] = []
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin_transaction")
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        self.calls.append("commit_transaction")
+
+    def produce(self, topic: str, value: bytes, key: Any = None, **kw: Any) -> None:
+        self.calls.append("produce")
+        self.pending.append((kw["on_delivery"], Msg(topic, value)))
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def purge(self, *a: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        self.calls.append("purge")
+        for cb, msg in self.pending:
+            cb(KafkaError(KafkaError._PURGE_QUEUE), msg)
+        self.pending = []
+
+    def flush(self, timeout: float = 0) -> int:
+        self.calls.append("flush")
+        for cb, msg in self.pending:
+            cb(None, msg)
+        self.pending = []
+        return 0
+
+    def __len__(self) -> int:
+        return 0
+
+
+class _FencedAtFlush(_Delivering):
+    def flush(self, timeout: float = 0) -> int:
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.calls.append("flush")
+        raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+
+
+def _committing(batches: list[list[Msg]], calls: list[str]) -> Positions:
+    """A consumer whose position commits land in ``calls`` (``commit``)."""
+    consumer = Positions(batches)
+    consumer.commit = lambda **kw: calls.append("commit")  # type: ignore[attr-defined]
+    return consumer
+
+
 def test_a_merger_fenced_while_it_flushes_at_its_end_stops_as_fenced(tmp_path: Path) -> None:
     # Its flush serves the fence's fatal error: it used to escape from _finish as a traceback.
-    from confluent_kafka import KafkaError, KafkaException
-
-    class FencedAtFlush(Producer):
-        def produce(self, *a: Any, **kw: Any) -> None:
-            self.calls.append("produce")
-
-        def begin_transaction(self) -> None:
-            self.calls.append("begin_transaction")
-
-        def commit_transaction(self, timeout: float = -1) -> None:
-            self.calls.append("commit_transaction")
-
-        def poll(self, timeout: float = 0) -> int:
-            return 0
-
-        def flush(self, timeout: float = 0) -> int:
-            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
-
-        def __len__(self) -> int:
-            return 0
-
     cfg = MergerConfig(
         bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
         connect_timeout_s=1.0, until=time.time() + 0.3,
     )  # fmt: skip
-    producer = FencedAtFlush()
-    m = Merger(cfg, consumer=Consumer([[r0("0:1")]]), producer=producer)  # type: ignore[arg-type]
+    producer = _FencedAtFlush()
+    consumer = _committing([[r0("0:1")]], producer.calls)
+    m = Merger(cfg, consumer=consumer, producer=producer)  # type: ignore[arg-type]
     assert m.run() == {"stop_reason": "fenced"}
-    assert "commit_transaction" not in producer.calls[producer.calls.index("produce") :]
+    # Nothing after the flush that found the fence (a tick in the run may have committed).
+    assert producer.calls[producer.calls.index("flush") :] == ["flush"], producer.calls
     assert not (tmp_path / "merger.json").exists()
     assert [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")][-1] == "merger-fenced"
 
@@ -719,39 +756,12 @@ def test_a_merger_fenced_by_a_late_racer_at_its_last_flush_fences_again_and_fini
     # Soon after a raced fence the fence its last flush serves is a racer's late answer, as
     # during the run: stopping as fenced there left the records the fence failed unwritten
     # with no merger to write them.
-    from confluent_kafka import KafkaError, KafkaException
+    calls: list[str] = []
+    made: list[_Delivering] = []
 
-    class Serving(Producer):
-        def begin_transaction(self) -> None:
-            self.calls.append("begin_transaction")
-
-        def commit_transaction(self, timeout: float = -1) -> None:
-            self.calls.append("commit_transaction")
-
-        def produce(self, *a: Any, **kw: Any) -> None:
-            self.calls.append("produce")
-
-        def poll(self, timeout: float = 0) -> int:
-            return 0
-
-        def purge(self, *a: Any) -> None:
-            self.calls.append("purge")
-
-        def flush(self, timeout: float = 0) -> int:
-            self.calls.append("flush")
-            return 0
-
-        def __len__(self) -> int:
-            return 0
-
-    class FencedAtFlush(Serving):
-        def flush(self, timeout: float = 0) -> int:
-            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
-
-    made: list[Serving] = []
-
-    def new_producer(self: Merger) -> Serving:
-        made.append(Serving())
+    def new_producer(self: Merger) -> _Delivering:
+        made.append(_Delivering())
+        made[-1].calls = calls
         return made[-1]
 
     monkeypatch.setattr(Merger, "_new_producer", new_producer)
@@ -760,20 +770,22 @@ def test_a_merger_fenced_by_a_late_racer_at_its_last_flush_fences_again_and_fini
         Merger, "_take_over", lambda self, *a: recovery.Taken(positions={("t", 0): 1})
     )
     monkeypatch.setattr(transactions, "fence", lambda producers, *a: producers[0])
+    monkeypatch.setattr(recovery, "sink_tail", lambda *a: [])  # the failed record is not there
     cfg = MergerConfig(
         bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
         connect_timeout_s=1.0, until=time.time() + 0.3,
     )  # fmt: skip
-    first = FencedAtFlush()
-    consumer = Positions([[r0("0:1")]])
-    consumer.commit = lambda **kw: None  # type: ignore[attr-defined]
-    m = Merger(cfg, consumer=consumer, producer=first)  # type: ignore[arg-type]
+    first = _FencedAtFlush()
+    m = Merger(cfg, consumer=_committing([[r0("0:1")]], calls), producer=first)  # type: ignore[arg-type]
     final = m.run()
     assert final["stop_reason"] == "until" and final["complete_output"] is True, final
-    server = made[-1]
-    assert first.calls[-2:] == ["purge", "close"]
-    assert server.calls[:2] == ["init_transactions", "begin_transaction"]
-    assert "flush" in server.calls and server.calls[-1] == "commit_transaction", server.calls
+    assert final["delivery_failures"] == 0 and m._acked == m._produced == 2, final
+    assert first.calls[first.calls.index("flush") :] == ["flush", "purge", "close"]
+    # The new server: the fence, the purged record again, its flush (delivered), then the
+    # last commits; the consumer's positions only after that flush.
+    after = calls[calls.index("init_transactions") :]
+    assert after[:4] == ["init_transactions", "begin_transaction", "produce", "flush"], calls
+    assert after[4:] == ["commit_transaction", "begin_transaction", "commit_transaction", "commit"]
     events = [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")]
     assert "merger-refenced" in events and "merger-fenced" not in events, events
     assert events[-1] == "merger_finished"

@@ -448,24 +448,23 @@ class Merger:
         journal: Journal,
     ) -> dict[str, Any]:
         """The last interval, the flush, the last commit, ``merger.json`` (none when the
-        flush finds the merger fenced for good: what it wrote then counts for the one that took
-        over)."""
+        flush finds the merger fenced for good, nor the last interval: what it forwarded then
+        counts for the one that took over, as in :meth:`run`'s fenced stop)."""
         cfg, consumer = self.config, self._consumer
         sink = cfg.sink
         end = time.time()
         self._update_window(window, tail, end)
-        if end > core.recorder.interval_start_s:
-            tick = core.tick(end)
-            hlog.write(tick.interval)
-            sent_hlog.write(tick.sent_interval)
-            monitor.write(json.dumps(tick.line) + "\n")
-        hlog.close()
-        sent_hlog.close()
-        monitor.close()
+        tick = core.tick(end) if end > core.recorder.interval_start_s else None
         # Records still queued after the flush were never acknowledged: lost writes too.
         flushed = self._flush_last()
         # Nothing is flushed after the last commits: a fence found there stays a fence.
         self._refence_until = None
+        if tick is not None and flushed is not None:
+            hlog.write(tick.interval)
+            sent_hlog.write(tick.sent_interval)
+            monitor.write(json.dumps(tick.line) + "\n")
+        for f in (hlog, sent_hlog, monitor):
+            f.close()
         if flushed is None:
             self.stop_reason = "fenced"
             journal.write(Event.MERGER_FENCED, message=f"fenced while finishing: {self._fenced_by}")
