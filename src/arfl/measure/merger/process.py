@@ -110,8 +110,6 @@ class Merger:
         self._unsent: list[Any] | None = None
         """The records whose delivery failed, kept while a re-fence may send them again."""
         self._journal: Journal | None = None
-        self._fenced_by = ""
-        """What fenced the merger at its last flush (:meth:`_flush_last`)."""
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish (thread-safe); it flushes and writes ``merger.json``."""
@@ -455,25 +453,28 @@ class Merger:
         end = time.time()
         self._update_window(window, tail, end)
         tick = core.tick(end) if end > core.recorder.interval_start_s else None
-        # Records still queued after the flush were never acknowledged: lost writes too.
-        flushed = self._flush_last()
+        fenced: Fenced | None = None
+        try:
+            # Records still queued after the flush were never acknowledged: lost writes too.
+            remaining = self._flush_last()
+        except Fenced as e:
+            fenced, remaining = e, 0
         # Nothing is flushed after the last commits: a fence found there stays a fence.
         self._refence_until = None
-        if tick is not None and flushed is not None:
+        if tick is not None and fenced is None:
             hlog.write(tick.interval)
             sent_hlog.write(tick.sent_interval)
             monitor.write(json.dumps(tick.line) + "\n")
         for f in (hlog, sent_hlog, monitor):
             f.close()
-        if flushed is None:
+        if fenced is not None:
             self.stop_reason = "fenced"
-            journal.write(Event.MERGER_FENCED, message=f"fenced while finishing: {self._fenced_by}")
+            journal.write(Event.MERGER_FENCED, message=f"fenced while finishing: {fenced}")
             consumer.close()
             return {"stop_reason": "fenced"}
-        remaining = flushed
         if self._fresh_producer is not None:
             remaining += self._fresh_producer.flush(30.0)
-        if remaining == 0 and self.stop_reason != "fenced":
+        if remaining == 0:
             # Everything forwarded is written: read on from here.
             self._to_commit = None
             with contextlib.suppress(Fenced):
@@ -501,13 +502,17 @@ class Merger:
             )
         return final
 
-    def _flush_last(self) -> int | None:
-        """Flush the server at the end: the records still queued after it (None: fenced).
+    def _flush_last(self) -> int:
+        """Flush the server at the end; returns the records still queued after it.
 
         A fence its flush serves within :data:`transactions.REFENCE_S` of a raced fence is a
         racer's late answer as during the run (:meth:`_refence`): the merger fences again and
         flushes the records the fence failed on the new server. Stopping there as fenced would
-        leave them unwritten with no merger to write them."""
+        leave them unwritten with no merger to write them.
+
+        Raises:
+            Fenced: fenced for good (or fencing again failed partway).
+        """
         from confluent_kafka import KafkaException
 
         while True:
@@ -516,13 +521,8 @@ class Merger:
             except (KafkaException, SystemError) as e:  # the flush served a fence
                 if not transactions.fatal(e):
                     raise
-                self._fenced_by = str(e)
-                try:
-                    if self._refence(e):
-                        continue
-                except Fenced as again:  # fencing again failed partway: stays fenced
-                    self._fenced_by = str(again)
-                return None
+                if not self._refence(e):
+                    raise Fenced(str(e)) from e
 
     def _commit(self, last: bool = False) -> None:
         """Commit the positions taken at the last tick once every result forwarded before
