@@ -20,11 +20,15 @@ partitions, 1,000 ev/s for 170 s, nothing else set (arfl then sets a standby, a 
 and the warm-up itself: :mod:`arfl.configs.masking`, :mod:`arfl.run.steady`). Its own
 ``[[chaos]]`` entries are replaced, and ``after_boundary`` is never set.
 
+``--reanalyse OUT`` runs nothing: it judges the run directories of an earlier ``--out`` again
+(after a change of the report or of this analysis) and prints the table.
+
 Per run, from the report (:mod:`arfl.report.verdicts`): the outcome (masked, not masked, no
 effect, unjudged, unknown), the impact window's p99 against what it was held to, its length and
-what ended it, when the faulted replica caught up, and when the survivor's next batch boundary
-came (its progress). An unmasked run is put down to the first of: **survivor boundary** (the
-survivor's boundary fell inside the impact window, before the faulted replica caught up), **not
+what ended it, when the faulted replica caught up, and when the survivor's batch boundary came
+(its progress: the next one, or one whose stall was still running at the fault, negative). An
+unmasked run is put down to the first of: **survivor boundary** (the survivor's boundary fell
+inside the impact window, before the faulted replica caught up), **not
 caught up** (it was not back within its allowance before the window's cap), **broker pause**
 (the embedded broker's GC log holds a pause inside the window long enough on its own to lift a
 record past the bar: at least the bar minus the steady p50; a stall on the one path every copy
@@ -193,42 +197,9 @@ def _f(v: float | None, nd: int = 1) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--spec", type=Path, help="a spec file (default: the README's defaults)")
-    ap.add_argument("--faults", default="kill-replica,kill-executor")
-    ap.add_argument("--placements", type=int, default=10)
-    ap.add_argument("--from", dest="start", default="95s", help="earliest moment (input time)")
-    ap.add_argument("--to", dest="end", default="155s", help="latest moment (input time)")
-    ap.add_argument("--seed", type=int, default=None, help="default: the clock")
-    ap.add_argument("--runs", type=Path, default=Path("runs/bench/p_masked"))
-    ap.add_argument("--out", type=Path, default=Path("runs/bench/p_masked.json"))
-    args = ap.parse_args(argv)
-    if args.placements < 1:
-        ap.error("--placements: at least 1")
-    base = base_of(args.spec) if args.spec else DEFAULT_SPEC
-    start, end = parse_duration(args.start), parse_duration(args.end)
-    seed = args.seed if args.seed is not None else int(time.time())
-    faults = args.faults.split(",")
-    moments = {f: placements(args.placements, start, end, seed + i) for i, f in enumerate(faults)}
-    print(f"seed {seed}; moments: {json.dumps(moments)}", flush=True)
-    args.runs.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    for k in range(args.placements):
-        for fault in faults:
-            at = moments[fault][k]
-            row: dict[str, Any] = {"fault": fault, "placement": k, "at": at, "seed": seed}
-            try:
-                run_dir, _, _, _ = run(with_fault(base, fault, at, k), args.runs)
-                row.update(analyse(run_dir))
-            except ArflError as e:
-                row.update(outcome="failed", cause="failed", error=str(e))
-                print(f"{fault} at {at}s: failed: {e}", file=sys.stderr)
-            rows.append(row)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(rows, indent=1, default=str))
-            print(f"{fault} at {at:g}s: {row['outcome']} {row.get('cause', '')}", flush=True)
-    print(f"\nP(masked), seed {seed}, {args.placements} placements in [{start:g}, {end:g}] s")
+def print_table(rows: list[dict[str, Any]], faults: list[str], title: str) -> None:
+    """Each run's row, then P(masked) per fault kind with its interval and the misses' causes."""
+    print(f"\nP(masked), {title}")
     print(
         f"{'fault':14} {'at s':>6} {'outcome':11} {'p99 ms':>8} {'held to':>8} {'window s':>8} "
         f"{'caught up':>9} {'boundary':>8} {'gc max':>6} {'took ms':>7} {'died before':>11}  cause"
@@ -255,6 +226,62 @@ def main(argv: list[str] | None = None) -> int:
             f"{fault}: P(masked) = {masked}/{len(took)} = {share} (95% interval {lo:.2f}-"
             f"{hi:.2f}); not masked: {causes or '-'}"
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--spec", type=Path, help="a spec file (default: the README's defaults)")
+    ap.add_argument("--faults", default="kill-replica,kill-executor")
+    ap.add_argument("--placements", type=int, default=10)
+    ap.add_argument("--from", dest="start", default="95s", help="earliest moment (input time)")
+    ap.add_argument("--to", dest="end", default="155s", help="latest moment (input time)")
+    ap.add_argument("--seed", type=int, default=None, help="default: the clock")
+    ap.add_argument("--runs", type=Path, default=Path("runs/bench/p_masked"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/p_masked.json"))
+    ap.add_argument(
+        "--reanalyse",
+        type=Path,
+        metavar="OUT",
+        help="run nothing: judge the runs of an earlier --out again (their run directories; the "
+        "broker's pauses from its GC log as it is now) and print the table",
+    )
+    args = ap.parse_args(argv)
+    if args.reanalyse is not None:
+        rows = json.loads(args.reanalyse.read_text())
+        for row in rows:
+            if row.get("run"):
+                row.update(analyse(Path(row["run"])))
+        kinds = list(dict.fromkeys(r["fault"] for r in rows))
+        seeds = sorted({r["seed"] for r in rows})
+        print_table(rows, kinds, f"seed {seeds}, judged again from {args.reanalyse}")
+        return 0
+    if args.placements < 1:
+        ap.error("--placements: at least 1")
+    base = base_of(args.spec) if args.spec else DEFAULT_SPEC
+    start, end = parse_duration(args.start), parse_duration(args.end)
+    seed = args.seed if args.seed is not None else int(time.time())
+    faults = args.faults.split(",")
+    moments = {f: placements(args.placements, start, end, seed + i) for i, f in enumerate(faults)}
+    print(f"seed {seed}; moments: {json.dumps(moments)}", flush=True)
+    args.runs.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for k in range(args.placements):
+        for fault in faults:
+            at = moments[fault][k]
+            row: dict[str, Any] = {"fault": fault, "placement": k, "at": at, "seed": seed}
+            try:
+                run_dir, _, _, _ = run(with_fault(base, fault, at, k), args.runs)
+                row.update(analyse(run_dir))
+            except ArflError as e:
+                row.update(outcome="failed", cause="failed", error=str(e))
+                print(f"{fault} at {at}s: failed: {e}", file=sys.stderr)
+            rows.append(row)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(rows, indent=1, default=str))
+            print(f"{fault} at {at:g}s: {row['outcome']} {row.get('cause', '')}", flush=True)
+    print_table(
+        rows, faults, f"seed {seed}, {args.placements} placements in [{start:g}, {end:g}] s"
+    )
     return 0
 
 

@@ -306,10 +306,17 @@ def boundary_ms(run_dir: Path, report: Report, phase: PhaseStats | None) -> dict
     return out
 
 
+BOUNDARY_STALL_S = 2.0
+"""How long a survivor's output may stay stopped after its batch ends (commit, plan, launch:
+0.3-1.4 s in "Where a real-time boundary's time goes", ~1.8 s in a P(masked) miss; both in
+docs/benchmarks.md). A fault that falls that soon after the boundary falls in its stall."""
+
+
 def survivor_boundary_s(run_dir: Path, journal: list[dict[str, Any]]) -> float | None:
-    """Seconds from the first fault's injection to the next batch end of a replica it did not
-    hit (from their progress files): the survivor's next real-time boundary, whose stall only a
-    caught-up newcomer masks. None without a fault on one replica or a later batch end."""
+    """Seconds from the first fault's injection to the boundary (a batch end, from the progress
+    files) of a replica it did not hit whose stall only a caught-up newcomer masks: one that
+    came at most :data:`BOUNDARY_STALL_S` before the fault, its stall still running (negative),
+    else the next one. None without a fault on one replica or such a batch end."""
     fault = _replica_fault(journal)
     if fault is None:
         return None
@@ -319,7 +326,7 @@ def survivor_boundary_s(run_dir: Path, journal: list[dict[str, Any]]) -> float |
         for path in sorted((run_dir / "progress").glob("replica-*.jsonl"))
         if path.stem != f"replica-{replica}"
         for end in batch_ends(read_jsonl(path))
-        if end > t
+        if end > t - BOUNDARY_STALL_S
     ]
     return min(ends) - t if ends else None
 
@@ -363,7 +370,8 @@ def offset_table(rows: Sequence[dict[str, Any]]) -> None:
                 masked = sum(1 for r in group if r.get("masked") is True)
                 print(f"  {variant}: {label}: masked {masked} of {len(group)}")
     print(
-        "(bnd s: seconds from the kill to the survivor's next batch end; healthy s: the report's, "
+        "(bnd s: seconds from the kill to the survivor's next batch end, or to one whose stall "
+        "was still running, negative; healthy s: the report's, "
         "to the newcomer's first result from input sent after it came back; caught s: to the "
         "report's caught_up_s, its trail of the output back within its steady allowance)"
     )

@@ -82,18 +82,29 @@ def test_survivor_boundary_is_the_next_batch_end_of_a_replica_the_fault_missed(
     lines = {
         # The killed replica's own batch ends just after the kill: not the survivor's.
         0: [_progress("2026-11-28T00:00:00Z", 30_500)],
-        # The survivor's: ends at 0:30.2 (before the kill) and 1:00.4 (after it).
+        # The survivor's: ends at 0:30.2 and 1:00.4.
         1: [_progress("2026-11-28T00:00:00Z", 30_200), _progress("2026-11-28T00:00:30.2Z", 30_200)],
     }
     for i, ls in lines.items():
         (tmp_path / "progress" / f"replica-{i}.jsonl").write_text(
             "".join(json.dumps(p) + "\n" for p in ls)
         )
-    kill = datetime.fromisoformat("2026-11-28T00:00:30.4+00:00").timestamp()
-    journal = [{"event": "fault-injected", "replica": 0, "started": kill}]
-    (tmp_path / "journal.jsonl").write_text(json.dumps(journal[0]) + "\n")
-    got = realtime.survivor_boundary_s(tmp_path, read_jsonl(tmp_path / "journal.jsonl"))
-    assert got == pytest.approx(30.0, abs=1e-6)
+
+    def boundary_at(kill_at: str) -> float | None:
+        kill = datetime.fromisoformat(f"2026-11-28T00:{kill_at}+00:00").timestamp()
+        journal = [{"event": "fault-injected", "replica": 0, "started": kill}]
+        (tmp_path / "journal.jsonl").write_text(json.dumps(journal[0]) + "\n")
+        return realtime.survivor_boundary_s(tmp_path, read_jsonl(tmp_path / "journal.jsonl"))
+
+    # Killed 2.5 s after the survivor's boundary, its stall over: the next one, 27.7 s later.
+    assert boundary_at("00:32.7") == pytest.approx(27.7, abs=1e-6)
+    # Killed 0.35 s after it, the survivor's stall still running (no next batch's line
+    # needed: the input may end before that batch does): that boundary, before the kill.
+    assert boundary_at("00:30.55") == pytest.approx(-0.35, abs=1e-6)
+    # ... up to BOUNDARY_STALL_S after it.
+    edge = f"00:{30.2 + realtime.BOUNDARY_STALL_S - 0.01:.2f}"
+    assert boundary_at(edge) == pytest.approx(-(realtime.BOUNDARY_STALL_S - 0.01), abs=1e-6)
+    journal = read_jsonl(tmp_path / "journal.jsonl")
     # No fault on one replica (or none at all): nothing to measure.
     assert realtime.survivor_boundary_s(tmp_path, [{**journal[0], "replica": None}]) is None
     assert realtime.survivor_boundary_s(tmp_path, []) is None
@@ -368,6 +379,28 @@ def test_p_masked_places_one_moment_per_stratum_and_bounds_its_share() -> None:
     lo, hi = p_masked.wilson(9, 10)
     assert lo == pytest.approx(0.596, abs=0.001) and hi == pytest.approx(0.982, abs=0.001)
     assert p_masked.wilson(10, 10)[1] == 1.0 and p_masked.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_p_masked_reanalyse_judges_an_earlier_outs_runs_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--reanalyse`` runs nothing: each row of an earlier ``--out`` is judged again from its
+    run directory (a stale outcome and cause replaced) and the table printed."""
+    import json
+
+    import p_masked
+
+    from arfl.report import build_report
+
+    run = ROOT / "tests" / "fixtures" / "runs" / "real-active-rtm-kill-replica"
+    out = tmp_path / "pm.json"
+    row = {"fault": "kill-replica", "placement": 0, "at": 20.0, "seed": 5, "run": str(run)}
+    out.write_text(json.dumps([{**row, "outcome": "stale", "cause": "stale"}]))
+    assert p_masked.main(["--reanalyse", str(out)]) == 0
+    printed = capsys.readouterr().out
+    want = build_report(run).faults[0].outcome
+    assert "stale" not in printed and f"kill-replica     20.0 {want}" in printed, printed
+    assert "seed [5], judged again from" in printed and "kill-replica: P(masked) = " in printed
 
 
 def test_gc_pauses_reads_g1_and_zgc_pauses_from_the_log_and_its_rotations(tmp_path: Path) -> None:
