@@ -621,14 +621,31 @@ def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path:
         # The executors were launched in the container, told to reach the driver at the host's
         # address on the cluster's network (its gateway), not at loopback.
         assert f"spark://CoarseGrainedScheduler@{cluster.net.gateway}:" in logs, logs[-3000:]
+        [inj] = [e for e in journal_events(run, "fault-injected") if e["kind"] == "kill-executor"]
         [rev] = [e for e in journal_events(run, "fault-reverted") if e["kind"] == "kill-executor"]
-        assert rev["details"]["replacement_s"] is not None, rev
-        # On a spark:// cluster the driver asked the master to kill it (no pid was signalled).
+        # On a spark:// cluster the driver asked the master to kill it (no pid was signalled),
+        # and the worker killed it on the master's order and launched a replacement for the
+        # same application.
+        details = inj["details"]
+        assert details["via"] == "spark" and "pid" not in details, details
+        assert details["executor"] in details["executors_before"], details
+        new = rev["details"]["replacement_executor"]
+        assert rev["details"]["replacement_s"] is not None and new not in (
+            None,
+            details["executor"],
+        )
         assert rev["details"]["via"] == "spark" and "pid" not in rev["details"], rev
+        assert f"Asked to kill executor {apps[0]}/{details['executor']}" in logs, logs[-3000:]
+        assert f"Asked to launch executor {apps[0]}/{new}" in logs, logs[-3000:]
         assert "finished with state KILLED" in logs, logs[-3000:]
         assert result.summary["master"] == cluster.master_url
         kinds = [e["event"] for e in journal]
         assert kinds.count("replica-died") == 1 and kinds.count("replica-restarted") == 1
+        # The executor's loss was retried inside the application: the one driver that died
+        # is the one kill-replica killed.
+        [killed] = [e for e in journal_events(run, "fault-injected") if e["kind"] == "kill-replica"]
+        died = next(e for e in journal if e["event"] == "replica-died")
+        assert died["t"] >= killed["started"], (died, killed)
         assert result.summary["replica_restarts"] == 1
         assert next(e for e in journal if e["event"] == "replica-died")["exit_code"] == -9
         # Complete and exact although the restarted driver re-emitted some results.

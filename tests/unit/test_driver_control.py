@@ -1,5 +1,5 @@
 """Requests to a driver through its control directory, and ``kill-executor`` through the
-cluster manager (a fake Spark context; the real one: tests/integration/test_cluster_manager.py)."""
+cluster manager (a fake Spark context; the real one: tests/integration/test_docker_target.py)."""
 
 from __future__ import annotations
 

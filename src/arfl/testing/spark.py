@@ -1,9 +1,6 @@
-"""Spark for tests (and users): a standalone cluster and an in-process session, stopped by pid.
+"""Spark for tests (and users): an in-process session stopped by pid, input and result helpers.
 
-* :class:`StandaloneCluster` starts one master and one worker
-  (``spark-class org.apache.spark.deploy.master.Master`` / ``...worker.Worker``: pip's pyspark
-  has no ``start-master.sh``) on free loopback ports, and stops both, with every executor the
-  worker launched, by pid.
+* A standalone cluster arfl did not start: :class:`arfl.testing.docker_cluster.DockerSparkCluster`.
 * :func:`local_session` (from :mod:`arfl.replica.sparkenv`) yields a ``local[N]``
   SparkSession and kills its gateway JVM at exit.
 """
@@ -21,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from arfl.errors import StackError
-from arfl.processes import ManagedProcess, wait_until
-from arfl.replica.sparkenv import driver_env, ensure_spark_home, local_session
+from arfl.processes import wait_until
+from arfl.replica.sparkenv import local_session
 from arfl.run.records import BadRecord, Result, parse_result
 from arfl.stack.topics import watermarks
 
@@ -32,142 +29,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-class StandaloneCluster:
-    """One Spark standalone master and one worker on loopback.
-
-    Example::
-
-        with StandaloneCluster(tmp_path) as cluster:
-            spec.spark.master == cluster.master_url   # "spark://127.0.0.1:<port>"
-
-    Attributes:
-        master_url: ``spark://127.0.0.1:<port>`` once started.
-        web_url: the master's web UI (``/json/`` lists workers and apps).
-    """
-
-    def __init__(
-        self,
-        base_dir: Path,
-        *,
-        cores: int = 1,
-        memory: str = "1g",
-        start_timeout_s: float = 120.0,
-    ) -> None:
-        """Prepare a cluster whose SPARK_HOME, work dirs and logs live under ``base_dir``."""
-        self.base_dir = base_dir
-        self.cores = cores
-        self.memory = memory
-        self.start_timeout_s = start_timeout_s
-        self.master_url = ""
-        self.web_url = ""
-        self._daemons: list[ManagedProcess] = []
-
-    def __enter__(self) -> StandaloneCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        """Start master then worker and wait until the worker registered.
-
-        Raises:
-            StackError: a daemon exited or did not come up in time (names its log file).
-        """
-        home = ensure_spark_home(self.base_dir / "spark-home")
-        env = driver_env(home)
-        env["SPARK_NO_DAEMONIZE"] = "1"
-        env["SPARK_DAEMON_MEMORY"] = "256m"
-        port, web = free_port(), free_port()
-        self.master_url = f"spark://127.0.0.1:{port}"
-        self.web_url = f"http://127.0.0.1:{web}"
-        spark_class = str(home / "bin" / "spark-class")
-        try:
-            self._spawn(
-                "master",
-                [
-                    spark_class,
-                    "org.apache.spark.deploy.master.Master",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--webui-port",
-                    str(web),
-                ],
-                env,
-            )
-            self._wait_log("master", "I have been elected leader")
-            work = self.base_dir / "worker-work"
-            work.mkdir(parents=True, exist_ok=True)
-            self._spawn(
-                "worker",
-                [
-                    spark_class,
-                    "org.apache.spark.deploy.worker.Worker",
-                    self.master_url,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(free_port()),
-                    "--webui-port",
-                    str(free_port()),
-                    "--cores",
-                    str(self.cores),
-                    "--memory",
-                    self.memory,
-                    "--work-dir",
-                    str(work),
-                ],
-                env,
-            )
-            self._wait_log("worker", "Successfully registered with master")
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        """Stop worker (and its executors) then master: SIGTERM, wait, SIGKILL, by pid."""
-        for d in reversed(self._daemons):
-            d.stop(grace_s=15)
-        self._daemons.clear()
-
-    def pids(self) -> dict[str, int]:
-        """Pids of the running daemons by name (``master``, ``worker``)."""
-        return {d.name: d.pid for d in self._daemons}
-
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        try:
-            proc = ManagedProcess.start(name, argv, self.base_dir / f"{name}.log", env=env)
-        except OSError as e:
-            raise StackError(f"cannot start spark {name} ({argv[0]}): {e}") from None
-        self._daemons.append(proc)
-
-    def _wait_log(self, name: str, needle: str) -> None:
-        d = next(x for x in self._daemons if x.name == name)
-
-        def logged() -> bool:
-            if needle in d.log_path.read_text(errors="replace"):
-                return True
-            if d.returncode is not None:
-                raise StackError(
-                    f"spark {name} exited with code {d.returncode} while starting; see {d.log_path}"
-                )
-            return False
-
-        try:
-            wait_until(logged, timeout_s=self.start_timeout_s, what=f"spark {name}")
-        except TimeoutError:
-            raise StackError(
-                f"spark {name} not up after {self.start_timeout_s:.0f}s "
-                f"(no {needle!r} in {d.log_path})"
-            ) from None
-
-
-# --- Kafka helpers for replica tests ----------------------------------------------------
 
 
 def event(seq: int, ts_ms: int, keys: int = 10) -> dict[str, Any]:
@@ -378,7 +239,6 @@ def wait_caught_up(
 __all__ = [
     "ReadResult",
     "ResultReader",
-    "StandaloneCluster",
     "consumed_offsets",
     "event",
     "free_port",
