@@ -256,28 +256,38 @@ GC_LINE = re.compile(
 (``Pause Young ...``), ZGC's (``Pause Mark Start``) and generational ZGC's (``Y: Pause ...``)."""
 
 
+LOG_TIME = re.compile(r"^\[(?P<time>\d{4}-[^\]]+)\]\[")
+"""Any line of such a log: its ``time`` decorator."""
+
+
 def gc_pauses(log: Path, lo: float, hi: float) -> list[float] | None:
     """Durations (ms) of the pauses in a JVM's GC log (as the stack's broker writes
     ``arfl.stack.config.KAFKA_GC_LOG``, and the files the JVM rotated it to, ``<log>.<n>``) that
     overlap [lo, hi) in wall-clock time (a line's time is its pause's end), in time order; None
-    when there is no such log (another broker, or the log rotated away)."""
+    when there is no such log (another broker) or it does not reach back to ``lo`` (rotated away,
+    or a broker started since)."""
     paths = [
         p
         for p in log.parent.glob(f"{log.name}*")
         if re.fullmatch(rf"{re.escape(log.name)}(\.\d+)?", p.name)
     ]
-    if not paths:
-        return None
     out: list[tuple[float, float]] = []
+    earliest = math.inf
     for path in paths:
         for line in path.read_text(errors="replace").splitlines():
+            stamp = LOG_TIME.match(line)
+            if not stamp:
+                continue
+            end = dt.datetime.strptime(stamp["time"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+            earliest = min(earliest, end)
             m = GC_LINE.match(line)
             if not m:
                 continue
-            end = dt.datetime.strptime(m["time"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
             ms = float(m["ms"])
             if end > lo and end - ms / 1000 < hi:
                 out.append((end, ms))
+    if earliest > lo:
+        return None
     return [ms for _, ms in sorted(out)]
 
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/p_masked.py [--spec F.toml] [--faults kill-replica,kill-executor]
         [--placements 10] [--from 95s] [--to 155s] [--seed N] [--runs DIR] [--out F]
+    .venv/bin/python bench/p_masked.py --reanalyse F [--out G]
 
 Each fault kind is injected once per run, on replica 0, at ``--placements`` moments spread
 uniformly over ``[--from, --to]`` of the input: the span is cut into that many equal strata and
@@ -20,8 +21,10 @@ partitions, 1,000 ev/s for 170 s, nothing else set (arfl then sets a standby, a 
 and the warm-up itself: :mod:`arfl.configs.masking`, :mod:`arfl.run.steady`). Its own
 ``[[chaos]]`` entries are replaced, and ``after_boundary`` is never set.
 
-``--reanalyse OUT`` runs nothing: it judges the run directories of an earlier ``--out`` again
-(after a change of the report or of this analysis) and prints the table.
+``--reanalyse F`` runs nothing: it judges the run directories of an earlier ``--out`` again
+(after a change of the report or of this analysis), prints the table and writes the rows to
+``--out`` when one is given. A row whose run directory is gone, or cannot be judged, keeps what it
+said; one whose window the broker's GC log no longer reaches keeps its pauses.
 
 Per run, from the report (:mod:`arfl.report.verdicts`): the outcome (masked, not masked, no
 effect, unjudged, unknown), the impact window's p99 against what it was held to, its length and
@@ -112,13 +115,14 @@ def cause(row: dict[str, Any]) -> str:
     if row["outcome"] == "masked":
         return ""
     if row["outcome"] != "not masked":
-        return row["outcome"]
+        return str(row["outcome"])
     boundary, caught = row.get("survivor_boundary_s"), row.get("caught_up_s")
-    window = row.get("window_s") or 0.0
+    window = row.get("window_s")
     replica_fault = not row.get("on_merger")
     if (
         replica_fault
         and boundary is not None
+        and window is not None
         and boundary < window
         and (caught is None or boundary < caught)
     ):
@@ -228,6 +232,31 @@ def print_table(rows: list[dict[str, Any]], faults: list[str], title: str) -> No
         )
 
 
+def reanalyse(path: Path, out: Path | None) -> int:
+    """``--reanalyse``: each row of an earlier invocation's output judged again from its run
+    directory (module docstring), the table printed, the rows written to ``out`` if given."""
+    judged: list[dict[str, Any]] = json.loads(path.read_text())
+    for row in judged:
+        if not row.get("run"):
+            continue  # a run that failed: nothing to judge
+        try:
+            again = analyse(Path(row["run"]))
+        except (ArflError, OSError, IndexError) as e:
+            print(f"{row['run']}: not judged again ({e}); its row is kept", file=sys.stderr)
+            continue
+        if again.get("broker_pauses_ms") is None and row.get("broker_pauses_ms") is not None:
+            again["broker_pauses_ms"] = row["broker_pauses_ms"]
+            again["cause"] = cause({**row, **again})
+        row.update(again)
+    kinds = list(dict.fromkeys(r["fault"] for r in judged))
+    seeds = sorted({r["seed"] for r in judged})
+    print_table(judged, kinds, f"seed {seeds}, judged again from {path}")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(judged, indent=1, default=str))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--spec", type=Path, help="a spec file (default: the README's defaults)")
@@ -237,24 +266,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--to", dest="end", default="155s", help="latest moment (input time)")
     ap.add_argument("--seed", type=int, default=None, help="default: the clock")
     ap.add_argument("--runs", type=Path, default=Path("runs/bench/p_masked"))
-    ap.add_argument("--out", type=Path, default=Path("runs/bench/p_masked.json"))
+    ap.add_argument("--out", type=Path, help="default: runs/bench/p_masked.json")
     ap.add_argument(
         "--reanalyse",
         type=Path,
-        metavar="OUT",
-        help="run nothing: judge the runs of an earlier --out again (their run directories; the "
-        "broker's pauses from its GC log as it is now) and print the table",
+        metavar="F",
+        help="run nothing: judge the runs of an earlier --out again and print the table",
     )
     args = ap.parse_args(argv)
     if args.reanalyse is not None:
-        rows = json.loads(args.reanalyse.read_text())
-        for row in rows:
-            if row.get("run"):
-                row.update(analyse(Path(row["run"])))
-        kinds = list(dict.fromkeys(r["fault"] for r in rows))
-        seeds = sorted({r["seed"] for r in rows})
-        print_table(rows, kinds, f"seed {seeds}, judged again from {args.reanalyse}")
-        return 0
+        return reanalyse(args.reanalyse, args.out)
+    args.out = args.out or Path("runs/bench/p_masked.json")
     if args.placements < 1:
         ap.error("--placements: at least 1")
     base = base_of(args.spec) if args.spec else DEFAULT_SPEC

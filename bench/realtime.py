@@ -306,29 +306,61 @@ def boundary_ms(run_dir: Path, report: Report, phase: PhaseStats | None) -> dict
     return out
 
 
-BOUNDARY_STALL_S = 2.0
-"""How long a survivor's output may stay stopped after its batch ends (commit, plan, launch:
-0.3-1.4 s in "Where a real-time boundary's time goes", ~1.8 s in a P(masked) miss; both in
-docs/benchmarks.md). A fault that falls that soon after the boundary falls in its stall."""
+STALL_LOOKBACK_S = 3.0
+"""How far before a fault a survivor's batch end is looked at for a stall still running: a
+real-time boundary's stall lasted 0.7-2.8 s in the demo's runs (docs/design.md §2.5)."""
+RESUME_PARTS = ("latestOffset", "walCommit", "queryPlanning")
+"""The parts of a batch's ``durationMs`` that come before its tasks launch."""
+
+
+def _resumed_at(lines: list[dict[str, Any]], end: float) -> float | None:
+    """When a replica's output came back after its batch that ended at ``end``: the next
+    batch's start plus its offsets, offset log and planning (Spark's ``durationMs``; its tasks'
+    launch, a few tens of ms, is not in it); None when no later batch reported."""
+    later = []
+    for line in lines:
+        timing = batch_timing(line)
+        if timing is not None and timing[0] >= end - 0.5:
+            parts = line.get("durationMs") or {}
+            later.append(timing[0] + sum(float(parts.get(k, 0.0)) for k in RESUME_PARTS) / 1000)
+    return min(later, default=None)
+
+
+def _silent_through(run_dir: Path, replica: int, t: float) -> bool | None:
+    """Whether ``replica`` had delivered nothing since before ``t`` at the merger's first monitor
+    tick after it (its ``last_seen_t``); None without such a tick."""
+    for line in read_jsonl(run_dir / "monitor.jsonl"):
+        if float(line.get("t", 0.0)) > t:
+            seen = (line.get("replicas") or {}).get(str(replica), {}).get("last_seen_t")
+            return seen is not None and float(seen) < t
+    return None
 
 
 def survivor_boundary_s(run_dir: Path, journal: list[dict[str, Any]]) -> float | None:
     """Seconds from the first fault's injection to the boundary (a batch end, from the progress
-    files) of a replica it did not hit whose stall only a caught-up newcomer masks: one that
-    came at most :data:`BOUNDARY_STALL_S` before the fault, its stall still running (negative),
-    else the next one. None without a fault on one replica or such a batch end."""
+    files) of a replica it did not hit whose stall only a caught-up newcomer masks: one before
+    the fault whose stall was still running at it (negative: the replica's next batch had not
+    launched by then, or without a next batch's line, it had delivered nothing since before the
+    fault at the merger's next tick), else the next one. None without a fault on one replica
+    or such a batch end."""
     fault = _replica_fault(journal)
     if fault is None:
         return None
     t, replica = fault
-    ends = [
-        end
-        for path in sorted((run_dir / "progress").glob("replica-*.jsonl"))
-        if path.stem != f"replica-{replica}"
-        for end in batch_ends(read_jsonl(path))
-        if end > t - BOUNDARY_STALL_S
-    ]
-    return min(ends) - t if ends else None
+    found: list[float] = []
+    for path in sorted((run_dir / "progress").glob("replica-*.jsonl")):
+        if path.stem == f"replica-{replica}":
+            continue
+        lines = read_jsonl(path)
+        ends = batch_ends(lines)
+        found += [end for end in ends if end > t][:1]
+        recent = [end for end in ends if t - STALL_LOOKBACK_S <= end <= t]
+        if recent:
+            resumed = _resumed_at(lines, recent[-1])
+            survivor = int(path.stem.rsplit("-", 1)[1])
+            if (t < resumed) if resumed is not None else _silent_through(run_dir, survivor, t):
+                found.append(recent[-1])
+    return min(found) - t if found else None
 
 
 def _replica_fault(journal: list[dict[str, Any]]) -> tuple[float, int] | None:
@@ -340,9 +372,9 @@ def _replica_fault(journal: list[dict[str, Any]]) -> tuple[float, int] | None:
 
 
 def offset_table(rows: Sequence[dict[str, Any]]) -> None:
-    """Kill runs by when the survivor's next boundary came: before or after the newcomer caught
-    up (the report's ``caught_up_s``: its trail of the output back within its steady
-    allowance), masked or not."""
+    """Kill runs by when the survivor's boundary came (:func:`survivor_boundary_s`): before or
+    after the newcomer caught up (the report's ``caught_up_s``: its trail of the output back
+    within its steady allowance), masked or not."""
     kills = [r for r in rows if r.get("survivor_boundary_s") is not None and "masked" in r]
     if not kills:
         return

@@ -65,11 +65,11 @@ def test_realtime_boundary_medians_count_only_the_phase_batches() -> None:
     assert realtime.boundary_ms(RUN, report, None) == {}
 
 
-def _progress(start: str, duration_ms: int) -> dict[str, object]:
-    return {"timestamp": start, "batchDuration": duration_ms}
+def _progress(start: str, duration_ms: int, **parts: int) -> dict[str, object]:
+    return {"timestamp": start, "batchDuration": duration_ms, "durationMs": parts}
 
 
-def test_survivor_boundary_is_the_next_batch_end_of_a_replica_the_fault_missed(
+def test_survivor_boundary_is_one_whose_stall_runs_at_the_fault_or_the_next_one(
     tmp_path: Path,
 ) -> None:
     import json
@@ -82,30 +82,46 @@ def test_survivor_boundary_is_the_next_batch_end_of_a_replica_the_fault_missed(
     lines = {
         # The killed replica's own batch ends just after the kill: not the survivor's.
         0: [_progress("2026-11-28T00:00:00Z", 30_500)],
-        # The survivor's: ends at 0:30.2 and 1:00.4.
-        1: [_progress("2026-11-28T00:00:00Z", 30_200), _progress("2026-11-28T00:00:30.2Z", 30_200)],
+        # The survivor's: ends at 0:30.2; the next starts at 0:30.6 and launches its tasks
+        # 0.3 s later (offsets, offset log, planning), ends at 1:00.8; no line after it.
+        1: [
+            _progress("2026-11-28T00:00:00Z", 30_200),
+            _progress(
+                "2026-11-28T00:00:30.6Z", 30_200, latestOffset=100, walCommit=10, queryPlanning=190
+            ),
+        ],
     }
     for i, ls in lines.items():
         (tmp_path / "progress" / f"replica-{i}.jsonl").write_text(
             "".join(json.dumps(p) + "\n" for p in ls)
         )
 
-    def boundary_at(kill_at: str) -> float | None:
-        kill = datetime.fromisoformat(f"2026-11-28T00:{kill_at}+00:00").timestamp()
+    def at(clock: str) -> float:
+        return datetime.fromisoformat(f"2026-11-28T00:{clock}+00:00").timestamp()
+
+    def boundary_at(kill_at: str, seen_at: str | None = None) -> float | None:
+        kill = at(kill_at)
         journal = [{"event": "fault-injected", "replica": 0, "started": kill}]
         (tmp_path / "journal.jsonl").write_text(json.dumps(journal[0]) + "\n")
+        seen = None if seen_at is None else at(seen_at)
+        tick = {"t": kill + 0.5, "replicas": {"1": {"last_seen_t": seen}}}
+        (tmp_path / "monitor.jsonl").write_text(json.dumps(tick) + "\n")
         return realtime.survivor_boundary_s(tmp_path, read_jsonl(tmp_path / "journal.jsonl"))
 
-    # Killed 2.5 s after the survivor's boundary, its stall over: the next one, 27.7 s later.
-    assert boundary_at("00:32.7") == pytest.approx(27.7, abs=1e-6)
-    # Killed 0.35 s after it, the survivor's stall still running (no next batch's line
-    # needed: the input may end before that batch does): that boundary, before the kill.
+    # Killed 0.35 s after the survivor's boundary, before its next batch launched: that
+    # boundary, before the kill.
     assert boundary_at("00:30.55") == pytest.approx(-0.35, abs=1e-6)
-    # ... up to BOUNDARY_STALL_S after it.
-    edge = f"00:{30.2 + realtime.BOUNDARY_STALL_S - 0.01:.2f}"
-    assert boundary_at(edge) == pytest.approx(-(realtime.BOUNDARY_STALL_S - 0.01), abs=1e-6)
-    journal = read_jsonl(tmp_path / "journal.jsonl")
+    # Killed after the launch (0:30.9), or 2.5 s after the boundary: the next one.
+    assert boundary_at("00:30.95") == pytest.approx(29.85, abs=1e-6)
+    assert boundary_at("00:32.7") == pytest.approx(28.1, abs=1e-6)
+    # No line after the boundary at 1:00.8 (the input ended first): the merger's next tick
+    # says whether the survivor had delivered since before the kill.
+    assert boundary_at("01:01.0", seen_at="01:00.7") == pytest.approx(-0.2, abs=1e-6)
+    assert boundary_at("01:01.0", seen_at="01:01.3") is None
+    # ... and not when the boundary is more than STALL_LOOKBACK_S before it.
+    assert boundary_at("01:04.0", seen_at="01:00.7") is None
     # No fault on one replica (or none at all): nothing to measure.
+    journal = read_jsonl(tmp_path / "journal.jsonl")
     assert realtime.survivor_boundary_s(tmp_path, [{**journal[0], "replica": None}]) is None
     assert realtime.survivor_boundary_s(tmp_path, []) is None
 
@@ -382,25 +398,41 @@ def test_p_masked_places_one_moment_per_stratum_and_bounds_its_share() -> None:
 
 
 def test_p_masked_reanalyse_judges_an_earlier_outs_runs_again(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--reanalyse`` runs nothing: each row of an earlier ``--out`` is judged again from its
-    run directory (a stale outcome and cause replaced) and the table printed."""
+    run directory (a stale outcome and cause replaced), a failed run's row and one whose run
+    directory is gone are kept, the broker's pauses are kept where its GC log no longer reaches
+    the window, and the rows are written to ``--out``."""
     import json
 
     import p_masked
 
     from arfl.report import build_report
 
+    monkeypatch.setattr(p_masked, "gc_pauses", lambda log, lo, hi: None)  # rotated away
     run = ROOT / "tests" / "fixtures" / "runs" / "real-active-rtm-kill-replica"
-    out = tmp_path / "pm.json"
+    earlier, out = tmp_path / "pm.json", tmp_path / "again.json"
     row = {"fault": "kill-replica", "placement": 0, "at": 20.0, "seed": 5, "run": str(run)}
-    out.write_text(json.dumps([{**row, "outcome": "stale", "cause": "stale"}]))
-    assert p_masked.main(["--reanalyse", str(out)]) == 0
-    printed = capsys.readouterr().out
+    rows = [
+        {**row, "outcome": "stale", "cause": "stale", "broker_pauses_ms": [12.5]},
+        {"fault": "kill-executor", "placement": 0, "at": 21.0, "seed": 5, "outcome": "failed",
+         "cause": "failed", "error": "boom"},
+        {**row, "at": 22.0, "run": str(tmp_path / "gone"), "outcome": "masked", "cause": ""},
+    ]  # fmt: skip
+    earlier.write_text(json.dumps(rows))
+    assert p_masked.main(["--reanalyse", str(earlier), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
     want = build_report(run).faults[0].outcome
-    assert "stale" not in printed and f"kill-replica     20.0 {want}" in printed, printed
-    assert "seed [5], judged again from" in printed and "kill-replica: P(masked) = " in printed
+    assert "stale" not in captured.out and f"kill-replica     20.0 {want}" in captured.out
+    assert "kill-executor    21.0 failed" in captured.out, captured.out
+    assert "kill-replica     22.0 masked" in captured.out, captured.out
+    assert f"{tmp_path / 'gone'}: not judged again" in captured.err, captured.err
+    assert "seed [5], judged again from" in captured.out
+    assert "kill-executor: P(masked) = 0/0" in captured.out, captured.out
+    again = json.loads(out.read_text())
+    assert [r["outcome"] for r in again] == [want, "failed", "masked"]
+    assert again[0]["broker_pauses_ms"] == [12.5] and again[0]["run"] == str(run)
 
 
 def test_gc_pauses_reads_g1_and_zgc_pauses_from_the_log_and_its_rotations(tmp_path: Path) -> None:
@@ -409,6 +441,7 @@ def test_gc_pauses_reads_g1_and_zgc_pauses_from_the_log_and_its_rotations(tmp_pa
     log = tmp_path / "kafka-gc.log"
     assert gc_pauses(log, 0.0, 1e12) is None  # no log: nothing known, not "no pauses"
     (tmp_path / "kafka-gc.log.0").write_text(
+        "[2026-12-06T04:00:00.000+0000][0.011s] Using G1\n"
         "[2026-12-06T04:02:33.758+0000][469.152s] GC(60) Pause Young (Normal) "
         "(G1 Evacuation Pause) 267M->101M(1024M) 81.339ms\n"
     )
@@ -428,6 +461,9 @@ def test_gc_pauses_reads_g1_and_zgc_pauses_from_the_log_and_its_rotations(tmp_pa
     assert gc_pauses(log, end - 1, end - 0.05) == [81.339]
     # ... and not one that starts after it ended.
     assert gc_pauses(log, end + 0.001, end + 1e4) == [0.01, 0.02]
+    assert gc_pauses(log, end - 60, end - 30) == []
+    # A window before the log's first line: nothing known (rotated away), not "no pauses".
+    assert gc_pauses(log, end - 200, end - 190) is None
 
 
 def test_p_masked_names_a_broker_pause_long_enough_to_break_the_bar_on_its_own() -> None:
