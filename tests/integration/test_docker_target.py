@@ -611,12 +611,13 @@ def test_remote_standalone_cluster_in_a_container(docker_daemon: None, tmp_path:
         journal = read_jsonl(run / "journal.jsonl")
         apps = [e["app_id"] for e in journal if e["event"] == "replica-ready"]
         assert len(apps) == 2 and apps[0] != apps[1], apps
-        # The master removes the dead application's executors (JVMs in the cluster's
-        # container, host processes to psutil) once its driver is gone.
+        # The master removes an application's executors (JVMs in the cluster's container, host
+        # processes to psutil) once its driver is gone: the killed one's, and the restarted
+        # one's after the deployment stopped. Nothing of either is left on the worker.
         deadline = time.monotonic() + 60
-        while executors_of_app(apps[0]) and time.monotonic() < deadline:
+        while any(map(executors_of_app, apps)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert not executors_of_app(apps[0])
+        assert not any(map(executors_of_app, apps)), {a: executors_of_app(a) for a in apps}
         logs = cluster.container.logs().decode(errors="replace")
         # The executors were launched in the container, told to reach the driver at the host's
         # address on the cluster's network (its gateway), not at loopback.
