@@ -274,21 +274,25 @@ def gc_pauses(log: Path, lo: float, hi: float) -> list[float] | None:
     out: list[tuple[float, float]] = []
     earliest = math.inf
     for path in paths:
-        for line in path.read_text(errors="replace").splitlines():
-            stamp = LOG_TIME.match(line)
-            if not stamp:
-                continue
-            end = dt.datetime.strptime(stamp["time"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
-            earliest = min(earliest, end)
+        lines = path.read_text(errors="replace").splitlines()
+        # A file is written in time order: its first stamped line is its earliest.
+        first = next((m for m in map(LOG_TIME.match, lines) if m), None)
+        if first is not None:
+            earliest = min(earliest, _log_time(first["time"]))
+        for line in lines:
             m = GC_LINE.match(line)
             if not m:
                 continue
-            ms = float(m["ms"])
+            end, ms = _log_time(m["time"]), float(m["ms"])
             if end > lo and end - ms / 1000 < hi:
                 out.append((end, ms))
     if earliest > lo:
         return None
     return [ms for _, ms in sorted(out)]
+
+
+def _log_time(stamp: str) -> float:
+    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
 
 def stalled_seconds(run_dir: Path, after_s: float) -> dict[str, Any]:

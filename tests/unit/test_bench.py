@@ -435,6 +435,20 @@ def test_p_masked_reanalyse_judges_an_earlier_outs_runs_again(
     assert again[0]["broker_pauses_ms"] == [12.5] and again[0]["run"] == str(run)
 
 
+def test_the_no_yield_spec_is_the_p_masked_default_with_the_yield_off() -> None:
+    """bench/specs/pmasked-no-yield.toml says it is bench/p_masked.py's own spec with one key
+    changed: the no-yield tallies compare with the default's only while that holds."""
+    import copy
+    import tomllib
+
+    import p_masked
+
+    want = copy.deepcopy(p_masked.DEFAULT_SPEC)
+    want["replication"]["standby_yield"] = False
+    spec = ROOT / "bench" / "specs" / "pmasked-no-yield.toml"
+    assert tomllib.loads(spec.read_text()) == want
+
+
 def test_gc_pauses_reads_g1_and_zgc_pauses_from_the_log_and_its_rotations(tmp_path: Path) -> None:
     from _common import gc_pauses
 
