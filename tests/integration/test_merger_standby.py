@@ -25,7 +25,9 @@ from arfl.processes import create_time, wait_until
 from arfl.run.records import replica_topic
 from arfl.run.rundir import read_jsonl
 from arfl.stack import StackInfo
+from arfl.stack.lifecycle import status
 from arfl.stack.topics import read_to_end
+from arfl.testing import EmbeddedStack
 
 pytestmark = pytest.mark.integration
 
@@ -34,19 +36,20 @@ RATE = 200
 
 
 class Replicas(threading.Thread):
-    """Two fake replicas writing results ``0:0, 0:1, ...`` (replica 1 a little later)."""
+    """Two fake replicas writing ``rate`` results a second, ``0:0, 1:0, 0:1, ...``."""
 
-    def __init__(self, bootstrap: str, sink: str) -> None:
+    def __init__(self, bootstrap: str, sink: str, rate: int = RATE) -> None:
         super().__init__(daemon=True)
         self.prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
         self.sink = sink
+        self.rate = rate
         self.sent = 0
         self.halt = threading.Event()
 
     def run(self) -> None:
         t0 = time.time()
         while not self.halt.is_set():
-            due = int((time.time() - t0) * RATE)
+            due = int((time.time() - t0) * self.rate)
             for i in range(self.sent, due):
                 now_ms = int(time.time() * 1000)
                 rid = f"{i % 2}:{i // 2}"
@@ -113,6 +116,11 @@ def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_e
             )
         )  # fmt: skip
 
+    # A fresh broker loads its transaction coordinator at the first transactional producer:
+    # the serving merger's first transactions then outlast the lease, and the standby took
+    # over before the kill (when this test ran first in a session).
+    warm = Producer({"bootstrap.servers": stack.kafka, "transactional.id": f"warm-{topic_name}"})
+    warm.init_transactions(60)
     serving = start(serving_cfg)
     standby = standby_of(serving)
     replicas = Replicas(stack.kafka, sink)
@@ -266,3 +274,53 @@ def test_a_merger_fenced_by_a_late_racer_fences_again_and_the_sink_stays_exact(
     # The test's producer asks again itself after its first refusal: it can be answered after
     # the merger's new fence, a second late answer.
     assert events().count("merger-refenced") >= 1 and "merger-fenced" not in events()
+
+
+def test_writes_that_failed_while_the_broker_was_stopped_are_written_again_once(
+    stack: StackInfo,
+    stack_harness: EmbeddedStack,
+    topic_name: str,
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    # The broker stops answering for longer than a transaction may stay open while the
+    # merger forwards 3,000 results a second: its records queued or in flight then time out
+    # and the transaction is aborted. Those writes used to count as acknowledged: missing
+    # from the sink, and the positions past them committed, so that no restarted merger
+    # would forward them either.
+    sink = merger_topics(stack, topic_name)
+    run_dir = tmp_path / "run"
+    tid = f"arfl-merger-{topic_name}"
+    cfg = MergerConfig(
+        bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir,
+        input_start=time.time(), group_id=tid, transactional_id=tid,
+        transaction_timeout_ms=2000,
+    )  # fmt: skip
+    (kafka,) = [s for s in status(stack_harness.state) if s.name == "kafka"]
+    assert kafka.pid is not None
+    serving = _spawn(cfg, tmp_path / "merger.log")
+    procs.append(serving)
+    replicas = Replicas(stack.kafka, sink, rate=3000)
+    replicas.start()
+    try:
+        wait_until(lambda: _results(run_dir) > 3000, timeout_s=60, what="results flowing")
+        os.kill(kafka.pid, signal.SIGSTOP)
+        try:
+            time.sleep(4.0)  # twice the transaction timeout
+        finally:
+            os.kill(kafka.pid, signal.SIGCONT)
+        time.sleep(2.0)
+    finally:
+        replicas.halt.set()
+        replicas.join(30)
+    expected = replicas.sent
+    wait_until(lambda: _results(run_dir) >= expected, timeout_s=60, what="every result")
+    time.sleep(2)  # a tick or two: what failed last is checked and sent again
+    serving.send_signal(signal.SIGTERM)
+    assert serving.wait(30) == 0, (tmp_path / "merger.log").read_text()
+    _assert_every_result_once(stack, sink, expected)
+    final = json.loads((run_dir / "merger.json").read_text())
+    assert final["complete_output"] is True and final["delivery_failures"] == 0, final
+    resent = [e for e in read_jsonl(run_dir / "journal.jsonl") if e["event"] == "merger-resent"]
+    # The fault had an effect: writes failed, and those the sink lacked went out again.
+    assert sum(int(e["again"]) for e in resent) > 0, resent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -298,6 +299,9 @@ class FakeMessage:
     def error(self) -> Any:
         return self._e
 
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return None
+
     def timestamp(self) -> tuple[int, int]:
         from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
 
@@ -402,10 +406,16 @@ class FakeConsumer:
 
 
 class FakeProducer:
-    def __init__(self, fail: set[bytes] | None = None, unflushed: int = 0) -> None:
+    """Acknowledges each record at once; a key in ``fail`` times out (``fail_times`` times,
+    None: every time); ``unflushed`` records are still queued after the last flush."""
+
+    def __init__(
+        self, fail: set[bytes] | None = None, unflushed: int = 0, fail_times: int | None = None
+    ) -> None:
         self.records: list[tuple[str, bytes | None, bytes | None]] = []
         self.headers: list[list[tuple[str, bytes]] | None] = []
         self.fail = fail or set()
+        self.fail_times = fail_times
         self.unflushed = unflushed
 
     def produce(
@@ -416,10 +426,16 @@ class FakeProducer:
         headers: list[tuple[str, bytes]] | None = None,
         on_delivery: Callable[[Any, Any], None] | None = None,
     ) -> None:
+        from confluent_kafka import KafkaError
+
         self.records.append((topic, key, value))
         self.headers.append(headers)
+        failed = key in self.fail
+        if failed and self.fail_times is not None:
+            failed = sum(k == key for _, k, _ in self.records) <= self.fail_times
         if on_delivery:
-            on_delivery("_MSG_TIMED_OUT" if key in self.fail else None, None)
+            msg = FakeMessage(topic, key, value, appended_ms=int(time.time() * 1000))
+            on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT) if failed else None, msg)
 
     def poll(self, timeout: float = 0) -> int:
         return 0
@@ -756,17 +772,102 @@ def test_merger_writes_the_sent_time_interval_log(tmp_path: Path) -> None:
     assert on_disk["latency_sent_ms"] == final["latency_sent_ms"]
 
 
-def test_lost_sink_writes_make_the_output_incomplete(tmp_path: Path) -> None:
+def test_lost_sink_writes_make_the_output_incomplete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arfl.measure.merger import recovery
+
+    monkeypatch.setattr(recovery, "sink_rids_since", lambda *a: set())
     t0 = replica_topic("s", 0)
     batch = [FakeMessage(t0, k, rec(k.decode(), 1)) for k in (b"a", b"b", b"c")]
     cfg = MergerConfig(bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, idle_s=0.3)
-    producer = FakeProducer(fail={b"b"}, unflushed=2)  # one failed, two never acknowledged
+    # One times out at every try, two are never acknowledged.
+    producer = FakeProducer(fail={b"b"}, unflushed=2)
     final = Merger(cfg, consumer=FakeConsumer([batch]), producer=producer).run()
     assert final["delivery_failures"] == 3 and final["complete_output"] is False
     on_disk = json.loads((tmp_path / "merger.json").read_text())
     assert on_disk["delivery_failures"] == 3 and on_disk["complete_output"] is False
     events = read_jsonl(tmp_path / "journal.jsonl")
     assert any(e["event"] == "warning" and "_MSG_TIMED_OUT" in e["message"] for e in events)
+
+
+def _one_timed_out(
+    tmp_path: Path, in_sink: Callable[..., set[str]]
+) -> tuple[dict[str, Any], FakeProducer, FakeConsumer]:
+    """A merger whose sink write of ``0:1`` timed out once, the sink read by ``in_sink``."""
+    t0 = replica_topic("s", 0)
+    now_ms = int(time.time() * 1000)
+    batch = [FakeMessage(t0, f"0:{i}".encode(), rec(f"0:{i}", now_ms)) for i in range(3)]
+    cfg = MergerConfig(
+        bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, until=time.time() + 2.5
+    )
+    producer = FakeProducer(fail={b"0:1"}, fail_times=1)
+    consumer = FakeConsumer([batch], partitions=1)
+    with pytest.MonkeyPatch.context() as mp:
+        from arfl.measure.merger import recovery
+
+        mp.setattr(recovery, "sink_rids_since", in_sink)
+        final = Merger(cfg, consumer=consumer, producer=producer).run()
+    return final, producer, consumer
+
+
+def test_a_sink_write_that_timed_out_is_written_again_once(tmp_path: Path) -> None:
+    # A timed-out delivery used to count as acknowledged: the result was missing from the
+    # sink and the positions past it were committed, so no restart would forward it either.
+    asked: list[float] = []
+
+    def in_sink(bootstrap: str, sink: str, since_ms: int, timeout_s: float) -> set[str]:
+        asked.append(since_ms)
+        return {"0:0", "0:2"}  # the timed-out record was not appended
+
+    final, producer, consumer = _one_timed_out(tmp_path, in_sink)
+    assert [k for _, k, _ in producer.records] == [b"0:0", b"0:1", b"0:2", b"0:1"]
+    assert final["delivery_failures"] == 0 and final["complete_output"] is True, final
+    assert final["results"] == 3
+    # The sink was read from before the failed record was produced.
+    assert asked and asked[0] <= int(time.time() * 1000) - 2000
+    assert consumer.commits  # once it was written
+
+
+def test_a_sink_write_that_timed_out_but_was_appended_is_not_written_again(
+    tmp_path: Path,
+) -> None:
+    final, producer, consumer = _one_timed_out(tmp_path, lambda *a: {"0:0", "0:1", "0:2"})
+    assert [k for _, k, _ in producer.records] == [b"0:0", b"0:1", b"0:2"]
+    assert final["delivery_failures"] == 0 and final["complete_output"] is True, final
+    assert consumer.commits
+
+
+def test_no_position_is_committed_past_a_write_not_known_to_be_in_the_sink(
+    tmp_path: Path,
+) -> None:
+    def unreadable(*a: Any) -> set[str]:
+        raise DeployError("broker unreachable")
+
+    final, producer, consumer = _one_timed_out(tmp_path, unreadable)
+    assert [k for _, k, _ in producer.records] == [b"0:0", b"0:1", b"0:2"]
+    assert final["delivery_failures"] == 1 and final["complete_output"] is False, final
+    # A restarted merger must read 0:1 again: nothing after it may be committed.
+    assert consumer.commits == []
+
+
+def test_a_write_that_keeps_failing_is_tried_a_few_times_then_counted_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arfl.measure.merger import recovery
+
+    monkeypatch.setattr(recovery, "sink_rids_since", lambda *a: set())
+    t0 = replica_topic("s", 0)
+    batch = [FakeMessage(t0, k, rec(k.decode(), 1)) for k in (b"a", b"b")]
+    cfg = MergerConfig(
+        bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, until=time.time() + 4.5
+    )
+    consumer = FakeConsumer([batch])
+    producer = FakeProducer(fail={b"b"})
+    final = Merger(cfg, consumer=consumer, producer=producer).run()
+    assert [k for _, k, _ in producer.records].count(b"b") == 1 + process.MAX_RESENDS
+    assert final["delivery_failures"] == 1 and final["complete_output"] is False
+    assert consumer.commits  # lost for good: no merger will write it, reading goes on
 
 
 def test_no_lost_writes_means_complete_output_and_zero_failures(tmp_path: Path) -> None:
@@ -920,6 +1021,23 @@ def test_the_kafka_latency_settings_reach_the_clients_through_the_config_file(
     assert kafka.sink_producer_config("x", a.linger_ms)["linger.ms"] == 0.5
     with pytest.raises(DeployError, match="fetch wait and linger"):
         MergerConfig(bootstrap="x", sink="s", replicas=1, run_dir=tmp_path, linger_ms=-1.0)
+
+
+def test_a_sink_write_times_out_only_with_its_transaction() -> None:
+    # The idempotent producer retries with the same sequence numbers until the sink answers:
+    # a timed-out record in flight could be appended after its failure was reported, and a
+    # record sent again after that would be there twice.
+    from confluent_kafka import Producer as KafkaProducer
+
+    plain = kafka.sink_producer_config("127.0.0.1:9")
+    assert plain["message.timeout.ms"] == 0 and plain["enable.idempotence"] is True
+    txn = kafka.sink_producer_config("127.0.0.1:9", transactional_id="t")
+    assert txn["message.timeout.ms"] == txn["transaction.timeout.ms"]
+    assert txn["transaction.timeout.ms"] == kafka.TRANSACTION_TIMEOUT_MS
+    short = kafka.sink_producer_config("127.0.0.1:9", 1, "t", transaction_timeout_ms=2000)
+    assert short["message.timeout.ms"] == 2000
+    for conf in (plain, txn):
+        KafkaProducer(dict(conf, log_level=0)).flush(0)  # librdkafka accepts them
 
 
 def test_the_merger_queues_a_few_hundred_copies_ahead_not_megabytes() -> None:

@@ -636,14 +636,14 @@ def test_a_re_fence_that_fails_partway_stops_the_merger_as_fenced(
     assert old.calls == ["purge", "close"]
 
 
-def test_only_records_the_fence_kept_out_of_the_sink_are_produced_again() -> None:
+def test_only_writes_no_try_can_help_are_lost_for_good() -> None:
     from confluent_kafka import KafkaError
 
-    for code in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT,
+    for code in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError._MSG_TIMED_OUT,
                  KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED):  # fmt: skip
-        assert transactions.unwritten(KafkaError(code))
-    # a timed-out record may be in the sink, older than the tail a re-fence reads
-    assert not transactions.unwritten(KafkaError(KafkaError._MSG_TIMED_OUT))
+        assert not transactions.lost_for_good(KafkaError(code))
+    for code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+        assert transactions.lost_for_good(KafkaError(code))
 
 
 @pytest.mark.parametrize(
@@ -770,7 +770,7 @@ def test_a_merger_fenced_by_a_late_racer_at_its_last_flush_fences_again_and_fini
         Merger, "_take_over", lambda self, *a: recovery.Taken(positions={("t", 0): 1})
     )
     monkeypatch.setattr(transactions, "fence", lambda producers, *a: producers[0])
-    monkeypatch.setattr(recovery, "sink_tail", lambda *a: [])  # the failed record is not there
+    monkeypatch.setattr(recovery, "sink_rids_since", lambda *a: set())  # the record is not there
     cfg = MergerConfig(
         bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
         connect_timeout_s=1.0, until=time.time() + 0.3,
@@ -789,3 +789,68 @@ def test_a_merger_fenced_by_a_late_racer_at_its_last_flush_fences_again_and_fini
     events = [e["event"] for e in read_jsonl(tmp_path / "journal.jsonl")]
     assert "merger-refenced" in events and "merger-fenced" not in events, events
     assert events[-1] == "merger_finished"
+
+
+class _Unanswered(_Delivering):
+    """A transactional producer whose commit and abort calls answer in turn as ``script``
+    says: ``timeout`` (the broker away: the call stays in progress, as librdkafka's do),
+    ``abort`` (a record failed: the transaction needs an abort), then success. While a call
+    is in progress it takes no record."""
+
+    def __init__(self, script: list[str]) -> None:
+        super().__init__()
+        self.script = script
+        self.in_progress = False
+
+    def _call(self, name: str) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.calls.append(name)
+        answer = self.script.pop(0) if self.script else "ok"
+        self.in_progress = answer == "timeout"
+        if answer == "timeout":
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
+        if answer == "abort":
+            raise KafkaException(KafkaError(KafkaError._INCONSISTENT, txn_requires_abort=True))
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        self._call("commit_transaction")
+
+    def abort_transaction(self, timeout: float = -1) -> None:
+        self._call("abort_transaction")
+
+    def produce(self, topic: str, value: bytes, key: Any = None, **kw: Any) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        if self.in_progress:
+            raise KafkaException(KafkaError(KafkaError._STATE, "Erroneous state"))
+        super().produce(topic, value, key, **kw)
+
+
+def test_a_transaction_the_broker_does_not_end_in_time_is_ended_by_the_next_call() -> None:
+    p = _Unanswered(["timeout", "abort", "timeout"])
+    assert transactions.commit(p) == "commit"  # timed out: still in progress
+    assert transactions.commit(p, pending="commit") == "abort"  # failed, and the abort timed out
+    assert transactions.commit(p, pending="abort") is None  # aborted, the next one begun
+    assert p.calls == [
+        "commit_transaction", "commit_transaction", "abort_transaction", "abort_transaction",
+        "begin_transaction",
+    ]  # fmt: skip
+
+
+def test_a_record_forwarded_while_a_commit_is_in_progress_waits_for_its_end(
+    tmp_path: Path,
+) -> None:
+    # librdkafka refuses a record while a timed-out commit is in progress (_STATE): the
+    # merger used to end there with a traceback.
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+        connect_timeout_s=1.0,
+    )  # fmt: skip
+    producer = _Unanswered(["timeout", "abort"])
+    m = Merger(cfg, consumer=Consumer([]), producer=producer)  # type: ignore[arg-type]
+    m._commit()  # the tick's commit times out
+    assert m._txn_pending == "commit" and producer.in_progress
+    m._produce(SINK, None, rec("0:1", 1), 1)
+    assert m._txn_pending is None
+    assert producer.calls[-3:] == ["abort_transaction", "begin_transaction", "produce"]

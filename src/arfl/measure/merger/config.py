@@ -44,6 +44,9 @@ class MergerConfig(ChildConfig):
         transactional_id: the sink producer's ``transactional.id`` (None: no transactions).
             Every merger of a run with a standby has the same one: the next one's
             ``init_transactions`` fences the one before (:mod:`.standby`).
+        transaction_timeout_ms: how long the broker lets a transaction of the sink producer
+            stay open (None: :data:`arfl.measure.merger.kafka.TRANSACTION_TIMEOUT_MS`); its
+            records time out after it too.
         standby: follow ``serving_pid`` and write nothing until taking over from it.
         serving_pid: the serving merger a standby follows.
         serving_create_time: its create time (a recycled pid is not it).
@@ -69,6 +72,7 @@ class MergerConfig(ChildConfig):
     fetch_wait_ms: int = MERGER_FETCH_WAIT_MS
     linger_ms: float = MERGER_LINGER_MS
     transactional_id: str | None = None
+    transaction_timeout_ms: int | None = None
     standby: bool = False
     serving_pid: int | None = None
     serving_create_time: float | None = None

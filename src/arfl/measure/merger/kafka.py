@@ -157,10 +157,15 @@ def consumer_config(
 
 
 def sink_producer_config(
-    bootstrap: str, linger_ms: float = MERGER_LINGER_MS, transactional_id: str | None = None
+    bootstrap: str,
+    linger_ms: float = MERGER_LINGER_MS,
+    transactional_id: str | None = None,
+    transaction_timeout_ms: int | None = None,
 ) -> dict[str, Any]:
     """Producer settings for the final topic: idempotent, short linger; with
-    ``transactional_id``, transactional (the epoch that fences a merger taken over from)."""
+    ``transactional_id``, transactional (the epoch that fences a merger taken over from),
+    its transactions aborted by the broker after ``transaction_timeout_ms`` (default
+    :data:`TRANSACTION_TIMEOUT_MS`), which times out its records too."""
     out: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "client.id": "arfl-merger",
@@ -173,7 +178,15 @@ def sink_producer_config(
     }
     if transactional_id is not None:
         out["transactional.id"] = transactional_id
-        out["transaction.timeout.ms"] = TRANSACTION_TIMEOUT_MS
+        out["transaction.timeout.ms"] = transaction_timeout_ms or TRANSACTION_TIMEOUT_MS
+        # A record times out with its transaction: the broker would abort it then anyway.
+        out["message.timeout.ms"] = out["transaction.timeout.ms"]
+    else:
+        # A record waits for the sink as long as it takes: the idempotent producer's retries
+        # keep their sequence numbers, so none is appended twice, where a timed-out record in
+        # flight may be appended after its failure was reported (docs/design.md, "A write that
+        # failed"). A sink away longer stops the merger's output, then its reading.
+        out["message.timeout.ms"] = 0
     return out
 
 
@@ -188,7 +201,12 @@ def kafka_consumer(bootstrap: str, group_id: str, fetch_wait_ms: int) -> Any:
 
 
 def kafka_producer(
-    bootstrap: str, sink: str, timeout_s: float, linger_ms: float, transactional_id: str | None
+    bootstrap: str,
+    sink: str,
+    timeout_s: float,
+    linger_ms: float,
+    transactional_id: str | None,
+    transaction_timeout_ms: int | None = None,
 ) -> Any:
     """The sink producer, after checking the broker answers and the sink topic exists.
 
@@ -199,7 +217,9 @@ def kafka_producer(
 
     from arfl.stack.topics import require_topic
 
-    producer = KafkaProducer(sink_producer_config(bootstrap, linger_ms, transactional_id))
+    producer = KafkaProducer(
+        sink_producer_config(bootstrap, linger_ms, transactional_id, transaction_timeout_ms)
+    )
     require_topic(
         producer,
         bootstrap,

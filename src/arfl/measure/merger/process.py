@@ -59,6 +59,17 @@ OWNER_CHECK_S = 1.0
 """How often the merger checks that its owner (the deploy process) still runs."""
 STATS_STALE_S = 2.5
 """An injector stats file silent this long (and without a summary) means input stopped."""
+MAX_RESENDS = 3
+"""How often a record whose write failed is produced again before it counts as lost."""
+RESEND_READ_S = 5.0
+"""How long reading the sink for failed writes may take at a tick; past it, the next tick."""
+RESEND_MARGIN_MS = 1000
+"""The sink is read from this long before the earliest failed record was created."""
+RESEND_LOOKBACK_MS = 600_000
+"""How far back the sink is read for a failed record without a timestamp: ten times the
+transaction timeout after which a record times out (the idempotent producer's never do)."""
+FINAL_RESENDS = 3
+"""Rounds of writing failed records again and flushing at the merger's end."""
 
 
 class Merger:
@@ -86,12 +97,21 @@ class Merger:
         )
         self._producer: SinkProducer = producer if producer is not None else kafka_producer(
             config.bootstrap, config.sink, config.connect_timeout_s, config.linger_ms,
-            config.transactional_id,
+            config.transactional_id, config.transaction_timeout_ms,
         )  # fmt: skip
         self._topic_index = {t: i for i, t in enumerate(config.topics())}
         self._unassigned: list[str] = config.topics()
         self.core: MergeCore | None = None
-        self.delivery_failures = 0
+        self._lost = 0
+        """Records whose write failed for good (:func:`transactions.lost_for_good`, or after
+        :data:`MAX_RESENDS` tries)."""
+        self._failed: list[Any] = []
+        """Records whose write failed and that are not known to be in the sink yet
+        (:meth:`_resend`): no position is committed while there are any."""
+        self._resending = 0
+        """Records produced again and not acknowledged yet."""
+        self._tries: dict[bytes, int] = {}
+        """A failed record's value -> how often it was produced again."""
         self.consumer_errors = 0
         self.stop_reason: str | None = None
         self._first_delivery_error: str | None = None
@@ -107,22 +127,116 @@ class Merger:
         self._refence_until: float | None = None
         """Until when a fence found on the server is a racer's late answer (:meth:`_refence`)."""
         self._refences = 0
-        self._unsent: list[Any] | None = None
-        """The records whose delivery failed, kept while a re-fence may send them again."""
+        self._txn_pending: str | None = None
+        """The transaction call the broker did not answer in time (:func:`transactions.commit`)."""
         self._journal: Journal | None = None
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish (thread-safe); it flushes and writes ``merger.json``."""
         self._stop.set()
 
+    @property
+    def delivery_failures(self) -> int:
+        """Records whose write failed and that are not known to be in the sink (yet)."""
+        return self._lost + len(self._failed)
+
     def _on_delivery(self, err: Any, msg: Any) -> None:
         self._acked += 1
-        if err is not None:
-            self.delivery_failures += 1
-            if self._unsent is not None and transactions.unwritten(err):
-                self._unsent.append(msg)
-            if self._first_delivery_error is None:
-                self._first_delivery_error = str(err)
+        if err is None:
+            return
+        if self._first_delivery_error is None:
+            self._first_delivery_error = str(err)
+        if msg is None or transactions.lost_for_good(err):
+            self._lost += 1
+        else:
+            self._failed.append(msg)
+
+    def _on_resent(self, err: Any, msg: Any) -> None:
+        self._resending -= 1
+        if err is None:
+            self._tries.pop(msg.value(), None)
+        self._on_delivery(err, msg)
+
+    def _resend(self) -> None:
+        """Produce again each record whose write failed and that the sink does not hold.
+
+        A failed write may have been appended all the same (a timeout in flight, a record of a
+        transaction aborted after it was appended): the sink, read ``read_uncommitted`` from
+        the earliest failed record's creation, says which. Run where no earlier request of the
+        same producer epoch can still be appended: after an aborted transaction or a new fence
+        (each bumps the epoch), or on the idempotent producer, which times nothing out
+        (:func:`kafka.sink_producer_config`). A sink that cannot be read keeps them for the
+        next tick (docs/design.md, "A write that failed").
+        """
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaException
+
+        if not self._failed:
+            return
+        cfg, failed = self.config, self._failed
+        self._failed = []
+        now_ms = int(time.time() * 1000)
+        created = [
+            ts if kind != TIMESTAMP_NOT_AVAILABLE else now_ms - RESEND_LOOKBACK_MS
+            for kind, ts in (m.timestamp() for m in failed)
+        ]
+        try:
+            in_sink = recovery.sink_rids_since(
+                cfg.bootstrap, cfg.sink, min(created) - RESEND_MARGIN_MS,
+                min(cfg.connect_timeout_s, RESEND_READ_S),
+            )  # fmt: skip
+        except (KafkaException, TimeoutError, DeployError):
+            self._failed = failed + self._failed
+            return
+        found = again = lost = 0
+        try:
+            for i, msg in enumerate(failed):
+                value = msg.value()
+                with contextlib.suppress(BadRecord):
+                    if parse_result(value).rid in in_sink:
+                        self._tries.pop(value, None)
+                        found += 1
+                        continue
+                tries = self._tries.get(value, 0)
+                if tries >= MAX_RESENDS:
+                    self._tries.pop(value, None)
+                    self._lost += 1
+                    lost += 1
+                    continue
+                self._tries[value] = tries + 1
+                try:
+                    self._produce_again(msg)
+                except (KafkaException, SystemError) as e:
+                    self._tries[value] = tries
+                    self._failed = failed[i:] + self._failed
+                    # A re-fence produces them again on the new server.
+                    if not transactions.fatal(e) or not self._refence(e):
+                        raise
+                    return
+                again += 1
+        finally:
+            if self._journal is not None:
+                self._journal.write(
+                    Event.MERGER_RESENT, failed=len(failed), in_sink=found, again=again,
+                    lost=lost,
+                )  # fmt: skip
+
+    def _produce_again(self, msg: Any) -> None:
+        self._produced += 1
+        self._resending += 1
+        try:
+            while True:
+                try:
+                    self._producer.produce(
+                        msg.topic(), value=msg.value(), key=msg.key(), headers=msg.headers(),
+                        on_delivery=self._on_resent,
+                    )  # fmt: skip
+                    return
+                except BufferError:
+                    self._producer.poll(0.005)
+        except BaseException:
+            self._produced -= 1
+            self._resending -= 1
+            raise
 
     def _assign(self, journal: Journal | None, timeout_s: float) -> None:
         """Assign, from their beginning, the partitions of replica topics not assigned yet.
@@ -324,6 +438,7 @@ class Merger:
             past = None
 
         monitor: IO[str] = open(paths.monitor, "a", encoding="utf-8")  # noqa: SIM115
+        self._journal = journal
         journal.write(
             Event.MERGER_STARTED,
             sink=cfg.sink,
@@ -459,6 +574,16 @@ class Merger:
             remaining = self._flush_last()
         except Fenced as e:
             fenced, remaining = e, 0
+        rounds = 0
+        while fenced is None and not remaining and self._failed and rounds < FINAL_RESENDS:
+            # Written again (a transaction's records after its commit, or its abort) and
+            # flushed before the last commits.
+            rounds += 1
+            try:
+                self._commit()
+                remaining = self._flush_last()
+            except Fenced as e:
+                fenced, remaining = e, 0
         # Nothing is flushed after the last commits: a fence found there stays a fence.
         self._refence_until = None
         if tick is not None and fenced is None:
@@ -474,7 +599,7 @@ class Merger:
             return {"stop_reason": "fenced"}
         if self._fresh_producer is not None:
             remaining += self._fresh_producer.flush(30.0)
-        if remaining == 0:
+        if remaining == 0 and not self._failed:
             # Everything forwarded is written: read on from here.
             self._to_commit = None
             with contextlib.suppress(Fenced):
@@ -533,12 +658,19 @@ class Merger:
 
         if self.config.transactional_id is not None:
             try:
-                transactions.commit(self._producer, begin=not last)
+                self._txn_pending = transactions.commit(
+                    self._producer, begin=not last, pending=self._txn_pending
+                )
             except Fenced as e:
                 if last or not self._refence(e):
                     raise
             if self._refence_until is not None and time.time() > self._refence_until:
-                self._refence_until = self._unsent = None
+                self._refence_until = None
+            if self._txn_pending is not None:
+                return  # the broker did not answer: nothing is produced or committed yet
+        self._resend()
+        if self._failed or self._resending:
+            return  # a restarted merger must read those again: no position past them
         if self._to_commit is not None and self._acked >= self._to_commit[0]:
             with contextlib.suppress(KafkaException, RuntimeError):
                 self._consumer.commit(offsets=self._to_commit[1], asynchronous=True)
@@ -583,8 +715,9 @@ class Merger:
     def _new_producer(self) -> SinkProducer:
         c = self.config
         p: SinkProducer = kafka_producer(
-            c.bootstrap, c.sink, c.connect_timeout_s, c.linger_ms, c.transactional_id
-        )
+            c.bootstrap, c.sink, c.connect_timeout_s, c.linger_ms, c.transactional_id,
+            c.transaction_timeout_ms,
+        )  # fmt: skip
         return p
 
     def _take_over(self, core: MergeCore, journal: Journal, started: float) -> Taken:
@@ -641,8 +774,26 @@ class Merger:
             except BufferError:
                 self._poll(0.005)
             except (KafkaException, SystemError) as e:  # after a re-fence: produce it again
+                if self._txn_pending is not None and not transactions.fatal(e):
+                    self._end_transaction()  # librdkafka takes no record before
+                    continue
                 if not transactions.fatal(e) or not self._refence(e):
                     raise
+
+    def _end_transaction(self) -> None:
+        """End the transaction a tick's commit left in progress (the broker away), waiting
+        for the broker as long as it takes or until the merger is asked to stop.
+
+        Raises:
+            Fenced: a newer merger took over.
+            KafkaException: asked to stop with the transaction still in progress.
+        """
+        from confluent_kafka import KafkaError, KafkaException
+
+        while self._txn_pending is not None:
+            if self._stop.is_set():
+                raise KafkaException(KafkaError(KafkaError._STATE, "transaction still open"))
+            self._txn_pending = transactions.commit(self._producer, pending=self._txn_pending)
 
     def _poll(self, timeout_s: float = 0) -> None:
         """Serve the server's delivery reports; its fatal error (a fence) is raised here."""
@@ -668,7 +819,6 @@ class Merger:
         """The fence just made raced producers: for :data:`transactions.REFENCE_S` a fence
         found on the server is taken for a racer's late answer (:meth:`_refence`)."""
         self._refence_until = time.time() + transactions.REFENCE_S
-        self._unsent = []
         self._journal = journal
 
     def _refence(self, error: Exception) -> bool:
@@ -685,7 +835,7 @@ class Merger:
         after the new fence, says which (docs/design.md, "A standby merger").
         """
         until = self._refence_until
-        if until is None or self._unsent is None or time.time() > until:
+        if until is None or time.time() > until:
             return False
         if self._refences >= transactions.MAX_REFENCES:
             return False  # not a late answer after all: stay fenced
@@ -711,35 +861,21 @@ class Merger:
         with warnings.catch_warnings():  # "abort_transaction failed during close": fenced
             warnings.simplefilter("ignore", RuntimeWarning)
             old.close()  # serves the last reports too
-        unsent, self._unsent = self._unsent or [], []
         # One producer: the late answer has aborted the server's transaction already (so no
         # 500-ms wait as a rule), and none is left racing to fence it in turn.
         self._producer = self._new_producer()
         self._producer.init_transactions(cfg.connect_timeout_s)
         self._producer.begin_transaction()
-        in_sink: set[str] = set()
-        if unsent:  # which were appended before the fence: the tail, read after it, says
-            for rec in recovery.sink_tail(cfg.bootstrap, cfg.sink, cfg.connect_timeout_s):
-                with contextlib.suppress(BadRecord):
-                    in_sink.add(parse_result(rec.value).rid)
-        again = 0
-        for msg in unsent:
-            with contextlib.suppress(BadRecord):
-                if parse_result(msg.value()).rid in in_sink:
-                    continue
-            self._produced += 1
-            again += 1
-            self._producer.produce(
-                msg.topic(), value=msg.value(), key=msg.key(), headers=msg.headers(),
-                on_delivery=self._on_delivery,
-            )  # fmt: skip
-        # Each was counted failed; what is sent again reports anew.
-        self.delivery_failures -= len(unsent)
+        self._txn_pending = None
+        # Those appended before the fence stay; the others go out again on the new server.
+        unsent, produced = len(self._failed), self._produced
+        self._resend()
+        again = self._produced - produced
         self._to_commit = None  # positions taken before: some of their results go out again
         if self._journal is not None:
             self._journal.write(
                 Event.MERGER_REFENCED, message=f"fenced soon after its own fence: {error}",
-                unsent=len(unsent), again=again, refence_s=round(time.time() - t0, 3),
+                unsent=unsent, again=again, refence_s=round(time.time() - t0, 3),
             )  # fmt: skip
 
 

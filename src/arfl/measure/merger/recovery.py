@@ -196,6 +196,46 @@ def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> list[SinkRecord]:
         c.close()
 
 
+def sink_rids_since(bootstrap: str, sink: str, since_ms: int, timeout_s: float) -> set[str]:
+    """The ids of the results appended to ``sink`` from ``since_ms`` (its records' timestamps)
+    to its current end, read ``read_uncommitted``: which of the writes whose delivery failed
+    are there all the same (:meth:`arfl.measure.merger.process.Merger._resend`).
+
+    Raises:
+        TimeoutError: the sink not read to its end within ``timeout_s``.
+        KafkaException: no answer to a metadata or offset request.
+    """
+    from confluent_kafka import TopicPartition
+
+    c = _tail_consumer(bootstrap)
+    try:
+        meta = c.list_topics(sink, timeout=timeout_s).topics.get(sink)
+        parts = sorted(meta.partitions) if meta is not None and meta.partitions else []
+        ends: dict[int, int] = {}
+        for p in parts:
+            low, high = c.get_watermark_offsets(TopicPartition(sink, p), timeout=timeout_s)
+            if high > low:
+                ends[p] = high
+        if not ends:
+            return set()
+        got = c.offsets_for_times(
+            [TopicPartition(sink, p, since_ms) for p in ends], timeout=timeout_s
+        )
+        assign = [
+            TopicPartition(sink, tp.partition, tp.offset)
+            for tp in got
+            if 0 <= tp.offset < ends[tp.partition]
+        ]
+        rids: set[str] = set()
+        if assign:
+            for rec in _read(c, assign, ends, timeout_s):
+                with contextlib.suppress(BadRecord):
+                    rids.add(parse_result(rec.value).rid)
+        return rids
+    finally:
+        c.close()
+
+
 def _read(c: Any, assign: list[Any], ends: dict[int, int], timeout_s: float) -> list[SinkRecord]:
     from confluent_kafka import KafkaError
 

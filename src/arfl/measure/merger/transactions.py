@@ -107,39 +107,60 @@ def fatal(e: BaseException | None) -> bool:
     return bool(err.fatal()) or err.code() in (KafkaError._FATAL, KafkaError._FENCED)
 
 
-def unwritten(err: Any) -> bool:
-    """Whether a delivery report's error says the record was not appended, or may not have
-    been (purged in flight): what a re-fence produces again. A timeout is not one: its record
-    may be in the sink, older than the tail the re-fence reads."""
+def lost_for_good(err: Any) -> bool:
+    """Whether a delivery report's error is one no later try can help (a record too large,
+    the sink topic gone, no authorization): the record is counted lost, not produced again."""
     from confluent_kafka import KafkaError
 
     return err.code() in (
-        KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.PRODUCER_FENCED, KafkaError._FENCED, KafkaError._FATAL,
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError._BAD_MSG,
+        KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError._INVALID_ARG,
     )  # fmt: skip
 
 
-def commit(producer: SinkProducer, begin: bool = True) -> None:
-    """Commit the open transaction and, with ``begin``, begin the next (a transaction open
-    longer than the broker's timeout would be aborted).
+def commit(producer: SinkProducer, begin: bool = True, pending: str | None = None) -> str | None:
+    """Commit the open transaction (abort it when it failed) and, with ``begin``, begin the
+    next (a transaction open longer than the broker's timeout would be aborted).
+
+    Args:
+        pending: the call a previous one left in progress (``"commit"``, ``"abort"``): it is
+            called again, as librdkafka asks after a timeout.
+
+    Returns:
+        None once the transaction ended (and the next began); the call still in progress when
+        the broker did not answer within :data:`COMMIT_TIMEOUT_S` (no record may be produced
+        until it ends: librdkafka refuses them).
 
     Raises:
         Fenced: a newer merger took over.
     """
     from confluent_kafka import KafkaException
 
-    try:
-        producer.commit_transaction(COMMIT_TIMEOUT_S)
-    except KafkaException as e:
-        err = e.args[0]
-        if fatal(e):
-            raise Fenced(str(err)) from e
-        if err.txn_requires_abort():
-            # Its records stay appended, and a reader of the sink (read_uncommitted) has them:
-            # nothing is forwarded again.
+    if pending != "abort":
+        try:
+            producer.commit_transaction(COMMIT_TIMEOUT_S)
+        except KafkaException as e:
+            err = e.args[0]
+            if fatal(e):
+                raise Fenced(str(err)) from e
+            if not err.txn_requires_abort():
+                return "commit"  # retriable: called again
+            pending = "abort"
+    if pending == "abort":
+        # Its records that were appended stay, and a reader of the sink (read_uncommitted)
+        # has them; those that failed are produced again (Merger._resend).
+        try:
             producer.abort_transaction(COMMIT_TIMEOUT_S)
-        else:  # retriable: the next tick commits it
-            return
+        except KafkaException as e:
+            if fatal(e):
+                raise Fenced(str(e.args[0])) from e
+            if e.args[0].retriable():
+                return "abort"
+            raise
     if begin:
         try:
             producer.begin_transaction()
@@ -147,3 +168,4 @@ def commit(producer: SinkProducer, begin: bool = True) -> None:
             if fatal(e):
                 raise Fenced(str(e.args[0])) from e
             raise
+    return None
