@@ -123,6 +123,14 @@ def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_e
     warm.init_transactions(60)
     serving = start(serving_cfg)
     standby = standby_of(serving)
+    # Results written before the serving merger reads are a backlog it owes the standby for
+    # longer than the lease: it would take over before the kill.
+    wait_until(
+        lambda: (run_dir / "journal.jsonl").exists()
+        and any(e["event"] == "merger_started" for e in read_jsonl(run_dir / "journal.jsonl")),
+        timeout_s=60, what="the serving merger reading",
+    )  # fmt: skip
+    time.sleep(1)
     replicas = Replicas(stack.kafka, sink)
     replicas.start()
     try:

@@ -410,12 +410,18 @@ class FakeProducer:
     None: every time); ``unflushed`` records are still queued after the last flush."""
 
     def __init__(
-        self, fail: set[bytes] | None = None, unflushed: int = 0, fail_times: int | None = None
+        self,
+        fail: set[bytes] | None = None,
+        unflushed: int = 0,
+        fail_times: int | None = None,
+        fail_code: str = "_MSG_TIMED_OUT",
     ) -> None:
         self.records: list[tuple[str, bytes | None, bytes | None]] = []
         self.headers: list[list[tuple[str, bytes]] | None] = []
         self.fail = fail or set()
         self.fail_times = fail_times
+        self.fail_code = fail_code
+        self.failed_created_ms: list[int] = []
         self.unflushed = unflushed
 
     def produce(
@@ -434,8 +440,11 @@ class FakeProducer:
         if failed and self.fail_times is not None:
             failed = sum(k == key for _, k, _ in self.records) <= self.fail_times
         if on_delivery:
-            msg = FakeMessage(topic, key, value, appended_ms=int(time.time() * 1000))
-            on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT) if failed else None, msg)
+            created = int(time.time() * 1000)
+            msg = FakeMessage(topic, key, value, appended_ms=created)
+            if failed:
+                self.failed_created_ms.append(created)
+            on_delivery(KafkaError(getattr(KafkaError, self.fail_code)) if failed else None, msg)
 
     def poll(self, timeout: float = 0) -> int:
         return 0
@@ -814,18 +823,19 @@ def _one_timed_out(
 def test_a_sink_write_that_timed_out_is_written_again_once(tmp_path: Path) -> None:
     # A timed-out delivery used to count as acknowledged: the result was missing from the
     # sink and the positions past it were committed, so no restart would forward it either.
-    asked: list[float] = []
+    asked: list[tuple[int, set[int] | None]] = []
 
-    def in_sink(bootstrap: str, sink: str, since_ms: int, timeout_s: float) -> set[str]:
-        asked.append(since_ms)
+    def in_sink(*a: Any) -> set[str]:
+        asked.append((a[2], a[4]))
         return {"0:0", "0:2"}  # the timed-out record was not appended
 
     final, producer, consumer = _one_timed_out(tmp_path, in_sink)
     assert [k for _, k, _ in producer.records] == [b"0:0", b"0:1", b"0:2", b"0:1"]
     assert final["delivery_failures"] == 0 and final["complete_output"] is True, final
     assert final["results"] == 3
-    # The sink was read from before the failed record was produced.
-    assert asked and asked[0] <= int(time.time() * 1000) - 2000
+    # The sink was read, in the failed record's partition, from a second before it was made.
+    (created,) = producer.failed_created_ms
+    assert asked == [(created - process.RESEND_MARGIN_MS, {0})]
     assert consumer.commits  # once it was written
 
 
@@ -851,8 +861,11 @@ def test_no_position_is_committed_past_a_write_not_known_to_be_in_the_sink(
     assert consumer.commits == []
 
 
-def test_a_write_that_keeps_failing_is_tried_a_few_times_then_counted_lost(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("code", "lost"), [("_MSG_TIMED_OUT", False), ("MSG_SIZE_TOO_LARGE", True)]
+)
+def test_a_write_that_keeps_failing_is_tried_again_unless_no_try_can_help(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str, lost: bool
 ) -> None:
     from arfl.measure.merger import recovery
 
@@ -860,14 +873,17 @@ def test_a_write_that_keeps_failing_is_tried_a_few_times_then_counted_lost(
     t0 = replica_topic("s", 0)
     batch = [FakeMessage(t0, k, rec(k.decode(), 1)) for k in (b"a", b"b")]
     cfg = MergerConfig(
-        bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, until=time.time() + 4.5
+        bootstrap="x:1", sink="s", replicas=1, run_dir=tmp_path, until=time.time() + 2.5
     )
     consumer = FakeConsumer([batch])
-    producer = FakeProducer(fail={b"b"})
+    producer = FakeProducer(fail={b"b"}, fail_code=code)
     final = Merger(cfg, consumer=consumer, producer=producer).run()
-    assert [k for _, k, _ in producer.records].count(b"b") == 1 + process.MAX_RESENDS
+    tries = [k for _, k, _ in producer.records].count(b"b")
     assert final["delivery_failures"] == 1 and final["complete_output"] is False
-    assert consumer.commits  # lost for good: no merger will write it, reading goes on
+    if lost:  # no merger will write it: counted lost at once, reading goes on
+        assert tries == 1 and consumer.commits
+    else:  # at every tick and at the end, and nothing is committed past it
+        assert tries > 1 + process.FINAL_RESENDS and not consumer.commits
 
 
 def test_no_lost_writes_means_complete_output_and_zero_failures(tmp_path: Path) -> None:

@@ -854,3 +854,25 @@ def test_a_record_forwarded_while_a_commit_is_in_progress_waits_for_its_end(
     m._produce(SINK, None, rec("0:1", 1), 1)
     assert m._txn_pending is None
     assert producer.calls[-3:] == ["abort_transaction", "begin_transaction", "produce"]
+
+
+def test_a_record_refused_after_one_of_its_transaction_failed_ends_that_transaction_first(
+    tmp_path: Path,
+) -> None:
+    # A record of the open transaction failed between ticks: librdkafka refuses the next
+    # one (_STATE) although no commit is in progress; the merger used to end in a traceback.
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+        connect_timeout_s=1.0,
+    )  # fmt: skip
+    producer = _Unanswered(["abort"])
+    producer.in_progress = True  # abortable: no record taken
+    m = Merger(cfg, consumer=Consumer([]), producer=producer)  # type: ignore[arg-type]
+    m._produce(SINK, None, rec("0:1", 1), 1)
+    assert m._txn_pending is None
+    assert producer.calls == [
+        "commit_transaction",
+        "abort_transaction",
+        "begin_transaction",
+        "produce",
+    ]

@@ -68,7 +68,7 @@ class Event(StrEnum):
     MERGER_REFENCED = "merger-refenced"
     """Fields: again, message, refence_s, unsent. Written by measure/merger/process.py."""
     MERGER_RESENT = "merger-resent"
-    """Fields: again, failed, in_sink, lost. Written by measure/merger/process.py."""
+    """Fields: again, failed, in_sink. Written by measure/merger/process.py."""
     MERGER_TOOK_OVER = "merger-took-over"
     """Fields: detected, fenced_s, fresh, fresh_s, init_s, owed, pid, results, took_s, why.
     Written by measure/merger/process.py."""

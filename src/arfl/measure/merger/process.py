@@ -59,10 +59,11 @@ OWNER_CHECK_S = 1.0
 """How often the merger checks that its owner (the deploy process) still runs."""
 STATS_STALE_S = 2.5
 """An injector stats file silent this long (and without a summary) means input stopped."""
-MAX_RESENDS = 3
-"""How often a record whose write failed is produced again before it counts as lost."""
 RESEND_READ_S = 5.0
-"""How long reading the sink for failed writes may take at a tick; past it, the next tick."""
+"""How long reading the sink for failed writes may take at a tick; past it, the next tick
+tries again for that much longer."""
+RESEND_READ_MAX_S = 60.0
+"""The longest such read."""
 RESEND_MARGIN_MS = 1000
 """The sink is read from this long before the earliest failed record was created."""
 RESEND_LOOKBACK_MS = 600_000
@@ -103,15 +104,15 @@ class Merger:
         self._unassigned: list[str] = config.topics()
         self.core: MergeCore | None = None
         self._lost = 0
-        """Records whose write failed for good (:func:`transactions.lost_for_good`, or after
-        :data:`MAX_RESENDS` tries)."""
+        """Records whose write failed for good (:func:`transactions.lost_for_good`), or not
+        produced because the merger had to stop while the sink was away."""
         self._failed: list[Any] = []
         """Records whose write failed and that are not known to be in the sink yet
         (:meth:`_resend`): no position is committed while there are any."""
         self._resending = 0
         """Records produced again and not acknowledged yet."""
-        self._tries: dict[bytes, int] = {}
-        """A failed record's value -> how often it was produced again."""
+        self._unread = 0
+        """Ticks in a row whose read of the sink for failed writes did not finish."""
         self.consumer_errors = 0
         self.stop_reason: str | None = None
         self._first_delivery_error: str | None = None
@@ -153,8 +154,6 @@ class Merger:
 
     def _on_resent(self, err: Any, msg: Any) -> None:
         self._resending -= 1
-        if err is None:
-            self._tries.pop(msg.value(), None)
         self._on_delivery(err, msg)
 
     def _resend(self) -> None:
@@ -162,65 +161,65 @@ class Merger:
 
         A failed write may have been appended all the same (a timeout in flight, a record of a
         transaction aborted after it was appended): the sink, read ``read_uncommitted`` from
-        the earliest failed record's creation, says which. Run where no earlier request of the
-        same producer epoch can still be appended: after an aborted transaction or a new fence
-        (each bumps the epoch), or on the idempotent producer, which times nothing out
-        (:func:`kafka.sink_producer_config`). A sink that cannot be read keeps them for the
-        next tick (docs/design.md, "A write that failed").
+        the earliest failed record's creation, says which. Run where no earlier request for
+        those records can still be appended: after the transaction's abort (which waits for
+        its requests in flight) or a new fence, or on the idempotent producer, which times
+        nothing out (:func:`kafka.sink_producer_config`). A sink that cannot be read keeps
+        them for the next tick, which reads longer (docs/design.md, "A write that failed").
         """
         from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaException
 
         if not self._failed:
             return
-        cfg, failed = self.config, self._failed
-        self._failed = []
+        cfg = self.config
         now_ms = int(time.time() * 1000)
         created = [
             ts if kind != TIMESTAMP_NOT_AVAILABLE else now_ms - RESEND_LOOKBACK_MS
-            for kind, ts in (m.timestamp() for m in failed)
+            for kind, ts in (m.timestamp() for m in self._failed)
         ]
+        partitions = {m.partition() for m in self._failed}
         try:
             in_sink = recovery.sink_rids_since(
                 cfg.bootstrap, cfg.sink, min(created) - RESEND_MARGIN_MS,
-                min(cfg.connect_timeout_s, RESEND_READ_S),
+                min(RESEND_READ_S * (1 + self._unread), RESEND_READ_MAX_S),
+                None if -1 in partitions else partitions,
             )  # fmt: skip
         except (KafkaException, TimeoutError, DeployError):
-            self._failed = failed + self._failed
+            self._unread += 1
             return
-        found = again = lost = 0
+        self._unread = 0
+        # No delivery report is served while this runs: nothing joins the list meanwhile.
+        failed, self._failed = self._failed, []
+        found = again = 0
         try:
             for i, msg in enumerate(failed):
-                value = msg.value()
                 with contextlib.suppress(BadRecord):
-                    if parse_result(value).rid in in_sink:
-                        self._tries.pop(value, None)
+                    if parse_result(msg.value()).rid in in_sink:
                         found += 1
                         continue
-                tries = self._tries.get(value, 0)
-                if tries >= MAX_RESENDS:
-                    self._tries.pop(value, None)
-                    self._lost += 1
-                    lost += 1
-                    continue
-                self._tries[value] = tries + 1
                 try:
                     self._produce_again(msg)
-                except (KafkaException, SystemError) as e:
-                    self._tries[value] = tries
+                except BufferError:  # the merger must stop: they count as failed
+                    self._failed = failed[i:] + self._failed
+                    return
+                except BaseException as e:
                     self._failed = failed[i:] + self._failed
                     # A re-fence produces them again on the new server.
-                    if not transactions.fatal(e) or not self._refence(e):
+                    if not isinstance(e, Exception) or not transactions.fatal(e):
+                        raise
+                    if not self._refence(e):
                         raise
                     return
                 again += 1
         finally:
             if self._journal is not None:
                 self._journal.write(
-                    Event.MERGER_RESENT, failed=len(failed), in_sink=found, again=again,
-                    lost=lost,
-                )  # fmt: skip
+                    Event.MERGER_RESENT, failed=len(failed), in_sink=found, again=again
+                )
 
-    def _produce_again(self, msg: Any) -> None:
+    def _produce_again(self, msg: Any) -> bool:
+        """Produce a failed record again; False when the queue is full and the merger must
+        stop (:meth:`_must_stop`)."""
         self._produced += 1
         self._resending += 1
         try:
@@ -230,8 +229,10 @@ class Merger:
                         msg.topic(), value=msg.value(), key=msg.key(), headers=msg.headers(),
                         on_delivery=self._on_resent,
                     )  # fmt: skip
-                    return
+                    return True
                 except BufferError:
+                    if self._must_stop():
+                        raise
                     self._producer.poll(0.005)
         except BaseException:
             self._produced -= 1
@@ -563,6 +564,8 @@ class Merger:
         """The last interval, the flush, the last commit, ``merger.json`` (none when the
         flush finds the merger fenced for good, nor the last interval: what it forwarded then
         counts for the one that took over, as in :meth:`run`'s fenced stop)."""
+        from confluent_kafka import KafkaException
+
         cfg, consumer = self.config, self._consumer
         sink = cfg.sink
         end = time.time()
@@ -605,6 +608,10 @@ class Merger:
             with contextlib.suppress(Fenced):
                 self._commit()
                 self._commit(last=True)
+        elif remaining == 0 and cfg.transactional_id is not None:
+            # No position past what failed; what the last rounds wrote is committed.
+            with contextlib.suppress(Fenced, KafkaException):
+                transactions.commit(self._producer, begin=False, pending=self._txn_pending)
         consumer.close()
         final = core.final(end)
         final["delivery_failures"] = self.delivery_failures + remaining
@@ -771,29 +778,64 @@ class Merger:
                     topic, value=value, key=key, headers=headers, on_delivery=self._on_delivery
                 )
                 return
-            except BufferError:
+            except BufferError:  # the sink away long enough to fill the queue
+                if self._must_stop():
+                    self._produced -= 1
+                    self._lost += 1
+                    return
                 self._poll(0.005)
             except (KafkaException, SystemError) as e:  # after a re-fence: produce it again
-                if self._txn_pending is not None and not transactions.fatal(e):
-                    self._end_transaction()  # librdkafka takes no record before
+                if self._refused_in_transaction(e):
+                    # librdkafka takes no record while a transaction call is in progress or
+                    # after a record of it failed: end it first.
+                    if not self._end_transaction():
+                        self._produced -= 1
+                        self._lost += 1
+                        return
                     continue
                 if not transactions.fatal(e) or not self._refence(e):
                     raise
 
-    def _end_transaction(self) -> None:
-        """End the transaction a tick's commit left in progress (the broker away), waiting
-        for the broker as long as it takes or until the merger is asked to stop.
+    def _refused_in_transaction(self, e: BaseException) -> bool:
+        from confluent_kafka import KafkaError, KafkaException
+
+        return (
+            self.config.transactional_id is not None
+            and isinstance(e, KafkaException)
+            and isinstance(e.args[0], KafkaError)
+            and e.args[0].code() == KafkaError._STATE
+        )
+
+    def _must_stop(self) -> bool:
+        """Asked to stop, past ``until`` or orphaned: what a wait for the sink gives up for."""
+        until = self.config.until
+        return (
+            self._stop.is_set()
+            or (until is not None and time.time() >= until)
+            or self._owner_gone()
+        )
+
+    def _end_transaction(self) -> bool:
+        """End the open transaction (the one a tick's commit left in progress with the broker
+        away, or one a failed record made abortable) and begin the next, waiting for the
+        broker as long as it takes; False when the merger must stop first (:meth:`_must_stop`).
 
         Raises:
             Fenced: a newer merger took over.
-            KafkaException: asked to stop with the transaction still in progress.
         """
-        from confluent_kafka import KafkaError, KafkaException
-
-        while self._txn_pending is not None:
-            if self._stop.is_set():
-                raise KafkaException(KafkaError(KafkaError._STATE, "transaction still open"))
-            self._txn_pending = transactions.commit(self._producer, pending=self._txn_pending)
+        pending: str | None = self._txn_pending or "commit"
+        while pending is not None:
+            if self._must_stop():
+                self._txn_pending = pending
+                return False
+            try:
+                pending = transactions.commit(self._producer, pending=pending)
+            except Fenced as e:
+                if not self._refence(e):
+                    raise
+                pending = None  # the new server began its own
+        self._txn_pending = None
+        return True
 
     def _poll(self, timeout_s: float = 0) -> None:
         """Serve the server's delivery reports; its fatal error (a fence) is raised here."""
@@ -831,8 +873,8 @@ class Merger:
         merger before it fences), so a fence within :data:`transactions.REFENCE_S` of this
         merger's own is that late answer. The new fence aborts the server's open transaction;
         its records that were appended stay in the log (the sink is read
-        ``read_uncommitted``), those that were not are produced again: the sink's tail, read
-        after the new fence, says which (docs/design.md, "A standby merger").
+        ``read_uncommitted``), those that were not are produced again: the sink, read after
+        the new fence, says which (:meth:`_resend`; docs/design.md, "A standby merger").
         """
         until = self._refence_until
         if until is None or time.time() > until:

@@ -196,23 +196,30 @@ def sink_tail(bootstrap: str, sink: str, timeout_s: float) -> list[SinkRecord]:
         c.close()
 
 
-def sink_rids_since(bootstrap: str, sink: str, since_ms: int, timeout_s: float) -> set[str]:
-    """The ids of the results appended to ``sink`` from ``since_ms`` (its records' timestamps)
-    to its current end, read ``read_uncommitted``: which of the writes whose delivery failed
-    are there all the same (:meth:`arfl.measure.merger.process.Merger._resend`).
+def sink_rids_since(
+    bootstrap: str,
+    sink: str,
+    since_ms: int,
+    timeout_s: float,
+    partitions: set[int] | None = None,
+) -> set[str]:
+    """The ids of the results appended to ``sink`` (its ``partitions``; None: all) from
+    ``since_ms`` (its records' timestamps) to its current end, read ``read_uncommitted``:
+    which of the writes whose delivery failed are there all the same
+    (:meth:`arfl.measure.merger.process.Merger._resend`).
 
     Raises:
         TimeoutError: the sink not read to its end within ``timeout_s``.
-        KafkaException: no answer to a metadata or offset request.
+        KafkaException: no answer to a metadata or offset request, or an error in it.
     """
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     c = _tail_consumer(bootstrap)
     try:
         meta = c.list_topics(sink, timeout=timeout_s).topics.get(sink)
         parts = sorted(meta.partitions) if meta is not None and meta.partitions else []
         ends: dict[int, int] = {}
-        for p in parts:
+        for p in parts if partitions is None else [p for p in parts if p in partitions]:
             low, high = c.get_watermark_offsets(TopicPartition(sink, p), timeout=timeout_s)
             if high > low:
                 ends[p] = high
@@ -221,6 +228,9 @@ def sink_rids_since(bootstrap: str, sink: str, since_ms: int, timeout_s: float) 
         got = c.offsets_for_times(
             [TopicPartition(sink, p, since_ms) for p in ends], timeout=timeout_s
         )
+        for tp in got:
+            if tp.error is not None:  # read as absent, its records would go out twice
+                raise KafkaException(tp.error)
         assign = [
             TopicPartition(sink, tp.partition, tp.offset)
             for tp in got

@@ -148,7 +148,9 @@ def commit(producer: SinkProducer, begin: bool = True, pending: str | None = Non
             if fatal(e):
                 raise Fenced(str(err)) from e
             if not err.txn_requires_abort():
-                return "commit"  # retriable: called again
+                if err.retriable():
+                    return "commit"  # called again
+                raise
             pending = "abort"
     if pending == "abort":
         # Its records that were appended stay, and a reader of the sink (read_uncommitted)
