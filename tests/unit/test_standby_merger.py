@@ -838,17 +838,21 @@ def test_a_transaction_the_broker_does_not_end_in_time_is_ended_by_the_next_call
     ]  # fmt: skip
 
 
+def _transactional(tmp_path: Path, producer: _Unanswered) -> Merger:
+    cfg = MergerConfig(
+        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
+        connect_timeout_s=1.0,
+    )  # fmt: skip
+    return Merger(cfg, consumer=Consumer([]), producer=producer)  # type: ignore[arg-type]
+
+
 def test_a_record_forwarded_while_a_commit_is_in_progress_waits_for_its_end(
     tmp_path: Path,
 ) -> None:
     # librdkafka refuses a record while a timed-out commit is in progress (_STATE): the
     # merger used to end there with a traceback.
-    cfg = MergerConfig(
-        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
-        connect_timeout_s=1.0,
-    )  # fmt: skip
     producer = _Unanswered(["timeout", "abort"])
-    m = Merger(cfg, consumer=Consumer([]), producer=producer)  # type: ignore[arg-type]
+    m = _transactional(tmp_path, producer)
     m._commit()  # the tick's commit times out
     assert m._txn_pending == "commit" and producer.in_progress
     m._produce(SINK, None, rec("0:1", 1), 1)
@@ -861,13 +865,9 @@ def test_a_record_refused_after_one_of_its_transaction_failed_ends_that_transact
 ) -> None:
     # A record of the open transaction failed between ticks: librdkafka refuses the next
     # one (_STATE) although no commit is in progress; the merger used to end in a traceback.
-    cfg = MergerConfig(
-        bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
-        connect_timeout_s=1.0,
-    )  # fmt: skip
     producer = _Unanswered(["abort"])
     producer.in_progress = True  # abortable: no record taken
-    m = Merger(cfg, consumer=Consumer([]), producer=producer)  # type: ignore[arg-type]
+    m = _transactional(tmp_path, producer)
     m._produce(SINK, None, rec("0:1", 1), 1)
     assert m._txn_pending is None
     assert producer.calls == [
