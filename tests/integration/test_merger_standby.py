@@ -33,23 +33,29 @@ pytestmark = pytest.mark.integration
 
 RATE = 200
 """Results a second, each written by both fake replicas."""
+BACKLOG = 30_000
+"""Results waiting for the merger when it starts: it forwards them for seconds on any host."""
 
 
 class Replicas(threading.Thread):
-    """Two fake replicas writing ``rate`` results a second, ``0:0, 1:0, 0:1, ...``."""
+    """Two fake replicas writing ``head`` results at once, then ``rate`` results a second,
+    ``0:0, 1:0, 0:1, ...``."""
 
-    def __init__(self, bootstrap: str, sink: str, rate: int = RATE) -> None:
+    def __init__(self, bootstrap: str, sink: str, rate: int = RATE, head: int = 0) -> None:
         super().__init__(daemon=True)
-        self.prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+        self.prod = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 1, "queue.buffering.max.messages": 10**6}
+        )
         self.sink = sink
         self.rate = rate
+        self.head = head
         self.sent = 0
         self.halt = threading.Event()
 
     def run(self) -> None:
         t0 = time.time()
         while not self.halt.is_set():
-            due = int((time.time() - t0) * self.rate)
+            due = self.head + int((time.time() - t0) * self.rate)
             for i in range(self.sent, due):
                 now_ms = int(time.time() * 1000)
                 rid = f"{i % 2}:{i // 2}"
@@ -292,8 +298,8 @@ def test_writes_that_failed_while_the_broker_was_stopped_are_written_again_once(
     procs: list[subprocess.Popen[bytes]],
 ) -> None:
     # The broker stops answering for longer than a transaction may stay open while the
-    # merger forwards 3,000 results a second: its records queued or in flight then time out
-    # and the transaction is aborted. Those writes used to count as acknowledged: missing
+    # merger forwards a backlog: its records queued or in flight then time out and the
+    # transaction is aborted. Those writes used to count as acknowledged: missing
     # from the sink, and the positions past them committed, so that no restarted merger
     # would forward them either.
     sink = merger_topics(stack, topic_name)
@@ -306,17 +312,25 @@ def test_writes_that_failed_while_the_broker_was_stopped_are_written_again_once(
     )  # fmt: skip
     (kafka,) = [s for s in status(stack_harness.state) if s.name == "kafka"]
     assert kafka.pid is not None
+    # A backlog the merger has fetched but not yet forwarded when the broker stops: its
+    # writes queue in the producer then, and time out whatever the host's speed.
+    replicas = Replicas(stack.kafka, sink, rate=500, head=BACKLOG)
+    replicas.start()
+    wait_until(lambda: replicas.sent >= BACKLOG, timeout_s=60, what="the backlog written")
     serving = _spawn(cfg, tmp_path / "merger.log")
     procs.append(serving)
-    replicas = Replicas(stack.kafka, sink, rate=3000)
-    replicas.start()
     try:
-        wait_until(lambda: _results(run_dir) > 3000, timeout_s=60, what="results flowing")
+        wait_until(lambda: _results(run_dir) > 0, timeout_s=60, interval_s=0.02, what="forwarding")
+        # Half-way between two ticks, each of which commits (a commit waits for every record):
+        # the broker stops while the merger's records are on their way, not once they are in.
+        time.sleep((0.5 - time.time()) % 1.0)
         os.kill(kafka.pid, signal.SIGSTOP)
         try:
+            at_stop = _results(run_dir)
             time.sleep(4.0)  # twice the transaction timeout
         finally:
             os.kill(kafka.pid, signal.SIGCONT)
+        assert at_stop < BACKLOG, "the merger forwarded the backlog before the broker stopped"
         time.sleep(2.0)
     finally:
         replicas.halt.set()

@@ -794,7 +794,8 @@ def test_a_merger_fenced_by_a_late_racer_at_its_last_flush_fences_again_and_fini
 class _Unanswered(_Delivering):
     """A transactional producer whose commit and abort calls answer in turn as ``script``
     says: ``timeout`` (the broker away: the call stays in progress, as librdkafka's do),
-    ``abort`` (a record failed: the transaction needs an abort), then success. While a call
+    ``abort`` (a record failed: the transaction needs an abort), ``fatal`` (the broker
+    aborted the transaction itself: ``INVALID_TXN_STATE``), then success. While a call
     is in progress it takes no record."""
 
     def __init__(self, script: list[str]) -> None:
@@ -812,6 +813,8 @@ class _Unanswered(_Delivering):
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
         if answer == "abort":
             raise KafkaException(KafkaError(KafkaError._INCONSISTENT, txn_requires_abort=True))
+        if answer == "fatal":
+            raise KafkaException(KafkaError(KafkaError.INVALID_TXN_STATE, "end", fatal=True))
 
     def commit_transaction(self, timeout: float = -1) -> None:
         self._call("commit_transaction")
@@ -838,12 +841,12 @@ def test_a_transaction_the_broker_does_not_end_in_time_is_ended_by_the_next_call
     ]  # fmt: skip
 
 
-def _transactional(tmp_path: Path, producer: _Unanswered) -> Merger:
+def _transactional(tmp_path: Path, producer: _Unanswered, **kw: Any) -> Merger:
     cfg = MergerConfig(
         bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
-        connect_timeout_s=1.0,
+        connect_timeout_s=1.0, **kw,
     )  # fmt: skip
-    return Merger(cfg, consumer=Consumer([]), producer=producer)  # type: ignore[arg-type]
+    return Merger(cfg, consumer=Positions([]), producer=producer)  # type: ignore[arg-type]
 
 
 def test_a_record_forwarded_while_a_commit_is_in_progress_waits_for_its_end(
@@ -876,3 +879,29 @@ def test_a_record_refused_after_one_of_its_transaction_failed_ends_that_transact
         "begin_transaction",
         "produce",
     ]
+
+
+def test_a_transaction_the_broker_aborted_past_its_timeout_is_fenced_again_not_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A broker away longer than the transaction timeout aborts the open transaction itself
+    # and bumps the epoch: librdkafka's next commit ends in a fatal error though no merger
+    # took over. The merger stopped there as fenced, and nothing forwarded its results.
+    made: list[_Delivering] = []
+
+    def new_producer(self: Merger) -> _Delivering:
+        made.append(_Delivering())
+        return made[-1]
+
+    monkeypatch.setattr(Merger, "_new_producer", new_producer)
+    m = _transactional(tmp_path, _Unanswered(["fatal", "fatal"]), transaction_timeout_ms=5000)
+    m._journal = Journal(tmp_path / "journal.jsonl")
+    with pytest.raises(transactions.Fenced):
+        m._commit()  # open for less than the timeout: only a newer merger's fence can do that
+    assert not made
+    m._txn_began -= 5.0
+    m._commit()
+    assert [p.calls[:2] for p in made] == [["init_transactions", "begin_transaction"]]
+    (refenced,) = read_jsonl(tmp_path / "journal.jsonl")
+    assert refenced["event"] == "merger-refenced"
+    assert refenced["message"].startswith("its transaction outlived the broker's timeout")

@@ -33,6 +33,7 @@ from arfl.measure.merger.core import (
     Outcome,
 )
 from arfl.measure.merger.kafka import (
+    TRANSACTION_TIMEOUT_MS,
     Consumer,
     SinkProducer,
     append_time_s,
@@ -130,6 +131,10 @@ class Merger:
         self._refences = 0
         self._txn_pending: str | None = None
         """The transaction call the broker did not answer in time (:func:`transactions.commit`)."""
+        self._txn_timeout_s = (config.transaction_timeout_ms or TRANSACTION_TIMEOUT_MS) / 1000
+        self._txn_began = time.monotonic()
+        """When the open transaction began: one open past the broker's timeout may have been
+        aborted by the broker (:meth:`_refence`)."""
         self._journal: Journal | None = None
 
     def stop(self) -> None:
@@ -675,6 +680,7 @@ class Merger:
                 self._refence_until = None
             if self._txn_pending is not None:
                 return  # the broker did not answer: nothing is produced or committed yet
+            self._txn_began = time.monotonic()
         self._resend()
         if self._failed or self._resending:
             return  # a restarted merger must read those again: no position past them
@@ -835,6 +841,7 @@ class Merger:
                     raise
                 pending = None  # the new server began its own
         self._txn_pending = None
+        self._txn_began = time.monotonic()
         return True
 
     def _poll(self, timeout_s: float = 0) -> None:
@@ -853,6 +860,7 @@ class Merger:
 
         try:
             self._producer.begin_transaction()
+            self._txn_began = time.monotonic()
         except (KafkaException, SystemError) as e:
             if not transactions.fatal(e) or not self._refence(e):
                 raise
@@ -864,8 +872,9 @@ class Merger:
         self._journal = journal
 
     def _refence(self, error: Exception) -> bool:
-        """Fence again when the server was fenced soon after the fence that chose it; returns
-        False (stay fenced) otherwise.
+        """Fence again when the server was fenced soon after the fence that chose it, or when
+        its transaction was open past the broker's timeout; returns False (stay fenced)
+        otherwise.
 
         A producer the fence raced and closed may have had its second ``init_transactions``
         on the way: a slow broker can answer it after the server was chosen, and its epoch
@@ -875,20 +884,32 @@ class Merger:
         its records that were appended stay in the log (the sink is read
         ``read_uncommitted``), those that were not are produced again: the sink, read after
         the new fence, says which (:meth:`_resend`; docs/design.md, "A standby merger").
+
+        A broker that did not answer for longer than the transaction timeout aborts the open
+        transaction itself and bumps the epoch: librdkafka then ends in a fatal error
+        (``INVALID_TXN_STATE`` or a fence) though no merger took over. Only a transaction open
+        that long can have been aborted so (the broker counts from its first partition, which
+        comes after the begin counted here).
         """
+        expired = time.monotonic() - self._txn_began >= self._txn_timeout_s
         until = self._refence_until
-        if until is None or time.time() > until:
+        late = until is not None and time.time() <= until
+        if late and not expired:
+            if self._refences >= transactions.MAX_REFENCES:
+                return False  # not a late answer after all: stay fenced
+            self._refences += 1
+        elif not expired:
             return False
-        if self._refences >= transactions.MAX_REFENCES:
-            return False  # not a late answer after all: stay fenced
-        self._refences += 1
+        why = "its transaction outlived the broker's timeout" if expired else (
+            "fenced soon after its own fence"
+        )  # fmt: skip
         try:
-            self._fence_again(error)
+            self._fence_again(error, why)
         except Exception as e:  # stop as fenced: no position is committed past what failed
             raise Fenced(f"fenced, and fencing again failed: {e}") from e
         return True
 
-    def _fence_again(self, error: Exception) -> None:
+    def _fence_again(self, error: Exception, why: str) -> None:
         """:meth:`_refence`'s work, once it decided to fence again."""
         from confluent_kafka import KafkaException
 
@@ -908,6 +929,7 @@ class Merger:
         self._producer = self._new_producer()
         self._producer.init_transactions(cfg.connect_timeout_s)
         self._producer.begin_transaction()
+        self._txn_began = time.monotonic()
         self._txn_pending = None
         # Those appended before the fence stay; the others go out again on the new server.
         unsent, produced = len(self._failed), self._produced
@@ -916,7 +938,7 @@ class Merger:
         self._to_commit = None  # positions taken before: some of their results go out again
         if self._journal is not None:
             self._journal.write(
-                Event.MERGER_REFENCED, message=f"fenced soon after its own fence: {error}",
+                Event.MERGER_REFENCED, message=f"{why}: {error}",
                 unsent=unsent, again=again, refence_s=round(time.time() - t0, 3),
             )  # fmt: skip
 
