@@ -25,7 +25,7 @@ from arfl.targets.local import LocalTarget
 
 pytestmark = pytest.mark.needs_root(reason="cgroups need root")
 
-SHARE = 0.5
+SHARE = 0.9
 """Cores per replica."""
 USE_TOLERANCE = 0.05
 """How far above its share a replica's measured use may be (the wall time starts when its
@@ -132,7 +132,7 @@ def test_each_replica_runs_in_its_own_cpu_share_and_nothing_is_left(
         mode="active",
         replicas=2,
         duration="10s",
-        # Filter only: no window's state to start, so a half-core replica's first batch comes
+        # Filter only: no window's state to start, so a replica on its share gets its first batch
         # sooner.
         steps=[{"filter": "amount > 10"}],
         placement={"cpus_per_replica": SHARE},
