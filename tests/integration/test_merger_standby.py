@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -87,6 +88,15 @@ def _assert_every_result_once(stack: StackInfo, sink: str, expected: int) -> Non
     assert set(got) == want, f"missing {len(want - set(got))}"
 
 
+def _config(stack: StackInfo, sink: str, run_dir: Path, **kw: Any) -> MergerConfig:
+    """A serving merger's config: two replicas, a transactional id of the sink's own."""
+    tid = f"arfl-merger-{sink}"
+    return MergerConfig(
+        bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir,
+        input_start=time.time(), group_id=tid, transactional_id=tid, **kw,
+    )  # fmt: skip
+
+
 def _took_over(run_dir: Path, n: int) -> list[dict[str, object]]:
     def got() -> list[dict[str, object]] | None:
         events = [
@@ -102,11 +112,7 @@ def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_e
 ) -> None:
     sink = merger_topics(stack, topic_name)
     run_dir = tmp_path / "run"
-    serving_cfg = MergerConfig(
-        bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir,
-        input_start=time.time(), group_id=f"arfl-merger-{topic_name}",
-        transactional_id=f"arfl-merger-{topic_name}", lease_s=0.5,
-    )  # fmt: skip
+    serving_cfg = _config(stack, sink, run_dir, lease_s=0.5)
     logs = iter(range(100))
 
     def start(cfg: MergerConfig) -> subprocess.Popen[bytes]:
@@ -127,6 +133,7 @@ def test_a_standby_merger_takes_over_a_killed_and_a_paused_one_and_the_sink_is_e
     # over before the kill (when this test ran first in a session).
     warm = Producer({"bootstrap.servers": stack.kafka, "transactional.id": f"warm-{topic_name}"})
     warm.init_transactions(60)
+    warm.close()
     serving = start(serving_cfg)
     standby = standby_of(serving)
     # Results written before the serving merger reads are a backlog it owes the standby for
@@ -239,11 +246,8 @@ def test_a_merger_fenced_by_a_late_racer_fences_again_and_the_sink_stays_exact(
     # a producer of the transactional id, answered a few seconds after a restarted merger's fence.
     sink = merger_topics(stack, topic_name)
     run_dir = tmp_path / "run"
-    tid = f"arfl-merger-{topic_name}"
-    cfg = MergerConfig(
-        bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir,
-        input_start=time.time(), group_id=tid, transactional_id=tid,
-    )  # fmt: skip
+    cfg = _config(stack, sink, run_dir)
+    tid = cfg.transactional_id
     serving = _spawn(cfg, tmp_path / "merger-0.log")
     procs.append(serving)
     replicas = Replicas(stack.kafka, sink)
@@ -304,12 +308,7 @@ def test_writes_that_failed_while_the_broker_was_stopped_are_written_again_once(
     # would forward them either.
     sink = merger_topics(stack, topic_name)
     run_dir = tmp_path / "run"
-    tid = f"arfl-merger-{topic_name}"
-    cfg = MergerConfig(
-        bootstrap=stack.kafka, sink=sink, replicas=2, run_dir=run_dir,
-        input_start=time.time(), group_id=tid, transactional_id=tid,
-        transaction_timeout_ms=2000,
-    )  # fmt: skip
+    cfg = _config(stack, sink, run_dir, transaction_timeout_ms=2000)
     (kafka,) = [s for s in status(stack_harness.state) if s.name == "kafka"]
     assert kafka.pid is not None
     # A backlog the merger has fetched but not yet forwarded when the broker stops: its
