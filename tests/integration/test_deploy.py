@@ -31,16 +31,20 @@ def test_deploy_none_windowed_matches_offline_and_a_pause_stalls_it(
     stack: StackInfo, tmp_path: Path
 ) -> None:
     # A 10-s pause: this pipeline's steady p99 and longest gap are seconds (one replica on
-    # one task slot, micro-batches; 8.3 s and 6.2 s in one run), which a 5-s pause hid in.
+    # one task slot, micro-batches; 8.3 s and 6.2 s in one run), which a 5-s pause hid in. At
+    # 20 s: a cold host's first batches took 9.5 s each (the first window closed at ~16 s), and
+    # a pause at 14 s left the steady state no result to judge the verdict against.
     spec = windowed_spec(
-        "dep-none", chaos=[{"at": "14s", "fault": "pause", "replica": 0, "duration": "10s"}]
+        "dep-none",
+        duration="34s",
+        chaos=[{"at": "20s", "fault": "pause", "replica": 0, "duration": "10s"}],
     )
     ticks: list[Tick] = []
     (port,) = free_ports(1)
     options = DeployOptions(runs_root=tmp_path, metrics_port=port)
     with MetricsScraper(f"http://127.0.0.1:{port}/metrics") as metrics:
         result = deploy(spec, None, options, on_tick=ticks.append)
-    assert result.summary["produced"] == 200 * 30
+    assert result.summary["produced"] == 200 * 34
     assert result.summary["duplicates_dropped"] == 0
     assert result.summary["divergent"] == 0
     check_against_offline(stack, spec, result)
