@@ -11,12 +11,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from arfl.errors import DeployError
-from arfl.measure.merger import recovery, standby, transactions
+from arfl.measure.merger import process, recovery, standby, transactions
 from arfl.measure.merger.config import MergerConfig
 from arfl.measure.merger.core import MergeCore
 from arfl.measure.merger.process import Merger
@@ -846,7 +847,8 @@ def _transactional(tmp_path: Path, producer: _Unanswered, **kw: Any) -> Merger:
         bootstrap="x:1", sink=SINK, replicas=2, run_dir=tmp_path, transactional_id="t",
         connect_timeout_s=1.0, **kw,
     )  # fmt: skip
-    return Merger(cfg, consumer=Positions([]), producer=producer)  # type: ignore[arg-type]
+    consumer = _committing([], [])
+    return Merger(cfg, consumer=consumer, producer=producer)  # type: ignore[arg-type]
 
 
 def test_a_record_forwarded_while_a_commit_is_in_progress_waits_for_its_end(
@@ -887,21 +889,37 @@ def test_a_transaction_the_broker_aborted_past_its_timeout_is_fenced_again_not_s
     # A broker away longer than the transaction timeout aborts the open transaction itself
     # and bumps the epoch: librdkafka's next commit ends in a fatal error though no merger
     # took over. The merger stopped there as fenced, and nothing forwarded its results.
-    made: list[_Delivering] = []
+    made: list[_Unanswered] = []
 
-    def new_producer(self: Merger) -> _Delivering:
-        made.append(_Delivering())
+    def new_producer(self: Merger) -> _Unanswered:
+        made.append(_Unanswered(["ok", "fatal"]))
         return made[-1]
 
+    now = [1000.0]
+    clock = SimpleNamespace(time=time.time, monotonic=lambda: now[0], sleep=time.sleep)
+    monkeypatch.setattr(process, "time", clock)
     monkeypatch.setattr(Merger, "_new_producer", new_producer)
-    m = _transactional(tmp_path, _Unanswered(["fatal", "fatal"]), transaction_timeout_ms=5000)
+    first = _Unanswered(["fatal", "timeout", "fatal"])
+    m = _transactional(tmp_path, first, transaction_timeout_ms=5000)
     m._journal = Journal(tmp_path / "journal.jsonl")
+    m._begin()
+    now[0] += 4.9
     with pytest.raises(transactions.Fenced):
-        m._commit()  # open for less than the timeout: only a newer merger's fence can do that
+        m._commit()  # open for less than the timeout: only a newer merger's fence does that
     assert not made
-    m._txn_began -= 5.0
-    m._commit()
+    m._begin()
+    m._commit()  # the broker away: the commit stays in progress, the transaction open
+    assert m._txn_pending == "commit"
+    now[0] += 5.0
+    m._commit()  # open for the timeout now: the broker's own abort, fenced again
     assert [p.calls[:2] for p in made] == [["init_transactions", "begin_transaction"]]
     (refenced,) = read_jsonl(tmp_path / "journal.jsonl")
     assert refenced["event"] == "merger-refenced"
     assert refenced["message"].startswith("its transaction outlived the broker's timeout")
+    # The new producer serves: it commits, and its fresh transaction's fatal error is a fence.
+    now[0] += 10.0
+    m._commit()
+    assert made[0].calls[-2:] == ["commit_transaction", "begin_transaction"]
+    with pytest.raises(transactions.Fenced):
+        m._commit()
+    assert len(made) == 1

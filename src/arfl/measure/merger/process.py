@@ -132,9 +132,9 @@ class Merger:
         self._txn_pending: str | None = None
         """The transaction call the broker did not answer in time (:func:`transactions.commit`)."""
         self._txn_timeout_s = (config.transaction_timeout_ms or TRANSACTION_TIMEOUT_MS) / 1000
-        self._txn_began = time.monotonic()
-        """When the open transaction began: one open past the broker's timeout may have been
-        aborted by the broker (:meth:`_refence`)."""
+        self._txn_began: float | None = None
+        """When the open transaction began (None: none is open): one open past the broker's
+        timeout may have been aborted by the broker (:meth:`_refence`)."""
         self._journal: Journal | None = None
 
     def stop(self) -> None:
@@ -592,7 +592,9 @@ class Merger:
                 remaining = self._flush_last()
             except Fenced as e:
                 fenced, remaining = e, 0
-        # Nothing is flushed after the last commits: a fence found there stays a fence.
+        # Nothing is flushed after the last commits: a late racer's fence found there stays
+        # a fence (the broker's abort of a transaction open past its timeout is still fenced
+        # again, :meth:`_refence`).
         self._refence_until = None
         if tick is not None and fenced is None:
             hlog.write(tick.interval)
@@ -675,12 +677,14 @@ class Merger:
                 )
             except Fenced as e:
                 if last or not self._refence(e):
-                    raise
+                    raise  # a re-fence began its own transaction
+            else:
+                if self._txn_pending is None:
+                    self._txn_began = None if last else time.monotonic()
             if self._refence_until is not None and time.time() > self._refence_until:
                 self._refence_until = None
             if self._txn_pending is not None:
                 return  # the broker did not answer: nothing is produced or committed yet
-            self._txn_began = time.monotonic()
         self._resend()
         if self._failed or self._resending:
             return  # a restarted merger must read those again: no position past them
@@ -886,12 +890,15 @@ class Merger:
         the new fence, says which (:meth:`_resend`; docs/design.md, "A standby merger").
 
         A broker that did not answer for longer than the transaction timeout aborts the open
-        transaction itself and bumps the epoch: librdkafka then ends in a fatal error
-        (``INVALID_TXN_STATE`` or a fence) though no merger took over. Only a transaction open
-        that long can have been aborted so (the broker counts from its first partition, which
-        comes after the begin counted here).
+        transaction itself once it answers again (its periodic sweep) and bumps the epoch:
+        librdkafka then ends in a fatal error (``INVALID_TXN_STATE`` or a fence) though no
+        merger took over. Only a transaction open that long can have been aborted so (the
+        broker counts from its first partition, which comes after the begin counted here).
+        These re-fences are not counted against :data:`transactions.MAX_REFENCES`, at the end
+        either: each needs another transaction open past the timeout.
         """
-        expired = time.monotonic() - self._txn_began >= self._txn_timeout_s
+        began = self._txn_began
+        expired = began is not None and time.monotonic() - began >= self._txn_timeout_s
         until = self._refence_until
         late = until is not None and time.time() <= until
         if late and not expired:
