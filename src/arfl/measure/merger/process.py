@@ -222,9 +222,12 @@ class Merger:
                     Event.MERGER_RESENT, failed=len(failed), in_sink=found, again=again
                 )
 
-    def _produce_again(self, msg: Any) -> bool:
-        """Produce a failed record again; False when the queue is full and the merger must
-        stop (:meth:`_must_stop`)."""
+    def _produce_again(self, msg: Any) -> None:
+        """Produce a failed record again.
+
+        Raises:
+            BufferError: the queue is full and the merger must stop (:meth:`_must_stop`).
+        """
         self._produced += 1
         self._resending += 1
         try:
@@ -234,7 +237,7 @@ class Merger:
                         msg.topic(), value=msg.value(), key=msg.key(), headers=msg.headers(),
                         on_delivery=self._on_resent,
                     )  # fmt: skip
-                    return True
+                    return
                 except BufferError:
                     if self._must_stop():
                         raise
